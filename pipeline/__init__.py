@@ -1,0 +1,3 @@
+"""tracereplay: replay LLM serving request logs through scheduler models."""
+
+__version__ = "0.1.0"

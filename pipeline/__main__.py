@@ -1,0 +1,3 @@
+from pipeline.cli import cli
+
+cli()

@@ -1,0 +1,349 @@
+"""Every Parquet table the pipeline reads or writes, declared once.
+
+Stage data flow:
+    ingest   logs         -> REQUESTS, QUARANTINE, RUNS
+    replay   REQUESTS     -> SIM_REQUESTS, SIM_STEPS, SCENARIOS, RUNS
+    report   all of them  -> one HTML file (through sql/*.sql, read-only)
+
+Column names carry their unit: *_s seconds, *_tokens token counts, num_* counts.
+A table's ``partition_by`` columns live in the directory names
+(``requests/date=2024-05-01/...``), not inside the files; readers get them back
+through hive partitioning.
+
+Every file carries ``tracereplay.table`` and ``tracereplay.schema_version`` in its
+Parquet footer. Writers and readers check the columns, their types and their
+nullability and fail with a message that names the table, the column and the file.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline.errors import ContractError
+
+TABLE_KEY = b"tracereplay.table"
+VERSION_KEY = b"tracereplay.schema_version"
+
+
+@dataclass(frozen=True)
+class Contract:
+    """One table: its columns in order, which may be null, its key and its partitioning."""
+
+    name: str  # also the directory name in the warehouse and the DuckDB view name
+    version: int  # bump when a column changes meaning, unit or type
+    description: str
+    columns: tuple[tuple[str, pa.DataType], ...]
+    nullable: frozenset[str] = frozenset()
+    primary_key: tuple[str, ...] = ()
+    partition_by: tuple[str, ...] = ()  # hive partition columns (not stored in files)
+    docs: dict[str, str] = field(default_factory=dict, compare=False)
+
+    @property
+    def column_names(self) -> list[str]:
+        return [n for n, _ in self.columns]
+
+    @property
+    def file_columns(self) -> list[str]:
+        """Columns stored inside each Parquet file (the partition columns are not)."""
+        return [n for n, _ in self.columns if n not in self.partition_by]
+
+    def schema(self, *, with_partitions: bool = False) -> pa.Schema:
+        """The Arrow schema of the file (or of the table, with partitions)."""
+        names = self.column_names if with_partitions else self.file_columns
+        types = dict(self.columns)
+        return pa.schema(
+            [pa.field(n, types[n], nullable=n in self.nullable) for n in names],
+            metadata={TABLE_KEY: self.name.encode(), VERSION_KEY: str(self.version).encode()},
+        )
+
+
+def _c(name: str, dtype: pa.DataType, doc: str) -> tuple[str, pa.DataType, str]:
+    return (name, dtype, doc)
+
+
+def _contract(
+    name: str,
+    version: int,
+    description: str,
+    cols: list[tuple[str, pa.DataType, str]],
+    *,
+    nullable: set[str] | None = None,
+    primary_key: tuple[str, ...] = (),
+    partition_by: tuple[str, ...] = (),
+) -> Contract:
+    return Contract(
+        name=name,
+        version=version,
+        description=description,
+        columns=tuple((n, t) for n, t, _ in cols),
+        nullable=frozenset(nullable or ()),
+        primary_key=primary_key,
+        partition_by=partition_by,
+        docs={n: d for n, _, d in cols},
+    )
+
+
+TS = pa.timestamp("us", tz="UTC")
+
+REQUESTS = _contract(
+    "requests",
+    1,
+    "One row per request from a production log. Never holds prompt text.",
+    [
+        _c("request_id", pa.string(), "id from the log, or a content hash when it has none"),
+        _c("arrival_time", TS, "when the request arrived (UTC)"),
+        _c("arrival_s", pa.float64(), "seconds since the first request of its source file"),
+        _c("prompt_tokens", pa.int32(), "prompt (input, context) tokens"),
+        _c("output_tokens", pa.int32(), "generated tokens"),
+        _c("max_tokens", pa.int32(), "the request's max_tokens cap, when logged"),
+        _c("block_size", pa.int32(), "tokens per prefix hash block; null without hashes"),
+        _c("prefix_hashes", pa.list_(pa.uint64()), "chained hashes of full prompt blocks"),
+        _c("model", pa.string(), "model name, when logged"),
+        _c("tenant", pa.string(), "user, team or API key the request belongs to"),
+        _c("priority", pa.int32(), "scheduling priority (lower first), when logged"),
+        _c("session_id", pa.string(), "conversation / chat id, when logged"),
+        _c("parent_id", pa.string(), "previous request of the conversation, when logged"),
+        _c("turn", pa.int32(), "turn number within the conversation, when logged"),
+        _c("observed_ttft_s", pa.float64(), "time to first token seen in the log"),
+        _c("observed_e2e_s", pa.float64(), "end-to-end latency seen in the log"),
+        _c("observed_queue_s", pa.float64(), "queueing time seen in the log"),
+        _c("cached_tokens", pa.int32(), "prompt tokens served from a prefix cache, as logged"),
+        _c("source_format", pa.string(), "log format the row was read from"),
+        _c("source_file", pa.string(), "file the row was read from"),
+        _c("source_line", pa.int64(), "1-based line (or record number) in that file"),
+        _c("date", pa.date32(), "UTC day of arrival_time (partition)"),
+    ],
+    nullable={
+        "max_tokens",
+        "block_size",
+        "model",
+        "tenant",
+        "priority",
+        "session_id",
+        "parent_id",
+        "turn",
+        "observed_ttft_s",
+        "observed_e2e_s",
+        "observed_queue_s",
+        "cached_tokens",
+    },
+    primary_key=("request_id",),
+    partition_by=("date",),
+)
+
+QUARANTINE = _contract(
+    "quarantine",
+    1,
+    "One row per input record that ingest rejected, with where it was and why.",
+    [
+        _c("run_id", pa.string(), "the ingest run that rejected it"),
+        _c("source_format", pa.string(), "log format of the file"),
+        _c("source_file", pa.string(), "file the record was read from"),
+        _c("source_line", pa.int64(), "1-based line (or record number) in that file"),
+        _c("byte_offset", pa.int64(), "byte offset of the record in the decompressed file"),
+        _c("reason", pa.string(), "what is wrong with the record"),
+        _c("raw_excerpt", pa.string(), "start of the raw record (formats without text only)"),
+    ],
+    nullable={"byte_offset", "raw_excerpt"},
+)
+
+RUNS = _contract(
+    "runs",
+    1,
+    "One row per pipeline run: what ran, on what, when, and how it ended.",
+    [
+        _c("run_id", pa.string(), "unique id, sortable by start time"),
+        _c("command", pa.string(), "ingest, replay, ..."),
+        _c("started_at", TS, "start (UTC)"),
+        _c("finished_at", TS, "end (UTC)"),
+        _c("status", pa.string(), "ok, partial (some files failed) or failed"),
+        _c("inputs", pa.string(), "JSON list of input paths"),
+        _c("rows_read", pa.int64(), "records read"),
+        _c("rows_kept", pa.int64(), "records written"),
+        _c("rows_quarantined", pa.int64(), "records sent to quarantine"),
+        _c("rows_duplicate", pa.int64(), "records dropped as duplicates of kept ones"),
+        _c("details", pa.string(), "JSON: per-file counts, errors, resolved config"),
+        _c("version", pa.string(), "tracereplay version"),
+    ],
+    primary_key=("run_id",),
+)
+
+SIM_REQUESTS = _contract(
+    "sim_requests",
+    1,
+    "One row per scenario and replayed request: when it was scheduled and served.",
+    [
+        _c("run_id", pa.string(), "replay run (partition)"),
+        _c("scenario", pa.string(), "scenario name"),
+        _c("request_id", pa.string(), "requests.request_id"),
+        _c("replica", pa.int32(), "replica the router sent it to"),
+        _c("arrival_s", pa.float64(), "simulated arrival, seconds from replay start"),
+        _c("prompt_tokens", pa.int32(), "prompt tokens"),
+        _c("output_tokens", pa.int32(), "output tokens generated (after any cap)"),
+        _c("first_scheduled_s", pa.float64(), "start of the first step that scheduled it"),
+        _c("first_token_s", pa.float64(), "end of the step that computed its last prompt token"),
+        _c("finished_s", pa.float64(), "end of the step that produced its last token"),
+        _c("queue_s", pa.float64(), "first_scheduled_s - arrival_s"),
+        _c("ttft_s", pa.float64(), "first_token_s - arrival_s"),
+        _c("tpot_s", pa.float64(), "(e2e - ttft) / (output_tokens - 1); null if <= 1 token"),
+        _c("e2e_s", pa.float64(), "finished_s - arrival_s"),
+        _c("num_preemptions", pa.int32(), "times it was preempted (recompute)"),
+        _c("num_prefill_chunks", pa.int32(), "steps that computed part of its prompt"),
+        _c("cached_tokens", pa.int32(), "prompt tokens served from the prefix cache"),
+        _c("queue_depth_at_arrival", pa.int32(), "requests waiting on its replica when it came"),
+    ],
+    nullable={"tpot_s"},
+    primary_key=("scenario", "request_id"),
+    partition_by=("run_id",),
+)
+
+SIM_STEPS = _contract(
+    "sim_steps",
+    1,
+    "One row per scenario, replica and engine step, or run of identical decode steps.",
+    [
+        _c("run_id", pa.string(), "replay run (partition)"),
+        _c("scenario", pa.string(), "scenario name"),
+        _c("replica", pa.int32(), "replica index"),
+        _c("step", pa.int64(), "index of the first step in the row"),
+        _c("num_steps", pa.int64(), "steps the row covers (>1 for a skipped decode run)"),
+        _c("start_s", pa.float64(), "start of the first step"),
+        _c("duration_s", pa.float64(), "total time of the steps in the row"),
+        _c("num_running", pa.int32(), "requests in the batch"),
+        _c("num_waiting", pa.int32(), "requests queued (queue depth) at the start"),
+        _c("num_prefill_tokens", pa.int64(), "prompt tokens computed per step"),
+        _c("num_decode_tokens", pa.int64(), "decode tokens computed per step"),
+        _c("num_kv_blocks_used", pa.int64(), "KV blocks in use at the end of the row"),
+        _c("num_kv_blocks_total", pa.int64(), "KV blocks the replica has"),
+        _c("num_preemptions", pa.int32(), "requests preempted in the row"),
+        _c("num_prefix_query_tokens", pa.int64(), "prompt tokens looked up in the prefix cache"),
+        _c("num_prefix_hit_tokens", pa.int64(), "of which found"),
+    ],
+    primary_key=("scenario", "replica", "step"),
+    partition_by=("run_id",),
+)
+
+SCENARIOS = _contract(
+    "scenarios",
+    1,
+    "One row per replayed scenario: its full resolved configuration and summary.",
+    [
+        _c("run_id", pa.string(), "replay run (partition)"),
+        _c("scenario", pa.string(), "scenario name"),
+        _c("policy", pa.string(), "scheduler policy"),
+        _c("replicas", pa.int32(), "number of replicas"),
+        _c("profile", pa.string(), "step-cost profile name"),
+        _c("config_json", pa.string(), "every resolved parameter, as JSON"),
+        _c("summary_json", pa.string(), "the printed summary figures, as JSON"),
+    ],
+    primary_key=("scenario",),
+    partition_by=("run_id",),
+)
+
+CONTRACTS: dict[str, Contract] = {
+    c.name: c for c in (REQUESTS, QUARANTINE, RUNS, SIM_REQUESTS, SIM_STEPS, SCENARIOS)
+}
+
+
+def _type_name(t: pa.DataType) -> str:
+    return str(t)
+
+
+def conform(table: pa.Table, contract: Contract, where: str) -> pa.Table:
+    """Return ``table`` with exactly the contract's file columns, in order, cast safely.
+
+    Columns may arrive in any order and with types that cast losslessly
+    (int64 -> int32 within range, large_string -> string, ...).
+
+    Raises:
+        ContractError: naming the table, every problem column, and ``where``.
+    """
+    problems: list[str] = []
+    types = dict(contract.columns)
+    arrays = []
+    for name in contract.file_columns:
+        if name not in table.column_names:
+            problems.append(f"missing column {name!r}")
+            continue
+        col = table.column(name)
+        want = types[name]
+        if not col.type.equals(want):
+            try:
+                col = col.cast(want, safe=True)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                problems.append(
+                    f"column {name!r} has type {_type_name(col.type)}, expected "
+                    f"{_type_name(want)} ({str(exc).splitlines()[0]})"
+                )
+                continue
+        if name not in contract.nullable and col.null_count:
+            problems.append(f"column {name!r} has {col.null_count} nulls but may not be null")
+        arrays.append(col)
+    if problems:
+        raise ContractError(
+            f"table {contract.name} v{contract.version} in {where}: " + "; ".join(problems)
+        )
+    return pa.Table.from_arrays(arrays, schema=contract.schema())
+
+
+def write_table(table: pa.Table, contract: Contract, path: Path) -> Path:
+    """Check ``table`` against ``contract`` and write it to ``path`` atomically.
+
+    The file is written next to its destination under a temporary name, flushed,
+    then renamed, so a killed run never leaves half a file.
+    """
+    table = conform(table, contract, str(path))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        pq.write_table(table, tmp, compression="zstd")
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return path
+
+
+def check_file(path: Path, contract: Contract) -> pq.ParquetFile:
+    """Open a Parquet file and check its footer and columns against ``contract``.
+
+    Raises:
+        ContractError: wrong table, unknown schema version, missing or mistyped column.
+    """
+    pf = pq.ParquetFile(path)
+    schema = pf.schema_arrow
+    meta = schema.metadata or {}
+    table = meta.get(TABLE_KEY, b"").decode()
+    if table != contract.name:
+        raise ContractError(
+            f"{path}: expected a {contract.name!r} file, footer says {table or 'nothing'!r}; "
+            "was it written by tracereplay?"
+        )
+    version = meta.get(VERSION_KEY, b"").decode()
+    if version != str(contract.version):
+        raise ContractError(
+            f"{path}: table {contract.name} has schema version {version or 'none'}, this "
+            f"tracereplay reads v{contract.version}; re-run the stage that wrote it"
+        )
+    types = dict(contract.columns)
+    problems = []
+    for name in contract.file_columns:
+        if name not in schema.names:
+            problems.append(f"missing column {name!r}")
+        elif not schema.field(name).type.equals(types[name]):
+            problems.append(
+                f"column {name!r} has type {schema.field(name).type}, expected {types[name]}"
+            )
+    if problems:
+        raise ContractError(f"table {contract.name} in {path}: " + "; ".join(problems))
+    return pf
+
+
+def read_table(path: Path, contract: Contract) -> pa.Table:
+    """Read one Parquet file after checking it against ``contract``."""
+    return check_file(path, contract).read(columns=contract.file_columns)

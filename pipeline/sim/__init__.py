@@ -1,0 +1,1 @@
+"""The scheduler simulator: replay requests through an engine's scheduling rules."""

@@ -1,0 +1,135 @@
+"""The warehouse: a directory of hive-partitioned Parquet tables plus DuckDB views.
+
+Layout (one directory per contract)::
+
+    requests/date=YYYY-MM-DD/src-<source key>.parquet   one file per source file and day
+    quarantine/src-<source key>.parquet                 rejected records of one source file
+    runs/<run_id>.parquet                               one row per pipeline run
+    sim_requests/run_id=<run_id>/<scenario>.parquet
+    sim_steps/run_id=<run_id>/<scenario>.parquet
+    scenarios/run_id=<run_id>/scenarios.parquet
+
+Each table also holds a zero-row ``_empty.parquet`` so that its DuckDB view
+resolves (and has the right column types) before any data lands.
+
+Writes are atomic per file (temporary name, then rename). Re-ingesting a source
+file replaces what that file produced before, so nothing doubles.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+
+from pipeline.contracts import CONTRACTS, Contract, write_table
+
+SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
+VIEWS_SQL = "views.sql"
+
+_EMPTY_PARTITION = {"date": "1970-01-01", "run_id": "_empty"}
+
+
+def new_run_id(now: datetime | None = None) -> str:
+    """A run id that sorts by start time: 20240501T020000Z-1a2b."""
+    now = now or datetime.now(UTC)
+    return now.strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(2)
+
+
+def source_key(path: Path) -> str:
+    """Stable key of a source file: its resolved path, hashed (16 hex digits)."""
+    return hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:16]
+
+
+class Warehouse:
+    """Paths and atomic writes inside one warehouse directory."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    def table_dir(self, contract: Contract) -> Path:
+        return self.root / contract.name
+
+    def init(self) -> None:
+        """Create every table directory with its zero-row schema file (idempotent)."""
+        for contract in CONTRACTS.values():
+            d = self.table_dir(contract)
+            for col in contract.partition_by:
+                d = d / f"{col}={_EMPTY_PARTITION[col]}"
+            path = d / "_empty.parquet"
+            if not path.exists():
+                write_table(contract.schema().empty_table(), contract, path)
+
+    def files(self, contract: Contract) -> list[Path]:
+        """Data files of a table (schema placeholders excluded), sorted."""
+        d = self.table_dir(contract)
+        pattern = "/".join(["*"] * len(contract.partition_by) + ["*.parquet"])
+        return sorted(p for p in d.glob(pattern) if p.name != "_empty.parquet")
+
+    def partition_path(self, contract: Contract, values: dict[str, str], stem: str) -> Path:
+        d = self.table_dir(contract)
+        for col in contract.partition_by:
+            d = d / f"{col}={values[col]}"
+        return d / f"{stem}.parquet"
+
+    def write(self, contract: Contract, table: pa.Table, values: dict[str, str], stem: str) -> Path:
+        """Write one file of ``contract`` atomically and return its path."""
+        return write_table(table, contract, self.partition_path(contract, values, stem))
+
+    def connect(self, *, read_only: bool = True) -> duckdb.DuckDBPyConnection:
+        """An in-memory DuckDB connection with the warehouse views created.
+
+        ``read_only`` only blocks writes to files through the connection's SQL
+        (COPY ... TO): the views themselves never write.
+        """
+        self.init()
+        con = duckdb.connect()
+        con.execute("SET file_search_path = ?", [str(self.root.resolve())])
+        con.execute(load_sql(VIEWS_SQL))
+        if read_only:
+            con.execute("SET enable_external_access = false")
+        return con
+
+
+def load_sql(name: str) -> str:
+    """The text of ``sql/<name>``."""
+    from pipeline.errors import UnknownQuery
+
+    path = SQL_DIR / name
+    if not path.exists():
+        available = sorted(p.name for p in SQL_DIR.glob("*.sql"))
+        raise UnknownQuery(f"no query {name!r} in {SQL_DIR}; available: {', '.join(available)}")
+    return path.read_text()
+
+
+def replace_files(new: Iterable[tuple[Path, Path]], old: Iterable[Path]) -> None:
+    """Move each finished temporary file into place, then delete stale files.
+
+    ``new`` pairs (temporary path, final path); a final path that is also in
+    ``old`` is replaced, not deleted.
+    """
+    finals = set()
+    for tmp, final in new:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(tmp, final)
+        finals.add(final)
+    for path in old:
+        if path not in finals and path.exists():
+            path.unlink()
+
+
+def iter_partitions(paths: Iterable[Path]) -> Iterator[tuple[dict[str, str], Path]]:
+    """Yield the hive partition values of each path (``date=...`` directory names)."""
+    for p in paths:
+        values = {}
+        for part in p.parent.parts:
+            if "=" in part:
+                k, v = part.split("=", 1)
+                values[k] = v
+        yield values, p
