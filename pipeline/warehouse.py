@@ -82,19 +82,17 @@ class Warehouse:
         """Write one file of ``contract`` atomically and return its path."""
         return write_table(table, contract, self.partition_path(contract, values, stem))
 
-    def connect(self, *, read_only: bool = True) -> duckdb.DuckDBPyConnection:
-        """An in-memory DuckDB connection with the warehouse views created.
-
-        ``read_only`` only blocks writes to files through the connection's SQL
-        (COPY ... TO): the views themselves never write.
-        """
+    def connect(self) -> duckdb.DuckDBPyConnection:
+        """An in-memory DuckDB connection with a view over every table of the warehouse."""
         self.init()
         con = duckdb.connect()
-        con.execute("SET file_search_path = ?", [str(self.root.resolve())])
+        con.execute(f"SET file_search_path = '{_sql_quote(str(self.root.resolve()))}'")
         con.execute(load_sql(VIEWS_SQL))
-        if read_only:
-            con.execute("SET enable_external_access = false")
         return con
+
+
+def _sql_quote(s: str) -> str:
+    return s.replace("'", "''")
 
 
 def load_sql(name: str) -> str:

@@ -1,0 +1,315 @@
+"""Per-request JSONL records that carry the prompt's token ids.
+
+One JSON object per line, for instance exported from vLLM request logs
+(``prompt_token_ids`` appear in its ``Received request`` / ``Request ... details``
+lines) or written by a gateway that tokenizes::
+
+    {"request_id": "cmpl-1", "timestamp": 1714521600.25, "prompt_token_ids": [1, 2, ...],
+     "output_tokens": 57, "model": "llama-3-8b-instruct", "user": "team-a"}
+
+Fields (others are ignored):
+
+* ``request_id`` (or ``id``): string or number.
+* ``timestamp`` (or ``arrival_time``): epoch seconds (number or numeric string) or
+  an ISO-8601 string; without a UTC offset it is taken as UTC -> ``arrival_time``.
+* ``prompt_token_ids``: list of integers -> ``prompt_tokens`` (its length) and
+  ``prefix_hashes``: vLLM-compatible chained block hashes of the full blocks (see
+  ``pipeline.ingest.hashing``), ``block_size`` 16 unless ``--block-size`` says
+  otherwise. A record without ids but with ``prompt_tokens`` keeps that count
+  with no hashes.
+* ``output_tokens``, else the length of ``output_token_ids``.
+* optional: ``model``, ``user`` (or ``tenant``) -> ``tenant``, ``priority``,
+  ``max_tokens``, ``session_id``, ``cache_salt`` (vLLM's per-request salt: mixed
+  into the first block hash exactly as vLLM does).
+
+Records with text but no token ids (``prompt`` or ``messages``) are tokenized
+with ``--tokenizer tokenizer.json`` through the optional ``tokenizers`` package;
+``messages`` are joined as ``role: content`` lines because a tokenizer.json has
+no chat template, so their counts are close to, not equal to, the engine's. The
+text is dropped as soon as it is tokenized and never stored, and reject reasons
+never quote record content.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+
+from pipeline.errors import SourceError
+from pipeline.ingest.formats import Block, Parsed, ParseOptions
+from pipeline.ingest.formats._lines import (
+    BOM,
+    Rejects,
+    as_float,
+    as_int,
+    as_str,
+    load_json_line,
+    split_lines,
+)
+from pipeline.ingest.hashing import DEFAULT_BLOCK_SIZE, prefix_hashes
+
+name = "token_ids"
+line_based = True
+has_header = False
+may_hold_text = True
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+_COUNT_KEYS = (b'"prompt_tokens"', b'"input_length"', b'"input_tokens"', b'"usage"')
+
+
+def sniff(head: bytes) -> bool:
+    if head.startswith(BOM):
+        head = head[len(BOM) :]
+    for line in head.split(b"\n"):
+        line = line.strip()
+        if not line:
+            continue
+        if not line.startswith(b"{"):
+            return False
+        if b'"prompt_token_ids"' in line:
+            return True
+        has_text = b'"prompt"' in line or b'"messages"' in line
+        has_time = b'"timestamp"' in line or b'"arrival_time"' in line
+        return has_text and has_time and not any(k in line for k in _COUNT_KEYS)
+    return False
+
+
+def _parse_time(value: Any) -> int | None:
+    """Epoch seconds or ISO-8601 -> microseconds since the epoch (UTC); ValueError if neither."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            return round(float(text) * 1_000_000)
+        except ValueError:
+            pass
+        try:
+            dt = datetime.fromisoformat(text)
+        except ValueError:
+            raise ValueError("not epoch seconds or an ISO-8601 time") from None
+        if dt.tzinfo is None:
+            dt = dt.replace(tzinfo=UTC)
+        return (dt - _EPOCH) // _MICROSECOND
+    seconds = as_float(value)
+    return None if seconds is None else round(seconds * 1_000_000)
+
+
+@lru_cache(maxsize=4)
+def _tokenizer(path: str, source: str) -> Any:
+    try:
+        from tokenizers import Tokenizer  # optional dependency
+    except ImportError:
+        raise SourceError(
+            source,
+            "records carry prompt text but no prompt_token_ids; tokenizing them needs the "
+            "optional `tokenizers` package (`pip install tokenizers`)",
+        ) from None
+    try:
+        return Tokenizer.from_file(path)
+    except Exception as exc:  # the package raises its own exception types
+        raise SourceError(source, f"cannot load tokenizer {path}: {exc}") from None
+
+
+def _text_of(obj: dict[str, Any]) -> str | None:
+    prompt = obj.get("prompt")
+    if isinstance(prompt, str):
+        return prompt
+    messages = obj.get("messages")
+    if isinstance(messages, list):
+        parts = []
+        for m in messages:
+            if not isinstance(m, dict):
+                continue
+            content = m.get("content")
+            if isinstance(content, list):  # OpenAI content parts
+                content = "".join(
+                    p.get("text", "") for p in content if isinstance(p, dict)
+                )
+            parts.append(f"{m.get('role', '')}: {content if isinstance(content, str) else ''}")
+        return "\n".join(parts)
+    return None
+
+
+def _tokenize(text: str, opts: ParseOptions) -> list[int]:
+    if opts.tokenizer is None:
+        raise SourceError(
+            str(opts.path),
+            "records carry prompt text but no prompt_token_ids; pass --tokenizer "
+            "tokenizer.json (needs `pip install tokenizers`) to tokenize them, or export "
+            "prompt_token_ids",
+        )
+    tok = _tokenizer(str(opts.tokenizer), str(opts.path))
+    ids: list[int] = tok.encode(text).ids
+    return ids
+
+
+def _token_list(value: Any) -> list[int]:
+    """Validate a JSON list of token ids (vectorized); ValueError when it is not one."""
+    if not isinstance(value, list):
+        raise ValueError(f"expected a list of integers, got a {type(value).__name__}")
+    if not value:
+        return []
+    try:
+        arr = np.asarray(value)
+    except (ValueError, TypeError):
+        arr = None
+    if arr is None or arr.ndim != 1 or arr.dtype.kind not in "iu" or type(value[0]) is bool:
+        raise ValueError("expected a list of integers")
+    ids: list[int] = arr.tolist()
+    return ids
+
+
+def parse(block: Block, opts: ParseOptions) -> Parsed:
+    bs = opts.block_size or DEFAULT_BLOCK_SIZE
+    lines = split_lines(block.data, block.first_line, block.offset)
+    rejects = Rejects()
+
+    cols: dict[str, list[Any]] = {
+        k: []
+        for k in (
+            "request_id",
+            "arrival_time",
+            "prompt_tokens",
+            "output_tokens",
+            "max_tokens",
+            "block_size",
+            "model",
+            "tenant",
+            "priority",
+            "session_id",
+            "source_line",
+            "byte_offset",
+        )
+    }
+    hash_values: list[np.ndarray] = []
+    hash_lens: list[int] = []
+
+    for raw, line_no, off in zip(lines.raw, lines.numbers.tolist(), lines.offsets.tolist(), strict=True):
+        if not raw.strip():
+            continue
+        obj, why = load_json_line(raw)
+        if why is not None:
+            rejects.add(line_no, off, why)
+            continue
+        if not isinstance(obj, dict):
+            rejects.add(line_no, off, f"expected a JSON object, got a {type(obj).__name__}")
+            continue
+        field = "?"
+        try:
+            field = "request_id"
+            rid = as_str(obj["request_id"] if "request_id" in obj else obj.get("id"))
+            field = "timestamp"
+            ts = obj["timestamp"] if "timestamp" in obj else obj.get("arrival_time")
+            arrival = _parse_time(ts)
+            field = "prompt_token_ids"
+            ids_value = obj.get("prompt_token_ids")
+            ids: list[int] | None = None
+            if ids_value is not None:
+                ids = _token_list(ids_value)
+            else:
+                text = _text_of(obj)
+                if text is not None:
+                    ids = _tokenize(text, opts)
+            field = "prompt_tokens"
+            prompt = len(ids) if ids is not None else as_int(obj.get("prompt_tokens"))
+            field = "output_tokens"
+            if obj.get("output_tokens") is not None:
+                output = as_int(obj["output_tokens"])
+            elif obj.get("output_token_ids") is not None:
+                field = "output_token_ids"
+                out_ids = obj["output_token_ids"]
+                if not isinstance(out_ids, list):
+                    raise ValueError(f"expected a list, got a {type(out_ids).__name__}")
+                output = len(out_ids)
+            else:
+                output = None
+            field = "max_tokens"
+            max_tokens = as_int(obj.get("max_tokens"))
+            field = "priority"
+            priority = as_int(obj.get("priority"))
+            field = "model"
+            model = as_str(obj.get("model"))
+            field = "user"
+            tenant = as_str(obj["user"] if obj.get("user") is not None else obj.get("tenant"))
+            field = "session_id"
+            session = as_str(obj.get("session_id"))
+            field = "cache_salt"
+            salt = as_str(obj.get("cache_salt")) or ""
+        except ValueError as exc:
+            rejects.add(line_no, off, f"{field}: {exc}")
+            continue
+
+        if ids is not None:
+            h = prefix_hashes(ids, bs, cache_salt=salt, hash_salt=opts.hash_salt)
+            hash_values.append(h)
+            hash_lens.append(len(h))
+        else:
+            hash_lens.append(0)
+        cols["request_id"].append(rid)
+        cols["arrival_time"].append(arrival)
+        cols["prompt_tokens"].append(prompt)
+        cols["output_tokens"].append(output)
+        cols["max_tokens"].append(max_tokens)
+        cols["block_size"].append(bs if ids is not None else None)
+        cols["model"].append(model)
+        cols["tenant"].append(tenant)
+        cols["priority"].append(priority)
+        cols["session_id"].append(session)
+        cols["source_line"].append(line_no)
+        cols["byte_offset"].append(off)
+
+    rows = pl.DataFrame(
+        cols,
+        schema={
+            "request_id": pl.String(),
+            "arrival_time": pl.Int64(),
+            "prompt_tokens": pl.Int64(),
+            "output_tokens": pl.Int64(),
+            "max_tokens": pl.Int64(),
+            "block_size": pl.Int32(),
+            "model": pl.String(),
+            "tenant": pl.String(),
+            "priority": pl.Int64(),
+            "session_id": pl.String(),
+            "source_line": pl.Int64(),
+            "byte_offset": pl.Int64(),
+        },
+    )
+    rows = rows.with_columns(
+        pl.col("arrival_time").cast(pl.Datetime("us", "UTC")),
+        _hash_series(hash_values, hash_lens),
+    ).select(
+        "request_id",
+        "arrival_time",
+        "prompt_tokens",
+        "output_tokens",
+        "max_tokens",
+        "block_size",
+        "prefix_hashes",
+        "model",
+        "tenant",
+        "priority",
+        "session_id",
+        "source_line",
+        "byte_offset",
+    )
+    return Parsed(rows=rows, rejects=rejects.frame())
+
+
+def _hash_series(values: list[np.ndarray], lens: list[int]) -> pl.Series:
+    """One List(UInt64) series from per-row hash arrays, built without per-row objects."""
+    flat = np.concatenate(values) if values else np.zeros(0, dtype=np.uint64)
+    offsets = np.zeros(len(lens) + 1, dtype=np.int32)
+    np.cumsum(lens, out=offsets[1:])
+    arr = pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat, type=pa.uint64()))
+    series = pl.Series("prefix_hashes", arr)
+    return series.cast(pl.List(pl.UInt64()))
+
+

@@ -1,0 +1,151 @@
+"""Record-level checks shared by every format, and the content-hash request ids.
+
+``validate`` splits parsed rows into good rows (every canonical column present,
+in contract types) and rejected rows with the first reason that applies. The
+rules: an arrival time, whole non-negative token counts, at least one prompt
+token, cached tokens within the prompt, non-negative observed latencies, and
+no more prefix hash blocks than the prompt has blocks.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+
+from pipeline.ingest.formats import CANONICAL, REJECT_SCHEMA
+
+_MASK = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+def _num(col: str) -> pl.Expr:
+    return pl.col(col).cast(pl.String).fill_null("null")
+
+
+def _rules() -> list[tuple[pl.Expr, pl.Expr]]:
+    p, o = pl.col("prompt_tokens"), pl.col("output_tokens")
+    bs = pl.col("block_size")
+    n_hash = pl.col("prefix_hashes").list.len()
+    max_blocks = (p + bs - 1) // bs
+    rules: list[tuple[pl.Expr, pl.Expr]] = [
+        (pl.col("_reject").is_not_null(), pl.col("_reject")),
+        (
+            pl.col("arrival_time").is_null() & pl.col("arrival_offset_s").is_null(),
+            pl.lit("missing or unparseable timestamp"),
+        ),
+        (pl.col("arrival_offset_s") < 0, pl.lit("negative timestamp ") + _num("arrival_offset_s")),
+        (p.is_null(), pl.lit("missing or non-integer prompt token count")),
+        (o.is_null(), pl.lit("missing or non-integer output token count")),
+        (p < 0, pl.lit("negative prompt token count ") + _num("prompt_tokens")),
+        (o < 0, pl.lit("negative output token count ") + _num("output_tokens")),
+        (p == 0, pl.lit("zero prompt tokens (an empty or failed request)")),
+        (p > 2**31 - 1, pl.lit("prompt token count too large ") + _num("prompt_tokens")),
+        (o > 2**31 - 1, pl.lit("output token count too large ") + _num("output_tokens")),
+        (pl.col("max_tokens") < 1, pl.lit("max_tokens below 1: ") + _num("max_tokens")),
+        (pl.col("cached_tokens") < 0, pl.lit("negative cached tokens ") + _num("cached_tokens")),
+        (
+            pl.col("cached_tokens") > p,
+            pl.lit("cached tokens ") + _num("cached_tokens") + pl.lit(" exceed prompt tokens"),
+        ),
+        (
+            (pl.col("observed_ttft_s") < 0) | (pl.col("observed_e2e_s") < 0)
+            | (pl.col("observed_queue_s") < 0),
+            pl.lit("negative observed latency (end before start)"),
+        ),
+        (bs.is_not_null() & (bs < 1), pl.lit("block size below 1")),
+        (
+            bs.is_not_null() & pl.col("prefix_hashes").is_null(),
+            pl.lit("missing or invalid hash_ids (a list of non-negative integers)"),
+        ),
+        (
+            bs.is_not_null() & (n_hash > max_blocks),
+            pl.lit("")
+            + n_hash.cast(pl.String)
+            + pl.lit(" hash blocks for ")
+            + _num("prompt_tokens")
+            + pl.lit(" prompt tokens at block size ")
+            + _num("block_size")
+            + pl.lit(" (at most ceil(prompt/block) expected); is --block-size right?"),
+        ),
+    ]
+    return rules
+
+
+def complete(rows: pl.DataFrame) -> pl.DataFrame:
+    """Add every canonical column the format did not produce, as nulls."""
+    missing = [
+        pl.lit(None, dtype=dt).alias(name) for name, dt in CANONICAL.items()
+        if name not in rows.columns
+    ]
+    if "_reject" not in rows.columns:
+        missing.append(pl.lit(None, dtype=pl.String).alias("_reject"))
+    rows = rows.with_columns(missing) if missing else rows
+    return rows.with_columns(
+        [pl.col(n).cast(dt) for n, dt in CANONICAL.items() if rows.schema[n] != dt]
+    )
+
+
+def validate(rows: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Split rows into (good rows, rejects with source_line, byte_offset, reason)."""
+    rows = complete(rows)
+    reason: pl.Expr = pl.lit(None, dtype=pl.String)
+    for cond, why in reversed(_rules()):
+        reason = pl.when(cond.fill_null(False)).then(why).otherwise(reason)
+    rows = rows.with_columns(
+        reason.alias("_why"),
+        pl.when(pl.col("request_id").str.strip_chars() != "").then(pl.col("request_id")),
+        pl.col("prefix_hashes").fill_null(pl.lit([], dtype=pl.List(pl.UInt64))),
+    )
+    bad = rows.filter(pl.col("_why").is_not_null()).select(
+        "source_line", "byte_offset", pl.col("_why").alias("reason")
+    )
+    good = rows.filter(pl.col("_why").is_null()).drop("_why", "_reject")
+    return good, bad.cast(REJECT_SCHEMA)  # type: ignore[arg-type]
+
+
+def _mix(h: npt.NDArray[np.uint64], v: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
+    """One splitmix64-style round of h combined with v (stable across versions)."""
+    with np.errstate(over="ignore"):
+        z = (h ^ v) + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
+def content_keys(rows: pl.DataFrame, format_name: str) -> npt.NDArray[np.uint64]:
+    """A stable 64-bit key of each record's content (for logs without request ids).
+
+    It covers the format, arrival, token counts, the number of prefix blocks
+    and the last prefix hash (which names the whole chained prefix), and the turn.
+    """
+    seed = np.uint64(int.from_bytes(format_name.encode()[:8].ljust(8, b"\0"), "little"))
+    t = rows["arrival_time"].dt.epoch("us").fill_null(-1)
+    off = (rows["arrival_offset_s"] * 1e6).round().cast(pl.Int64).fill_null(-1)
+    cols = [
+        t,
+        off,
+        rows["prompt_tokens"].fill_null(-1),
+        rows["output_tokens"].fill_null(-1),
+        rows["prefix_hashes"].list.len().cast(pl.Int64).fill_null(-1),
+        rows["prefix_hashes"].list.last().cast(pl.Int64, wrap_numerical=True).fill_null(-1),
+        rows["turn"].fill_null(-1),
+    ]
+    h = np.full(rows.height, seed, dtype=np.uint64)
+    for c in cols:
+        h = _mix(h, c.to_numpy().astype(np.int64).view(np.uint64))
+    return h
+
+
+def occurrence_ids(keys: npt.NDArray[np.uint64], counts: dict[int, int]) -> list[str]:
+    """Ids "h<16 hex>" from content keys, numbering repeats of the same content.
+
+    ``counts`` carries how often each key was seen in earlier blocks of the
+    same file, so identical records stay distinct and re-reads give equal ids.
+    """
+    out = []
+    for k in keys.tolist():
+        n = counts.get(k, 0)
+        counts[k] = n + 1
+        key = k if n == 0 else int(_mix(np.asarray([k], np.uint64), np.asarray([n], np.uint64))[0])
+        out.append(f"h{key:016x}")
+    return out
