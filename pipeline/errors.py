@@ -7,7 +7,7 @@
                            format, truncated compression, wrong encoding); other files
                            of the same run still land
   x ScenarioError          a replay scenario is invalid (names the key, lists allowed values)
-  x UnknownQuery           no sql/<name>.sql (lists the available names)
+  x UnknownQueryError           no sql/<name>.sql (lists the available names)
 
 Anything that is not a PipelineError is a bug and keeps its traceback.
 """
@@ -43,5 +43,5 @@ class ScenarioError(PipelineError):
     """A replay scenario cannot run; the message names the key and the allowed values."""
 
 
-class UnknownQuery(PipelineError):
+class UnknownQueryError(PipelineError):
     """No sql/<name>.sql exists."""

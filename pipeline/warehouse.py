@@ -97,12 +97,14 @@ def _sql_quote(s: str) -> str:
 
 def load_sql(name: str) -> str:
     """The text of ``sql/<name>``."""
-    from pipeline.errors import UnknownQuery
+    from pipeline.errors import UnknownQueryError
 
     path = SQL_DIR / name
     if not path.exists():
         available = sorted(p.name for p in SQL_DIR.glob("*.sql"))
-        raise UnknownQuery(f"no query {name!r} in {SQL_DIR}; available: {', '.join(available)}")
+        raise UnknownQueryError(
+            f"no query {name!r} in {SQL_DIR}; available: {', '.join(available)}"
+        )
     return path.read_text()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,8 +17,29 @@ class CliState:
     debug: bool = False
 
 
+# Commands are imported when used, so `tracereplay ingest` does not pay for
+# compiling the simulator.
+COMMANDS = {
+    "ingest": "pipeline.cli.ingest:ingest",
+    "replay": "pipeline.cli.replay:replay",
+    "run": "pipeline.cli.run:run",
+}
+
+
 class PipelineGroup(click.Group):
     """Expected failures (PipelineError) print one line and exit 1; bugs keep their traceback."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module, attr = target.split(":")
+        command = getattr(importlib.import_module(module), attr)
+        assert isinstance(command, click.Command)
+        return command
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -35,15 +57,3 @@ class PipelineGroup(click.Group):
 def cli(ctx: click.Context, debug: bool) -> None:
     """Ingest LLM serving logs, replay them through scheduler models, report on them."""
     ctx.obj = CliState(debug=debug)
-
-
-def _register() -> None:
-    from pipeline.cli.ingest import ingest
-    from pipeline.cli.replay import replay
-    from pipeline.cli.run import run
-
-    for command in (ingest, replay, run):
-        cli.add_command(command)
-
-
-_register()

@@ -20,8 +20,9 @@ def parse_time(value: str, where: str) -> datetime:
     try:
         t = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError as exc:
-        raise ConfigError(f"{where}: {value!r} is not an ISO-8601 time, e.g. "
-                          "2024-05-01T00:00:00Z") from exc
+        raise ConfigError(
+            f"{where}: {value!r} is not an ISO-8601 time, e.g. 2024-05-01T00:00:00Z"
+        ) from exc
     return t if t.tzinfo else t.replace(tzinfo=UTC)
 
 
@@ -33,8 +34,9 @@ def print_summary(result: IngestResult, as_json: bool) -> None:
         if f.error:
             click.echo(f"error: {f.error}", err=True)
             continue
+        packed = "" if f.compression in (None, "none") else f", {f.compression}"
         click.echo(
-            f"{f.path} [{f.format}{'' if f.compression in (None, 'none') else ', ' + str(f.compression)}]: "
+            f"{f.path} [{f.format}{packed}]: "
             f"read {f.rows_read:,} = kept {f.rows_kept:,} + quarantined {f.rows_quarantined:,} "
             f"+ duplicates {f.rows_duplicate:,}"
         )
@@ -74,15 +76,31 @@ def options_from(
 @click.argument("sources", nargs=-1, required=True)
 @opt.warehouse
 @opt.config_file
-@click.option("--format", "fmt", type=click.Choice(sorted(FORMATS)), default=None,
-              help="Force the log format instead of detecting it from the content.")
-@click.option("--block-size", type=click.IntRange(min=1), default=None,
-              help="Tokens per prefix-hash block (Mooncake 512, Bailian 16, token-id logs 16).")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(sorted(FORMATS)),
+    default=None,
+    help="Force the log format instead of detecting it from the content.",
+)
+@click.option(
+    "--block-size",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Tokens per prefix-hash block (Mooncake 512, Bailian 16, token-id logs 16).",
+)
 @click.option("--hash-salt", default=None, help="Salt mixed into the first block hash.")
-@click.option("--tokenizer", type=click.Path(dir_okay=False, exists=True, path_type=Path),
-              default=None, help="tokenizer.json, for logs that carry prompt text but no ids.")
-@click.option("--trace-start", default=None,
-              help="UTC start time for logs with relative timestamps (default 1970-01-01).")
+@click.option(
+    "--tokenizer",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="tokenizer.json, for logs that carry prompt text but no ids.",
+)
+@click.option(
+    "--trace-start",
+    default=None,
+    help="UTC start time for logs with relative timestamps (default 1970-01-01).",
+)
 @opt.output
 def ingest(
     sources: tuple[str, ...],

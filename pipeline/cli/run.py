@@ -46,7 +46,9 @@ def run(
     result = ingest_logs(srcs, wh, IngestOptions(quiet=quiet))
     print_summary(result, as_json)
     if not as_json:
-        click.echo(f"results: {wh.root.resolve()} (query: cd {wh.root} && duckdb -cmd "
-                   f"\".read {Path(__file__).resolve().parents[2] / 'sql' / 'views.sql'}\")")
+        click.echo(
+            f"results: {wh.root.resolve()} (query: cd {wh.root} && duckdb -cmd "
+            f'".read {Path(__file__).resolve().parents[2] / "sql" / "views.sql"}")'
+        )
     if not result.ok:
         raise SystemExit(1)

@@ -38,7 +38,14 @@ from pipeline import __version__
 from pipeline.contracts import QUARANTINE, REQUESTS, RUNS, conform
 from pipeline.errors import SourceError
 from pipeline.ingest.formats import FORMATS, Block, LogFormat, ParseOptions, detect
-from pipeline.ingest.reader import check_encoding, expand_sources, iter_blocks, open_source, read_head
+from pipeline.ingest.idset import IdSet
+from pipeline.ingest.reader import (
+    check_encoding,
+    expand_sources,
+    iter_blocks,
+    open_source,
+    read_head,
+)
 from pipeline.ingest.validate import content_keys, occurrence_ids, validate
 from pipeline.progress import progress
 from pipeline.warehouse import Warehouse, iter_partitions, new_run_id, replace_files, source_key
@@ -109,14 +116,22 @@ class _IdIndex:
             if len(ids):
                 frames.append(pl.DataFrame({"h": ids.hash()}).with_columns(src=pl.lit(path.stem)))
         self._existing = (
-            pl.concat(frames) if frames else pl.DataFrame(schema={"src": pl.String, "h": pl.UInt64})
+            pl.concat(frames) if frames else pl.DataFrame(schema={"h": pl.UInt64, "src": pl.String})
         )
-        self._run: set[int] = set()
+        self._run: list[np.ndarray] = []
 
-    def for_source(self, stem: str) -> tuple[np.ndarray, set[int]]:
-        """Sorted hashes of ids held by other sources, and this run's id set (shared)."""
+    def for_source(self, stem: str) -> IdSet:
+        """The ids a source may not reuse: other sources' in the warehouse, and this run's."""
         other = self._existing.filter(pl.col("src") != stem)["h"].to_numpy()
-        return np.sort(other), self._run
+        taken = IdSet(len(other) + sum(len(a) for a in self._run))
+        taken.add(other)
+        for a in self._run:
+            taken.add(a)
+        return taken
+
+    def keep(self, hashes: list[np.ndarray]) -> None:
+        """Record the ids a source landed in this run."""
+        self._run.extend(hashes)
 
 
 def ingest_logs(
@@ -180,7 +195,8 @@ def _ingest_file(
     res.format = fmt.name
     key = source_key(path)
     stem = f"src-{key}"
-    other_ids, run_ids = index.for_source(stem)
+    taken = index.for_source(stem)
+    kept_hashes: list[np.ndarray] = []
     popts = ParseOptions(
         path=path, block_size=opts.block_size, hash_salt=opts.hash_salt, tokenizer=opts.tokenizer
     )
@@ -188,11 +204,10 @@ def _ingest_file(
     tmp.mkdir(parents=True, exist_ok=True)
     parts: list[Path] = []
     rejects: list[pl.DataFrame] = []
-    seen_file: set[int] = set()
-    new_run_ids: list[int] = []
     counts: dict[int, int] = {}
     min_time: int | None = None
     opened = open_source(path)
+    res.compression = opened.compression
     done = 0
     try:
         blocks = (
@@ -211,7 +226,7 @@ def _ingest_file(
             res.rows_read += parsed.rows.height + parsed.rejects.height
             res.rows_quarantined += bad.height
             good = _assign_ids(good, fmt.name, counts)
-            good, ndup = _dedupe(good, other_ids, run_ids, seen_file, new_run_ids)
+            good, ndup = _dedupe(good, taken, kept_hashes)
             res.rows_duplicate += ndup
             if good.height:
                 good = _arrival_time(good, opts.trace_start)
@@ -229,7 +244,7 @@ def _ingest_file(
     if res.rows_read != res.rows_kept + res.rows_quarantined + res.rows_duplicate:
         raise AssertionError(f"counts do not reconcile for {path}: {res}")
     _commit(warehouse, stem, parts, min_time, rejects, run_id, fmt, path, res)
-    run_ids.update(new_run_ids)
+    index.keep(kept_hashes)
     if res.rows_kept == 0 and res.rows_read == 0:
         res.dates = []
 
@@ -271,29 +286,14 @@ def _assign_ids(good: pl.DataFrame, fmt_name: str, counts: dict[int, int]) -> pl
     return good.with_columns(pl.Series("request_id", filled, dtype=pl.String))
 
 
-def _dedupe(
-    good: pl.DataFrame,
-    other_ids: np.ndarray,
-    run_ids: set[int],
-    seen_file: set[int],
-    new_run_ids: list[int],
-) -> tuple[pl.DataFrame, int]:
-    """Drop rows whose id is taken elsewhere, earlier in the file, or earlier in the block."""
+def _dedupe(good: pl.DataFrame, taken: IdSet, kept: list[np.ndarray]) -> tuple[pl.DataFrame, int]:
+    """Drop rows whose id is taken (elsewhere, earlier in the file or in the block)."""
     if not good.height:
         return good, 0
     h = good["request_id"].hash().to_numpy()
-    dup = good["request_id"].is_first_distinct().not_().to_numpy()
-    if len(other_ids):
-        pos = np.searchsorted(other_ids, h)
-        pos[pos == len(other_ids)] = 0
-        dup |= other_ids[pos] == h
-    hl = h.tolist()
-    dup |= np.fromiter((x in seen_file or x in run_ids for x in hl), bool, len(hl))
-    keep = ~dup
-    kept = [x for x, k in zip(hl, keep.tolist(), strict=True) if k]
-    seen_file.update(kept)
-    new_run_ids.extend(kept)
-    return good.filter(pl.Series(keep)), int(dup.sum())
+    dup = taken.add(h)
+    kept.append(h[~dup])
+    return good.filter(pl.Series(~dup)), int(dup.sum())
 
 
 def _arrival_time(good: pl.DataFrame, trace_start: datetime) -> pl.DataFrame:
@@ -360,8 +360,14 @@ def _commit(
     q = (
         pl.concat(rejects)
         if rejects
-        else pl.DataFrame(schema={"source_line": pl.Int64, "byte_offset": pl.Int64,
-                                  "reason": pl.String, "raw_excerpt": pl.String})
+        else pl.DataFrame(
+            schema={
+                "source_line": pl.Int64,
+                "byte_offset": pl.Int64,
+                "reason": pl.String,
+                "raw_excerpt": pl.String,
+            }
+        )
     ).with_columns(
         pl.lit(run_id).alias("run_id"),
         pl.lit(fmt.name).alias("source_format"),

@@ -14,35 +14,60 @@ _TS_FORMATS = (
     "%Y-%m-%dT%H:%M:%S%#z",
     "%Y-%m-%d %H:%M:%S%#z",
 )
-_NAIVE_FORMATS = ("%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%d %H:%M:%S%.f", "%Y-%m-%dT%H:%M:%S",
-                  "%Y-%m-%d %H:%M:%S")
+_NAIVE_FORMATS = (
+    "%Y-%m-%dT%H:%M:%S%.f",
+    "%Y-%m-%d %H:%M:%S%.f",
+    "%Y-%m-%dT%H:%M:%S",
+    "%Y-%m-%d %H:%M:%S",
+)
 
 
-def parse_timestamp(s: pl.Series) -> pl.Series:
-    """ISO-8601-ish strings to Datetime(us, UTC); naive times are taken as UTC.
+def timestamp_expr(col: str) -> pl.Expr:
+    """ISO-8601-ish strings in ``col`` to Datetime(us, UTC), format inferred; junk -> null.
 
-    Unparseable values become null (the validator rejects the record).
-    Up to 9 fractional digits are accepted (Azure traces have 7).
+    Use ``fix_timestamps`` afterwards for values written in another layout
+    than the first one in the column.
     """
-    s = s.str.strip_chars()
-    out = s.str.to_datetime(time_unit="us", time_zone="UTC", strict=False)
-    missing = out.is_null() & s.is_not_null()
+    return (
+        pl.col(col).str.strip_chars().str.to_datetime(time_unit="us", time_zone="UTC", strict=False)
+    )
+
+
+def fix_timestamps(frame: pl.DataFrame, parsed: str, raw: pl.Series) -> pl.DataFrame:
+    """Retry the values of column ``parsed`` that failed, with every known layout.
+
+    Naive times are taken as UTC. Up to 9 fractional digits are accepted
+    (Azure traces have 7). Values that still fail stay null and the validator
+    rejects their records. Cheap when nothing failed.
+    """
+    missing = frame[parsed].is_null() & raw.is_not_null()
     if not missing.any():
-        return out
+        return frame
+    s = raw.str.strip_chars()
+    out = frame[parsed]
     for fmt in _TS_FORMATS:
-        alt = s.str.to_datetime(fmt, time_unit="us", time_zone="UTC", strict=False)
-        out = out.fill_null(alt)
+        out = out.fill_null(s.str.to_datetime(fmt, time_unit="us", time_zone="UTC", strict=False))
     for fmt in _NAIVE_FORMATS:
         alt = s.str.to_datetime(fmt, time_unit="us", strict=False).dt.replace_time_zone("UTC")
         out = out.fill_null(alt)
-    return out.alias(s.name)
+    return frame.with_columns(out.alias(parsed))
+
+
+def parse_timestamp(s: pl.Series) -> pl.Series:
+    """Series version of ``timestamp_expr`` + ``fix_timestamps``."""
+    frame = pl.DataFrame({"raw": s}).with_columns(timestamp_expr("raw").alias("t"))
+    return fix_timestamps(frame, "t", s)["t"].alias(s.name)
+
+
+def int_expr(e: pl.Expr) -> pl.Expr:
+    """Numbers (or numeric strings) to Int64; fractions and junk become null."""
+    f = e.cast(pl.Float64, strict=False)
+    return pl.when(f.is_finite() & (f == f.floor())).then(f).cast(pl.Int64)
 
 
 def whole_int(s: pl.Series) -> pl.Series:
-    """Numbers (or numeric strings) to Int64; fractions and junk become null."""
-    f = s.cast(pl.Float64, strict=False) if s.dtype != pl.Float64 else s
-    ok = f.is_not_null() & (f == f.floor()) & f.is_finite()
-    return pl.select(pl.when(ok).then(f).otherwise(None).cast(pl.Int64)).to_series().alias(s.name)
+    """Series version of ``int_expr``."""
+    return pl.select(int_expr(pl.lit(s))).to_series().alias(s.name)
 
 
 def split_csv_block(
@@ -58,7 +83,9 @@ def split_csv_block(
     """
     data = block.data
     starts = line_starts(data)
-    raw = [data[a:b] for a, b in zip(starts.tolist(), [*starts[1:].tolist(), len(data)], strict=True)]
+    raw = [
+        data[a:b] for a, b in zip(starts.tolist(), [*starts[1:].tolist(), len(data)], strict=True)
+    ]
     texts: list[str | None] = []
     bad_lines: list[int] = []
     reasons: list[str] = []
@@ -78,9 +105,7 @@ def split_csv_block(
     wrong = valid_text & ~blank & ~accepted
     for i in np.flatnonzero(wrong).tolist():
         bad_lines.append(i)
-        reasons.append(
-            f"{counts[i]} fields, expected {' or '.join(str(n) for n in num_fields)}"
-        )
+        reasons.append(f"{counts[i]} fields, expected {' or '.join(str(n) for n in num_fields)}")
     width = max(num_fields)
     keep = np.flatnonzero(accepted)
     kept = parts.gather(keep)

@@ -81,8 +81,9 @@ def open_source(path: Path) -> Opened:
         raw.seek(0)
         size = path.stat().st_size
     except OSError as exc:
-        raise SourceError(str(path), f"cannot read file ({exc.strerror}); check it exists "
-                          "and is readable") from exc
+        raise SourceError(
+            str(path), f"cannot read file ({exc.strerror}); check it exists and is readable"
+        ) from exc
     if magic.startswith(GZIP_MAGIC):
         return Opened(gzip.GzipFile(fileobj=raw), "gzip", size)  # type: ignore[arg-type]
     if magic.startswith(ZSTD_MAGIC):
@@ -95,11 +96,17 @@ def _read(path: Path, opened: Opened, n: int) -> bytes:
     try:
         return opened.stream.read(n)
     except EOFError as exc:
-        raise SourceError(str(path), f"{opened.compression} data is truncated (the file was cut "
-                          "short); re-copy or re-export it, nothing from it was kept") from exc
+        raise SourceError(
+            str(path),
+            f"{opened.compression} data is truncated (the file was cut "
+            "short); re-copy or re-export it, nothing from it was kept",
+        ) from exc
     except (OSError, zlib.error, zstandard.ZstdError) as exc:
-        raise SourceError(str(path), f"corrupt {opened.compression} data ({exc}); re-copy or "
-                          "re-export it, nothing from it was kept") from exc
+        raise SourceError(
+            str(path),
+            f"corrupt {opened.compression} data ({exc}); re-copy or "
+            "re-export it, nothing from it was kept",
+        ) from exc
 
 
 def check_encoding(path: Path, head: bytes) -> None:
@@ -107,9 +114,14 @@ def check_encoding(path: Path, head: bytes) -> None:
 
     Single bad bytes in an otherwise UTF-8 file are handled per record.
     """
-    if head.startswith((b"\xff\xfe", b"\xfe\xff")) or (head and head.count(b"\x00") > len(head) // 8):
-        raise SourceError(str(path), "not UTF-8 text (looks like UTF-16 or binary); convert it "
-                          "with `iconv -f UTF-16 -t UTF-8` or pass the right file")
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")) or (
+        head and head.count(b"\x00") > len(head) // 8
+    ):
+        raise SourceError(
+            str(path),
+            "not UTF-8 text (looks like UTF-16 or binary); convert it "
+            "with `iconv -f UTF-16 -t UTF-8` or pass the right file",
+        )
 
 
 def read_head(path: Path) -> bytes:
@@ -127,7 +139,8 @@ def iter_blocks(
     """Yield (block of whole lines, header line, compressed bytes consumed so far).
 
     The header (first line) is split off when ``skip_header`` is set and
-    returned with every block. A missing final newline is tolerated.
+    returned with every block. A missing final newline is tolerated; a UTF-8
+    byte order mark is skipped.
     """
     header = b""
     line = 1
@@ -136,34 +149,33 @@ def iter_blocks(
     first = True
     while True:
         chunk = _read(path, opened, block_bytes)
-        data = carry + chunk
-        if not chunk:
-            if data:
-                yield Block(data, line, offset), header, opened.size
-            return
-        if first:
+        if first and chunk:
             first = False
-            if data.startswith(b"\xef\xbb\xbf"):  # UTF-8 byte order mark
-                data = data[3:]
-                offset += 3
+            if chunk.startswith(b"\xef\xbb\xbf"):
+                chunk, offset = chunk[3:], 3
             if skip_header:
-                nl = data.find(b"\n")
-                if nl < 0:
-                    carry = data
-                    first = True
-                    continue
-                header = data[: nl + 1]
-                data = data[nl + 1 :]
-                offset += nl + 1
+                while b"\n" not in chunk:
+                    more = _read(path, opened, block_bytes)
+                    if not more:
+                        break
+                    chunk += more
+                nl = chunk.find(b"\n")
+                header, chunk = (chunk, b"") if nl < 0 else (chunk[: nl + 1], chunk[nl + 1 :])
+                offset += len(header)
                 line += 1
-        cut = data.rfind(b"\n")
+        if not chunk:
+            if carry:
+                yield Block(carry, line, offset), header, opened.size
+            return
+        cut = chunk.rfind(b"\n")
         if cut < 0:
-            carry = data
+            carry += chunk
             continue
-        block, carry = data[: cut + 1], data[cut + 1 :]
-        yield Block(block, line, offset), header, _tell(opened)
-        line += block.count(b"\n")
-        offset += len(block)
+        data = carry + chunk[: cut + 1] if carry else chunk[: cut + 1]
+        carry = chunk[cut + 1 :]
+        yield Block(data, line, offset), header, _tell(opened)
+        line += data.count(b"\n")
+        offset += len(data)
 
 
 def _tell(opened: Opened) -> int:

@@ -48,7 +48,8 @@ def _rules() -> list[tuple[pl.Expr, pl.Expr]]:
             pl.lit("cached tokens ") + _num("cached_tokens") + pl.lit(" exceed prompt tokens"),
         ),
         (
-            (pl.col("observed_ttft_s") < 0) | (pl.col("observed_e2e_s") < 0)
+            (pl.col("observed_ttft_s") < 0)
+            | (pl.col("observed_e2e_s") < 0)
             | (pl.col("observed_queue_s") < 0),
             pl.lit("negative observed latency (end before start)"),
         ),
@@ -74,7 +75,8 @@ def _rules() -> list[tuple[pl.Expr, pl.Expr]]:
 def complete(rows: pl.DataFrame) -> pl.DataFrame:
     """Add every canonical column the format did not produce, as nulls."""
     missing = [
-        pl.lit(None, dtype=dt).alias(name) for name, dt in CANONICAL.items()
+        pl.lit(None, dtype=dt).alias(name)
+        for name, dt in CANONICAL.items()
         if name not in rows.columns
     ]
     if "_reject" not in rows.columns:

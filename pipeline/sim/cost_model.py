@@ -56,10 +56,18 @@ class StepCost:
     def as_array(self) -> npt.NDArray[np.float64]:
         return np.array([getattr(self, f.name) for f in fields(self)], dtype=np.float64)
 
-    def step_s(self, num_prefill_tokens: float, prefill_attn: float, num_decode_seqs: float,
-               decode_ctx: float) -> float:
-        return float(step_time(self.as_array(), num_prefill_tokens, prefill_attn,
-                               num_decode_seqs, decode_ctx))
+    def step_s(
+        self,
+        num_prefill_tokens: float,
+        prefill_attn: float,
+        num_decode_seqs: float,
+        decode_ctx: float,
+    ) -> float:
+        return float(
+            step_time(
+                self.as_array(), num_prefill_tokens, prefill_attn, num_decode_seqs, decode_ctx
+            )
+        )
 
     def to_dict(self) -> dict[str, float]:
         return asdict(self)

@@ -18,6 +18,8 @@ What ``parse`` returns:
   (Datetime("us", "UTC")) for absolute clocks or ``arrival_offset_s`` (Float64,
   seconds from the trace start) for relative ones. Missing values are null;
   the validator decides whether that is allowed.
+  A format may add a ``_reject`` String column: a non-null value rejects the
+  row with that reason (e.g. a failed call in a gateway log).
 * ``rejects``: records that could not be read at all (corrupt JSON, wrong field
   count, bad encoding): ``source_line``, ``byte_offset``, ``reason``.
 """
@@ -106,7 +108,7 @@ class LogFormat(Protocol):
 def _load() -> dict[str, LogFormat]:
     import importlib
 
-    names = ["azure", "mooncake", "burstgpt", "gateway", "otel", "token_ids"]
+    names = ["azure", "mooncake", "bailian", "burstgpt", "gateway", "otel", "token_ids"]
     found: dict[str, LogFormat] = {}
     for n in names:
         try:

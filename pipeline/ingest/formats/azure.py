@@ -11,7 +11,7 @@ from __future__ import annotations
 import polars as pl
 
 from pipeline.ingest.fields import parse_timestamp, split_csv_block, whole_int
-from pipeline.ingest.formats import Block, ParseOptions, Parsed
+from pipeline.ingest.formats import Block, Parsed, ParseOptions
 
 name = "azure"
 line_based = True

@@ -5,7 +5,7 @@ seconds (float), 16-token hash blocks, and ``chat_id``, ``parent_chat_id``,
 
 from __future__ import annotations
 
-from pipeline.ingest.formats import Block, ParseOptions, Parsed
+from pipeline.ingest.formats import Block, Parsed, ParseOptions
 from pipeline.ingest.formats.mooncake import parse_hashed
 
 name = "bailian"

@@ -3,7 +3,7 @@
 One JSON object per request, as exported from LiteLLM's ``LiteLLM_SpendLogs``
 table: ``request_id``, ``startTime``, ``endTime``, ``completionStartTime``
 (first chunk of a stream), ``prompt_tokens``, ``completion_tokens``, ``model``,
-``user`` / ``team_id`` / ``end_user`` / ``api_key`` (hashed), ``status`` and
+``user`` / ``team_id`` / ``end_user`` (tenant, first non-empty), ``status`` and
 ``metadata``. Cached prompt tokens are read from a top-level ``cached_tokens``
 or ``cache_read_input_tokens``, or from
 ``metadata.usage_object.prompt_tokens_details.cached_tokens``.
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from pipeline.ingest.fields import parse_timestamp, whole_int
-from pipeline.ingest.formats import Block, ParseOptions, Parsed
+from pipeline.ingest.fields import fix_timestamps, int_expr, timestamp_expr
+from pipeline.ingest.formats import Block, Parsed, ParseOptions
 from pipeline.ingest.jsonl import read_block
 
 name = "gateway"
@@ -40,64 +40,62 @@ SCHEMA = {
     "user": pl.String(),
     "team_id": pl.String(),
     "end_user": pl.String(),
-    "api_key": pl.String(),
     "status": pl.String(),
     "session_id": pl.String(),
     "cached_tokens": pl.Float64(),
     "cache_read_input_tokens": pl.Float64(),
-    "metadata": pl.Struct(
-        {"usage_object": pl.Struct({"prompt_tokens_details": _DETAILS})}
-    ),
+    "metadata": pl.Struct({"usage_object": pl.Struct({"prompt_tokens_details": _DETAILS})}),
 }
+_TIMES = {"arrival_time": "startTime", "_end": "endTime", "_first": "completionStartTime"}
 
 
 def sniff(head: bytes) -> bool:
     first = head.split(b"\n", 1)[0]
-    return first.lstrip().startswith(b"{") and b'"startTime"' in first and (
-        b'"prompt_tokens"' in first or b'"request_id"' in first
+    return (
+        first.lstrip().startswith(b"{")
+        and b'"startTime"' in first
+        and (b'"prompt_tokens"' in first or b'"request_id"' in first)
     )
 
 
-def _nonempty(s: pl.Series) -> pl.Expr:
-    return pl.when(s.str.strip_chars() != "").then(s)
+def _nonempty(col: str) -> pl.Expr:
+    return pl.when(pl.col(col).str.strip_chars() != "").then(pl.col(col))
 
 
 def parse(block: Block, opts: ParseOptions) -> Parsed:
     parsed = read_block(block, SCHEMA)
     f = parsed.rows
-    start = parse_timestamp(f["startTime"])
-    end = parse_timestamp(f["endTime"])
-    first = parse_timestamp(f["completionStartTime"])
-    nested = f["metadata"].struct.field("usage_object").struct.field("prompt_tokens_details")
-    cached = pl.select(
-        pl.coalesce(f["cached_tokens"], f["cache_read_input_tokens"],
-                    nested.struct.field("cached_tokens"))
-    ).to_series()
-    status = f["status"].str.to_lowercase()
-    failed = status.is_not_null() & ~status.is_in(["success", "ok", ""])
-    rows = pl.DataFrame(
-        {
-            "request_id": f["request_id"],
-            "arrival_time": start,
-            "prompt_tokens": whole_int(f["prompt_tokens"]),
-            "output_tokens": whole_int(f["completion_tokens"]),
-            "model": pl.select(pl.coalesce(f["model"], f["model_group"])).to_series(),
-            "tenant": pl.select(
-                pl.coalesce(
-                    _nonempty(f["team_id"]), _nonempty(f["user"]), _nonempty(f["end_user"]),
-                    pl.lit(None, pl.String),
-                )
-            ).to_series(),
-            "session_id": f["session_id"],
-            "observed_ttft_s": (first - start).dt.total_microseconds() / 1e6,
-            "observed_e2e_s": (end - start).dt.total_microseconds() / 1e6,
-            "cached_tokens": whole_int(cached),
-            "source_line": f["source_line"],
-            "byte_offset": f["byte_offset"],
-            "_reject": pl.select(
-                pl.when(failed).then(pl.lit("status ") + f["status"] + pl.lit(
-                    " (a failed call never reached the engine)"))
-            ).to_series(),
-        }
+    nested = (
+        pl.col("metadata")
+        .struct.field("usage_object")
+        .struct.field("prompt_tokens_details")
+        .struct.field("cached_tokens")
     )
+    status = pl.col("status").str.to_lowercase()
+    failed = status.is_not_null() & ~status.is_in(["success", "ok", ""])
+    # One select, so polars evaluates the columns in parallel.
+    rows = f.select(
+        pl.col("request_id"),
+        *(timestamp_expr(raw).alias(out) for out, raw in _TIMES.items()),
+        int_expr(pl.col("prompt_tokens")).alias("prompt_tokens"),
+        int_expr(pl.col("completion_tokens")).alias("output_tokens"),
+        pl.coalesce("model", "model_group").alias("model"),
+        pl.coalesce(_nonempty("team_id"), _nonempty("user"), _nonempty("end_user")).alias("tenant"),
+        pl.col("session_id"),
+        int_expr(
+            pl.coalesce(pl.col("cached_tokens"), pl.col("cache_read_input_tokens"), nested)
+        ).alias("cached_tokens"),
+        pl.col("source_line"),
+        pl.col("byte_offset"),
+        pl.when(failed)
+        .then(pl.lit("status ") + pl.col("status") + pl.lit(" (a failed call never ran)"))
+        .alias("_reject"),
+    )
+    for out, raw in _TIMES.items():
+        rows = fix_timestamps(rows, out, f[raw])
+    start = pl.col("arrival_time")
+    rows = rows.with_columns(
+        ((pl.col("_first") - start).dt.total_microseconds() / 1e6).alias("observed_ttft_s"),
+        ((pl.col("_end") - start).dt.total_microseconds() / 1e6).alias("observed_e2e_s"),
+    ).drop("_first", "_end")
     return Parsed(rows, parsed.rejects)

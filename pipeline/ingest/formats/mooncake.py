@@ -1,4 +1,6 @@
-"""Mooncake (Kimi, FAST'25) trace JSONL: ``timestamp``, ``input_length``, ``output_length``, ``hash_ids``.
+"""Mooncake (Kimi, FAST'25) trace JSONL.
+
+Fields: ``timestamp``, ``input_length``, ``output_length``, ``hash_ids``.
 
 ``timestamp`` is integer milliseconds from the trace start; each hash id names
 one 512-token prompt block, chained like vLLM's block hashes (equal id at
@@ -13,7 +15,7 @@ from __future__ import annotations
 import polars as pl
 
 from pipeline.ingest.fields import whole_int
-from pipeline.ingest.formats import Block, ParseOptions, Parsed
+from pipeline.ingest.formats import Block, Parsed, ParseOptions
 from pipeline.ingest.jsonl import read_block
 
 name = "mooncake"
@@ -45,8 +47,9 @@ def sniff(head: bytes) -> bool:
     )
 
 
-def parse_hashed(block: Block, opts: ParseOptions, seconds_per_unit: float,
-                 default_block: int) -> Parsed:
+def parse_hashed(
+    block: Block, opts: ParseOptions, seconds_per_unit: float, default_block: int
+) -> Parsed:
     """Read Mooncake-shaped JSON lines with the given clock unit and block size."""
     parsed = read_block(block, SCHEMA)
     f = parsed.rows

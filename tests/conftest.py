@@ -1,0 +1,38 @@
+"""Shared fixtures: the real public traces, golden files, small warehouses."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACES_RAW = ROOT.parent / "shared" / "traces_raw"
+GOLDEN = Path(__file__).resolve().parent / "golden"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--update-golden", action="store_true", help="Rewrite tests/golden files.")
+
+
+@pytest.fixture
+def traces_raw() -> Path:
+    if not TRACES_RAW.exists():
+        pytest.fail(f"the real public traces are expected beside the project at {TRACES_RAW}")
+    return TRACES_RAW
+
+
+@pytest.fixture
+def golden(request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
+    """golden(name, actual): compare a JSON-able value with tests/golden/<name>.json."""
+    update = request.config.getoption("--update-golden")
+
+    def check(name: str, actual: object) -> None:
+        path = GOLDEN / f"{name}.json"
+        text = json.dumps(actual, indent=1, sort_keys=True) + "\n"
+        if update or not path.exists():
+            path.write_text(text)
+        assert json.loads(path.read_text()) == json.loads(text), f"golden {path.name} differs"
+
+    return check
