@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import click
@@ -10,10 +11,10 @@ from pipeline.cli import options as opt
 from pipeline.cli.ingest import print_summary
 from pipeline.config import load_config, warehouse_path
 from pipeline.ingest import IngestOptions, ingest_logs
-from pipeline.warehouse import Warehouse
+from pipeline.warehouse import SQL_DIR, Warehouse
 
 SAMPLES = Path(__file__).resolve().parents[2] / "traces"
-DEFAULT_SAMPLE = "azure_conv_sample.csv"
+DEFAULT_SAMPLE = "azure_conv.csv"
 
 
 @click.command()
@@ -30,9 +31,9 @@ def run(
 ) -> None:
     """Run the whole job: ingest the logs, then print where the results are.
 
-    With no SOURCES it uses the bundled sample log (traces/azure_conv_sample.csv)
-    and the local warehouse, so it works on a fresh checkout. This is the
-    command a nightly job runs; it exits non-zero when any step fails.
+    With no SOURCES it uses the bundled sample log (traces/azure_conv.csv) and
+    the local warehouse, so it works on a fresh checkout. This is the command
+    a nightly job runs; it exits non-zero when any step fails.
 
     Example:
 
@@ -44,11 +45,12 @@ def run(
     wh = Warehouse(warehouse_path(str(warehouse) if warehouse else None, cfg))
     srcs = list(sources) or [str(SAMPLES / DEFAULT_SAMPLE)]
     result = ingest_logs(srcs, wh, IngestOptions(quiet=quiet))
-    print_summary(result, as_json)
-    if not as_json:
-        click.echo(
-            f"results: {wh.root.resolve()} (query: cd {wh.root} && duckdb -cmd "
-            f'".read {Path(__file__).resolve().parents[2] / "sql" / "views.sql"}")'
-        )
+    if as_json:
+        out = {"ingest": result.to_dict(), "warehouse": str(wh.root.resolve())}
+        click.echo(json.dumps(out, indent=2))
+    else:
+        print_summary(result, as_json=False)
+        click.echo(f"results: {wh.root.resolve()}")
+        click.echo(f'query them: cd {wh.root} && duckdb -cmd ".read {SQL_DIR / "views.sql"}"')
     if not result.ok:
         raise SystemExit(1)

@@ -1,0 +1,52 @@
+"""Helpers for benchmarks: run a function in a fresh process, report wall time and peak RSS."""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
+
+
+def child(code: str, repeats: int = 3) -> dict[str, float]:
+    """Run ``code`` (which must print one JSON object) in fresh interpreters.
+
+    Returns the medians of every numeric field over ``repeats`` runs, plus
+    ``peak_rss_mb`` of each run's whole process (max over runs).
+    """
+    prog = (
+        "import json, resource, time\n"
+        "t0 = time.perf_counter()\n"
+        f"{code}\n"
+        "out['wall_s'] = out.get('wall_s', time.perf_counter() - t0)\n"
+        "out['peak_rss_mb'] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024\n"
+        "print(json.dumps(out))\n"
+    )
+    runs = []
+    for _ in range(repeats):
+        r = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RuntimeError(r.stderr[-2000:])
+        runs.append(json.loads(r.stdout.strip().splitlines()[-1]))
+    med = {k: statistics.median(float(x[k]) for x in runs) for k in runs[0] if _num(runs[0][k])}
+    med["peak_rss_mb"] = max(float(x["peak_rss_mb"]) for x in runs)
+    return med
+
+
+def _num(v: object) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def record(section: str, command: str, body: str) -> None:
+    """Replace (or add) ``## section`` in bench/RESULTS.md with the figures and their command."""
+    stamp = datetime.now(UTC).strftime("%Y-%m-%d")
+    block = f"## {section}\n\nCommand: `{command}` ({stamp}, 2-core machine)\n\n{body.strip()}\n"
+    text = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n\n"
+    pattern = re.compile(rf"^## {re.escape(section)}\n.*?(?=^## |\Z)", re.S | re.M)
+    text = pattern.sub(block + "\n", text) if pattern.search(text) else text + "\n" + block
+    RESULTS.write_text(text.rstrip() + "\n")
