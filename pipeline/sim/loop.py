@@ -1,0 +1,522 @@
+"""The fast replay loop: compiled, struct-of-arrays, skipping runs of decode steps.
+
+# NOTE: like vLLM V1, there is no prefill phase or decode phase. Each request has
+# num_computed_tokens chasing num_tokens (= prompt + tokens generated so far). A
+# step hands out tokens; a request whose computed tokens reach num_tokens samples
+# a token that step. Chunked prefill is "got fewer tokens than it asked for",
+# and recompute after a preemption is a prefill of prompt + generated tokens.
+
+Time and step cost. A step starts when the previous one ends (or when a
+request arrives at an idle replica, or when a static batch's timer fires) and
+lasts ``cost_model.step_time(P, A, D, C)`` where, over the scheduled requests:
+
+- a request is a **decode** if its prompt (or recompute) is done: it computes
+  one token with context ``n + 1`` (n = tokens computed before the step, plus
+  the new one): ``D += 1``, ``C += n + 1``;
+- otherwise it computes a **prefill chunk** of ``t`` tokens on top of ``n``:
+  ``P += t``, ``A += t * (n + t)``.
+
+The reference loop (``reference.py``) uses the same definitions.
+
+A request that arrives at time ``a`` can be scheduled by a step that starts at
+``s >= a``. Each replica is simulated up to an arrival (every step starting
+before it) before the request is routed.
+
+Skipping. When a step is a pure decode step of every running request, with no
+admission and no preemption, the following steps are identical until an
+event: an arrival (the run stops before a step that starts at or after the
+next arrival), a completion (the run ends with the step that finishes the
+first request), or a KV block boundary that cannot be served (the run stops
+before the step whose allocations would not fit). Whatever blocked admission
+in the first step still blocks it (free blocks only shrink and the batch does
+not change). Such a run of k steps is applied in one move: each request gets k
+tokens, its blocks grow to cover them, and the time is
+``cost_model.decode_run_s`` (the closed-form sum of the k step times). It is
+written as one sim_steps row with ``num_steps = k``.
+
+numba's on-disk cache does not notice edits to *other* files that a cached
+function calls, so ``_invalidate_stale_cache`` below drops this package's
+cache when any simulator source changes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+from numba import njit
+
+from pipeline.sim.cost_model import decode_run_s, step_time
+from pipeline.sim.kv import blocks_needed, release
+from pipeline.sim.policies import orca, sarathi, static, vllm
+from pipeline.sim.routing import ROUND_ROBIN, least_outstanding
+from pipeline.sim.state import (
+    C_BLOCK_SIZE,
+    C_MAX_SEQS,
+    C_NUM_BLOCKS,
+    C_POLICY,
+    C_REPLICAS,
+    C_ROUTER,
+    F_ARRIVAL,
+    F_FINISH,
+    F_FIRST_SCHED,
+    F_FIRST_TOKEN,
+    NRP,
+    NRPF,
+    NRQ,
+    NRQF,
+    NST,
+    NSTF,
+    P_DONE,
+    P_FREE,
+    P_LAST_DONE,
+    P_ROUTED,
+    P_RUN_N,
+    P_STEP,
+    P_WQ_LEN,
+    Q_CLOCK,
+    Q_LAST_END,
+    R_CHUNKS,
+    R_COMPUTED,
+    R_GENERATED,
+    R_HELD,
+    R_OUTPUT,
+    R_PF_END,
+    R_PROMPT,
+    R_QDEPTH,
+    R_REPLICA,
+    R_STATUS,
+    R_TOTAL,
+    S_DECODE,
+    S_KV_USED,
+    S_NUM_STEPS,
+    S_PREEMPT,
+    S_PREFILL,
+    S_REPLICA,
+    S_RUNNING,
+    S_STEP,
+    S_WAITING,
+    SF_DURATION,
+    SF_START,
+    ST_FINISHED,
+    ST_WAITING,
+    EngineConfig,
+    SimInput,
+    SimResult,
+    wq_peek,
+    wq_push_back,
+)
+
+G_NEXT = 0  # next request to arrive
+G_ROWS = 1  # timeline rows written
+NG = 2
+
+RET_DONE = 0
+RET_FULL = 1  # the timeline arrays are full: grow them and call again
+RET_YIELD = 2  # processed the arrivals asked for: report progress and call again
+
+_SOURCES = (
+    "state.py",
+    "kv.py",
+    "loop.py",
+    "routing.py",
+    "cost_model.py",
+    "policies/base.py",
+    "policies/static.py",
+    "policies/orca.py",
+    "policies/vllm.py",
+    "policies/sarathi.py",
+)
+
+
+def _invalidate_stale_cache() -> None:
+    """Drop numba cache files of this package when any simulator source changed."""
+    here = Path(__file__).resolve().parent
+    digest = hashlib.sha1()
+    for name in _SOURCES:
+        path = here / name
+        if path.exists():
+            digest.update(path.read_bytes())
+    stamp_value = digest.hexdigest()
+    stamp = here / "__pycache__" / "sim-sources.sha1"
+    try:
+        if stamp.exists() and stamp.read_text() == stamp_value:
+            return
+        for d in (here / "__pycache__", here / "policies" / "__pycache__"):
+            for f in [*d.glob("*.nbi"), *d.glob("*.nbc")]:
+                f.unlink(missing_ok=True)
+        stamp.parent.mkdir(exist_ok=True)
+        stamp.write_text(stamp_value)
+    except OSError:  # read-only install: numba caches elsewhere, or not at all
+        pass
+
+
+_invalidate_stale_cache()
+
+
+@njit(cache=True)
+def _schedule(
+    r: int,
+    cfg: npt.NDArray[np.int64],
+    cfgf: npt.NDArray[np.float64],
+    rq: npt.NDArray[np.int64],
+    rqf: npt.NDArray[np.float64],
+    rp: npt.NDArray[np.int64],
+    run: npt.NDArray[np.int64],
+    wq: npt.NDArray[np.int32],
+    sq: npt.NDArray[np.int64],
+    stt: npt.NDArray[np.int64],
+    now: float,
+) -> tuple[int, int, int]:
+    code = cfg[C_POLICY]
+    if code == vllm.CODE:
+        return vllm.schedule(r, cfg, cfgf, rq, rqf, rp, run, wq, sq, stt, now)
+    if code == sarathi.CODE:
+        return sarathi.schedule(r, cfg, cfgf, rq, rqf, rp, run, wq, sq, stt, now)
+    if code == orca.CODE:
+        return orca.schedule(r, cfg, cfgf, rq, rqf, rp, run, wq, sq, stt, now)
+    return static.schedule(r, cfg, cfgf, rq, rqf, rp, run, wq, sq, stt, now)
+
+
+@njit(cache=True)
+def _next_start(
+    cfg: npt.NDArray[np.int64],
+    cfgf: npt.NDArray[np.float64],
+    rqf: npt.NDArray[np.float64],
+    rp: npt.NDArray[np.int64],
+    rpf: npt.NDArray[np.float64],
+    wq: npt.NDArray[np.int32],
+    r: int,
+) -> float:
+    """Earliest start of replica r's next step, inf when it has nothing to do."""
+    if rp[r, P_RUN_N] == 0 and rp[r, P_WQ_LEN] == 0:
+        return math.inf
+    clock = rpf[r, Q_CLOCK]
+    if cfg[C_POLICY] == static.CODE and rp[r, P_RUN_N] == 0:
+        oldest = rqf[wq_peek(wq, rp, r), F_ARRIVAL]
+        return static.ready_at(cfg, cfgf, oldest, rp[r, P_WQ_LEN], clock)
+    return clock
+
+
+@njit(cache=True)
+def _extra_blocks(
+    rq: npt.NDArray[np.int64], sq: npt.NDArray[np.int64], n: int, k: int, bs: int
+) -> int:
+    """Blocks the scheduled decodes add over a run of k steps, beyond what they hold."""
+    extra = 0
+    for j in range(n):
+        i = sq[j]
+        extra += blocks_needed(rq, i, rq[i, R_COMPUTED] + k, bs)
+    return extra
+
+
+@njit(cache=True)
+def _run_length(
+    cfg: npt.NDArray[np.int64],
+    cost: npt.NDArray[np.float64],
+    rq: npt.NDArray[np.int64],
+    rp: npt.NDArray[np.int64],
+    sq: npt.NDArray[np.int64],
+    n: int,
+    r: int,
+    start: float,
+    until: float,
+    d: float,
+    ctx: float,
+    k_max: int,
+) -> int:
+    """Steps the current pure-decode step can be repeated unchanged (>= 1)."""
+    # arrivals: step j (0-based) starts at start + decode_run_s(j) and must start before until
+    if until < math.inf and start + decode_run_s(cost, d, ctx, k_max - 1) >= until:
+        lo = 1
+        hi = k_max
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if start + decode_run_s(cost, d, ctx, mid - 1) < until:
+                lo = mid
+            else:
+                hi = mid
+        k_max = lo
+    if k_max <= 1:
+        return 1
+    code = cfg[C_POLICY]
+    if code == vllm.CODE or code == sarathi.CODE:
+        bs = cfg[C_BLOCK_SIZE]
+        cap = rp[r, P_FREE]
+        if code == sarathi.CODE:
+            cap -= 1  # every decode needs a free block before it (can_append_slot)
+        if cap < 0:
+            return 1
+        if _extra_blocks(rq, sq, n, k_max, bs) > cap:
+            lo = 1
+            hi = k_max
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                if _extra_blocks(rq, sq, n, mid, bs) <= cap:
+                    lo = mid
+                else:
+                    hi = mid
+            k_max = lo
+    return k_max
+
+
+@njit(cache=True)
+def _step(
+    r: int,
+    until: float,
+    cfg: npt.NDArray[np.int64],
+    cfgf: npt.NDArray[np.float64],
+    cost: npt.NDArray[np.float64],
+    rq: npt.NDArray[np.int64],
+    rqf: npt.NDArray[np.float64],
+    rp: npt.NDArray[np.int64],
+    rpf: npt.NDArray[np.float64],
+    run: npt.NDArray[np.int64],
+    wq: npt.NDArray[np.int32],
+    st: npt.NDArray[np.int64],
+    stf: npt.NDArray[np.float64],
+    g: npt.NDArray[np.int64],
+    sq: npt.NDArray[np.int64],
+    stt: npt.NDArray[np.int64],
+) -> None:
+    """One step of replica r (or a run of identical decode steps), starting at its clock."""
+    start = rpf[r, Q_CLOCK]
+    num_waiting = rp[r, P_WQ_LEN]
+    n, n_pre, n_adm = _schedule(r, cfg, cfgf, rq, rqf, rp, run, wq, sq, stt, start)
+    p_tok = 0.0
+    p_attn = 0.0
+    d = 0
+    ctx = 0.0
+    min_left = np.iinfo(np.int64).max
+    for j in range(n):
+        i = sq[j]
+        c0 = rq[i, R_COMPUTED]
+        if c0 >= rq[i, R_PF_END]:
+            d += 1
+            ctx += c0 + 1
+            left = rq[i, R_OUTPUT] - rq[i, R_GENERATED]
+            if left < min_left:
+                min_left = left
+        else:
+            t = stt[j]
+            p_tok += t
+            p_attn += t * (c0 + t)
+    k = 1
+    if p_tok == 0 and n_pre == 0 and n_adm == 0 and n > 0 and n == rp[r, P_RUN_N] and min_left > 1:
+        k = _run_length(cfg, cost, rq, rp, sq, n, r, start, until, d, ctx, min_left)
+    if k == 1:
+        duration = step_time(cost, p_tok, p_attn, d, ctx)
+    else:
+        duration = decode_run_s(cost, d, ctx, k)
+        bs = cfg[C_BLOCK_SIZE]
+        for j in range(n):  # blocks for steps 2..k (the kernel allocated step 1)
+            i = sq[j]
+            need = blocks_needed(rq, i, rq[i, R_COMPUTED] + k, bs)
+            rp[r, P_FREE] -= need
+            rq[i, R_HELD] += need
+    end = start + duration
+    done = 0
+    for j in range(n):
+        i = sq[j]
+        c0 = rq[i, R_COMPUTED]
+        if math.isnan(rqf[i, F_FIRST_SCHED]):
+            rqf[i, F_FIRST_SCHED] = start
+        if c0 < rq[i, R_PROMPT]:
+            rq[i, R_CHUNKS] += 1
+        if k == 1:
+            t = stt[j]
+            rq[i, R_COMPUTED] = c0 + t
+            rq[i, R_TOTAL] += t
+            if c0 + t >= rq[i, R_PROMPT] + rq[i, R_GENERATED]:
+                rq[i, R_GENERATED] += 1
+                if rq[i, R_GENERATED] == 1:
+                    rqf[i, F_FIRST_TOKEN] = end
+        else:
+            rq[i, R_COMPUTED] = c0 + k
+            rq[i, R_TOTAL] += k
+            rq[i, R_GENERATED] += k
+        if rq[i, R_GENERATED] >= rq[i, R_OUTPUT]:
+            rqf[i, F_FINISH] = end
+            rq[i, R_STATUS] = ST_FINISHED
+            release(rq, rp, r, i)
+            done += 1
+    if done > 0:
+        m = 0
+        for j in range(rp[r, P_RUN_N]):
+            i = run[r, j]
+            if rq[i, R_STATUS] != ST_FINISHED:
+                run[r, m] = i
+                m += 1
+        rp[r, P_RUN_N] = m
+    row = g[G_ROWS]
+    st[row, S_REPLICA] = r
+    st[row, S_STEP] = rp[r, P_STEP]
+    st[row, S_NUM_STEPS] = k
+    st[row, S_RUNNING] = n
+    st[row, S_WAITING] = num_waiting
+    st[row, S_PREFILL] = int(p_tok)
+    st[row, S_DECODE] = d
+    st[row, S_KV_USED] = cfg[C_NUM_BLOCKS] - rp[r, P_FREE]
+    st[row, S_PREEMPT] = n_pre
+    stf[row, SF_START] = start
+    stf[row, SF_DURATION] = duration
+    g[G_ROWS] = row + 1
+    rp[r, P_STEP] += k
+    rp[r, P_DONE] += done
+    rp[r, P_LAST_DONE] = done
+    rpf[r, Q_CLOCK] = end
+    rpf[r, Q_LAST_END] = end
+
+
+@njit(cache=True)
+def _advance(
+    r: int,
+    until: float,
+    cfg: npt.NDArray[np.int64],
+    cfgf: npt.NDArray[np.float64],
+    cost: npt.NDArray[np.float64],
+    rq: npt.NDArray[np.int64],
+    rqf: npt.NDArray[np.float64],
+    rp: npt.NDArray[np.int64],
+    rpf: npt.NDArray[np.float64],
+    run: npt.NDArray[np.int64],
+    wq: npt.NDArray[np.int32],
+    st: npt.NDArray[np.int64],
+    stf: npt.NDArray[np.float64],
+    g: npt.NDArray[np.int64],
+    sq: npt.NDArray[np.int64],
+    stt: npt.NDArray[np.int64],
+) -> bool:
+    """Run replica r's steps that start before ``until``; False if the timeline is full."""
+    while True:
+        if g[G_ROWS] >= st.shape[0]:
+            return False
+        s = _next_start(cfg, cfgf, rqf, rp, rpf, wq, r)
+        if not s < until:
+            return True
+        rpf[r, Q_CLOCK] = s
+        _step(r, until, cfg, cfgf, cost, rq, rqf, rp, rpf, run, wq, st, stf, g, sq, stt)
+
+
+@njit(cache=True)
+def _loop(
+    cfg: npt.NDArray[np.int64],
+    cfgf: npt.NDArray[np.float64],
+    cost: npt.NDArray[np.float64],
+    rq: npt.NDArray[np.int64],
+    rqf: npt.NDArray[np.float64],
+    rp: npt.NDArray[np.int64],
+    rpf: npt.NDArray[np.float64],
+    run: npt.NDArray[np.int64],
+    wq: npt.NDArray[np.int32],
+    st: npt.NDArray[np.int64],
+    stf: npt.NDArray[np.float64],
+    g: npt.NDArray[np.int64],
+    sq: npt.NDArray[np.int64],
+    stt: npt.NDArray[np.int64],
+    max_arrivals: int,
+) -> int:
+    """Route arrivals in order and advance replicas between them; resumable."""
+    n = rq.shape[0]
+    num_replicas = cfg[C_REPLICAS]
+    rr = cfg[C_ROUTER] == ROUND_ROBIN
+    arrived = 0
+    while True:
+        k = g[G_NEXT]
+        if k >= n:
+            for r in range(num_replicas):
+                if not _advance(
+                    r, math.inf, cfg, cfgf, cost, rq, rqf, rp, rpf, run, wq, st, stf, g, sq, stt
+                ):
+                    return RET_FULL
+            return RET_DONE
+        if arrived >= max_arrivals:
+            return RET_YIELD
+        t = rqf[k, F_ARRIVAL]
+        if rr:
+            r = k % num_replicas
+            if not _advance(r, t, cfg, cfgf, cost, rq, rqf, rp, rpf, run, wq, st, stf, g, sq, stt):
+                return RET_FULL
+        else:
+            for q in range(num_replicas):
+                if not _advance(
+                    q, t, cfg, cfgf, cost, rq, rqf, rp, rpf, run, wq, st, stf, g, sq, stt
+                ):
+                    return RET_FULL
+            r = least_outstanding(rp, rpf, t)
+        rq[k, R_QDEPTH] = rp[r, P_WQ_LEN]
+        rq[k, R_REPLICA] = r
+        rq[k, R_STATUS] = ST_WAITING
+        wq_push_back(wq, rp, r, k)
+        rp[r, P_ROUTED] += 1
+        if rp[r, P_RUN_N] == 0 and rpf[r, Q_CLOCK] < t:
+            rpf[r, Q_CLOCK] = t
+        g[G_NEXT] = k + 1
+        arrived += 1
+
+
+def simulate(
+    inp: SimInput,
+    eng: EngineConfig,
+    *,
+    on_progress: Callable[[int], None] | None = None,
+    chunk: int = 1 << 16,
+) -> SimResult:
+    """Replay ``inp`` through the engine configuration with the compiled loop.
+
+    Args:
+        inp: requests sorted by arrival.
+        eng: packed configuration (see ``scenario.Scenario.engine``).
+        on_progress: called with the number of requests routed so far, every
+            ``chunk`` arrivals.
+        chunk: arrivals per call of the compiled loop.
+
+    Returns:
+        Per-request outcomes and the (compressed) step timeline.
+    """
+    n = len(inp)
+    num_replicas = eng.get(C_REPLICAS)
+    rq = np.zeros((n, NRQ), dtype=np.int64)
+    rq[:, R_PROMPT] = inp.prompt_tokens
+    rq[:, R_OUTPUT] = inp.output_tokens
+    rq[:, R_REPLICA] = -1
+    rqf = np.full((n, NRQF), np.nan)
+    rqf[:, F_ARRIVAL] = inp.arrival_s
+    rp = np.zeros((num_replicas, NRP), dtype=np.int64)
+    rp[:, P_FREE] = eng.get(C_NUM_BLOCKS)
+    rpf = np.zeros((num_replicas, NRPF))
+    max_seqs = eng.get(C_MAX_SEQS)
+    run = np.zeros((num_replicas, max_seqs + 1), dtype=np.int64)
+    wq = np.zeros((num_replicas, max(n, 1)), dtype=np.int32)
+    rows = 2 * n + 1024
+    st = np.zeros((rows, NST), dtype=np.int64)
+    stf = np.zeros((rows, NSTF))
+    g = np.zeros(NG, dtype=np.int64)
+    sq = np.zeros(max_seqs + 1, dtype=np.int64)
+    stt = np.zeros(max_seqs + 1, dtype=np.int64)
+    while True:
+        ret = _loop(
+            eng.cfg, eng.cfgf, eng.cost, rq, rqf, rp, rpf, run, wq, st, stf, g, sq, stt, chunk
+        )
+        if ret == RET_FULL:
+            st = np.concatenate([st, np.zeros_like(st)])
+            stf = np.concatenate([stf, np.zeros_like(stf)])
+        elif ret == RET_YIELD:
+            if on_progress is not None:
+                on_progress(int(g[G_NEXT]))
+        else:
+            break
+    if on_progress is not None:
+        on_progress(n)
+    rows = int(g[G_ROWS])
+    return SimResult(
+        rq=rq,
+        rqf=rqf,
+        st=st[:rows].copy(),
+        stf=stf[:rows].copy(),
+        num_kv_blocks=eng.get(C_NUM_BLOCKS),
+    )

@@ -1,0 +1,25 @@
+"""Scheduling policies: one module each, one registry.
+
+``POLICIES`` maps a policy name to its description (parameters, validation,
+packing for the compiled loop); ``KERNELS`` in ``pipeline.sim.loop`` maps its
+code to the compiled step function of the same module. The CLI and the
+scenario loader read this dict, so a policy exists in exactly one place.
+
+Policies (see each module's docstring for its exact rules):
+
+- ``static``  request-level batching (FasterTransformer; Triton max queue delay)
+- ``orca``    iteration-level batching, whole prompts, max-length reservation
+- ``vllm``    vLLM V1: token budget, chunked prefill, paged KV, recompute preemption
+- ``sarathi`` Sarathi-Serve stall-free batching with chunk_size
+"""
+
+from __future__ import annotations
+
+from pipeline.sim.policies import orca, sarathi, static, vllm
+from pipeline.sim.policies.base import Memory, Policy
+
+POLICIES: dict[str, Policy] = {
+    p.name: p for p in (static.POLICY, orca.POLICY, vllm.POLICY, sarathi.POLICY)
+}
+
+__all__ = ["POLICIES", "Memory", "Policy"]

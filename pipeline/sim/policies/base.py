@@ -1,0 +1,194 @@
+"""What every policy module provides, and the compiled helpers they share.
+
+A policy module holds three things:
+
+- ``Params``: a frozen dataclass of its parameters, named as the engine names
+  them, each with a default and a ``help`` text (the scenario loader and the
+  CLI read them from here, so a parameter exists in one place);
+- a ``Policy`` subclass: validation of those parameters against the memory
+  configuration, packing them into the int/float arrays the compiled loop
+  reads (``state.C_*``), and how many blocks one request needs on its own;
+- ``schedule``: a numba kernel that decides one step for one replica.
+
+The kernel contract (fast loop)::
+
+    schedule(r, cfg, cfgf, rq, rqf, rp, run, wq, sched_q, sched_t, now)
+        -> (num_scheduled, num_preempted, num_admitted)
+
+It fills ``sched_q[:num_scheduled]`` with request indices and ``sched_t`` with
+the tokens each computes this step, allocates their KV blocks, moves admitted
+requests from the waiting queue to the running list and preempted ones back
+to the front of the waiting queue. It must schedule at most ``max_num_seqs``
+requests and (where the policy has one) stay within the token budget. The loop
+does the rest: step time, token sampling, completions, the timeline.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar
+
+import numpy as np
+import numpy.typing as npt
+from numba import njit
+
+from pipeline.errors import ScenarioError
+from pipeline.sim.kv import release
+from pipeline.sim.state import (
+    P_RUN_N,
+    R_COMPUTED,
+    R_GENERATED,
+    R_PF_END,
+    R_PREEMPT,
+    R_PROMPT,
+    R_STATUS,
+    ST_RUNNING,
+    ST_WAITING,
+    cdiv,
+    wq_pop_front,
+    wq_push_front,
+)
+
+
+@dataclass(frozen=True)
+class Memory:
+    """The KV-cache configuration of one replica, resolved."""
+
+    block_size: int  # tokens per KV block
+    num_gpu_blocks: int  # blocks the engine allocates (given, or derived from GPU memory)
+    max_model_len: int  # longest sequence (prompt + output) a request may have
+
+
+class Policy:
+    """Base of the policy descriptions in ``POLICIES``."""
+
+    name: ClassVar[str]
+    code: ClassVar[int]  # dispatch code of its kernel in the compiled loop
+    summary: ClassVar[str]  # one line for --help and the docs
+    Params: ClassVar[type]  # frozen dataclass of its parameters
+
+    def param_help(self) -> dict[str, str]:
+        return {f.name: f.metadata.get("help", "") for f in fields(self.Params)}
+
+    def defaults(self) -> dict[str, Any]:
+        return {f.name: f.default for f in fields(self.Params)}
+
+    def num_blocks(self, mem: Memory) -> int:
+        """Blocks a request can actually use."""
+        return mem.num_gpu_blocks
+
+    def check(self, params: Any, mem: Memory) -> None:
+        """Raise ScenarioError if the parameters cannot run (names the key)."""
+
+    def pack(self, params: Any, mem: Memory) -> tuple[dict[int, int], dict[int, float]]:
+        """Entries of the compiled loop's cfg / cfgf arrays (state.C_* / CF_*)."""
+        raise NotImplementedError
+
+    def blocks_alone(
+        self,
+        params: Any,
+        mem: Memory,
+        prompt: npt.NDArray[np.int64],
+        output: npt.NDArray[np.int64],
+    ) -> npt.NDArray[np.int64]:
+        """Blocks each request needs to run to completion with the replica to itself.
+
+        A request needing more than ``num_blocks`` can never finish: the scenario
+        is rejected before it runs.
+        """
+        total = prompt + output - 1  # tokens whose KV is ever computed
+        return -(-total // mem.block_size)
+
+
+def positive(name: str, value: float, *, zero_ok: bool = False) -> None:
+    """Raise ScenarioError unless ``value`` > 0 (or >= 0)."""
+    if value < 0 or (value == 0 and not zero_ok):
+        bound = ">= 0" if zero_ok else "> 0"
+        raise ScenarioError(f"{name} must be {bound}, got {value}")
+
+
+def fraction(name: str, value: float) -> None:
+    if not 0.0 <= value < 1.0:
+        raise ScenarioError(f"{name} must be in [0, 1), got {value}")
+
+
+@njit(cache=True)
+def add_scheduled(
+    sched_q: npt.NDArray[np.int64], sched_t: npt.NDArray[np.int64], n: int, i: int, tokens: int
+) -> int:
+    sched_q[n] = i
+    sched_t[n] = tokens
+    return n + 1
+
+
+@njit(cache=True)
+def num_tokens(rq: npt.NDArray[np.int64], i: int) -> int:
+    """Prompt plus tokens generated so far."""
+    return int(rq[i, R_PROMPT] + rq[i, R_GENERATED])
+
+
+@njit(cache=True)
+def in_prefill(rq: npt.NDArray[np.int64], i: int) -> bool:
+    """Still computing its prompt (or recomputing after a preemption)."""
+    return bool(rq[i, R_COMPUTED] < rq[i, R_PF_END])
+
+
+@njit(cache=True)
+def take_waiting(
+    rq: npt.NDArray[np.int64], rp: npt.NDArray[np.int64], wq: npt.NDArray[np.int32], r: int
+) -> int:
+    """Pop the head of the waiting queue and mark it running (the caller lists it)."""
+    i = wq_pop_front(wq, rp, r)
+    rq[i, R_STATUS] = ST_RUNNING
+    rq[i, R_PF_END] = rq[i, R_PROMPT] + rq[i, R_GENERATED]
+    return i
+
+
+@njit(cache=True)
+def admit(
+    rq: npt.NDArray[np.int64],
+    rp: npt.NDArray[np.int64],
+    run: npt.NDArray[np.int64],
+    wq: npt.NDArray[np.int32],
+    r: int,
+) -> int:
+    """Move the head of the waiting queue to the end of the running list."""
+    i = take_waiting(rq, rp, wq, r)
+    run[r, rp[r, P_RUN_N]] = i
+    rp[r, P_RUN_N] += 1
+    return i
+
+
+@njit(cache=True)
+def sort_running(rp: npt.NDArray[np.int64], run: npt.NDArray[np.int64], r: int) -> None:
+    """Order the running list by arrival (request index); it is nearly sorted already."""
+    for a in range(1, rp[r, P_RUN_N]):
+        x = run[r, a]
+        b = a - 1
+        while b >= 0 and run[r, b] > x:
+            run[r, b + 1] = run[r, b]
+            b -= 1
+        run[r, b + 1] = x
+
+
+@njit(cache=True)
+def preempt(
+    rq: npt.NDArray[np.int64],
+    rp: npt.NDArray[np.int64],
+    wq: npt.NDArray[np.int32],
+    r: int,
+    i: int,
+) -> None:
+    """Recompute preemption: drop its KV, forget its progress, put it first in line.
+
+    The caller has already taken ``i`` out of the running list.
+    """
+    release(rq, rp, r, i)
+    rq[i, R_COMPUTED] = 0
+    rq[i, R_STATUS] = ST_WAITING
+    rq[i, R_PREEMPT] += 1
+    wq_push_front(wq, rp, r, i)
+
+
+def blocks(tokens: int, block_size: int) -> int:
+    return int(cdiv(tokens, block_size))

@@ -1,0 +1,471 @@
+"""Scenarios: what to replay the requests through, validated before anything runs.
+
+A scenario is a flat TOML table (one file, one scenario); command-line flags
+and the config file's ``[replay]`` section use the same keys. Precedence:
+flag > scenario file > ``[replay]`` in the config file > default::
+
+    name = "vllm-8k"              # names the output files; default: file stem or policy
+    policy = "vllm"               # static | orca | vllm | sarathi
+    profile = "llama-3-8b_h100-80gb_tp1"   # step-cost profile (name or JSON path)
+    replicas = 1
+    router = "round_robin"        # round_robin | least_outstanding
+    seed = 0                      # the one random generator of the scenario
+
+    arrivals = "trace"            # trace | poisson | gamma
+    time_scale = 1.0              # trace: multiply the trace's inter-arrival times
+    rate = 20.0                   # req/s: trace rescaled to it, or the poisson/gamma rate
+    burstiness = 1.0              # gamma shape (vLLM's --burstiness); 1 = poisson
+    num_requests = 1000           # how many requests (poisson/gamma draw lengths from the trace)
+
+    max_output_tokens = 1024      # cap every request's output length
+    max_model_len = 8192          # longest prompt + output; default: the profile's
+    drop_too_long = false         # leave out prompts >= max_model_len instead of failing
+    block_size = 16               # tokens per KV block
+    num_gpu_blocks = 0            # KV blocks per replica; 0 = from GPU memory
+    gpu_memory_utilization = 0.9  # share of GPU memory for weights + KV
+
+    max_num_seqs = 256            # ... and the policy's own parameters (policies/*.py)
+
+    [cost]                        # instead of a profile: explicit step-cost coefficients
+    fixed_s = 0.004               # (every StepCost field; needs num_gpu_blocks)
+
+Every key is checked: an unknown key, a parameter of another policy, a bad
+value or an impossible memory configuration raises ScenarioError naming the
+key and the allowed values.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from pipeline.errors import PipelineError, ScenarioError
+from pipeline.sim.cost_model import StepCost
+from pipeline.sim.policies import POLICIES, Memory
+from pipeline.sim.routing import ROUTERS
+from pipeline.sim.state import (
+    C_BLOCK_SIZE,
+    C_NUM_BLOCKS,
+    C_POLICY,
+    C_REPLICAS,
+    C_ROUTER,
+    NCFG,
+    NCFGF,
+    EngineConfig,
+)
+
+ARRIVALS = ("trace", "poisson", "gamma")
+CUSTOM_PROFILE = "custom"  # the profile name recorded for an explicit [cost] table
+DEFAULT_MAX_MODEL_LEN = 8192  # with an explicit [cost] table and no max_model_len
+
+# key -> (type, default, help). Policy parameters come from policies/*.py.
+COMMON: dict[str, tuple[type, Any, str]] = {
+    "name": (str, None, "scenario name (output file stem); default: file stem or policy"),
+    "policy": (str, "vllm", "scheduler policy: " + " | ".join(POLICIES)),
+    "profile": (str, None, "step-cost profile name or JSON path; default: the default profile"),
+    "replicas": (int, 1, "number of engine replicas"),
+    "router": (str, "round_robin", "replica router: " + " | ".join(ROUTERS)),
+    "seed": (int, 0, "seed of the scenario's random generator"),
+    "arrivals": (str, "trace", "arrival process: " + " | ".join(ARRIVALS)),
+    "time_scale": (float, 1.0, "trace: multiply inter-arrival times (0.5 = twice as fast)"),
+    "rate": (float, None, "target request rate (req/s): rescales the trace, or drives poisson"),
+    "burstiness": (float, 1.0, "gamma: shape of the inter-arrival distribution (1 = poisson)"),
+    "num_requests": (int, None, "requests to replay (poisson/gamma draw lengths from the trace)"),
+    "max_output_tokens": (int, None, "cap on every request's output tokens"),
+    "max_model_len": (int, None, "longest prompt + output; default: the profile's"),
+    "drop_too_long": (bool, False, "leave out requests whose prompt reaches max_model_len"),
+    "block_size": (int, 16, "tokens per KV-cache block"),
+    "num_gpu_blocks": (int, 0, "KV blocks per replica; 0 = derive from GPU memory"),
+    "gpu_memory_utilization": (float, 0.9, "share of GPU memory for weights and KV cache"),
+}
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+@dataclass(frozen=True)
+class ArrivalSpec:
+    """How arrival times are made (see ``arrivals.py``)."""
+
+    process: str  # trace | poisson | gamma
+    time_scale: float  # trace only
+    rate: float | None  # req/s; None: the trace's own
+    burstiness: float  # gamma shape
+    num_requests: int | None  # None: every selected request
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One fully resolved, validated scenario."""
+
+    name: str
+    policy: str
+    params: Any  # the policy's Params dataclass
+    profile: str  # profile name, or "custom" for an explicit [cost] table
+    cost: StepCost
+    memory: Memory
+    gpu_memory_utilization: float
+    replicas: int
+    router: str
+    arrivals: ArrivalSpec
+    max_output_tokens: int | None
+    drop_too_long: bool
+    seed: int
+
+    @property
+    def num_kv_blocks(self) -> int:
+        """Usable KV blocks per replica."""
+        return POLICIES[self.policy].num_blocks(self.memory)
+
+    def engine(self) -> EngineConfig:
+        """The packed configuration the loops read."""
+        pol = POLICIES[self.policy]
+        cfg = np.zeros(NCFG, dtype=np.int64)
+        cfgf = np.zeros(NCFGF, dtype=np.float64)
+        cfg[C_POLICY] = pol.code
+        cfg[C_REPLICAS] = self.replicas
+        cfg[C_ROUTER] = ROUTERS[self.router]
+        cfg[C_BLOCK_SIZE] = self.memory.block_size
+        cfg[C_NUM_BLOCKS] = self.num_kv_blocks
+        ints, floats = pol.pack(self.params, self.memory)
+        for k, v in ints.items():
+            cfg[k] = v
+        for k, v in floats.items():
+            cfgf[k] = v
+        return EngineConfig(cfg=cfg, cfgf=cfgf, cost=self.cost.as_array())
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every resolved parameter (the scenarios table's config_json)."""
+        return {
+            "name": self.name,
+            "policy": self.policy,
+            **asdict(self.params),
+            "profile": self.profile,
+            "cost": self.cost.to_dict(),
+            "replicas": self.replicas,
+            "router": self.router,
+            "seed": self.seed,
+            "arrivals": self.arrivals.process,
+            "time_scale": self.arrivals.time_scale,
+            "rate": self.arrivals.rate,
+            "burstiness": self.arrivals.burstiness,
+            "num_requests": self.arrivals.num_requests,
+            "max_output_tokens": self.max_output_tokens,
+            "max_model_len": self.memory.max_model_len,
+            "drop_too_long": self.drop_too_long,
+            "block_size": self.memory.block_size,
+            "num_gpu_blocks": self.memory.num_gpu_blocks,
+            "num_kv_blocks": self.num_kv_blocks,
+            "gpu_memory_utilization": self.gpu_memory_utilization,
+        }
+
+    def cap_lengths(
+        self,
+        prompt: npt.NDArray[np.int64],
+        output: npt.NDArray[np.int64],
+        max_tokens: npt.NDArray[np.int64],
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
+        """Apply every length cap; return (prompt, output, keep) and check memory.
+
+        ``max_tokens`` is the request's own cap (<= 0 where it has none). The
+        output is capped at max_tokens, max_output_tokens and, as the engines do,
+        ``max_model_len - prompt``; at least one token is generated. A prompt of
+        ``max_model_len`` tokens or more cannot be served: such requests are left
+        out (``drop_too_long``) or fail the scenario.
+
+        Raises:
+            ScenarioError: a prompt too long for max_model_len, or a request that
+                can never fit in the KV cache even with the replica to itself.
+        """
+        mem = self.memory
+        prompt = np.maximum(prompt.astype(np.int64), 1)
+        output = np.maximum(output.astype(np.int64), 1)
+        output = np.where(max_tokens > 0, np.minimum(output, max_tokens), output)
+        if self.max_output_tokens is not None:
+            output = np.minimum(output, self.max_output_tokens)
+        keep = prompt < mem.max_model_len
+        if not keep.all() and not self.drop_too_long:
+            bad = int((~keep).sum())
+            raise ScenarioError(
+                f"scenario {self.name!r}: {bad} request(s) have a prompt of max_model_len "
+                f"({mem.max_model_len}) tokens or more (longest {int(prompt.max())}); raise "
+                "max_model_len or set drop_too_long = true"
+            )
+        output = np.maximum(np.minimum(output, mem.max_model_len - prompt), 1)
+        pol = POLICIES[self.policy]
+        need = pol.blocks_alone(self.params, mem, prompt[keep], output[keep])
+        usable = pol.num_blocks(mem)
+        if len(need) and int(need.max()) > usable:
+            worst = int(np.argmax(need))
+            raise ScenarioError(
+                f"scenario {self.name!r}: a request ({int(prompt[keep][worst])} prompt + "
+                f"{int(output[keep][worst])} output tokens) needs {int(need.max())} KV blocks "
+                f"on its own under {self.policy} but a replica has {usable}; raise "
+                "num_gpu_blocks (or gpu_memory_utilization), lower max_model_len or "
+                "max_output_tokens"
+            )
+        return prompt, output, keep
+
+
+def allowed_keys(policy: str) -> list[str]:
+    return [*COMMON, "cost", *POLICIES[policy].param_help()]
+
+
+def _convert(key: str, value: Any, typ: type, where: str) -> Any:
+    if value is None:
+        return None
+    if typ is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
+            return value.lower() in ("true", "1", "yes")
+        raise ScenarioError(f"{where}: {key} must be true or false, got {value!r}")
+    if typ is int:
+        if isinstance(value, bool) or not isinstance(value, int | str | float):
+            raise ScenarioError(f"{where}: {key} must be an integer, got {value!r}")
+        try:
+            f = float(value)
+        except ValueError:
+            raise ScenarioError(f"{where}: {key} must be an integer, got {value!r}") from None
+        if not f.is_integer():
+            raise ScenarioError(f"{where}: {key} must be an integer, got {value!r}")
+        return int(f)
+    if typ is float:
+        if isinstance(value, bool):
+            raise ScenarioError(f"{where}: {key} must be a number, got {value!r}")
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise ScenarioError(f"{where}: {key} must be a number, got {value!r}") from None
+    if not isinstance(value, str):
+        raise ScenarioError(f"{where}: {key} must be a string, got {value!r}")
+    return value
+
+
+def _choice(key: str, value: str, allowed: Any, where: str) -> None:
+    if value not in allowed:
+        raise ScenarioError(
+            f"{where}: unknown {key} {value!r}; allowed: {', '.join(sorted(allowed))}"
+        )
+
+
+def build_scenario(values: dict[str, Any], *, where: str = "scenario") -> Scenario:
+    """Validate a flat dict of scenario keys and resolve it into a Scenario.
+
+    Args:
+        values: keys as in the module docstring (None means "not given").
+        where: the file or source named in error messages.
+
+    Raises:
+        ScenarioError: naming the key and the allowed values.
+    """
+    values = {k: v for k, v in values.items() if v is not None}
+    policy = _convert("policy", values.get("policy", COMMON["policy"][1]), str, where)
+    _choice("policy", policy, POLICIES, where)
+    pol = POLICIES[policy]
+    param_types = {f.name: f.type for f in fields(pol.Params)}
+    for key in values:
+        if key in COMMON or key == "cost" or key in param_types:
+            continue
+        owners = [name for name, p in POLICIES.items() if key in p.param_help()]
+        hint = f" ({key} is a parameter of {', '.join(owners)})" if owners else ""
+        raise ScenarioError(
+            f"{where}: unknown key {key!r} for policy {policy}{hint}; allowed: "
+            f"{', '.join(sorted(allowed_keys(policy)))}"
+        )
+    got: dict[str, Any] = {}
+    for key, (typ, default, _) in COMMON.items():
+        got[key] = _convert(key, values.get(key, default), typ, where)
+    type_of = {"int": int, "float": float, "bool": bool, "str": str}
+    raw_params = {}
+    for f in fields(pol.Params):
+        typ = type_of[f.type if isinstance(f.type, str) else f.type.__name__]
+        raw_params[f.name] = _convert(f.name, values.get(f.name, f.default), typ, where)
+    params = pol.Params(**raw_params)
+
+    name = got["name"] or policy
+    if not _NAME_RE.match(name):
+        raise ScenarioError(
+            f"{where}: name {name!r} must be letters, digits, '.', '_' or '-' (it names files)"
+        )
+    _choice("router", got["router"], ROUTERS, where)
+    _choice("arrivals", got["arrivals"], ARRIVALS, where)
+    if got["replicas"] < 1:
+        raise ScenarioError(f"{where}: replicas must be >= 1, got {got['replicas']}")
+    if got["time_scale"] <= 0:
+        raise ScenarioError(f"{where}: time_scale must be > 0, got {got['time_scale']}")
+    if got["rate"] is not None and not got["rate"] > 0:
+        raise ScenarioError(f"{where}: rate must be > 0 (requests per second), got {got['rate']}")
+    if not got["burstiness"] > 0:
+        raise ScenarioError(f"{where}: burstiness must be > 0, got {got['burstiness']}")
+    if got["arrivals"] == "poisson" and got["burstiness"] != 1.0:
+        raise ScenarioError(f"{where}: burstiness applies to arrivals = 'gamma', not 'poisson'")
+    if got["num_requests"] is not None and got["num_requests"] < 1:
+        raise ScenarioError(f"{where}: num_requests must be >= 1, got {got['num_requests']}")
+    if got["max_output_tokens"] is not None and got["max_output_tokens"] < 1:
+        raise ScenarioError(
+            f"{where}: max_output_tokens must be >= 1, got {got['max_output_tokens']}"
+        )
+    if got["block_size"] < 1:
+        raise ScenarioError(f"{where}: block_size must be >= 1, got {got['block_size']}")
+    if got["num_gpu_blocks"] < 0:
+        raise ScenarioError(f"{where}: num_gpu_blocks must be >= 0, got {got['num_gpu_blocks']}")
+    if not 0 < got["gpu_memory_utilization"] <= 1:
+        raise ScenarioError(
+            f"{where}: gpu_memory_utilization must be in (0, 1], got "
+            f"{got['gpu_memory_utilization']}"
+        )
+    if got["max_model_len"] is not None and got["max_model_len"] < 2:
+        raise ScenarioError(f"{where}: max_model_len must be >= 2, got {got['max_model_len']}")
+
+    cost, profile_name, max_model_len, num_gpu_blocks = _resolve_cost(got, values, where)
+    memory = Memory(
+        block_size=got["block_size"], num_gpu_blocks=num_gpu_blocks, max_model_len=max_model_len
+    )
+    try:
+        pol.check(params, memory)
+    except ScenarioError as exc:
+        raise ScenarioError(f"{where}: {exc}") from None
+    if pol.num_blocks(memory) < 1:
+        raise ScenarioError(f"{where}: num_gpu_blocks ({num_gpu_blocks}) leaves no usable block")
+    return Scenario(
+        name=name,
+        policy=policy,
+        params=params,
+        profile=profile_name,
+        cost=cost,
+        memory=memory,
+        gpu_memory_utilization=got["gpu_memory_utilization"],
+        replicas=got["replicas"],
+        router=got["router"],
+        arrivals=ArrivalSpec(
+            process=got["arrivals"],
+            time_scale=got["time_scale"],
+            rate=got["rate"],
+            burstiness=got["burstiness"],
+            num_requests=got["num_requests"],
+        ),
+        max_output_tokens=got["max_output_tokens"],
+        drop_too_long=got["drop_too_long"],
+        seed=got["seed"],
+    )
+
+
+def _resolve_cost(
+    got: dict[str, Any], values: dict[str, Any], where: str
+) -> tuple[StepCost, str, int, int]:
+    """(cost, profile name, max_model_len, num_gpu_blocks) from the profile or [cost]."""
+    if "cost" in values:
+        if got["profile"] is not None:
+            raise ScenarioError(f"{where}: give either profile or a [cost] table, not both")
+        table = values["cost"]
+        names = [f.name for f in fields(StepCost)]
+        if not isinstance(table, dict):
+            raise ScenarioError(f"{where}: cost must be a table of {', '.join(names)}")
+        unknown = sorted(set(table) - set(names))
+        missing = [n for n in names if n not in table]
+        if unknown or missing:
+            raise ScenarioError(
+                f"{where}: [cost] needs exactly these keys: {', '.join(names)}"
+                + (f"; unknown: {', '.join(unknown)}" if unknown else "")
+                + (f"; missing: {', '.join(missing)}" if missing else "")
+            )
+        coeffs = {n: _convert(f"cost.{n}", table[n], float, where) for n in names}
+        for n, v in coeffs.items():
+            if v < 0:
+                raise ScenarioError(f"{where}: cost.{n} must be >= 0, got {v}")
+        if not got["num_gpu_blocks"]:
+            raise ScenarioError(
+                f"{where}: num_gpu_blocks is required with a [cost] table (there is no GPU "
+                "memory to derive it from)"
+            )
+        max_model_len = got["max_model_len"] or DEFAULT_MAX_MODEL_LEN
+        return StepCost(**coeffs), CUSTOM_PROFILE, max_model_len, got["num_gpu_blocks"]
+
+    try:
+        from pipeline.sim import profiles
+    except ImportError:
+        raise ScenarioError(
+            f"{where}: step-cost profiles are not available in this installation; "
+            "give a [cost] table of coefficients instead"
+        ) from None
+    name = got["profile"] or profiles.DEFAULT_PROFILE
+    try:
+        prof = profiles.load_profile(name)
+    except PipelineError as exc:
+        raise ScenarioError(f"{where}: profile: {exc}") from None
+    except (OSError, KeyError, ValueError):
+        raise ScenarioError(
+            f"{where}: unknown profile {name!r}; allowed: {', '.join(profiles.list_profiles())} "
+            "or the path of a profile JSON file"
+        ) from None
+    max_model_len = got["max_model_len"] or int(prof.max_model_len)
+    num_gpu_blocks = got["num_gpu_blocks"]
+    if not num_gpu_blocks:
+        num_gpu_blocks = int(prof.num_gpu_blocks(got["block_size"], got["gpu_memory_utilization"]))
+        if num_gpu_blocks <= 0:
+            raise ScenarioError(
+                f"{where}: the weights of {prof.name} ({prof.weight_bytes / 2**30:.1f} GiB) leave "
+                f"no room for KV cache in gpu_memory_utilization "
+                f"({got['gpu_memory_utilization']}) x {prof.gpu_memory_bytes / 2**30:.0f} GiB; "
+                "raise gpu_memory_utilization, use a bigger GPU profile or set num_gpu_blocks"
+            )
+    return prof.cost, prof.name, max_model_len, num_gpu_blocks
+
+
+def read_scenario_file(path: Path) -> dict[str, Any]:
+    """The raw keys of a scenario TOML file (name defaults to the file stem)."""
+    try:
+        data = tomllib.loads(Path(path).read_text())
+    except OSError as exc:
+        raise ScenarioError(f"{path}: cannot read scenario file ({exc.strerror})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ScenarioError(f"{path}: not valid TOML ({exc})") from None
+    data.setdefault("name", Path(path).stem)
+    return data
+
+
+def parse_value(text: str) -> Any:
+    """A --set value as TOML (numbers, booleans, quoted strings), else the bare string."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def resolve_scenarios(
+    files: list[Path],
+    flags: dict[str, Any],
+    defaults: dict[str, Any] | None = None,
+) -> list[Scenario]:
+    """Scenarios from files and flags: one per file, or one from the flags alone.
+
+    Flags override the values of every file; ``defaults`` (the config file's
+    ``[replay]`` section) fill what neither gives.
+
+    Raises:
+        ScenarioError: an invalid scenario, or two scenarios with the same name.
+    """
+    defaults = defaults or {}
+    flags = {k: v for k, v in flags.items() if v is not None}
+    layers: list[tuple[str, dict[str, Any]]] = []
+    if files:
+        for path in files:
+            layers.append((str(path), {**defaults, **read_scenario_file(path), **flags}))
+    else:
+        layers.append(("flags", {**defaults, **flags}))
+    scenarios = [build_scenario(values, where=where) for where, values in layers]
+    seen: dict[str, str] = {}
+    for (where, _), sc in zip(layers, scenarios, strict=True):
+        if sc.name in seen:
+            raise ScenarioError(
+                f"{where}: scenario name {sc.name!r} is also used by {seen[sc.name]}; "
+                "give each scenario its own name"
+            )
+        seen[sc.name] = where
+    return scenarios
