@@ -22,8 +22,10 @@ with the default ``--prefix-caching-hash-algo sha256``, ``vllm/utils/hashing.py`
 
 Byte-identical with vLLM (sha256 algo, ``PYTHONHASHSEED=0``, same block size)
 for text-only requests without LoRA, multimodal inputs or prompt embeddings:
-the 32-byte digests are the same, so our uint64s equal the integers vLLM
-publishes in KV-cache events when ``VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES`` is on.
+the 32-byte digests are the same, and our uint64s equal the integers vLLM's
+``maybe_convert_block_hash`` makes of them for KV-cache events (with
+``VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES``). This is the bytes-valued hashing of
+current V1 engines; older releases chained Python ints and are not matched.
 Not identical: requests with a LoRA adapter, images or prompt embeddings (their
 extra keys are not in a log), the ``sha256_cbor`` / ``xxhash`` algorithms, and
 an engine started without ``PYTHONHASHSEED`` (random ``NONE_HASH``). The
@@ -39,8 +41,8 @@ events) as uint64. Any 64 bits of sha256 are uniformly distributed, so among
 below 3e-4 for 100 million distinct blocks, far more than a day of traffic
 holds. A collision would at worst let the simulator count one spurious block
 hit; it cannot corrupt anything else. The 64-bit value also cannot be reversed
-to tokens any more than the full digest can; a ``hash_salt`` additionally
-stops anyone from confirming a guessed prompt by hashing it.
+to tokens any more than the full digest can; a secret ``hash_salt`` also stops
+anyone from confirming a guessed prompt (a known system prompt) by hashing it.
 """
 
 from __future__ import annotations
@@ -69,7 +71,7 @@ def _extra_keys(salts: Sequence[str]) -> tuple[str, ...] | None:
 
 
 def block_digests(
-    token_ids: Sequence[int],
+    token_ids: Sequence[int] | np.ndarray,
     block_size: int = DEFAULT_BLOCK_SIZE,
     *,
     cache_salt: str = "",
@@ -113,7 +115,7 @@ def digests_to_uint64(digests: Sequence[bytes]) -> np.ndarray:
 
 
 def prefix_hashes(
-    token_ids: Sequence[int],
+    token_ids: Sequence[int] | np.ndarray,
     block_size: int = DEFAULT_BLOCK_SIZE,
     *,
     cache_salt: str = "",
@@ -125,7 +127,5 @@ def prefix_hashes(
     See the module docstring for the byte layout and which vLLM settings it matches.
     """
     return digests_to_uint64(
-        block_digests(
-            token_ids, block_size, cache_salt=cache_salt, hash_salt=hash_salt, seed=seed
-        )
+        block_digests(token_ids, block_size, cache_salt=cache_salt, hash_salt=hash_salt, seed=seed)
     )

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import polars as pl
@@ -76,6 +77,17 @@ class Rejects:
             {"source_line": self.lines, "byte_offset": self.offsets, "reason": self.reasons},
             schema=REJECT_SCHEMA,
         )
+
+
+T = TypeVar("T")
+
+
+def lenient(convert: Callable[[Any], T | None], value: Any) -> T | None:
+    """``convert(value)``, or None when the value has the wrong type or form."""
+    try:
+        return convert(value)
+    except ValueError:
+        return None
 
 
 def as_int(value: Any) -> int | None:

@@ -48,6 +48,7 @@ from pipeline.ingest.formats._lines import (
     as_float,
     as_int,
     as_str,
+    lenient,
     load_json_line,
     split_lines,
 )
@@ -129,9 +130,7 @@ def _text_of(obj: dict[str, Any]) -> str | None:
                 continue
             content = m.get("content")
             if isinstance(content, list):  # OpenAI content parts
-                content = "".join(
-                    p.get("text", "") for p in content if isinstance(p, dict)
-                )
+                content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
             parts.append(f"{m.get('role', '')}: {content if isinstance(content, str) else ''}")
         return "\n".join(parts)
     return None
@@ -191,7 +190,9 @@ def parse(block: Block, opts: ParseOptions) -> Parsed:
     hash_values: list[np.ndarray] = []
     hash_lens: list[int] = []
 
-    for raw, line_no, off in zip(lines.raw, lines.numbers.tolist(), lines.offsets.tolist(), strict=True):
+    for raw, line_no, off in zip(
+        lines.raw, lines.numbers.tolist(), lines.offsets.tolist(), strict=True
+    ):
         if not raw.strip():
             continue
         obj, why = load_json_line(raw)
@@ -201,50 +202,35 @@ def parse(block: Block, opts: ParseOptions) -> Parsed:
         if not isinstance(obj, dict):
             rejects.add(line_no, off, f"expected a JSON object, got a {type(obj).__name__}")
             continue
-        field = "?"
+        # Values of the wrong type become null (the validator rejects a missing required
+        # value); only unreadable token ids reject the record here.
+        rid = lenient(as_str, obj["request_id"] if "request_id" in obj else obj.get("id"))
+        ts = obj["timestamp"] if "timestamp" in obj else obj.get("arrival_time")
+        arrival = lenient(_parse_time, ts)
+        ids: list[int] | None = None
         try:
-            field = "request_id"
-            rid = as_str(obj["request_id"] if "request_id" in obj else obj.get("id"))
-            field = "timestamp"
-            ts = obj["timestamp"] if "timestamp" in obj else obj.get("arrival_time")
-            arrival = _parse_time(ts)
-            field = "prompt_token_ids"
-            ids_value = obj.get("prompt_token_ids")
-            ids: list[int] | None = None
-            if ids_value is not None:
-                ids = _token_list(ids_value)
+            if obj.get("prompt_token_ids") is not None:
+                ids = _token_list(obj["prompt_token_ids"])
             else:
                 text = _text_of(obj)
                 if text is not None:
                     ids = _tokenize(text, opts)
-            field = "prompt_tokens"
-            prompt = len(ids) if ids is not None else as_int(obj.get("prompt_tokens"))
-            field = "output_tokens"
-            if obj.get("output_tokens") is not None:
-                output = as_int(obj["output_tokens"])
-            elif obj.get("output_token_ids") is not None:
-                field = "output_token_ids"
-                out_ids = obj["output_token_ids"]
-                if not isinstance(out_ids, list):
-                    raise ValueError(f"expected a list, got a {type(out_ids).__name__}")
-                output = len(out_ids)
-            else:
-                output = None
-            field = "max_tokens"
-            max_tokens = as_int(obj.get("max_tokens"))
-            field = "priority"
-            priority = as_int(obj.get("priority"))
-            field = "model"
-            model = as_str(obj.get("model"))
-            field = "user"
-            tenant = as_str(obj["user"] if obj.get("user") is not None else obj.get("tenant"))
-            field = "session_id"
-            session = as_str(obj.get("session_id"))
-            field = "cache_salt"
-            salt = as_str(obj.get("cache_salt")) or ""
         except ValueError as exc:
-            rejects.add(line_no, off, f"{field}: {exc}")
+            rejects.add(line_no, off, f"prompt_token_ids: {exc}")
             continue
+        prompt = len(ids) if ids is not None else lenient(as_int, obj.get("prompt_tokens"))
+        output: int | None = None
+        if obj.get("output_tokens") is not None:
+            output = lenient(as_int, obj["output_tokens"])
+        elif isinstance(obj.get("output_token_ids"), list):
+            output = len(obj["output_token_ids"])
+        max_tokens = lenient(as_int, obj.get("max_tokens"))
+        priority = lenient(as_int, obj.get("priority"))
+        model = lenient(as_str, obj.get("model"))
+        user = obj.get("user")
+        tenant = lenient(as_str, user if user is not None else obj.get("tenant"))
+        session = lenient(as_str, obj.get("session_id"))
+        salt = lenient(as_str, obj.get("cache_salt")) or ""
 
         if ids is not None:
             h = prefix_hashes(ids, bs, cache_salt=salt, hash_salt=opts.hash_salt)
@@ -311,5 +297,3 @@ def _hash_series(values: list[np.ndarray], lens: list[int]) -> pl.Series:
     arr = pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat, type=pa.uint64()))
     series = pl.Series("prefix_hashes", arr)
     return series.cast(pl.List(pl.UInt64()))
-
-
