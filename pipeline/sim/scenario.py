@@ -73,7 +73,7 @@ COMMON: dict[str, tuple[type, Any, str]] = {
     "router": (str, "round_robin", "replica router: " + " | ".join(ROUTERS)),
     "seed": (int, 0, "seed of the scenario's random generator"),
     "arrivals": (str, "trace", "arrival process: " + " | ".join(ARRIVALS)),
-    "time_scale": (float, 1.0, "trace: multiply inter-arrival times (0.5 = twice as fast)"),
+    "time_scale": (float, None, "trace: multiply inter-arrival times (0.5 = twice as fast)"),
     "rate": (float, None, "target request rate (req/s): rescales the trace, or drives poisson"),
     "burstiness": (float, 1.0, "gamma: shape of the inter-arrival distribution (1 = poisson)"),
     "num_requests": (int, None, "requests to replay (poisson/gamma draw lengths from the trace)"),
@@ -133,10 +133,10 @@ class Scenario:
         cfg[C_BLOCK_SIZE] = self.memory.block_size
         cfg[C_NUM_BLOCKS] = self.num_kv_blocks
         ints, floats = pol.pack(self.params, self.memory)
-        for k, v in ints.items():
-            cfg[k] = v
-        for k, v in floats.items():
-            cfgf[k] = v
+        for k, iv in ints.items():
+            cfg[k] = iv
+        for k, fv in floats.items():
+            cfgf[k] = fv
         return EngineConfig(cfg=cfg, cfgf=cfgf, cost=self.cost.as_array())
 
     def to_dict(self) -> dict[str, Any]:
@@ -297,12 +297,18 @@ def build_scenario(values: dict[str, Any], *, where: str = "scenario") -> Scenar
     _choice("arrivals", got["arrivals"], ARRIVALS, where)
     if got["replicas"] < 1:
         raise ScenarioError(f"{where}: replicas must be >= 1, got {got['replicas']}")
+    if got["time_scale"] is not None and got["rate"] is not None:
+        raise ScenarioError(f"{where}: give time_scale or rate, not both")
+    if got["time_scale"] is None:
+        got["time_scale"] = 1.0
     if got["time_scale"] <= 0:
         raise ScenarioError(f"{where}: time_scale must be > 0, got {got['time_scale']}")
     if got["rate"] is not None and not got["rate"] > 0:
         raise ScenarioError(f"{where}: rate must be > 0 (requests per second), got {got['rate']}")
     if not got["burstiness"] > 0:
         raise ScenarioError(f"{where}: burstiness must be > 0, got {got['burstiness']}")
+    if got["arrivals"] != "trace" and got["time_scale"] != 1.0:
+        raise ScenarioError(f"{where}: time_scale applies to arrivals = 'trace'; use rate")
     if got["arrivals"] == "poisson" and got["burstiness"] != 1.0:
         raise ScenarioError(f"{where}: burstiness applies to arrivals = 'gamma', not 'poisson'")
     if got["num_requests"] is not None and got["num_requests"] < 1:
@@ -407,14 +413,14 @@ def _resolve_cost(
     max_model_len = got["max_model_len"] or int(prof.max_model_len)
     num_gpu_blocks = got["num_gpu_blocks"]
     if not num_gpu_blocks:
-        num_gpu_blocks = int(prof.num_gpu_blocks(got["block_size"], got["gpu_memory_utilization"]))
-        if num_gpu_blocks <= 0:
-            raise ScenarioError(
-                f"{where}: the weights of {prof.name} ({prof.weight_bytes / 2**30:.1f} GiB) leave "
-                f"no room for KV cache in gpu_memory_utilization "
-                f"({got['gpu_memory_utilization']}) x {prof.gpu_memory_bytes / 2**30:.0f} GiB; "
-                "raise gpu_memory_utilization, use a bigger GPU profile or set num_gpu_blocks"
+        try:
+            num_gpu_blocks = int(
+                prof.num_gpu_blocks(got["block_size"], got["gpu_memory_utilization"])
             )
+        except ValueError as exc:
+            raise ScenarioError(
+                f"{where}: gpu_memory_utilization: {exc}; or set num_gpu_blocks"
+            ) from None
     return prof.cost, prof.name, max_model_len, num_gpu_blocks
 
 

@@ -139,7 +139,7 @@ def schedule(
     pos = 0
     # 1. decodes, preempting from the end of the unvisited part
     while pos < end:
-        i = old[pos]
+        i = int(old[pos])
         pos += 1
         if in_prefill(rq, i):
             prefills[n_pf] = i
@@ -149,7 +149,7 @@ def schedule(
         while rp[r, P_FREE] <= 0:
             if pos < end:
                 end -= 1
-                preempt(rq, rp, wq, r, old[end])
+                preempt(rq, rp, wq, r, int(old[end]))
             else:
                 preempt(rq, rp, wq, r, i)
                 preempted_self = True

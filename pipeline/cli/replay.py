@@ -1,0 +1,213 @@
+"""``tracereplay replay``: requests -> simulated runs, one per scenario."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import click
+
+from pipeline.cli import options as opt
+from pipeline.config import load_config, warehouse_path
+from pipeline.errors import ScenarioError
+from pipeline.sim.policies import POLICIES
+from pipeline.sim.replay import ReplayResult, ScenarioRun
+from pipeline.sim.replay import replay as replay_requests
+from pipeline.sim.routing import ROUTERS
+from pipeline.sim.scenario import ARRIVALS, parse_value, resolve_scenarios
+
+
+def _fmt(x: float | None, unit: str = "s", scale: float = 1.0, digits: int = 3) -> str:
+    return "n/a" if x is None else f"{x * scale:,.{digits}f} {unit}"
+
+
+def format_run(run: ScenarioRun) -> str:
+    sc, s = run.scenario, run.summary
+    replicas = f"{sc.replicas} replica" + ("s" if sc.replicas > 1 else "")
+    dropped = f", {run.num_dropped:,} dropped (too long)" if run.num_dropped else ""
+    return "\n".join(
+        [
+            f"{sc.name} ({sc.policy}, {replicas}, {sc.profile}): "
+            f"{s['num_requests']:,} requests{dropped}",
+            f"  completed {s['completed']:,} in {_fmt(s['duration_s'], digits=1)}: "
+            f"{_fmt(s['request_throughput'], 'req/s', digits=2)}, "
+            f"{_fmt(s['output_token_throughput'], 'output tok/s', digits=0)}, "
+            f"{_fmt(s['total_token_throughput'], 'total tok/s', digits=0)}",
+            f"  TTFT p50 {_fmt(s['ttft_p50_s'])}  p90 {_fmt(s['ttft_p90_s'])}  "
+            f"p99 {_fmt(s['ttft_p99_s'])}   TPOT p50 {_fmt(s['tpot_p50_s'], 'ms', 1e3, 1)}  "
+            f"p99 {_fmt(s['tpot_p99_s'], 'ms', 1e3, 1)}",
+            f"  queue depth max {s['max_queue_depth']:,} mean {s['mean_queue_depth']:.1f}   "
+            f"preemptions {s['num_preemptions']:,}   KV peak {s['kv_peak_usage']:.1%} "
+            f"({s['kv_peak_blocks']:,} of {s['num_kv_blocks']:,} blocks)   "
+            f"{s['num_steps']:,} steps, simulated in {run.sim_s:.2f} s",
+        ]
+    )
+
+
+def result_dict(result: ReplayResult, warehouse: Path) -> dict[str, Any]:
+    return {
+        "run_id": result.run_id,
+        "warehouse": str(warehouse),
+        "num_requests_read": result.num_requests_read,
+        "inputs": result.inputs,
+        "scenarios": {
+            r.scenario.name: {"config": r.scenario.to_dict(), "summary": r.summary}
+            for r in result.runs
+        },
+    }
+
+
+def _parse_sets(pairs: tuple[str, ...]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ScenarioError(f"--set {pair!r}: expected KEY=VALUE, e.g. --set watermark=0.01")
+        out[key.strip()] = parse_value(value.strip())
+    return out
+
+
+@click.command(name="replay")
+@opt.warehouse
+@opt.config_file
+@click.option(
+    "--requests",
+    "requests_file",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="Replay one requests Parquet file instead of the warehouse.",
+)
+@click.option(
+    "--from",
+    "date_from",
+    type=click.DateTime(["%Y-%m-%d"]),
+    default=None,
+    help="First request day (UTC, inclusive).",
+)
+@click.option(
+    "--to",
+    "date_to",
+    type=click.DateTime(["%Y-%m-%d"]),
+    default=None,
+    help="Last request day (UTC, inclusive).",
+)
+@click.option(
+    "--scenario",
+    "scenario_files",
+    multiple=True,
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="Scenario TOML file (repeatable); flags below override its values.",
+)
+@click.option("--name", default=None, help="Scenario name (names the output files).")
+@click.option(
+    "--policy",
+    type=click.Choice(sorted(POLICIES)),
+    default=None,
+    help="Scheduler policy [default: vllm].",
+)
+@click.option("--profile", default=None, help="Step-cost profile name or JSON file.")
+@click.option("--replicas", type=int, default=None, help="Engine replicas [default: 1].")
+@click.option(
+    "--router",
+    type=click.Choice(sorted(ROUTERS)),
+    default=None,
+    help="How requests are spread over replicas [default: round_robin].",
+)
+@click.option(
+    "--arrivals",
+    type=click.Choice(ARRIVALS),
+    default=None,
+    help="Trace timestamps, or drawn poisson/gamma arrivals [default: trace].",
+)
+@click.option("--rate", type=float, default=None, help="Target request rate (req/s).")
+@click.option(
+    "--time-scale",
+    type=float,
+    default=None,
+    help="Multiply the trace's inter-arrival times (0.5 = twice as fast).",
+)
+@click.option("--burstiness", type=float, default=None, help="Gamma shape (1 = poisson).")
+@click.option("--num-requests", type=int, default=None, help="Requests to replay.")
+@click.option("--seed", type=int, default=None, help="Seed of the scenario's generator.")
+@click.option("--max-output-tokens", type=int, default=None, help="Cap every output length.")
+@click.option("--max-model-len", type=int, default=None, help="Longest prompt + output.")
+@click.option("--num-gpu-blocks", type=int, default=None, help="KV blocks per replica.")
+@click.option(
+    "--gpu-memory-utilization",
+    type=float,
+    default=None,
+    help="Share of GPU memory for weights + KV [default: 0.9].",
+)
+@click.option("--block-size", type=int, default=None, help="Tokens per KV block [default: 16].")
+@click.option("--max-num-seqs", type=int, default=None, help="vllm, orca, sarathi.")
+@click.option("--max-num-batched-tokens", type=int, default=None, help="vllm token budget.")
+@click.option(
+    "--enable-chunked-prefill/--no-enable-chunked-prefill",
+    default=None,
+    help="vllm chunked prefill [default: on].",
+)
+@click.option("--long-prefill-token-threshold", type=int, default=None, help="vllm.")
+@click.option("--watermark", type=float, default=None, help="vllm, sarathi.")
+@click.option("--chunk-size", type=int, default=None, help="sarathi token budget.")
+@click.option("--max-batch-size", type=int, default=None, help="static.")
+@click.option("--max-wait-s", type=float, default=None, help="static.")
+@click.option(
+    "--set",
+    "sets",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Any scenario key (repeatable), e.g. --set drop_too_long=true.",
+)
+@opt.output
+def replay_command(
+    warehouse: Path | None,
+    config_file: Path | None,
+    requests_file: Path | None,
+    date_from: datetime | None,
+    date_to: datetime | None,
+    scenario_files: tuple[Path, ...],
+    sets: tuple[str, ...],
+    quiet: bool,
+    as_json: bool,
+    **flags: Any,
+) -> None:
+    """Replay requests through scheduler scenarios; write sim_requests and sim_steps.
+
+    Scenarios come from TOML files (--scenario, repeatable) and/or flags
+    (flags override every file; without files the flags make one scenario).
+    Policies: static, orca, vllm, sarathi; see docs/replay.md for every key.
+    Prints per scenario: throughput, TTFT and TPOT percentiles, queue depth,
+    preemptions and KV peak usage.
+
+    Example:
+
+    \b
+        tracereplay replay --policy vllm --max-num-seqs 256
+        tracereplay replay --scenario examples/scenarios/vllm.toml \\
+            --scenario examples/scenarios/static.toml --from 2023-11-16 --json
+    """
+    cfg = load_config(config_file)
+    wh = warehouse_path(str(warehouse) if warehouse else None, cfg)
+    values = {**flags, **_parse_sets(sets)}
+    scenarios = resolve_scenarios(
+        list(scenario_files), values, defaults=dict(cfg.sections.get("replay", {}))
+    )
+    result = replay_requests(
+        wh,
+        scenarios,
+        requests_file=requests_file,
+        date_from=date_from.date() if date_from else None,
+        date_to=date_to.date() if date_to else None,
+        quiet=quiet,
+    )
+    if as_json:
+        click.echo(json.dumps(result_dict(result, wh), indent=2))
+        return
+    for run in result.runs:
+        click.echo(format_run(run))
+    click.echo(f"run {result.run_id}: {len(result.runs)} scenario(s) written to {wh}")
+
+
+replay = replay_command

@@ -1,0 +1,354 @@
+"""The replay stage: requests in, one simulated run per scenario out.
+
+    requests (warehouse or one file) ──▶ arrivals + caps ──▶ fast loop ──▶
+        sim_requests/run_id=<run>/<scenario>.parquet
+        sim_steps/run_id=<run>/<scenario>.parquet
+        scenarios/run_id=<run>/scenarios.parquet
+        runs/<run>.parquet
+
+Every scenario is validated, and its requests checked against its memory,
+before the first one runs. Arrival times are relative to the earliest
+selected request (``arrival_time``; ``arrival_s`` is per source file).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+
+from pipeline import __version__
+from pipeline.contracts import REQUESTS, RUNS, SCENARIOS, SIM_REQUESTS, SIM_STEPS, check_file
+from pipeline.errors import ConfigError
+from pipeline.progress import progress
+from pipeline.sim.arrivals import make_arrivals
+from pipeline.sim.loop import simulate
+from pipeline.sim.scenario import Scenario
+from pipeline.sim.state import (
+    F_ARRIVAL,
+    F_FINISH,
+    F_FIRST_SCHED,
+    F_FIRST_TOKEN,
+    R_CHUNKS,
+    R_OUTPUT,
+    R_PREEMPT,
+    R_PROMPT,
+    R_QDEPTH,
+    R_REPLICA,
+    S_DECODE,
+    S_KV_USED,
+    S_NUM_STEPS,
+    S_PREEMPT,
+    S_PREFILL,
+    S_REPLICA,
+    S_RUNNING,
+    S_STEP,
+    S_WAITING,
+    SF_DURATION,
+    SF_START,
+    SimInput,
+    SimResult,
+)
+from pipeline.sim.summary import request_metrics, summarize
+from pipeline.warehouse import Warehouse, iter_partitions, new_run_id
+
+REQUEST_COLUMNS = ["request_id", "arrival_time", "prompt_tokens", "output_tokens", "max_tokens"]
+
+
+@dataclass
+class ScenarioRun:
+    """The outcome of one scenario."""
+
+    scenario: Scenario
+    summary: dict[str, Any]
+    num_dropped: int  # requests left out (drop_too_long)
+    sim_s: float  # wall seconds in the replay loop
+    paths: dict[str, Path] = field(default_factory=dict)
+
+
+@dataclass
+class ReplayResult:
+    """What ``replay`` wrote."""
+
+    run_id: str
+    num_requests_read: int
+    inputs: list[str]
+    runs: list[ScenarioRun]
+
+
+@dataclass
+class Prepared:
+    """One scenario's requests, ready for the loop."""
+
+    inp: SimInput
+    request_ids: pa.Array
+    num_dropped: int
+
+
+def select_request_files(
+    wh: Warehouse,
+    *,
+    requests_file: Path | None = None,
+    date_from: date | None = None,
+    date_to: date | None = None,
+) -> list[Path]:
+    """The requests files to replay: one given file, or the warehouse's in a date range."""
+    if requests_file is not None:
+        check_file(Path(requests_file), REQUESTS)
+        return [Path(requests_file)]
+    files = []
+    for values, path in iter_partitions(wh.files(REQUESTS)):
+        day = values.get("date", "")
+        if date_from is not None and day < date_from.isoformat():
+            continue
+        if date_to is not None and day > date_to.isoformat():
+            continue
+        files.append(path)
+    if not files:
+        where = (
+            f" between {date_from or '...'} and {date_to or '...'}" if date_from or date_to else ""
+        )
+        raise ConfigError(
+            f"no requests in warehouse {wh.root}{where}; run `tracereplay ingest` first or "
+            "pass --requests FILE"
+        )
+    for path in files:
+        check_file(path, REQUESTS)
+    return files
+
+
+def read_requests(files: list[Path]) -> pl.DataFrame:
+    """The requests of ``files``, sorted by arrival (ties by request id), with arrival_s.
+
+    ``arrival_s`` is recomputed here: seconds from the earliest selected request.
+    """
+    frame = (
+        pl.scan_parquet([str(p) for p in files], hive_partitioning=False)
+        .select(REQUEST_COLUMNS)
+        .with_columns(pl.col("arrival_time").dt.epoch("us").alias("_us"))
+        .sort(["_us", "request_id"])
+        .collect()
+    )
+    if frame.height == 0:
+        raise ConfigError("the selected requests files hold no requests")
+    us = frame["_us"].to_numpy()
+    return frame.drop("_us").with_columns(
+        pl.Series("arrival_s", (us - us[0]).astype(np.float64) / 1e6)
+    )
+
+
+def prepare(frame: pl.DataFrame, scenario: Scenario) -> Prepared:
+    """Arrivals, length caps and memory checks of one scenario (no simulation yet).
+
+    Raises:
+        ScenarioError: see ``Scenario.cap_lengths`` and ``arrivals.make_arrivals``.
+    """
+    rng = np.random.default_rng(scenario.seed)
+    idx, arrival = make_arrivals(scenario.arrivals, frame["arrival_s"].to_numpy(), rng)
+    prompt = frame["prompt_tokens"].to_numpy().astype(np.int64)[idx]
+    output = frame["output_tokens"].to_numpy().astype(np.int64)[idx]
+    max_tokens = frame["max_tokens"].fill_null(0).to_numpy().astype(np.int64)[idx]
+    prompt, output, keep = scenario.cap_lengths(prompt, output, max_tokens)
+    ids = frame["request_id"].gather(idx)
+    if len(np.unique(idx)) < len(idx):  # drawn with replacement: keep ids unique
+        ids = ids + "#" + pl.Series(np.arange(len(idx))).cast(pl.String)
+    keep_idx = np.flatnonzero(keep)
+    return Prepared(
+        inp=SimInput(arrival[keep_idx], prompt[keep_idx], output[keep_idx]),
+        request_ids=ids.gather(keep_idx).to_arrow(),
+        num_dropped=int(len(idx) - len(keep_idx)),
+    )
+
+
+def _constant_strings(value: str, n: int) -> pa.Array:
+    return pa.DictionaryArray.from_arrays(
+        pa.array(np.zeros(n, dtype=np.int32)), pa.array([value])
+    ).cast(pa.string())
+
+
+def sim_requests_table(name: str, ids: pa.Array, res: SimResult) -> pa.Table:
+    """The sim_requests rows of one scenario."""
+    n = res.num_requests
+    m = request_metrics(res)
+    rq, rqf = res.rq, res.rqf
+    i32 = np.int32
+    return pa.table(
+        {
+            "scenario": _constant_strings(name, n),
+            "request_id": ids,
+            "replica": rq[:, R_REPLICA].astype(i32),
+            "arrival_s": rqf[:, F_ARRIVAL],
+            "prompt_tokens": rq[:, R_PROMPT].astype(i32),
+            "output_tokens": rq[:, R_OUTPUT].astype(i32),
+            "first_scheduled_s": rqf[:, F_FIRST_SCHED],
+            "first_token_s": rqf[:, F_FIRST_TOKEN],
+            "finished_s": rqf[:, F_FINISH],
+            "queue_s": m["queue_s"],
+            "ttft_s": m["ttft_s"],
+            "tpot_s": pa.array(m["tpot_s"], mask=np.isnan(m["tpot_s"])),
+            "e2e_s": m["e2e_s"],
+            "num_preemptions": rq[:, R_PREEMPT].astype(i32),
+            "num_prefill_chunks": rq[:, R_CHUNKS].astype(i32),
+            "cached_tokens": np.zeros(n, dtype=i32),
+            "queue_depth_at_arrival": rq[:, R_QDEPTH].astype(i32),
+        }
+    )
+
+
+def sim_steps_table(name: str, res: SimResult) -> pa.Table:
+    """The sim_steps rows of one scenario (runs of identical decode steps are one row)."""
+    st, stf = res.st, res.stf
+    n = len(st)
+    i32 = np.int32
+    zeros = np.zeros(n, dtype=np.int64)
+    return pa.table(
+        {
+            "scenario": _constant_strings(name, n),
+            "replica": st[:, S_REPLICA].astype(i32),
+            "step": st[:, S_STEP],
+            "num_steps": st[:, S_NUM_STEPS],
+            "start_s": stf[:, SF_START],
+            "duration_s": stf[:, SF_DURATION],
+            "num_running": st[:, S_RUNNING].astype(i32),
+            "num_waiting": st[:, S_WAITING].astype(i32),
+            "num_prefill_tokens": st[:, S_PREFILL],
+            "num_decode_tokens": st[:, S_DECODE],
+            "num_kv_blocks_used": st[:, S_KV_USED],
+            "num_kv_blocks_total": np.full(n, res.num_kv_blocks, dtype=np.int64),
+            "num_preemptions": st[:, S_PREEMPT].astype(i32),
+            "num_prefix_query_tokens": zeros,
+            "num_prefix_hit_tokens": zeros,
+        }
+    )
+
+
+def replay(
+    warehouse: Path,
+    scenarios: list[Scenario],
+    *,
+    requests_file: Path | None = None,
+    date_from: date | None = None,
+    date_to: date | None = None,
+    quiet: bool = False,
+    run_id: str | None = None,
+) -> ReplayResult:
+    """Replay the selected requests through every scenario and write the results.
+
+    Args:
+        warehouse: warehouse directory (requests are read from it unless
+            ``requests_file`` is given; results are always written to it).
+        scenarios: validated scenarios (``scenario.resolve_scenarios``).
+        requests_file: one requests Parquet file instead of the warehouse.
+        date_from, date_to: inclusive range of request days (warehouse only).
+        quiet: no progress bar.
+        run_id: the run id to write under (default: a new one).
+
+    Returns:
+        The run id, the inputs and each scenario's summary and files.
+
+    Raises:
+        ScenarioError: a scenario cannot run on these requests (nothing is written).
+        ConfigError: no requests selected.
+    """
+    started = datetime.now(UTC)
+    wh = Warehouse(warehouse)
+    run_id = run_id or new_run_id(started)
+    files = select_request_files(
+        wh, requests_file=requests_file, date_from=date_from, date_to=date_to
+    )
+    frame = read_requests(files)
+    prepared = [prepare(frame, sc) for sc in scenarios]  # every check before any run
+    wh.init()
+    runs: list[ScenarioRun] = []
+    status = "failed"
+    try:
+        for sc, prep in zip(scenarios, prepared, strict=True):
+            runs.append(_run_one(wh, run_id, sc, prep, quiet=quiet))
+        wh.write(SCENARIOS, _scenarios_table(runs), {"run_id": run_id}, "scenarios")
+        status = "ok"
+    finally:
+        _write_run_row(wh, run_id, started, status, files, frame.height, runs)
+    return ReplayResult(
+        run_id=run_id, num_requests_read=frame.height, inputs=[str(f) for f in files], runs=runs
+    )
+
+
+def _run_one(
+    wh: Warehouse, run_id: str, sc: Scenario, prep: Prepared, *, quiet: bool
+) -> ScenarioRun:
+    n = len(prep.inp)
+    with progress(f"replay {sc.name}", total=n, quiet=quiet) as bar:
+        seen = [0]
+
+        def on_progress(k: int) -> None:
+            bar.advance(k - seen[0])
+            seen[0] = k
+
+        t0 = time.perf_counter()
+        res = simulate(prep.inp, sc.engine(), on_progress=on_progress)
+        sim_s = time.perf_counter() - t0
+    summary = summarize(res)
+    summary["num_dropped"] = prep.num_dropped
+    part = {"run_id": run_id}
+    paths = {
+        "sim_requests": wh.write(
+            SIM_REQUESTS, sim_requests_table(sc.name, prep.request_ids, res), part, sc.name
+        ),
+        "sim_steps": wh.write(SIM_STEPS, sim_steps_table(sc.name, res), part, sc.name),
+    }
+    return ScenarioRun(
+        scenario=sc, summary=summary, num_dropped=prep.num_dropped, sim_s=sim_s, paths=paths
+    )
+
+
+def _scenarios_table(runs: list[ScenarioRun]) -> pa.Table:
+    return pa.table(
+        {
+            "scenario": [r.scenario.name for r in runs],
+            "policy": [r.scenario.policy for r in runs],
+            "replicas": pa.array([r.scenario.replicas for r in runs], pa.int32()),
+            "profile": [r.scenario.profile for r in runs],
+            "config_json": [json.dumps(r.scenario.to_dict(), sort_keys=True) for r in runs],
+            "summary_json": [json.dumps(r.summary, sort_keys=True) for r in runs],
+        }
+    )
+
+
+def _write_run_row(
+    wh: Warehouse,
+    run_id: str,
+    started: datetime,
+    status: str,
+    files: list[Path],
+    rows_read: int,
+    runs: list[ScenarioRun],
+) -> None:
+    details = {
+        "scenarios": {
+            r.scenario.name: {"config": r.scenario.to_dict(), "summary": r.summary} for r in runs
+        }
+    }
+    table = pa.table(
+        {
+            "run_id": [run_id],
+            "command": ["replay"],
+            "started_at": pa.array([started], pa.timestamp("us", tz="UTC")),
+            "finished_at": pa.array([datetime.now(UTC)], pa.timestamp("us", tz="UTC")),
+            "status": [status],
+            "inputs": [json.dumps([str(f) for f in files])],
+            "rows_read": pa.array([rows_read], pa.int64()),
+            "rows_kept": pa.array([sum(r.summary["num_requests"] for r in runs)], pa.int64()),
+            "rows_quarantined": pa.array([0], pa.int64()),
+            "rows_duplicate": pa.array([0], pa.int64()),
+            "details": [json.dumps(details, sort_keys=True)],
+            "version": [__version__],
+        }
+    )
+    wh.write(RUNS, table, {}, run_id)
