@@ -36,6 +36,7 @@ from pipeline.sim.state import (
     NSTF,
     R_CHUNKS,
     R_COMPUTED,
+    R_DISCARDED,
     R_GENERATED,
     R_HELD,
     R_OUTPUT,
@@ -72,6 +73,7 @@ class Req:
         self.chunks = 0
         self.queue_depth = 0
         self.total_computed = 0
+        self.discarded = 0  # computed tokens thrown away by preemptions
 
     @property
     def num_tokens(self) -> int:
@@ -126,6 +128,7 @@ class ReferenceLoop:
 
     def preempt(self, rep: Replica, req: Req) -> None:
         self.release(rep, req)
+        req.discarded += req.computed
         req.computed = 0
         req.preemptions += 1
         rep.waiting.appendleft(req)
@@ -381,6 +384,7 @@ class ReferenceLoop:
             rq[k, R_CHUNKS] = q.chunks
             rq[k, R_QDEPTH] = q.queue_depth
             rq[k, R_TOTAL] = q.total_computed
+            rq[k, R_DISCARDED] = q.discarded
             rqf[k, F_ARRIVAL] = q.arrival_s
             rqf[k, F_FIRST_SCHED] = q.first_scheduled_s
             rqf[k, F_FIRST_TOKEN] = q.first_token_s

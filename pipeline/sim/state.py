@@ -44,7 +44,8 @@ R_PREEMPT = 8  # times preempted
 R_CHUNKS = 9  # steps that computed part of its prompt
 R_QDEPTH = 10  # waiting requests on its replica when it arrived
 R_TOTAL = 11  # tokens computed over its life, recomputation included
-NRQ = 12
+R_DISCARDED = 12  # computed tokens thrown away by preemptions (recomputed later)
+NRQ = 13
 
 # --- rqf: float64 per request ----------------------------------------------
 F_ARRIVAL = 0

@@ -37,6 +37,7 @@ from pipeline.sim.kv import release
 from pipeline.sim.state import (
     P_RUN_N,
     R_COMPUTED,
+    R_DISCARDED,
     R_GENERATED,
     R_PF_END,
     R_PREEMPT,
@@ -184,6 +185,7 @@ def preempt(
     The caller has already taken ``i`` out of the running list.
     """
     release(rq, rp, r, i)
+    rq[i, R_DISCARDED] += rq[i, R_COMPUTED]
     rq[i, R_COMPUTED] = 0
     rq[i, R_STATUS] = ST_WAITING
     rq[i, R_PREEMPT] += 1

@@ -1,0 +1,133 @@
+"""Builders for simulator tests: scenarios with explicit costs, request tables."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pytest
+from hypothesis import settings
+
+from pipeline.contracts import REQUESTS
+from pipeline.sim.scenario import Scenario, build_scenario
+from pipeline.sim.state import SimInput
+from pipeline.warehouse import Warehouse
+
+settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)
+settings.register_profile("dev", deadline=None, print_blob=True)
+settings.load_profile("ci" if os.environ.get("CI") else "dev")
+
+TRACES_RAW = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces_raw"
+AZURE_CONV = TRACES_RAW / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv"
+
+# A step costs 1 s, whatever it computes: hand-checkable timings.
+UNIT_COST = {
+    "fixed_s": 1.0,
+    "flop_s_per_token": 0.0,
+    "flop_s_per_attn": 0.0,
+    "mem_s_weights": 0.0,
+    "mem_s_per_kv_token": 0.0,
+    "mem_s_per_token": 0.0,
+    "comm_s_fixed": 0.0,
+    "comm_s_per_token": 0.0,
+}
+
+# Roughly an 8B model on one H100: 6 ms of weights, KV reads, prefill compute.
+H100_8B_COST = {
+    "fixed_s": 0.003,
+    "flop_s_per_token": 2.4e-5,
+    "flop_s_per_attn": 1.5e-10,
+    "mem_s_weights": 0.006,
+    "mem_s_per_kv_token": 5.0e-8,
+    "mem_s_per_token": 1.0e-8,
+    "comm_s_fixed": 0.0,
+    "comm_s_per_token": 0.0,
+}
+
+
+def make_scenario(policy: str, cost: dict[str, float] | None = None, **values: Any) -> Scenario:
+    """A scenario with an explicit cost table (no profile), validated."""
+    values.setdefault("num_gpu_blocks", 1000)
+    values.setdefault("max_model_len", 4096)
+    return build_scenario({"policy": policy, "cost": cost or UNIT_COST, **values})
+
+
+def make_input(arrival_s: list[float], prompt: list[int], output: list[int]) -> SimInput:
+    return SimInput(
+        np.asarray(arrival_s, dtype=np.float64),
+        np.asarray(prompt, dtype=np.int64),
+        np.asarray(output, dtype=np.int64),
+    )
+
+
+def requests_table(
+    prompt: list[int] | np.ndarray,
+    output: list[int] | np.ndarray,
+    gaps_s: float | list[float] | np.ndarray = 1.0,
+    *,
+    start: datetime = datetime(2024, 5, 1, tzinfo=UTC),
+    max_tokens: list[int | None] | None = None,
+    prefix: str = "r",
+) -> pa.Table:
+    """A requests table (file columns of the REQUESTS contract)."""
+    n = len(prompt)
+    gaps = np.broadcast_to(np.asarray(gaps_s, dtype=np.float64), (n,))
+    offsets = np.concatenate([[0.0], np.cumsum(gaps[1:])])
+    times = [start + timedelta(seconds=float(s)) for s in offsets]
+    cols: dict[str, Any] = {
+        "request_id": [f"{prefix}{i:06d}" for i in range(n)],
+        "arrival_time": pa.array(times, pa.timestamp("us", tz="UTC")),
+        "arrival_s": offsets,
+        "prompt_tokens": pa.array(np.asarray(prompt), pa.int32()),
+        "output_tokens": pa.array(np.asarray(output), pa.int32()),
+        "max_tokens": pa.array(max_tokens or [None] * n, pa.int32()),
+        "block_size": pa.array([None] * n, pa.int32()),
+        "prefix_hashes": pa.array([[]] * n, pa.list_(pa.uint64())),
+        "model": pa.array([None] * n, pa.string()),
+        "tenant": pa.array([None] * n, pa.string()),
+        "priority": pa.array([None] * n, pa.int32()),
+        "session_id": pa.array([None] * n, pa.string()),
+        "parent_id": pa.array([None] * n, pa.string()),
+        "turn": pa.array([None] * n, pa.int32()),
+        "observed_ttft_s": pa.array([None] * n, pa.float64()),
+        "observed_e2e_s": pa.array([None] * n, pa.float64()),
+        "observed_queue_s": pa.array([None] * n, pa.float64()),
+        "cached_tokens": pa.array([None] * n, pa.int32()),
+        "source_format": ["test"] * n,
+        "source_file": ["test"] * n,
+        "source_line": pa.array(np.arange(1, n + 1), pa.int64()),
+    }
+    return pa.table(cols)
+
+
+@pytest.fixture
+def warehouse_with(tmp_path: Path) -> Callable[..., Path]:
+    """warehouse_with(table, day="2024-05-01"): a warehouse holding one requests file."""
+
+    def make(table: pa.Table, day: str = "2024-05-01", stem: str = "src-test") -> Path:
+        root = tmp_path / "wh"
+        Warehouse(root).write(REQUESTS, table, {"date": day}, stem)
+        return root
+
+    return make
+
+
+def read_azure_conv(n: int | None = None) -> pl.DataFrame:
+    """The Azure conversation trace as (arrival_s, prompt_tokens, output_tokens)."""
+    if not AZURE_CONV.exists():
+        pytest.fail(f"the real public traces are expected beside the project at {TRACES_RAW}")
+    df = pl.read_csv(AZURE_CONV, n_rows=n).select(
+        pl.col("TIMESTAMP").str.to_datetime("%Y-%m-%d %H:%M:%S%.f").alias("t"),
+        pl.col("ContextTokens").alias("prompt_tokens"),
+        pl.col("GeneratedTokens").alias("output_tokens"),
+    )
+    t0 = df["t"].min()
+    return df.with_columns(
+        ((pl.col("t") - t0).dt.total_microseconds() / 1e6).alias("arrival_s")
+    ).drop("t")

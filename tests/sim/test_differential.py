@@ -1,0 +1,294 @@
+"""The fast loop against the reference loop, and the invariants both must keep.
+
+Traces and configurations are generated: hypothesis draws the shape (policy,
+sizes, memory pressure, replicas, router) and a seed; the seed drives a numpy
+generator for the continuous values (arrival times, cost coefficients), so
+that no arrival lands exactly on a step boundary, where the closed-form sum of
+a decode run and the step-by-step sum may round differently.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+
+from pipeline.sim.loop import simulate
+from pipeline.sim.policies import POLICIES
+from pipeline.sim.reference import simulate_reference
+from pipeline.sim.scenario import Scenario, build_scenario
+from pipeline.sim.state import (
+    F_ARRIVAL,
+    F_FINISH,
+    F_FIRST_SCHED,
+    F_FIRST_TOKEN,
+    R_DISCARDED,
+    R_GENERATED,
+    R_OUTPUT,
+    R_PREEMPT,
+    R_PROMPT,
+    R_STATUS,
+    R_TOTAL,
+    S_DECODE,
+    S_KV_USED,
+    S_NUM_STEPS,
+    S_PREEMPT,
+    S_PREFILL,
+    S_REPLICA,
+    S_RUNNING,
+    S_STEP,
+    S_WAITING,
+    ST_FINISHED,
+    SimInput,
+    SimResult,
+)
+
+
+def _case(draw: Any, policy: str) -> tuple[SimInput, Scenario]:
+    seed = draw(st.integers(0, 2**32 - 1))
+    n = draw(st.integers(1, 40))
+    replicas = draw(st.integers(1, 3))
+    router = draw(st.sampled_from(["round_robin", "least_outstanding"]))
+    block_size = draw(st.sampled_from([1, 4, 16]))
+    # 1.0: the largest request just fits; sarathi preempts only with the pool nearly full
+    pressure = draw(st.sampled_from([1.0, 1.0, 1.1, 1.3, 2.0, 6.0]))
+    load = draw(st.sampled_from([0.01, 0.05, 0.5, 5.0]))  # mean gap between arrivals, seconds
+    long_prompts = draw(st.booleans())
+    rng = np.random.default_rng(seed)
+    arrival = np.sort(np.cumsum(rng.exponential(load, n)) * rng.uniform(0.5, 1.0))
+    prompt_max = 600 if long_prompts else 80
+    prompt = rng.integers(1, prompt_max, n)
+    output = rng.integers(1, 60, n)
+    cost = {
+        "fixed_s": rng.uniform(1e-3, 5e-3),
+        "flop_s_per_token": rng.uniform(1e-5, 5e-5),
+        "flop_s_per_attn": rng.uniform(0, 1e-7),
+        "mem_s_weights": rng.uniform(0, 1e-2),
+        "mem_s_per_kv_token": rng.uniform(0, 1e-5),
+        "mem_s_per_token": rng.uniform(0, 1e-6),
+        "comm_s_fixed": rng.uniform(0, 1e-3),
+        "comm_s_per_token": rng.uniform(0, 1e-7),
+    }
+    max_model_len = int((prompt + output).max()) + int(rng.integers(0, 50))
+    values: dict[str, Any] = {
+        "policy": policy,
+        "cost": cost,
+        "replicas": replicas,
+        "router": router,
+        "block_size": block_size,
+        "max_model_len": max_model_len,
+        "num_gpu_blocks": 1,  # replaced below, once the policy's needs are known
+    }
+    if policy == "vllm":
+        seqs = draw(st.integers(1, 8))
+        values |= {
+            "max_num_seqs": seqs,
+            "max_num_batched_tokens": draw(st.integers(seqs, 300)),
+            "enable_chunked_prefill": draw(st.booleans()),
+            "long_prefill_token_threshold": draw(st.sampled_from([0, 0, 17, 64])),
+            "watermark": draw(st.sampled_from([0.0, 0.0, 0.05])),
+        }
+        if not values["enable_chunked_prefill"]:
+            values["max_num_batched_tokens"] = max(values["max_num_batched_tokens"], max_model_len)
+    elif policy == "sarathi":
+        seqs = draw(st.integers(1, 8))
+        values |= {
+            "max_num_seqs": seqs,
+            "chunk_size": draw(st.integers(seqs, 300)),
+            "watermark": draw(st.sampled_from([0.0, 0.0, 0.01, 0.1])),
+        }
+    elif policy == "orca":
+        values |= {"max_num_seqs": draw(st.integers(1, 8))}
+    else:
+        values |= {
+            "max_batch_size": draw(st.integers(1, 8)),
+            "max_wait_s": draw(st.sampled_from([0.0, 0.0, 0.3, 2.0])) * rng.uniform(0.9, 1.1),
+        }
+    probe = build_scenario({**values, "num_gpu_blocks": 10**9})
+    need = int(POLICIES[policy].blocks_alone(probe.params, probe.memory, prompt, output).max())
+    extra_null = probe.memory.num_gpu_blocks - probe.num_kv_blocks
+    values["num_gpu_blocks"] = int(math.ceil(need * pressure)) + extra_null
+    if policy == "sarathi":  # the watermark grows with the pool: find the smallest that fits
+        while True:
+            sc = build_scenario(values)
+            if POLICIES[policy].blocks_alone(sc.params, sc.memory, prompt, output).max() <= (
+                sc.num_kv_blocks
+            ):
+                break
+            values["num_gpu_blocks"] += 1
+    sc = build_scenario(values)
+    inp = SimInput(arrival, prompt.astype(np.int64), output.astype(np.int64))
+    sc.cap_lengths(inp.prompt_tokens, inp.output_tokens, np.zeros(n, dtype=np.int64))
+    return inp, sc
+
+
+@st.composite
+def cases(draw: Any, policy: str) -> tuple[SimInput, Scenario]:
+    return _case(draw, policy)
+
+
+def expand(res: SimResult) -> np.ndarray:
+    """One row per engine step: replica, step, running, waiting, prefill, decode, preempt."""
+    cols = [S_REPLICA, S_STEP, S_RUNNING, S_WAITING, S_PREFILL, S_DECODE, S_PREEMPT]
+    rows = np.repeat(res.st[:, cols], res.st[:, S_NUM_STEPS], axis=0)
+    offsets = np.concatenate([np.arange(k) for k in res.st[:, S_NUM_STEPS]])
+    rows[:, 1] += offsets
+    order = np.lexsort((rows[:, 1], rows[:, 0]))
+    return rows[order]
+
+
+def check_invariants(inp: SimInput, sc: Scenario, res: SimResult) -> None:
+    rq, rqf = res.rq, res.rqf
+    # every request completes exactly once, with all its tokens
+    assert (rq[:, R_STATUS] == ST_FINISHED).all()
+    assert (rq[:, R_GENERATED] == rq[:, R_OUTPUT]).all()
+    assert not np.isnan(rqf[:, F_FINISH]).any()
+    # tokens computed = tokens needed + recomputation
+    needed = rq[:, R_PROMPT] + rq[:, R_OUTPUT] - 1
+    assert (rq[:, R_TOTAL] == needed + rq[:, R_DISCARDED]).all()
+    assert (rq[rq[:, R_PREEMPT] == 0, R_DISCARDED] == 0).all()
+    # causality
+    assert (rqf[:, F_ARRIVAL] <= rqf[:, F_FIRST_SCHED]).all()
+    assert (rqf[:, F_FIRST_SCHED] < rqf[:, F_FIRST_TOKEN]).all()
+    assert (rqf[:, F_FIRST_TOKEN] <= rqf[:, F_FINISH]).all()
+    # capacity: KV, batch size, token budget
+    assert (res.st[:, S_KV_USED] <= sc.num_kv_blocks).all()
+    assert (res.st[:, S_KV_USED] >= 0).all()
+    seqs = getattr(sc.params, "max_num_seqs", getattr(sc.params, "max_batch_size", None))
+    assert (res.st[:, S_RUNNING] <= seqs).all()
+    budget = getattr(sc.params, "max_num_batched_tokens", getattr(sc.params, "chunk_size", None))
+    if budget is not None:
+        assert (res.st[:, S_PREFILL] + res.st[:, S_DECODE] <= budget).all()
+    if sc.policy in ("static", "orca"):
+        assert res.st[:, S_PREEMPT].sum() == 0
+    assert res.st[:, S_PREEMPT].sum() == rq[:, R_PREEMPT].sum()
+
+
+def check_equal(inp: SimInput, sc: Scenario) -> SimResult:
+    fast = simulate(inp, sc.engine())
+    ref = simulate_reference(inp, sc)
+    check_invariants(inp, sc, fast)
+    check_invariants(inp, sc, ref)
+    bad = np.flatnonzero((fast.rq != ref.rq).any(axis=1))
+    assert len(bad) == 0, f"request {bad[0]}: fast {fast.rq[bad[0]]} reference {ref.rq[bad[0]]}"
+    close = np.isclose(fast.rqf, ref.rqf, rtol=1e-9, atol=1e-12)
+    bad = np.flatnonzero(~close.all(axis=1))
+    assert len(bad) == 0, f"request {bad[0]}: fast {fast.rqf[bad[0]]} reference {ref.rqf[bad[0]]}"
+    assert np.array_equal(expand(fast), expand(ref))
+    assert fast.num_steps == ref.num_steps
+    # the fast loop's compressed rows end where the reference's steps do
+    ends = fast.st[:, S_STEP] + fast.st[:, S_NUM_STEPS] - 1
+    ref_kv = {(int(r[S_REPLICA]), int(r[S_STEP])): int(r[S_KV_USED]) for r in ref.st}
+    for row, end in zip(fast.st, ends, strict=True):
+        assert ref_kv[(int(row[S_REPLICA]), int(end))] == row[S_KV_USED]
+    total_ref = np.array([ref.stf[ref.st[:, S_REPLICA] == r, 1].sum() for r in range(sc.replicas)])
+    total_fast = np.array(
+        [fast.stf[fast.st[:, S_REPLICA] == r, 1].sum() for r in range(sc.replicas)]
+    )
+    assert np.allclose(total_fast, total_ref, rtol=1e-9)
+    return fast
+
+
+def check_case(case: tuple[SimInput, Scenario]) -> None:
+    fast = check_equal(*case)
+    event(f"preemptions: {'yes' if fast.rq[:, R_PREEMPT].any() else 'no'}")
+    event(f"decode runs compressed: {'yes' if len(fast.st) < fast.num_steps else 'no'}")
+
+
+@settings(max_examples=60)
+@given(cases("vllm"))
+def test_vllm_fast_equals_reference(case: tuple[SimInput, Scenario]) -> None:
+    check_case(case)
+
+
+@settings(max_examples=40)
+@given(cases("sarathi"))
+def test_sarathi_fast_equals_reference(case: tuple[SimInput, Scenario]) -> None:
+    check_case(case)
+
+
+@settings(max_examples=30)
+@given(cases("orca"))
+def test_orca_fast_equals_reference(case: tuple[SimInput, Scenario]) -> None:
+    check_case(case)
+
+
+@settings(max_examples=30)
+@given(cases("static"))
+def test_static_fast_equals_reference(case: tuple[SimInput, Scenario]) -> None:
+    check_case(case)
+
+
+@settings(max_examples=10)
+@given(cases("vllm"))
+def test_same_seed_same_result(case: tuple[SimInput, Scenario]) -> None:
+    inp, sc = case
+    a = simulate(inp, sc.engine())
+    b = simulate(inp, sc.engine())
+    assert np.array_equal(a.rq, b.rq)
+    assert np.array_equal(a.rqf, b.rqf, equal_nan=True)
+    assert np.array_equal(a.st, b.st)
+
+
+def test_kv_pressure_preempts_and_still_matches() -> None:
+    # many long requests at once on a pool that holds about two of them
+    rng = np.random.default_rng(7)
+    n = 30
+    inp = SimInput(
+        np.sort(rng.uniform(0, 0.2, n)),
+        rng.integers(100, 300, n).astype(np.int64),
+        rng.integers(20, 80, n).astype(np.int64),
+    )
+    for policy, params in [
+        ("vllm", {"max_num_seqs": 8, "max_num_batched_tokens": 512}),
+        ("sarathi", {"max_num_seqs": 8, "chunk_size": 256, "watermark": 0.0}),
+    ]:
+        sc = build_scenario(
+            {
+                "policy": policy,
+                "cost": {
+                    **dict.fromkeys(_COST_KEYS, 0.0),
+                    "fixed_s": 0.01,
+                    "flop_s_per_token": 1e-5,
+                },
+                "num_gpu_blocks": 50,
+                "block_size": 16,
+                "max_model_len": 512,
+                **params,
+            }
+        )
+        fast = simulate(inp, sc.engine())
+        assert fast.rq[:, R_PREEMPT].sum() > 0, policy
+        check_equal(inp, sc)
+
+
+_COST_KEYS = [
+    "fixed_s",
+    "flop_s_per_token",
+    "flop_s_per_attn",
+    "mem_s_weights",
+    "mem_s_per_kv_token",
+    "mem_s_per_token",
+    "comm_s_fixed",
+    "comm_s_per_token",
+]
+
+
+def test_decode_runs_are_compressed() -> None:
+    # one request alone: one prefill step, then one row for the whole decode run
+    sc = build_scenario(
+        {
+            "policy": "vllm",
+            "cost": {**dict.fromkeys(_COST_KEYS, 0.0), "fixed_s": 0.01, "mem_s_per_kv_token": 1e-6},
+            "num_gpu_blocks": 100,
+            "max_model_len": 2048,
+        }
+    )
+    inp = SimInput(np.array([0.0]), np.array([100]), np.array([500]))
+    res = simulate(inp, sc.engine())
+    assert res.num_steps == 500
+    assert len(res.st) == 2
+    check_equal(inp, sc)
