@@ -652,6 +652,25 @@ def _open_out(path: Path) -> Iterator[BinaryIO]:
             yield raw
 
 
+def _compact_pieces(
+    rid: pl.Expr, prompt_part: pl.Expr, start: pl.Expr, user_part: pl.Expr, team: pl.Expr,
+    stamp: str,
+) -> list[Any]:
+    """The pieces of a lean gateway line: only the fields ingest reads."""
+    return [
+        '{"request_id":"chatcmpl-', rid,
+        '","startTime":"', start,
+        '","endTime":"', pl.from_epoch("end", "us").dt.strftime(stamp),
+        '","completionStartTime":"', pl.from_epoch("first", "us").dt.strftime(stamp),
+        '"', prompt_part,
+        ',"completion_tokens":', pl.col("output"),
+        f',"model":"{_MODEL}","user":"', user_part,
+        '","team_id":"', team,
+        '","cache_read_input_tokens":', pl.col("cached"),
+        ',"status":"success"}',
+    ]  # fmt: skip
+
+
 def write_gateway_log(
     path: Path,
     n: int,
@@ -660,6 +679,7 @@ def write_gateway_log(
     bad_fraction: float = 0.0,
     rate: float = 20.0,
     chunk: int = 200_000,
+    compact: bool = False,
 ) -> GatewayLog:
     """Stream ``n`` LiteLLM spend-log lines (JSONL) to ``path``, vectorized, in chunks.
 
@@ -669,6 +689,10 @@ def write_gateway_log(
     invalid UTF-8 bytes in ``user``. ``.gz`` / ``.zst`` suffixes compress. Arrivals
     are Poisson at ``rate`` per second from 2024-05-01T00:00:00Z (about 20 hours a
     million lines at the default rate, so large logs span several days).
+
+    ``compact`` leaves out the fields ingest does not read (api key, spend, call
+    type, ...) and writes cached tokens as top-level ``cache_read_input_tokens``:
+    about 350 bytes a line instead of 630, closer to a lean gateway export.
 
     Returns the line count, bytes written (uncompressed) and every bad line's number.
     """
@@ -756,7 +780,7 @@ def write_gateway_log(
             )
             team = pl.col("tenant").replace_strict(list(range(len(TENANTS))), list(TENANTS))
             key = pl.col("tenant").replace_strict(list(range(len(TENANTS))), keys)
-            pieces: list[Any] = [
+            pieces: list[Any] = _compact_pieces(pl.col("rid"), prompt_part, start, user_part, team, stamp) if compact else [
                 '{"request_id":"chatcmpl-', pl.col("rid"),
                 '","call_type":"acompletion","api_key":"', key,
                 '","spend":', pl.col("spend").round(8),

@@ -24,8 +24,10 @@ the error.
 from __future__ import annotations
 
 import json
-import shutil
-from dataclasses import asdict, dataclass, field
+from collections import deque
+from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -40,12 +42,15 @@ from pipeline.errors import SourceError
 from pipeline.ingest.formats import FORMATS, Block, LogFormat, ParseOptions, detect
 from pipeline.ingest.idset import IdSet
 from pipeline.ingest.reader import (
+    Opened,
     check_encoding,
     expand_sources,
     iter_blocks,
     open_source,
+    read_all,
     read_head,
 )
+from pipeline.ingest.sink import RequestSink
 from pipeline.ingest.validate import content_keys, occurrence_ids, validate
 from pipeline.progress import progress
 from pipeline.warehouse import Warehouse, iter_partitions, new_run_id, replace_files, source_key
@@ -155,25 +160,19 @@ def ingest_logs(
     run_id = new_run_id(started)
     warehouse.init()
     paths = expand_sources(sources)
-    tmp_root = warehouse.root / ".tmp" / run_id
     index = _IdIndex(warehouse)
     results: list[FileResult] = []
     total_bytes = sum(p.stat().st_size for p in paths)
-    try:
-        with progress("ingest", total_bytes, quiet=opts.quiet) as bar:
-            for path in paths:
-                res = FileResult(path=str(path))
-                try:
-                    _ingest_file(path, warehouse, opts, run_id, tmp_root, index, res, bar)
-                except SourceError as exc:
-                    res.error = str(exc)
-                    res.rows_read = res.rows_kept = res.rows_quarantined = res.rows_duplicate = 0
-                    res.dates = []
-                results.append(res)
-    finally:
-        shutil.rmtree(tmp_root, ignore_errors=True)
-        if tmp_root.parent.exists() and not any(tmp_root.parent.iterdir()):
-            tmp_root.parent.rmdir()
+    with progress("ingest", total_bytes, quiet=opts.quiet) as bar:
+        for path in paths:
+            res = FileResult(path=str(path))
+            try:
+                _ingest_file(path, warehouse, opts, run_id, index, res, bar)
+            except SourceError as exc:
+                res.error = str(exc)
+                res.rows_read = res.rows_kept = res.rows_quarantined = res.rows_duplicate = 0
+                res.dates = []
+            results.append(res)
     result = IngestResult(run_id, str(warehouse.root), results)
     _write_run(warehouse, result, sources, started, opts)
     return result
@@ -184,7 +183,6 @@ def _ingest_file(
     warehouse: Warehouse,
     opts: IngestOptions,
     run_id: str,
-    tmp_root: Path,
     index: _IdIndex,
     res: FileResult,
     bar: object,
@@ -200,12 +198,9 @@ def _ingest_file(
     popts = ParseOptions(
         path=path, block_size=opts.block_size, hash_salt=opts.hash_salt, tokenizer=opts.tokenizer
     )
-    tmp = tmp_root / key
-    tmp.mkdir(parents=True, exist_ok=True)
-    parts: list[Path] = []
+    sink = RequestSink(warehouse, stem, run_id, fmt.name, str(path))
     rejects: list[pl.DataFrame] = []
     counts: dict[int, int] = {}
-    min_time: int | None = None
     opened = open_source(path)
     res.compression = opened.compression
     done = 0
@@ -215,45 +210,71 @@ def _ingest_file(
             if fmt.line_based
             else _whole(path, opened)
         )
-        for block, header, consumed in blocks:
-            if fmt.has_header:
-                popts = ParseOptions(**{**popts.__dict__, "header": header})
-            parsed = fmt.parse(block, popts)
-            good, bad = validate(parsed.rows)
-            bad = pl.concat([parsed.rejects, bad]).sort("source_line")
-            if len(bad):
-                rejects.append(_excerpts(bad, block, fmt))
-            res.rows_read += parsed.rows.height + parsed.rejects.height
-            res.rows_quarantined += bad.height
+        for n_read, good, bad, consumed in _parsed_blocks(blocks, fmt, popts):
+            if bad is not None:
+                rejects.append(bad)
+                res.rows_quarantined += bad.height
+            res.rows_read += n_read
             good = _assign_ids(good, fmt.name, counts)
             good, ndup = _dedupe(good, taken, kept_hashes)
             res.rows_duplicate += ndup
             if good.height:
-                good = _arrival_time(good, opts.trace_start)
-                t = good["arrival_time"].dt.epoch("us").min()
-                min_time = t if min_time is None else min(min_time, t)  # type: ignore[type-var,assignment]
-                part = tmp / f"part-{len(parts):05d}.arrow"
-                good.write_ipc(part)
-                parts.append(part)
+                sink.write(_arrival_time(good, opts.trace_start))
                 res.rows_kept += good.height
             if consumed > done:
                 bar.advance(consumed - done)  # type: ignore[attr-defined]
                 done = consumed
+    except BaseException:
+        sink.abort()
+        raise
     finally:
         opened.stream.close()
     if res.rows_read != res.rows_kept + res.rows_quarantined + res.rows_duplicate:
         raise AssertionError(f"counts do not reconcile for {path}: {res}")
-    _commit(warehouse, stem, parts, min_time, rejects, run_id, fmt, path, res)
+    _commit(warehouse, stem, sink, rejects, run_id, fmt, path, res)
     index.keep(kept_hashes)
     if res.rows_kept == 0 and res.rows_read == 0:
         res.dates = []
 
 
-def _whole(path: Path, opened: object) -> list[tuple[Block, bytes, int]]:
-    from pipeline.ingest.reader import _read
+def _parse_one(
+    block: Block, header: bytes, fmt: LogFormat, popts: ParseOptions
+) -> tuple[int, pl.DataFrame, pl.DataFrame | None]:
+    """Parse and validate one block: (records read, good rows, rejects or None)."""
+    if fmt.has_header:
+        popts = replace(popts, header=header)
+    parsed = fmt.parse(block, popts)
+    good, bad = validate(parsed.rows)
+    bad = pl.concat([parsed.rejects, bad]).sort("source_line")
+    n_read = parsed.rows.height + parsed.rejects.height
+    return n_read, good, (_excerpts(bad, block, fmt) if bad.height else None)
 
-    data = _read(path, opened, -1)  # type: ignore[arg-type]
-    return [(Block(data, 1, 0), b"", path.stat().st_size)]
+
+def _parsed_blocks(
+    blocks: Iterable[tuple[Block, bytes, int]], fmt: LogFormat, popts: ParseOptions
+) -> Iterator[tuple[int, pl.DataFrame, pl.DataFrame | None, int]]:
+    """Parse blocks on two threads, in order, with at most three blocks in flight.
+
+    NOTE: polars and numpy release the GIL, so reading the next block and
+    parsing this one overlap on a 2-core machine; ids and dedupe stay in order
+    on the caller's thread.
+    """
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        pending: deque[tuple[Future[tuple[int, pl.DataFrame, pl.DataFrame | None]], int]]
+        pending = deque()
+        for block, header, consumed in blocks:
+            pending.append((pool.submit(_parse_one, block, header, fmt, popts), consumed))
+            if len(pending) >= 3:
+                fut, c = pending.popleft()
+                yield (*fut.result(), c)
+        while pending:
+            fut, c = pending.popleft()
+            yield (*fut.result(), c)
+
+
+def _whole(path: Path, opened: Opened) -> list[tuple[Block, bytes, int]]:
+    """The whole decompressed file as one block (formats that are not line-based)."""
+    return [(Block(read_all(path, opened), 1, 0), b"", opened.size)]
 
 
 def _choose_format(path: Path, head: bytes, forced: str | None) -> LogFormat:
@@ -320,42 +341,16 @@ def _excerpts(bad: pl.DataFrame, block: Block, fmt: LogFormat) -> pl.DataFrame:
 def _commit(
     warehouse: Warehouse,
     stem: str,
-    parts: list[Path],
-    min_time: int | None,
+    sink: RequestSink,
     rejects: list[pl.DataFrame],
     run_id: str,
     fmt: LogFormat,
     path: Path,
     res: FileResult,
 ) -> None:
-    """Write the file's final partitions under temporary names, then swap them in."""
-    writers: dict[str, tuple[pq.ParquetWriter, Path]] = {}
+    """Swap the file's new partitions and quarantine in, replacing what it wrote before."""
     src = str(path)
-    try:
-        for part in parts:
-            df = pl.read_ipc(part)
-            df = df.with_columns(
-                pl.Series("arrival_s", seconds_since(df["arrival_time"], min_time or 0)),
-                pl.col("arrival_time").dt.date().alias("date"),
-                pl.lit(fmt.name).alias("source_format"),
-                pl.lit(src).alias("source_file"),
-            )
-            for (date,), sub in df.group_by("date", maintain_order=True):
-                d = str(date)
-                if d not in writers:
-                    final = warehouse.partition_path(REQUESTS, {"date": d}, stem)
-                    tmp = final.with_name(f".{final.name}.tmp-{run_id}")
-                    tmp.parent.mkdir(parents=True, exist_ok=True)
-                    writers[d] = (
-                        pq.ParquetWriter(tmp, REQUESTS.schema(), compression="zstd"),
-                        final,
-                    )
-                table = conform(sub.sort("arrival_time").to_arrow(), REQUESTS, str(path))
-                writers[d][0].write_table(table)
-    finally:
-        for w, _ in writers.values():
-            w.close()
-    new = [(final.with_name(f".{final.name}.tmp-{run_id}"), final) for _, final in writers.values()]
+    new = sink.close()
     old = [p for _, p in iter_partitions(warehouse.files(REQUESTS)) if p.stem == stem]
     q = (
         pl.concat(rejects)
@@ -382,18 +377,7 @@ def _commit(
     else:
         old.append(q_final)
     replace_files(new, old)
-    res.dates = sorted(writers)
-
-
-def seconds_since(times: pl.Series, origin_us: int) -> np.ndarray:
-    """Seconds from ``origin_us`` (epoch microseconds), as whole seconds plus microseconds / 1e6.
-
-    NOTE: summing the two parts (like Python's timedelta.total_seconds) rounds
-    the same way as the Vidur/Splitwise processed traces, so Azure relative
-    times match them exactly; dividing the microsecond count by 1e6 does not.
-    """
-    delta = times.dt.epoch("us").to_numpy() - origin_us
-    return (delta // 1_000_000) + (delta % 1_000_000) / 1e6
+    res.dates = sink.dates
 
 
 def _write_run(

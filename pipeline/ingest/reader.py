@@ -32,6 +32,8 @@ BLOCK_BYTES = 32 * 1024 * 1024
 def expand_sources(patterns: list[str]) -> list[Path]:
     """Files named by paths, globs and directories (recursively), sorted, without repeats.
 
+    Inside a directory, hidden files and Markdown/reST documents are skipped.
+
     Raises:
         SourceError: a pattern that matches nothing.
     """
@@ -59,7 +61,9 @@ def expand_sources(patterns: list[str]) -> list[Path]:
 
 
 def _hidden(path: Path, root: Path) -> bool:
-    return any(part.startswith(".") for part in path.relative_to(root).parts)
+    """Hidden files and documentation are skipped when a directory is expanded."""
+    parts = path.relative_to(root).parts
+    return any(p.startswith(".") for p in parts) or path.suffix.lower() in {".md", ".rst"}
 
 
 @dataclass(frozen=True)
@@ -107,6 +111,11 @@ def _read(path: Path, opened: Opened, n: int) -> bytes:
             f"corrupt {opened.compression} data ({exc}); re-copy or "
             "re-export it, nothing from it was kept",
         ) from exc
+
+
+def read_all(path: Path, opened: Opened) -> bytes:
+    """Every decompressed byte of the file."""
+    return _read(path, opened, -1)
 
 
 def check_encoding(path: Path, head: bytes) -> None:

@@ -198,3 +198,29 @@ def test_forced_unknown_format_lists_choices(tmp_path: Path) -> None:
     log.write_text("{}\n")
     r = CliRunner().invoke(cli, ["ingest", str(log), "--format", "nope"])
     assert r.exit_code == 2 and "azure" in r.output
+
+
+def test_unordered_log_gets_arrival_s_from_its_earliest_record(tmp_path: Path) -> None:
+    log = tmp_path / "gateway.jsonl"
+    recs = [_rec(i) for i in range(40)]
+    log.write_bytes(b"".join(_line(r) for r in recs[20:] + recs[:20]))  # later half first
+    wh = Warehouse(tmp_path / "wh")
+    ingest_logs([str(log)], wh, IngestOptions(block_bytes=2048))
+    got = wh.connect().sql("SELECT request_id, arrival_s FROM requests ORDER BY request_id").pl()
+    assert got["arrival_s"].to_list() == [float(i) for i in range(40)]
+
+
+def test_generated_bad_log_reconciles_line_by_line(tmp_path: Path) -> None:
+    from pipeline.samples import write_gateway_log
+
+    log = write_gateway_log(tmp_path / "g.jsonl", 3000, seed=3, bad_fraction=0.05, compact=True)
+    wh = Warehouse(tmp_path / "wh")
+    f = ingest_logs([str(log.path)], wh, IngestOptions(block_bytes=64 * 1024)).files[0]
+    dups = set(log.bad["duplicate_request_id"])
+    rejected = {
+        n for kind, lines in log.bad.items() if kind != "duplicate_request_id" for n in lines
+    }
+    q = wh.connect().sql("SELECT source_line FROM quarantine ORDER BY 1").pl()
+    assert set(q["source_line"].to_list()) == rejected
+    assert f.rows_duplicate == len(dups)
+    assert f.rows_kept == 3000 - len(rejected) - len(dups)

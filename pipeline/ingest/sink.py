@@ -1,0 +1,126 @@
+"""Where a source file's good rows go: per-day Parquet files, written on a thread.
+
+Rows arrive block by block. Each block gets ``arrival_s`` against the earliest
+arrival seen so far (the first block's, in a time-ordered log) and is written
+as row groups of temporary files, one per day, while the next block is being
+parsed. If a later block holds an earlier arrival (an unordered log), the
+files are rewritten once at the end with the true origin. ``commit`` then
+renames the files into place; ``abort`` removes them.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+import pyarrow.parquet as pq
+
+from pipeline.contracts import REQUESTS, conform
+from pipeline.warehouse import Warehouse
+
+
+def seconds_since(times: pl.Series, origin_us: int) -> npt.NDArray[np.float64]:
+    """Seconds from ``origin_us`` (epoch microseconds), as whole seconds plus microseconds / 1e6.
+
+    NOTE: summing the two parts (like Python's timedelta.total_seconds) rounds
+    the same way as the Vidur/Splitwise processed traces, so Azure relative
+    times match them exactly; dividing the microsecond count by 1e6 does not.
+    """
+    delta = times.dt.epoch("us").to_numpy() - origin_us
+    return (delta // 1_000_000) + (delta % 1_000_000) / 1e6  # type: ignore[no-any-return]
+
+
+class RequestSink:
+    """Temporary per-day ``requests`` files of one source file."""
+
+    def __init__(self, warehouse: Warehouse, stem: str, run_id: str, fmt: str, src: str) -> None:
+        self._wh = warehouse
+        self._stem = stem
+        self._suffix = f".tmp-{run_id}"
+        self._fmt = fmt
+        self._src = src
+        self._writers: dict[str, tuple[pq.ParquetWriter, Path, Path]] = {}
+        self._pool = ThreadPoolExecutor(max_workers=1)
+        self._last: Future[None] | None = None
+        self._origin: int | None = None  # origin used for arrival_s so far
+        self._min: int | None = None  # true earliest arrival
+        self.rows = 0
+
+    def write(self, good: pl.DataFrame) -> None:
+        """Queue a block of good rows (with ``arrival_time``) for writing."""
+        if not good.height:
+            return
+        t = good["arrival_time"].dt.epoch("us").min()
+        assert isinstance(t, int)
+        self._min = t if self._min is None else min(self._min, t)
+        if self._origin is None:
+            self._origin = t
+        frame = good.with_columns(
+            pl.Series("arrival_s", seconds_since(good["arrival_time"], self._origin)),
+            pl.lit(self._fmt).alias("source_format"),
+            pl.lit(self._src).alias("source_file"),
+        )
+        self.rows += good.height
+        prev = self._last
+
+        def run() -> None:
+            if prev is not None:
+                prev.result()
+            self._write(frame)
+
+        self._last = self._pool.submit(run)
+
+    def _write(self, frame: pl.DataFrame) -> None:
+        dates = frame["arrival_time"].dt.date()
+        for (date,), sub in frame.with_columns(dates.alias("_d")).group_by(
+            "_d", maintain_order=True
+        ):
+            d = str(date)
+            if d not in self._writers:
+                final = self._wh.partition_path(REQUESTS, {"date": d}, self._stem)
+                tmp = final.with_name(f".{final.name}{self._suffix}")
+                tmp.parent.mkdir(parents=True, exist_ok=True)
+                writer = pq.ParquetWriter(tmp, REQUESTS.schema(), compression="zstd")
+                self._writers[d] = (writer, tmp, final)
+            table = conform(sub.sort("arrival_time").to_arrow(), REQUESTS, self._src)
+            self._writers[d][0].write_table(table)
+
+    def _finish(self) -> None:
+        try:
+            if self._last is not None:
+                self._last.result()
+        finally:
+            for w, _, _ in self._writers.values():
+                w.close()
+            self._pool.shutdown()
+
+    def close(self) -> list[tuple[Path, Path]]:
+        """Finish writing; return (temporary, final) path pairs, one per day."""
+        self._finish()
+        if self._origin is not None and self._min is not None and self._min < self._origin:
+            for _, tmp, _ in self._writers.values():
+                self._rebase(tmp, self._min)
+        return [(tmp, final) for _, tmp, final in self._writers.values()]
+
+    @property
+    def dates(self) -> list[str]:
+        return sorted(self._writers)
+
+    def _rebase(self, tmp: Path, origin: int) -> None:
+        df = pl.read_parquet(tmp)
+        df = df.with_columns(pl.Series("arrival_s", seconds_since(df["arrival_time"], origin)))
+        again = tmp.with_name(tmp.name + "-rebased")
+        pq.write_table(conform(df.to_arrow(), REQUESTS, self._src), again, compression="zstd")
+        again.replace(tmp)
+
+    def abort(self) -> None:
+        """Stop and remove the temporary files."""
+        try:
+            self._finish()
+        except Exception:  # noqa: BLE001 - the caller is already failing with its own error
+            pass
+        for _, tmp, _ in self._writers.values():
+            tmp.unlink(missing_ok=True)
