@@ -25,17 +25,19 @@ import numpy as np
 import numpy.typing as npt
 from numba import njit
 
-from pipeline.sim.state import P_FREE, R_HELD, cdiv
+from pipeline.sim.state import P_FREE, R_HELD
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def blocks_needed(rq: npt.NDArray[np.int64], i: int, num_tokens: int, block_size: int) -> int:
     """Blocks request ``i`` must add to cover ``num_tokens`` tokens."""
-    need = cdiv(num_tokens, block_size) - rq[i, R_HELD]
-    return need if need > 0 else 0
+    short = num_tokens - rq[i, R_HELD] * block_size  # tokens beyond its blocks
+    if short <= 0:
+        return 0
+    return (short + block_size - 1) // block_size
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def grow(
     rq: npt.NDArray[np.int64],
     rp: npt.NDArray[np.int64],
@@ -54,7 +56,7 @@ def grow(
     return True
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def reserve(
     rq: npt.NDArray[np.int64], rp: npt.NDArray[np.int64], r: int, i: int, num_blocks: int
 ) -> bool:
@@ -66,7 +68,7 @@ def reserve(
     return True
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def release(rq: npt.NDArray[np.int64], rp: npt.NDArray[np.int64], r: int, i: int) -> None:
     """Return every block of request ``i`` to the free pool."""
     rp[r, P_FREE] += rq[i, R_HELD]

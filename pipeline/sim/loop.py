@@ -76,6 +76,12 @@ from pipeline.sim.state import (
     F_FINISH,
     F_FIRST_SCHED,
     F_FIRST_TOKEN,
+    FE_ATTN,
+    FE_CTX,
+    FE_DECODE,
+    FE_MIN_LEFT,
+    FE_PREFILL,
+    NFE,
     NRP,
     NRPF,
     NRQ,
@@ -93,6 +99,7 @@ from pipeline.sim.state import (
     Q_LAST_END,
     R_CHUNKS,
     R_COMPUTED,
+    R_DISCARDED,
     R_GENERATED,
     R_HELD,
     R_OUTPUT,
@@ -169,7 +176,7 @@ def _invalidate_stale_cache() -> None:
 _invalidate_stale_cache()
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _schedule(
     r: int,
     cfg: npt.NDArray[np.int64],
@@ -181,19 +188,20 @@ def _schedule(
     wq: npt.NDArray[np.int32],
     sq: npt.NDArray[np.int64],
     stt: npt.NDArray[np.int64],
+    feat: npt.NDArray[np.float64],
     now: float,
 ) -> tuple[int, int, int]:
     code = cfg[C_POLICY]
     if code == vllm.CODE:
-        return vllm.schedule(r, cfg, cfgf, rq, rqf, rp, run, wq, sq, stt, now)
+        return vllm.schedule(r, cfg, cfgf, rq, rqf, rp, run, wq, sq, stt, feat, now)
     if code == sarathi.CODE:
-        return sarathi.schedule(r, cfg, cfgf, rq, rqf, rp, run, wq, sq, stt, now)
+        return sarathi.schedule(r, cfg, cfgf, rq, rqf, rp, run, wq, sq, stt, feat, now)
     if code == orca.CODE:
-        return orca.schedule(r, cfg, cfgf, rq, rqf, rp, run, wq, sq, stt, now)
-    return static.schedule(r, cfg, cfgf, rq, rqf, rp, run, wq, sq, stt, now)
+        return orca.schedule(r, cfg, cfgf, rq, rqf, rp, run, wq, sq, stt, feat, now)
+    return static.schedule(r, cfg, cfgf, rq, rqf, rp, run, wq, sq, stt, feat, now)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _next_start(
     cfg: npt.NDArray[np.int64],
     cfgf: npt.NDArray[np.float64],
@@ -213,7 +221,7 @@ def _next_start(
     return clock
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _run_s(c: npt.NDArray[np.float64], d: float, ctx: float, k: int) -> float:
     """Seconds of k decode steps: ``cost_model.decode_run_s``, also when its two slopes tie.
 
@@ -231,7 +239,7 @@ def _run_s(c: npt.NDArray[np.float64], d: float, ctx: float, k: int) -> float:
     return base + k * max(a0, b0) + c[MEM_KV] * d * k * (k - 1) / 2.0
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _extra_blocks(
     rq: npt.NDArray[np.int64], sq: npt.NDArray[np.int64], n: int, k: int, bs: int
 ) -> int:
@@ -243,7 +251,7 @@ def _extra_blocks(
     return extra
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _run_length(
     cfg: npt.NDArray[np.int64],
     cost: npt.NDArray[np.float64],
@@ -293,7 +301,7 @@ def _run_length(
     return k_max
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _step(
     r: int,
     until: float,
@@ -311,32 +319,22 @@ def _step(
     g: npt.NDArray[np.int64],
     sq: npt.NDArray[np.int64],
     stt: npt.NDArray[np.int64],
+    feat: npt.NDArray[np.float64],
 ) -> None:
     """One step of replica r (or a run of identical decode steps), starting at its clock."""
     start = rpf[r, Q_CLOCK]
     num_waiting = rp[r, P_WQ_LEN]
-    n, n_pre, n_adm = _schedule(r, cfg, cfgf, rq, rqf, rp, run, wq, sq, stt, start)
-    p_tok = 0.0
-    p_attn = 0.0
-    d = 0
-    ctx = 0.0
-    min_left = np.iinfo(np.int64).max
-    for j in range(n):
-        i = sq[j]
-        c0 = rq[i, R_COMPUTED]
-        if c0 >= rq[i, R_PF_END]:
-            d += 1
-            ctx += c0 + 1
-            left = rq[i, R_OUTPUT] - rq[i, R_GENERATED]
-            if left < min_left:
-                min_left = left
-        else:
-            t = stt[j]
-            p_tok += t
-            p_attn += t * (c0 + t)
+    feat[:] = 0.0
+    feat[FE_MIN_LEFT] = np.inf
+    n, n_pre, n_adm = _schedule(r, cfg, cfgf, rq, rqf, rp, run, wq, sq, stt, feat, start)
+    p_tok = feat[FE_PREFILL]
+    p_attn = feat[FE_ATTN]
+    d = int(feat[FE_DECODE])
+    ctx = feat[FE_CTX]
+    min_left = feat[FE_MIN_LEFT]
     k = 1
     if p_tok == 0 and n_pre == 0 and n_adm == 0 and n > 0 and n == rp[r, P_RUN_N] and min_left > 1:
-        k = _run_length(cfg, cost, rq, rp, sq, n, r, start, until, d, ctx, min_left)
+        k = _run_length(cfg, cost, rq, rp, sq, n, r, start, until, d, ctx, int(min_left))
     if k == 1:
         duration = step_time(cost, p_tok, p_attn, float(d), ctx)
     else:
@@ -352,22 +350,20 @@ def _step(
     for j in range(n):
         i = sq[j]
         c0 = rq[i, R_COMPUTED]
-        if math.isnan(rqf[i, F_FIRST_SCHED]):
-            rqf[i, F_FIRST_SCHED] = start
-        if c0 < rq[i, R_PROMPT]:
-            rq[i, R_CHUNKS] += 1
-        if k == 1:
+        if c0 >= rq[i, R_PF_END]:  # a decode: one token per step, k steps
+            rq[i, R_COMPUTED] = c0 + k
+            rq[i, R_GENERATED] += k
+        else:  # a prefill chunk (k == 1)
+            if math.isnan(rqf[i, F_FIRST_SCHED]):
+                rqf[i, F_FIRST_SCHED] = start
+            if c0 < rq[i, R_PROMPT]:
+                rq[i, R_CHUNKS] += 1
             t = stt[j]
             rq[i, R_COMPUTED] = c0 + t
-            rq[i, R_TOTAL] += t
             if c0 + t >= rq[i, R_PROMPT] + rq[i, R_GENERATED]:
                 rq[i, R_GENERATED] += 1
                 if rq[i, R_GENERATED] == 1:
                     rqf[i, F_FIRST_TOKEN] = end
-        else:
-            rq[i, R_COMPUTED] = c0 + k
-            rq[i, R_TOTAL] += k
-            rq[i, R_GENERATED] += k
         if rq[i, R_GENERATED] >= rq[i, R_OUTPUT]:
             rqf[i, F_FINISH] = end
             rq[i, R_STATUS] = ST_FINISHED
@@ -401,7 +397,7 @@ def _step(
     rpf[r, Q_LAST_END] = end
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _advance(
     r: int,
     until: float,
@@ -419,6 +415,7 @@ def _advance(
     g: npt.NDArray[np.int64],
     sq: npt.NDArray[np.int64],
     stt: npt.NDArray[np.int64],
+    feat: npt.NDArray[np.float64],
 ) -> bool:
     """Run replica r's steps that start before ``until``; False if the timeline is full."""
     while True:
@@ -428,10 +425,10 @@ def _advance(
         if not s < until:
             return True
         rpf[r, Q_CLOCK] = s
-        _step(r, until, cfg, cfgf, cost, rq, rqf, rp, rpf, run, wq, st, stf, g, sq, stt)
+        _step(r, until, cfg, cfgf, cost, rq, rqf, rp, rpf, run, wq, st, stf, g, sq, stt, feat)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _loop(
     cfg: npt.NDArray[np.int64],
     cfgf: npt.NDArray[np.float64],
@@ -447,6 +444,7 @@ def _loop(
     g: npt.NDArray[np.int64],
     sq: npt.NDArray[np.int64],
     stt: npt.NDArray[np.int64],
+    feat: npt.NDArray[np.float64],
     max_arrivals: int,
 ) -> int:
     """Route arrivals in order and advance replicas between them; resumable."""
@@ -459,7 +457,23 @@ def _loop(
         if k >= n:
             for r in range(num_replicas):
                 if not _advance(
-                    r, math.inf, cfg, cfgf, cost, rq, rqf, rp, rpf, run, wq, st, stf, g, sq, stt
+                    r,
+                    math.inf,
+                    cfg,
+                    cfgf,
+                    cost,
+                    rq,
+                    rqf,
+                    rp,
+                    rpf,
+                    run,
+                    wq,
+                    st,
+                    stf,
+                    g,
+                    sq,
+                    stt,
+                    feat,
                 ):
                     return RET_FULL
             return RET_DONE
@@ -468,12 +482,14 @@ def _loop(
         t = rqf[k, F_ARRIVAL]
         if rr:
             r = k % num_replicas
-            if not _advance(r, t, cfg, cfgf, cost, rq, rqf, rp, rpf, run, wq, st, stf, g, sq, stt):
+            if not _advance(
+                r, t, cfg, cfgf, cost, rq, rqf, rp, rpf, run, wq, st, stf, g, sq, stt, feat
+            ):
                 return RET_FULL
         else:
             for q in range(num_replicas):
                 if not _advance(
-                    q, t, cfg, cfgf, cost, rq, rqf, rp, rpf, run, wq, st, stf, g, sq, stt
+                    q, t, cfg, cfgf, cost, rq, rqf, rp, rpf, run, wq, st, stf, g, sq, stt, feat
                 ):
                     return RET_FULL
             r = least_outstanding(rp, rpf, t)
@@ -527,9 +543,10 @@ def simulate(
     g = np.zeros(NG, dtype=np.int64)
     sq = np.zeros(max_seqs + 1, dtype=np.int64)
     stt = np.zeros(max_seqs + 1, dtype=np.int64)
+    feat = np.zeros(NFE)
     while True:
         ret = _loop(
-            eng.cfg, eng.cfgf, eng.cost, rq, rqf, rp, rpf, run, wq, st, stf, g, sq, stt, chunk
+            eng.cfg, eng.cfgf, eng.cost, rq, rqf, rp, rpf, run, wq, st, stf, g, sq, stt, feat, chunk
         )
         if ret == RET_FULL:
             st = np.concatenate([st, np.zeros_like(st)])
@@ -541,6 +558,8 @@ def simulate(
             break
     if on_progress is not None:
         on_progress(n)
+    # every computed token is either still held (computed) or was thrown away by a preemption
+    rq[:, R_TOTAL] = rq[:, R_COMPUTED] + rq[:, R_DISCARDED]
     rows = int(g[G_ROWS])
     return SimResult(
         rq=rq,

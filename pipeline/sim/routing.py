@@ -24,7 +24,7 @@ LEAST_OUTSTANDING = 1
 ROUTERS: dict[str, int] = {"round_robin": ROUND_ROBIN, "least_outstanding": LEAST_OUTSTANDING}
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def outstanding(rp: npt.NDArray[np.int64], rpf: npt.NDArray[np.float64], r: int, t: float) -> int:
     """Requests routed to replica r and not finished by time t."""
     n = rp[r, P_ROUTED] - rp[r, P_DONE]
@@ -33,7 +33,7 @@ def outstanding(rp: npt.NDArray[np.int64], rpf: npt.NDArray[np.float64], r: int,
     return n
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def least_outstanding(rp: npt.NDArray[np.int64], rpf: npt.NDArray[np.float64], t: float) -> int:
     best = 0
     best_n = outstanding(rp, rpf, 0, t)

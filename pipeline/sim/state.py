@@ -105,21 +105,29 @@ NCFG = 11
 CF_MAX_WAIT_S = 0  # static: longest the oldest request waits for a batch to fill
 NCFGF = 1
 
+# --- feat: float64 cost features of the step being scheduled (cost_model.step_time)
+FE_PREFILL = 0  # P: prefill tokens
+FE_ATTN = 1  # A: sum of chunk_len * (context_before + chunk_len)
+FE_DECODE = 2  # D: decode sequences
+FE_CTX = 3  # C: sum of decode contexts (computed + 1)
+FE_MIN_LEFT = 4  # fewest tokens any scheduled decode has left to generate
+NFE = 5
 
-@njit(cache=True)
+
+@njit(cache=True, error_model="numpy")
 def cdiv(a: int, b: int) -> int:
     """Ceiling division of non-negative integers."""
     return -(-a // b)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def wq_push_back(wq: npt.NDArray[np.int32], rp: npt.NDArray[np.int64], r: int, i: int) -> None:
     cap = wq.shape[1]
     wq[r, (rp[r, P_WQ_HEAD] + rp[r, P_WQ_LEN]) % cap] = i
     rp[r, P_WQ_LEN] += 1
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def wq_push_front(wq: npt.NDArray[np.int32], rp: npt.NDArray[np.int64], r: int, i: int) -> None:
     cap = wq.shape[1]
     head = (rp[r, P_WQ_HEAD] - 1) % cap
@@ -128,12 +136,12 @@ def wq_push_front(wq: npt.NDArray[np.int32], rp: npt.NDArray[np.int64], r: int, 
     rp[r, P_WQ_LEN] += 1
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def wq_peek(wq: npt.NDArray[np.int32], rp: npt.NDArray[np.int64], r: int) -> int:
     return int(wq[r, rp[r, P_WQ_HEAD]])
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def wq_pop_front(wq: npt.NDArray[np.int32], rp: npt.NDArray[np.int64], r: int) -> int:
     i = int(wq[r, rp[r, P_WQ_HEAD]])
     rp[r, P_WQ_HEAD] = (rp[r, P_WQ_HEAD] + 1) % wq.shape[1]

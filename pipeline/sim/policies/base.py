@@ -12,11 +12,12 @@ A policy module holds three things:
 
 The kernel contract (fast loop)::
 
-    schedule(r, cfg, cfgf, rq, rqf, rp, run, wq, sched_q, sched_t, now)
+    schedule(r, cfg, cfgf, rq, rqf, rp, run, wq, sched_q, sched_t, feat, now)
         -> (num_scheduled, num_preempted, num_admitted)
 
 It fills ``sched_q[:num_scheduled]`` with request indices and ``sched_t`` with
-the tokens each computes this step, allocates their KV blocks, moves admitted
+the tokens each computes this step (``add_scheduled``, which also sums the
+step's cost features into ``feat``), allocates their KV blocks, moves admitted
 requests from the waiting queue to the running list and preempted ones back
 to the front of the waiting queue. It must schedule at most ``max_num_seqs``
 requests and (where the policy has one) stay within the token budget. The loop
@@ -35,10 +36,16 @@ from numba import njit
 from pipeline.errors import ScenarioError
 from pipeline.sim.kv import release
 from pipeline.sim.state import (
+    FE_ATTN,
+    FE_CTX,
+    FE_DECODE,
+    FE_MIN_LEFT,
+    FE_PREFILL,
     P_RUN_N,
     R_COMPUTED,
     R_DISCARDED,
     R_GENERATED,
+    R_OUTPUT,
     R_PF_END,
     R_PREEMPT,
     R_PROMPT,
@@ -113,28 +120,49 @@ def fraction(name: str, value: float) -> None:
         raise ScenarioError(f"{name} must be in [0, 1), got {value}")
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def add_scheduled(
-    sched_q: npt.NDArray[np.int64], sched_t: npt.NDArray[np.int64], n: int, i: int, tokens: int
+    sched_q: npt.NDArray[np.int64],
+    sched_t: npt.NDArray[np.int64],
+    feat: npt.NDArray[np.float64],
+    rq: npt.NDArray[np.int64],
+    n: int,
+    i: int,
+    tokens: int,
 ) -> int:
+    """Schedule ``tokens`` of request ``i`` (entry n) and add them to the step's features.
+
+    A request past its prompt (or recompute) is a decode of context computed + 1;
+    otherwise a prefill chunk (see ``loop.py``). Returns n + 1.
+    """
     sched_q[n] = i
     sched_t[n] = tokens
+    c0 = rq[i, R_COMPUTED]
+    if c0 >= rq[i, R_PF_END]:
+        feat[FE_DECODE] += 1.0
+        feat[FE_CTX] += c0 + 1
+        left = rq[i, R_OUTPUT] - rq[i, R_GENERATED]
+        if left < feat[FE_MIN_LEFT]:
+            feat[FE_MIN_LEFT] = left
+    else:
+        feat[FE_PREFILL] += tokens
+        feat[FE_ATTN] += tokens * (c0 + tokens)
     return n + 1
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def num_tokens(rq: npt.NDArray[np.int64], i: int) -> int:
     """Prompt plus tokens generated so far."""
     return int(rq[i, R_PROMPT] + rq[i, R_GENERATED])
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def in_prefill(rq: npt.NDArray[np.int64], i: int) -> bool:
     """Still computing its prompt (or recomputing after a preemption)."""
     return bool(rq[i, R_COMPUTED] < rq[i, R_PF_END])
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def take_waiting(
     rq: npt.NDArray[np.int64], rp: npt.NDArray[np.int64], wq: npt.NDArray[np.int32], r: int
 ) -> int:
@@ -145,7 +173,7 @@ def take_waiting(
     return i
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def admit(
     rq: npt.NDArray[np.int64],
     rp: npt.NDArray[np.int64],
@@ -160,7 +188,7 @@ def admit(
     return i
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def sort_running(rp: npt.NDArray[np.int64], run: npt.NDArray[np.int64], r: int) -> None:
     """Order the running list by arrival (request index); it is nearly sorted already."""
     for a in range(1, rp[r, P_RUN_N]):
@@ -172,7 +200,7 @@ def sort_running(rp: npt.NDArray[np.int64], run: npt.NDArray[np.int64], r: int) 
         run[r, b + 1] = x
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def preempt(
     rq: npt.NDArray[np.int64],
     rp: npt.NDArray[np.int64],
