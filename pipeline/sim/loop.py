@@ -271,6 +271,9 @@ def _run_length(
     if until < math.inf and start + _run_s(cost, d, ctx, k_max - 1) >= until:
         lo = 1
         hi = k_max
+        first = _run_s(cost, d, ctx, 1)  # steps only get longer (the context grows)
+        if first > 0 and (until - start) / first + 2 < hi:
+            hi = int((until - start) / first) + 2
         while hi - lo > 1:
             mid = (lo + hi) // 2
             if start + _run_s(cost, d, ctx, mid - 1) < until:
@@ -288,7 +291,8 @@ def _run_length(
             cap -= 1  # every decode needs a free block before it (can_append_slot)
         if cap < 0:
             return 1
-        if _extra_blocks(rq, sq, n, k_max, bs) > cap:
+        most = n * ((k_max - 2) // bs + 1)  # no request can need more blocks than this
+        if most > cap and _extra_blocks(rq, sq, n, k_max, bs) > cap:
             lo = 1
             hi = k_max
             while hi - lo > 1:
