@@ -76,12 +76,6 @@ from pipeline.sim.state import (
     F_FINISH,
     F_FIRST_SCHED,
     F_FIRST_TOKEN,
-    FE_ATTN,
-    FE_CTX,
-    FE_DECODE,
-    FE_MIN_LEFT,
-    FE_PREFILL,
-    NFE,
     NRP,
     NRPF,
     NRQ,
@@ -188,17 +182,16 @@ def _schedule(
     wq: npt.NDArray[np.int32],
     sq: npt.NDArray[np.int64],
     stt: npt.NDArray[np.int64],
-    feat: npt.NDArray[np.float64],
     now: float,
 ) -> tuple[int, int, int]:
     code = cfg[C_POLICY]
     if code == vllm.CODE:
-        return vllm.schedule(r, cfg, cfgf, rq, rqf, rp, run, wq, sq, stt, feat, now)
+        return vllm.schedule(r, cfg, cfgf, rq, rqf, rp, run, wq, sq, stt, now)
     if code == sarathi.CODE:
-        return sarathi.schedule(r, cfg, cfgf, rq, rqf, rp, run, wq, sq, stt, feat, now)
+        return sarathi.schedule(r, cfg, cfgf, rq, rqf, rp, run, wq, sq, stt, now)
     if code == orca.CODE:
-        return orca.schedule(r, cfg, cfgf, rq, rqf, rp, run, wq, sq, stt, feat, now)
-    return static.schedule(r, cfg, cfgf, rq, rqf, rp, run, wq, sq, stt, feat, now)
+        return orca.schedule(r, cfg, cfgf, rq, rqf, rp, run, wq, sq, stt, now)
+    return static.schedule(r, cfg, cfgf, rq, rqf, rp, run, wq, sq, stt, now)
 
 
 @njit(cache=True, error_model="numpy")
@@ -243,11 +236,11 @@ def _run_s(c: npt.NDArray[np.float64], d: float, ctx: float, k: int) -> float:
 def _extra_blocks(
     rq: npt.NDArray[np.int64], sq: npt.NDArray[np.int64], n: int, k: int, bs: int
 ) -> int:
-    """Blocks the scheduled decodes add over a run of k steps, beyond what they hold."""
+    """Blocks the scheduled decodes add over steps 2..k of a run (step 1 is computed)."""
     extra = 0
     for j in range(n):
         i = sq[j]
-        extra += blocks_needed(rq, i, rq[i, R_COMPUTED] + k, bs)
+        extra += blocks_needed(rq, i, rq[i, R_COMPUTED] + k - 1, bs)
     return extra
 
 
@@ -323,51 +316,76 @@ def _step(
     g: npt.NDArray[np.int64],
     sq: npt.NDArray[np.int64],
     stt: npt.NDArray[np.int64],
-    feat: npt.NDArray[np.float64],
+    ev: npt.NDArray[np.int64],
 ) -> None:
     """One step of replica r (or a run of identical decode steps), starting at its clock."""
     start = rpf[r, Q_CLOCK]
     num_waiting = rp[r, P_WQ_LEN]
-    feat[:] = 0.0
-    feat[FE_MIN_LEFT] = np.inf
-    n, n_pre, n_adm = _schedule(r, cfg, cfgf, rq, rqf, rp, run, wq, sq, stt, feat, start)
-    p_tok = feat[FE_PREFILL]
-    p_attn = feat[FE_ATTN]
-    d = int(feat[FE_DECODE])
-    ctx = feat[FE_CTX]
-    min_left = feat[FE_MIN_LEFT]
-    k = 1
-    if p_tok == 0 and n_pre == 0 and n_adm == 0 and n > 0 and n == rp[r, P_RUN_N] and min_left > 1:
-        k = _run_length(cfg, cost, rq, rp, sq, n, r, start, until, d, ctx, int(min_left))
-    if k == 1:
-        duration = step_time(cost, p_tok, p_attn, float(d), ctx)
-    else:
-        duration = _run_s(cost, d, ctx, k)
-        bs = cfg[C_BLOCK_SIZE]
-        for j in range(n):  # blocks for steps 2..k (the kernel allocated step 1)
-            i = sq[j]
-            need = blocks_needed(rq, i, rq[i, R_COMPUTED] + k, bs)
-            rp[r, P_FREE] -= need
-            rq[i, R_HELD] += need
-    end = start + duration
-    done = 0
+    n, n_pre, n_adm = _schedule(r, cfg, cfgf, rq, rqf, rp, run, wq, sq, stt, start)
+    # One pass: the step's cost features (before) and what it computes (after);
+    # first and last tokens are listed in ev and timed once the duration is known.
+    p_tok = 0.0
+    p_attn = 0.0
+    d = 0
+    ctx = 0.0
+    min_left = np.iinfo(np.int64).max
+    n_ev = 0
     for j in range(n):
         i = sq[j]
         c0 = rq[i, R_COMPUTED]
-        if c0 >= rq[i, R_PF_END]:  # a decode: one token per step, k steps
-            rq[i, R_COMPUTED] = c0 + k
-            rq[i, R_GENERATED] += k
-        else:  # a prefill chunk (k == 1)
+        if c0 >= rq[i, R_PF_END]:  # a decode: context c0 + 1, samples a token
+            d += 1
+            ctx += c0 + 1
+            gen = rq[i, R_GENERATED] + 1
+            rq[i, R_COMPUTED] = c0 + 1
+            rq[i, R_GENERATED] = gen
+            left = rq[i, R_OUTPUT] - gen + 1
+            if left < min_left:
+                min_left = left
+            if left <= 1:
+                ev[n_ev] = i
+                n_ev += 1
+        else:  # a prefill (or recompute) chunk
+            t = stt[j]
+            p_tok += t
+            p_attn += t * (c0 + t)
             if math.isnan(rqf[i, F_FIRST_SCHED]):
                 rqf[i, F_FIRST_SCHED] = start
             if c0 < rq[i, R_PROMPT]:
                 rq[i, R_CHUNKS] += 1
-            t = stt[j]
             rq[i, R_COMPUTED] = c0 + t
             if c0 + t >= rq[i, R_PROMPT] + rq[i, R_GENERATED]:
-                rq[i, R_GENERATED] += 1
-                if rq[i, R_GENERATED] == 1:
-                    rqf[i, F_FIRST_TOKEN] = end
+                gen = rq[i, R_GENERATED] + 1
+                rq[i, R_GENERATED] = gen
+                if gen == 1 or gen >= rq[i, R_OUTPUT]:
+                    ev[n_ev] = i
+                    n_ev += 1
+    k = 1
+    if p_tok == 0 and n_pre == 0 and n_adm == 0 and n > 0 and n == rp[r, P_RUN_N] and min_left > 1:
+        k = _run_length(cfg, cost, rq, rp, sq, n, r, start, until, d, ctx, min_left)
+    if k == 1:
+        duration = step_time(cost, p_tok, p_attn, float(d), ctx)
+    else:  # steps 2..k: the same decodes again
+        duration = _run_s(cost, d, ctx, k)
+        bs = cfg[C_BLOCK_SIZE]
+        for j in range(n):
+            i = sq[j]
+            c = rq[i, R_COMPUTED] + k - 1
+            need = blocks_needed(rq, i, c, bs)
+            rp[r, P_FREE] -= need
+            rq[i, R_HELD] += need
+            rq[i, R_COMPUTED] = c
+            gen = rq[i, R_GENERATED] + k - 1
+            rq[i, R_GENERATED] = gen
+            if gen >= rq[i, R_OUTPUT]:
+                ev[n_ev] = i
+                n_ev += 1
+    end = start + duration
+    done = 0
+    for e in range(n_ev):
+        i = ev[e]
+        if rq[i, R_GENERATED] == 1 and math.isnan(rqf[i, F_FIRST_TOKEN]):
+            rqf[i, F_FIRST_TOKEN] = end
         if rq[i, R_GENERATED] >= rq[i, R_OUTPUT]:
             rqf[i, F_FINISH] = end
             rq[i, R_STATUS] = ST_FINISHED
@@ -419,7 +437,7 @@ def _advance(
     g: npt.NDArray[np.int64],
     sq: npt.NDArray[np.int64],
     stt: npt.NDArray[np.int64],
-    feat: npt.NDArray[np.float64],
+    ev: npt.NDArray[np.int64],
 ) -> bool:
     """Run replica r's steps that start before ``until``; False if the timeline is full."""
     while True:
@@ -429,7 +447,7 @@ def _advance(
         if not s < until:
             return True
         rpf[r, Q_CLOCK] = s
-        _step(r, until, cfg, cfgf, cost, rq, rqf, rp, rpf, run, wq, st, stf, g, sq, stt, feat)
+        _step(r, until, cfg, cfgf, cost, rq, rqf, rp, rpf, run, wq, st, stf, g, sq, stt, ev)
 
 
 @njit(cache=True, error_model="numpy")
@@ -448,7 +466,7 @@ def _loop(
     g: npt.NDArray[np.int64],
     sq: npt.NDArray[np.int64],
     stt: npt.NDArray[np.int64],
-    feat: npt.NDArray[np.float64],
+    ev: npt.NDArray[np.int64],
     max_arrivals: int,
 ) -> int:
     """Route arrivals in order and advance replicas between them; resumable."""
@@ -458,45 +476,26 @@ def _loop(
     arrived = 0
     while True:
         k = g[G_NEXT]
-        if k >= n:
-            for r in range(num_replicas):
-                if not _advance(
-                    r,
-                    math.inf,
-                    cfg,
-                    cfgf,
-                    cost,
-                    rq,
-                    rqf,
-                    rp,
-                    rpf,
-                    run,
-                    wq,
-                    st,
-                    stf,
-                    g,
-                    sq,
-                    stt,
-                    feat,
-                ):
-                    return RET_FULL
-            return RET_DONE
-        if arrived >= max_arrivals:
+        if k >= n:  # no more arrivals: run every replica dry
+            until = math.inf
+        elif arrived >= max_arrivals:
             return RET_YIELD
-        t = rqf[k, F_ARRIVAL]
-        if rr:
-            r = k % num_replicas
-            if not _advance(
-                r, t, cfg, cfgf, cost, rq, rqf, rp, rpf, run, wq, st, stf, g, sq, stt, feat
-            ):
-                return RET_FULL
         else:
-            for q in range(num_replicas):
-                if not _advance(
-                    q, t, cfg, cfgf, cost, rq, rqf, rp, rpf, run, wq, st, stf, g, sq, stt, feat
-                ):
-                    return RET_FULL
-            r = least_outstanding(rp, rpf, t)
+            until = rqf[k, F_ARRIVAL]
+        first = 0
+        last = num_replicas
+        if k < n and rr:  # round robin: only the replica it goes to matters now
+            first = k % num_replicas
+            last = first + 1
+        for q in range(first, last):
+            ok = _advance(q, until, cfg, cfgf, cost, rq, rqf, rp, rpf, run, wq, st, stf, g, sq,
+                          stt, ev)  # fmt: skip
+            if not ok:
+                return RET_FULL
+        if k >= n:
+            return RET_DONE
+        t = until
+        r = first if rr else least_outstanding(rp, rpf, t)
         rq[k, R_QDEPTH] = rp[r, P_WQ_LEN]
         rq[k, R_REPLICA] = r
         rq[k, R_STATUS] = ST_WAITING
@@ -547,10 +546,10 @@ def simulate(
     g = np.zeros(NG, dtype=np.int64)
     sq = np.zeros(max_seqs + 1, dtype=np.int64)
     stt = np.zeros(max_seqs + 1, dtype=np.int64)
-    feat = np.zeros(NFE)
+    ev = np.zeros(max_seqs + 1, dtype=np.int64)
     while True:
         ret = _loop(
-            eng.cfg, eng.cfgf, eng.cost, rq, rqf, rp, rpf, run, wq, st, stf, g, sq, stt, feat, chunk
+            eng.cfg, eng.cfgf, eng.cost, rq, rqf, rp, rpf, run, wq, st, stf, g, sq, stt, ev, chunk
         )
         if ret == RET_FULL:
             st = np.concatenate([st, np.zeros_like(st)])

@@ -105,14 +105,6 @@ NCFG = 11
 CF_MAX_WAIT_S = 0  # static: longest the oldest request waits for a batch to fill
 NCFGF = 1
 
-# --- feat: float64 cost features of the step being scheduled (cost_model.step_time)
-FE_PREFILL = 0  # P: prefill tokens
-FE_ATTN = 1  # A: sum of chunk_len * (context_before + chunk_len)
-FE_DECODE = 2  # D: decode sequences
-FE_CTX = 3  # C: sum of decode contexts (computed + 1)
-FE_MIN_LEFT = 4  # fewest tokens any scheduled decode has left to generate
-NFE = 5
-
 
 @njit(cache=True, error_model="numpy")
 def cdiv(a: int, b: int) -> int:

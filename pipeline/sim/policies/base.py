@@ -12,12 +12,11 @@ A policy module holds three things:
 
 The kernel contract (fast loop)::
 
-    schedule(r, cfg, cfgf, rq, rqf, rp, run, wq, sched_q, sched_t, feat, now)
+    schedule(r, cfg, cfgf, rq, rqf, rp, run, wq, sched_q, sched_t, now)
         -> (num_scheduled, num_preempted, num_admitted)
 
 It fills ``sched_q[:num_scheduled]`` with request indices and ``sched_t`` with
-the tokens each computes this step (``add_scheduled``, which also sums the
-step's cost features into ``feat``), allocates their KV blocks, moves admitted
+the tokens each computes this step (``add_scheduled``), allocates their KV blocks, moves admitted
 requests from the waiting queue to the running list and preempted ones back
 to the front of the waiting queue. It must schedule at most ``max_num_seqs``
 requests and (where the policy has one) stay within the token budget. The loop
@@ -36,16 +35,10 @@ from numba import njit
 from pipeline.errors import ScenarioError
 from pipeline.sim.kv import release
 from pipeline.sim.state import (
-    FE_ATTN,
-    FE_CTX,
-    FE_DECODE,
-    FE_MIN_LEFT,
-    FE_PREFILL,
     P_RUN_N,
     R_COMPUTED,
     R_DISCARDED,
     R_GENERATED,
-    R_OUTPUT,
     R_PF_END,
     R_PREEMPT,
     R_PROMPT,
@@ -122,31 +115,11 @@ def fraction(name: str, value: float) -> None:
 
 @njit(cache=True, error_model="numpy")
 def add_scheduled(
-    sched_q: npt.NDArray[np.int64],
-    sched_t: npt.NDArray[np.int64],
-    feat: npt.NDArray[np.float64],
-    rq: npt.NDArray[np.int64],
-    n: int,
-    i: int,
-    tokens: int,
+    sched_q: npt.NDArray[np.int64], sched_t: npt.NDArray[np.int64], n: int, i: int, tokens: int
 ) -> int:
-    """Schedule ``tokens`` of request ``i`` (entry n) and add them to the step's features.
-
-    A request past its prompt (or recompute) is a decode of context computed + 1;
-    otherwise a prefill chunk (see ``loop.py``). Returns n + 1.
-    """
+    """Schedule ``tokens`` of request ``i`` as entry n of the step; returns n + 1."""
     sched_q[n] = i
     sched_t[n] = tokens
-    c0 = rq[i, R_COMPUTED]
-    if c0 >= rq[i, R_PF_END]:
-        feat[FE_DECODE] += 1.0
-        feat[FE_CTX] += c0 + 1
-        left = rq[i, R_OUTPUT] - rq[i, R_GENERATED]
-        if left < feat[FE_MIN_LEFT]:
-            feat[FE_MIN_LEFT] = left
-    else:
-        feat[FE_PREFILL] += tokens
-        feat[FE_ATTN] += tokens * (c0 + tokens)
     return n + 1
 
 

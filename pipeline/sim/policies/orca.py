@@ -81,14 +81,13 @@ def schedule(
     wq: npt.NDArray[np.int32],
     sched_q: npt.NDArray[np.int64],
     sched_t: npt.NDArray[np.int64],
-    feat: npt.NDArray[np.float64],
     now: float,
 ) -> tuple[int, int, int]:
     n = 0
     n_adm = 0
     sort_running(rp, run, r)
     for k in range(rp[r, P_RUN_N]):
-        n = add_scheduled(sched_q, sched_t, feat, rq, n, run[r, k], 1)
+        n = add_scheduled(sched_q, sched_t, n, run[r, k], 1)
     while rp[r, P_WQ_LEN] > 0:
         if cfg[C_RESERVE] > rp[r, P_FREE]:
             break
@@ -97,6 +96,6 @@ def schedule(
         i = wq_peek(wq, rp, r)
         reserve(rq, rp, r, i, cfg[C_RESERVE])
         admit(rq, rp, run, wq, r)
-        n = add_scheduled(sched_q, sched_t, feat, rq, n, i, num_tokens(rq, i))
+        n = add_scheduled(sched_q, sched_t, n, i, num_tokens(rq, i))
         n_adm += 1
     return n, 0, n_adm

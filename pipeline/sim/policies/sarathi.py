@@ -122,7 +122,6 @@ def schedule(
     wq: npt.NDArray[np.int32],
     sched_q: npt.NDArray[np.int64],
     sched_t: npt.NDArray[np.int64],
-    feat: npt.NDArray[np.float64],
     now: float,
 ) -> tuple[int, int, int]:
     bs = cfg[C_BLOCK_SIZE]
@@ -162,7 +161,7 @@ def schedule(
         grow(rq, rp, r, i, rq[i, R_COMPUTED] + 1, bs, 0)  # at most one block, one is free
         run[r, nn] = i
         nn += 1
-        n = add_scheduled(sched_q, sched_t, feat, rq, n, i, 1)
+        n = add_scheduled(sched_q, sched_t, n, i, 1)
         batched += 1
     # 2. ongoing prefills
     for j in range(n_pf):
@@ -171,7 +170,7 @@ def schedule(
         nn += 1
         chunk = min(num_tokens(rq, i) - rq[i, R_COMPUTED], chunk_size - batched)
         if chunk > 0:
-            n = add_scheduled(sched_q, sched_t, feat, rq, n, i, chunk)
+            n = add_scheduled(sched_q, sched_t, n, i, chunk)
             batched += chunk
     rp[r, P_RUN_N] = nn
     # 3. new prefills
@@ -189,7 +188,7 @@ def schedule(
         grow(rq, rp, r, i, num_tokens(rq, i), bs, 0)
         run[r, rp[r, P_RUN_N]] = i
         rp[r, P_RUN_N] += 1
-        n = add_scheduled(sched_q, sched_t, feat, rq, n, i, chunk)
+        n = add_scheduled(sched_q, sched_t, n, i, chunk)
         batched += chunk
         n_adm += 1
     return n, n_pre, n_adm

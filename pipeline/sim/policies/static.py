@@ -109,13 +109,12 @@ def schedule(
     wq: npt.NDArray[np.int32],
     sched_q: npt.NDArray[np.int64],
     sched_t: npt.NDArray[np.int64],
-    feat: npt.NDArray[np.float64],
     now: float,
 ) -> tuple[int, int, int]:
     n = 0
     if rp[r, P_RUN_N] > 0:
         for k in range(rp[r, P_RUN_N]):
-            n = add_scheduled(sched_q, sched_t, feat, rq, n, run[r, k], 1)
+            n = add_scheduled(sched_q, sched_t, n, run[r, k], 1)
         return n, 0, 0
     while rp[r, P_WQ_LEN] > 0 and rp[r, P_RUN_N] < cfg[C_MAX_SEQS]:
         if cfg[C_RESERVE] > rp[r, P_FREE]:
@@ -123,5 +122,5 @@ def schedule(
         i = wq_peek(wq, rp, r)
         reserve(rq, rp, r, i, cfg[C_RESERVE])
         admit(rq, rp, run, wq, r)
-        n = add_scheduled(sched_q, sched_t, feat, rq, n, i, num_tokens(rq, i))
+        n = add_scheduled(sched_q, sched_t, n, i, num_tokens(rq, i))
     return n, 0, n

@@ -135,7 +135,6 @@ def schedule(
     wq: npt.NDArray[np.int32],
     sched_q: npt.NDArray[np.int64],
     sched_t: npt.NDArray[np.int64],
-    feat: npt.NDArray[np.float64],
     now: float,
 ) -> tuple[int, int, int]:
     bs = cfg[C_BLOCK_SIZE]
@@ -164,7 +163,7 @@ def schedule(
                 break
         if not scheduled:
             break
-        n = add_scheduled(sched_q, sched_t, feat, rq, n, i, new)
+        n = add_scheduled(sched_q, sched_t, n, i, new)
         budget -= new
         k += 1
     if n_pre > 0:
@@ -185,7 +184,7 @@ def schedule(
         if not grow(rq, rp, r, i, rq[i, R_COMPUTED] + new, bs, keep_free):
             break
         admit(rq, rp, run, wq, r)
-        n = add_scheduled(sched_q, sched_t, feat, rq, n, i, new)
+        n = add_scheduled(sched_q, sched_t, n, i, new)
         budget -= new
         n_adm += 1
     return n, n_pre, n_adm
