@@ -29,7 +29,7 @@ from pipeline.contracts import REQUESTS, RUNS, SCENARIOS, SIM_REQUESTS, SIM_STEP
 from pipeline.errors import ConfigError
 from pipeline.progress import progress
 from pipeline.sim.arrivals import make_arrivals
-from pipeline.sim.loop import simulate
+from pipeline.sim.loop import simulate, warm_up
 from pipeline.sim.scenario import Scenario
 from pipeline.sim.state import (
     F_ARRIVAL,
@@ -269,6 +269,8 @@ def replay(
     runs: list[ScenarioRun] = []
     status = "failed"
     try:
+        if scenarios:
+            warm_up(scenarios[0].engine())
         for sc, prep in zip(scenarios, prepared, strict=True):
             runs.append(_run_one(wh, run_id, sc, prep, quiet=quiet))
         wh.write(SCENARIOS, _scenarios_table(runs), {"run_id": run_id}, "scenarios")
