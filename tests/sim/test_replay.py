@@ -233,3 +233,19 @@ def test_cli_bad_scenario_is_one_line(
     assert message in r.output
     assert "Traceback" not in r.output
     assert not (root / "sim_requests").exists()
+
+
+def test_config_replay_section_gives_defaults(
+    warehouse_with: Callable[..., Path], tmp_path: Path
+) -> None:
+    root = warehouse_with(_table())
+    cfg = tmp_path / "tracereplay.toml"
+    cost = "\n".join(f"{k} = {v!r}" for k, v in H100_8B_COST.items())
+    cfg.write_text(f"[replay]\nnum_gpu_blocks = 2000\nseed = 7\n\n[replay.cost]\n{cost}\n")
+    r = CliRunner().invoke(
+        cli,
+        ["replay", "--warehouse", str(root), "--config", str(cfg), "--policy", "orca", "--json"],
+    )
+    assert r.exit_code == 0, r.output
+    config = json.loads(r.output)["scenarios"]["orca"]["config"]
+    assert (config["num_gpu_blocks"], config["seed"], config["profile"]) == (2000, 7, "custom")
