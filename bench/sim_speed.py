@@ -82,7 +82,8 @@ from pipeline.sim.reference import simulate_reference
 from pipeline.sim.replay import prepare
 df = pl.read_csv({azure!r}, n_rows={n}).select(
     pl.col("TIMESTAMP").str.to_datetime("%Y-%m-%d %H:%M:%S%.f").alias("t"),
-    pl.col("ContextTokens").alias("prompt_tokens"), pl.col("GeneratedTokens").alias("output_tokens"))
+    pl.col("ContextTokens").alias("prompt_tokens"),
+    pl.col("GeneratedTokens").alias("output_tokens"))
 df = df.with_columns(
     ((pl.col("t") - pl.col("t").min()).dt.total_microseconds() / 1e6).alias("arrival_s"),
     pl.lit(None, pl.Int32).alias("max_tokens"),
