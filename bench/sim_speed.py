@@ -50,7 +50,9 @@ sc = build_scenario({scenario!r})
 simulate(SimInput(np.zeros(2), np.array([5, 5]), np.array([3, 3])), sc.engine())
 """
 
-LOOP = PRELUDE + """
+LOOP = (
+    PRELUDE
+    + """
 from pipeline.sim.replay import read_requests, prepare
 from pipeline.warehouse import Warehouse
 from pipeline.contracts import REQUESTS
@@ -62,8 +64,11 @@ loop_s = time.perf_counter() - t
 out = {{"loop_s": loop_s, "requests_per_s": len(prep.inp) / loop_s,
         "steps": res.num_steps, "step_rows": len(res.st)}}
 """
+)
 
-STAGE = PRELUDE + """
+STAGE = (
+    PRELUDE
+    + """
 import shutil
 from pipeline.sim.replay import replay
 t = time.perf_counter()
@@ -75,8 +80,11 @@ s = result.runs[0].summary
 out = {{"stage_s": stage_s, "completed": s["completed"],
         "request_throughput": s["request_throughput"], "ttft_p99_s": s["ttft_p99_s"]}}
 """
+)
 
-VERSUS_REFERENCE = PRELUDE + """
+VERSUS_REFERENCE = (
+    PRELUDE
+    + """
 import polars as pl
 from pipeline.sim.reference import simulate_reference
 from pipeline.sim.replay import prepare
@@ -95,6 +103,7 @@ same = bool(np.allclose(fast.rqf, ref.rqf, rtol=1e-9, equal_nan=True) and (fast.
 out = {{"fast_s": fast_s, "reference_s": ref_s, "speedup": ref_s / fast_s, "same": float(same),
         "steps": fast.num_steps}}
 """
+)
 
 
 def azure_lengths() -> tuple[object, object]:
@@ -154,8 +163,10 @@ def make_warehouse(n: int, rate: float) -> Path:
         *[pl.lit(None, pl.String).alias(c) for c in ("model", "tenant", "session_id", "parent_id")],
         pl.lit(None, pl.Int32).alias("priority"),
         pl.lit(None, pl.Int32).alias("turn"),
-        *[pl.lit(None, pl.Float64).alias(c)
-          for c in ("observed_ttft_s", "observed_e2e_s", "observed_queue_s")],
+        *[
+            pl.lit(None, pl.Float64).alias(c)
+            for c in ("observed_ttft_s", "observed_e2e_s", "observed_queue_s")
+        ],
         pl.lit(None, pl.Int32).alias("cached_tokens"),
         pl.lit("bench").alias("source_format"),
         pl.lit("bench").alias("source_file"),
@@ -199,12 +210,18 @@ def main() -> None:
             flush=True,
         )
     azure = child(STAGE.format(scenario={**SCENARIO}, wh=str(azure_warehouse())))
-    print(f"Azure conv (19,366 requests): stage {azure['stage_s']:.2f} s, process "
-          f"{azure['wall_s']:.2f} s", flush=True)
+    print(
+        f"Azure conv (19,366 requests): stage {azure['stage_s']:.2f} s, process "
+        f"{azure['wall_s']:.2f} s",
+        flush=True,
+    )
     versus = child(VERSUS_REFERENCE.format(scenario=SCENARIO, azure=str(AZURE), n=2000), repeats=1)
-    print(f"fast vs reference, first 2,000 Azure requests: {versus['speedup']:,.0f}x "
-          f"({versus['fast_s'] * 1e3:.1f} ms vs {versus['reference_s']:.1f} s), "
-          f"same results: {bool(versus['same'])}", flush=True)
+    print(
+        f"fast vs reference, first 2,000 Azure requests: {versus['speedup']:,.0f}x "
+        f"({versus['fast_s'] * 1e3:.1f} ms vs {versus['reference_s']:.1f} s), "
+        f"same results: {bool(versus['same'])}",
+        flush=True,
+    )
     if args.quick:
         return
     lines = [
