@@ -653,7 +653,11 @@ def _open_out(path: Path) -> Iterator[BinaryIO]:
 
 
 def _compact_pieces(
-    rid: pl.Expr, prompt_part: pl.Expr, start: pl.Expr, user_part: pl.Expr, team: pl.Expr,
+    rid: pl.Expr,
+    prompt_part: pl.Expr,
+    start: pl.Expr,
+    user_part: pl.Expr,
+    team: pl.Expr,
     stamp: str,
 ) -> list[Any]:
     """The pieces of a lean gateway line: only the fields ingest reads."""
@@ -780,7 +784,7 @@ def write_gateway_log(
             )
             team = pl.col("tenant").replace_strict(list(range(len(TENANTS))), list(TENANTS))
             key = pl.col("tenant").replace_strict(list(range(len(TENANTS))), keys)
-            pieces: list[Any] = _compact_pieces(pl.col("rid"), prompt_part, start, user_part, team, stamp) if compact else [
+            pieces: list[Any] = [
                 '{"request_id":"chatcmpl-', pl.col("rid"),
                 '","call_type":"acompletion","api_key":"', key,
                 '","spend":', pl.col("spend").round(8),
@@ -797,6 +801,8 @@ def write_gateway_log(
                 '}}},"status":"success","session_id":"sess-', pl.col("session"),
                 '"}',
             ]  # fmt: skip
+            if compact:
+                pieces = _compact_pieces(pl.col("rid"), prompt_part, start, user_part, team, stamp)
             line = pl.concat_str([pl.lit(p) if isinstance(p, str) else p for p in pieces])
             line = (
                 pl.when(k == BAD_KINDS.index("truncated_json"))

@@ -4,8 +4,9 @@ A step is described by five features (per replica; tensor parallelism is inside
 the coefficients):
 
     num_prefill_tokens   P  prompt tokens computed this step (all prefill chunks)
-    prefill_attn         A  attention work of the prefill chunks:
-                            sum over chunks of chunk_len * (context_before + chunk_len)
+    prefill_attn         A  attention work of the prefill chunks, in causal (query, key)
+                            pairs: sum over chunks of
+                            chunk_len * context_before + chunk_len * (chunk_len + 1) / 2
     num_decode_seqs      D  requests computing one decode token
     decode_ctx           C  sum of the context lengths (KV tokens read) of those decodes
     (a fixed overhead)
@@ -105,6 +106,9 @@ def decode_run_s(c: npt.NDArray[np.float64], d: float, ctx0: float, k: int) -> f
     base = k * (c[FIXED_S] + c[COMM_FIXED] + c[COMM_TOK] * d)
     # f(j) = compute_j - memory_j is linear, so the steps where compute leads
     # form a prefix or a suffix of [0, k): split there and sum two series.
+    if a1 == b1:  # parallel lines: one leads at every step
+        lead0, lead1 = (a0, a1) if a0 >= b0 else (b0, b1)
+        return base + k * lead0 + lead1 * k * (k - 1) / 2.0
     cross = (b0 - a0) / (a1 - b1)
     if a1 > b1:  # compute leads from ceil(cross) on
         split = min(max(int(math.ceil(cross)), 0), k)

@@ -51,14 +51,6 @@ import numpy.typing as npt
 from numba import njit
 
 from pipeline.sim.cost_model import (
-    COMM_FIXED,
-    COMM_TOK,
-    FIXED_S,
-    FLOP_ATTN,
-    FLOP_TOK,
-    MEM_KV,
-    MEM_TOK,
-    MEM_W,
     decode_run_s,
     step_time,
 )
@@ -215,24 +207,6 @@ def _next_start(
 
 
 @njit(cache=True, error_model="numpy")
-def _run_s(c: npt.NDArray[np.float64], d: float, ctx: float, k: int) -> float:
-    """Seconds of k decode steps: ``cost_model.decode_run_s``, also when its two slopes tie.
-
-    # NOTE: decode_run_s divides by the difference of the compute and memory
-    # slopes (flop_s_per_attn vs mem_s_per_kv_token); when they are equal (both
-    # 0, say) compute - memory is constant and one series wins every step.
-    """
-    if k <= 0 or d <= 0:
-        return 0.0
-    if c[FLOP_ATTN] * d != c[MEM_KV] * d:
-        return decode_run_s(c, d, ctx, k)
-    a0 = c[FLOP_TOK] * d + c[FLOP_ATTN] * ctx
-    b0 = c[MEM_W] + c[MEM_KV] * ctx + c[MEM_TOK] * d
-    base = k * (c[FIXED_S] + c[COMM_FIXED] + c[COMM_TOK] * d)
-    return base + k * max(a0, b0) + c[MEM_KV] * d * k * (k - 1) / 2.0
-
-
-@njit(cache=True, error_model="numpy")
 def _extra_blocks(
     rq: npt.NDArray[np.int64], sq: npt.NDArray[np.int64], n: int, k: int, bs: int
 ) -> int:
@@ -261,15 +235,15 @@ def _run_length(
 ) -> int:
     """Steps the current pure-decode step can be repeated unchanged (>= 1)."""
     # arrivals: step j (0-based) starts at start + decode_run_s(j) and must start before until
-    if until < math.inf and start + _run_s(cost, d, ctx, k_max - 1) >= until:
+    if until < math.inf and start + decode_run_s(cost, d, ctx, k_max - 1) >= until:
         lo = 1
         hi = k_max
-        first = _run_s(cost, d, ctx, 1)  # steps only get longer (the context grows)
+        first = decode_run_s(cost, d, ctx, 1)  # steps only get longer (the context grows)
         if first > 0 and (until - start) / first + 2 < hi:
             hi = int((until - start) / first) + 2
         while hi - lo > 1:
             mid = (lo + hi) // 2
-            if start + _run_s(cost, d, ctx, mid - 1) < until:
+            if start + decode_run_s(cost, d, ctx, mid - 1) < until:
                 lo = mid
             else:
                 hi = mid
@@ -348,7 +322,7 @@ def _step(
         else:  # a prefill (or recompute) chunk
             t = stt[j]
             p_tok += t
-            p_attn += t * (c0 + t)
+            p_attn += t * c0 + t * (t + 1) // 2  # causal (query, key) pairs
             if math.isnan(rqf[i, F_FIRST_SCHED]):
                 rqf[i, F_FIRST_SCHED] = start
             if c0 < rq[i, R_PROMPT]:
@@ -366,7 +340,7 @@ def _step(
     if k == 1:
         duration = step_time(cost, p_tok, p_attn, float(d), ctx)
     else:  # steps 2..k: the same decodes again
-        duration = _run_s(cost, d, ctx, k)
+        duration = decode_run_s(cost, d, ctx, k)
         bs = cfg[C_BLOCK_SIZE]
         for j in range(n):
             i = sq[j]

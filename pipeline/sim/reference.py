@@ -291,7 +291,7 @@ class ReferenceLoop:
         for req, t in scheduled:
             if req.in_prefill:
                 p_tok += t
-                p_attn += t * (req.computed + t)
+                p_attn += t * req.computed + t * (t + 1) // 2
             else:
                 assert t == 1
                 d += 1

@@ -35,7 +35,7 @@ def decode_s(c: StepCost, batch: int = 1, ctx: int = 1000) -> float:
 
 
 def prefill_s(c: StepCost, tokens: int) -> float:
-    return c.step_s(tokens, tokens * tokens, 0, 0)
+    return c.step_s(tokens, tokens * (tokens + 1) / 2, 0, 0)
 
 
 def weight_read_bytes(model: str) -> int:
@@ -120,7 +120,7 @@ def test_decode_batch1_is_weights_over_bandwidth_within_efficiency() -> None:
 def test_prefill_4096_is_compute_bound(gpu: str) -> None:
     c = cost("llama-3-8b", gpu, 1)
     n = 4096
-    compute = c.flop_s_per_token * n + c.flop_s_per_attn * n * n
+    compute = c.flop_s_per_token * n + c.flop_s_per_attn * n * (n + 1) / 2
     memory = c.mem_s_weights + c.mem_s_per_token * n
     assert compute > 3 * memory
     m = MODELS["llama-3-8b"]
@@ -147,7 +147,7 @@ def test_blog_prefill_figure_is_beyond_eight_a100s() -> None:
     # 4,096-token prefill of Llama-3-70B in ~120 ms would need more than 8 A100s at peak.
     c = cost("llama-3-70b", "a100-80gb", 8)
     n = 4096
-    flop = (c.flop_s_per_token * n + c.flop_s_per_attn * n * n) * (
+    flop = (c.flop_s_per_token * n + c.flop_s_per_attn * n * (n + 1) / 2) * (
         8 * GPUS["a100-80gb"].peak_flops * EFF["a100-80gb"].compute_efficiency
     )
     assert flop == pytest.approx(6.1e14, rel=0.05)
