@@ -9,9 +9,10 @@ import click
 
 from pipeline.cli import options as opt
 from pipeline.cli.ingest import print_summary
+from pipeline.cli.replay import format_run, result_dict
 from pipeline.config import load_config, warehouse_path
-from pipeline.ingest import IngestOptions, ingest_logs
-from pipeline.warehouse import SQL_DIR, Warehouse
+from pipeline.nightly import run_job
+from pipeline.warehouse import SQL_DIR
 
 SAMPLES = Path(__file__).resolve().parents[2] / "traces"
 DEFAULT_SAMPLE = "azure_conv.csv"
@@ -21,36 +22,60 @@ DEFAULT_SAMPLE = "azure_conv.csv"
 @click.argument("sources", nargs=-1)
 @opt.warehouse
 @opt.config_file
+@click.option(
+    "--scenario",
+    "scenario_files",
+    multiple=True,
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="Scenario TOML file (repeatable). Default: the built-in demonstration set.",
+)
 @opt.output
 def run(
     sources: tuple[str, ...],
     warehouse: Path | None,
     config_file: Path | None,
+    scenario_files: tuple[Path, ...],
     quiet: bool,
     as_json: bool,
 ) -> None:
-    """Run the whole job: ingest the logs, then print where the results are.
+    """Run the whole job: ingest the logs, replay the days they cover, say where results are.
 
-    With no SOURCES it uses the bundled sample log (traces/azure_conv.csv) and
-    the local warehouse, so it works on a fresh checkout. This is the command
-    a nightly job runs; it exits non-zero when any step fails.
+    With no SOURCES it uses the bundled sample log (traces/azure_conv.csv), and
+    with no --scenario the built-in demonstration set (static vs vLLM, chunked
+    prefill on and off, a max_num_seqs sweep, the trace replayed 4x faster).
+    This is the command a nightly job runs; it exits non-zero when any step
+    fails.
 
     Example:
 
     \b
         tracereplay run                       # bundled sample -> ./warehouse
-        tracereplay run logs/ --warehouse /data/wh
+        tracereplay run logs/ --warehouse /data/wh --scenario prod.toml
     """
     cfg = load_config(config_file)
-    wh = Warehouse(warehouse_path(str(warehouse) if warehouse else None, cfg))
+    wh = warehouse_path(str(warehouse) if warehouse else None, cfg)
     srcs = list(sources) or [str(SAMPLES / DEFAULT_SAMPLE)]
-    result = ingest_logs(srcs, wh, IngestOptions(quiet=quiet))
+    job = run_job(
+        srcs,
+        wh,
+        scenario_files=list(scenario_files),
+        replay_defaults=cfg.sections.get("replay"),
+        quiet=quiet,
+    )
     if as_json:
-        out = {"ingest": result.to_dict(), "warehouse": str(wh.root.resolve())}
+        out = {
+            "ingest": job.ingest.to_dict(),
+            "replay": result_dict(job.replay, wh) if job.replay else None,
+            "warehouse": str(wh.resolve()),
+        }
         click.echo(json.dumps(out, indent=2))
     else:
-        print_summary(result, as_json=False)
-        click.echo(f"results: {wh.root.resolve()}")
-        click.echo(f'query them: cd {wh.root} && duckdb -cmd ".read {SQL_DIR / "views.sql"}"')
-    if not result.ok:
+        print_summary(job.ingest, as_json=False)
+        for r in job.replay.runs if job.replay else []:
+            click.echo(format_run(r))
+        if job.replay is None:
+            click.echo("nothing to replay: no requests landed", err=True)
+        click.echo(f"results: {wh.resolve()}")
+        click.echo(f'query them: cd {wh} && duckdb -cmd ".read {SQL_DIR / "views.sql"}"')
+    if not job.ok:
         raise SystemExit(1)
