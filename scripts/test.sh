@@ -6,6 +6,11 @@ cd "$(dirname "$0")/.."
 python3 -m venv .venv
 .venv/bin/python -m pip install --quiet --upgrade pip
 .venv/bin/python -m pip install --quiet -e '.[test]'
+# The report's browser test drives Debian's chromium through Playwright (never
+# `playwright install`, which downloads its own browser build).
+if [ ! -x /usr/bin/chromium ]; then
+    apt-get update && apt-get install -y chromium
+fi
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy

@@ -22,7 +22,9 @@ class CliState:
 COMMANDS = {
     "ingest": "pipeline.cli.ingest:ingest",
     "replay": "pipeline.cli.replay:replay",
+    "report": "pipeline.cli.report:report",
     "run": "pipeline.cli.run:run",
+    "sql": "pipeline.cli.sql:sql",
 }
 
 

@@ -1,0 +1,152 @@
+"""Report build time and HTML size for a 1,000,000-request replay.
+
+The warehouse (built once, kept in bench/out/report/) holds a generated gateway log
+of 1,010,101 lines (1% bad, so quarantine has rows; models and tenants), ingested
+(1,000,000 requests kept), then replayed through five scenarios on one
+Llama-3-8B/H100 replica: vllm at max_num_seqs 64, 128 and 256 (a concurrency
+sweep), vllm-256 at half the arrival rate (a rate sweep) and static batching at
+256: 5M sim_requests rows.
+
+Figures (medians of 3 runs, each in a fresh process; peak RSS: the max):
+- build: wall seconds of ``build_report`` (every query, chart and the HTML);
+- with imports: the same plus importing pipeline, DuckDB, polars and Altair;
+- the HTML's size, its number of charts and data points;
+- the same with an empty cache directory: the first build on a machine also
+  bundles Vega's JavaScript (vl-convert, about 2 s), later builds read it from
+  the cache;
+- the same with ``png=True`` (one PNG per chart), for information.
+
+Run from the repository root:
+
+    .venv/bin/python bench/report_speed.py            # writes the Report section of RESULTS.md
+    .venv/bin/python bench/report_speed.py --quick    # one run, prints, writes nothing
+
+Targets (issue: reports): build <= 15 s and HTML <= 5 MB for a 1M-request replay.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+from _measure import child, record  # noqa: E402
+
+OUT = ROOT / "bench" / "out" / "report"
+WAREHOUSE = OUT / "wh"
+N = 1_000_000  # requests replayed
+LINES = 1_010_101  # log lines: 1% (10,101) are bad, so exactly N are kept
+PROFILE = "llama-3-8b_h100-80gb_tp1"
+
+BUILD = """
+import json, os, re, tempfile
+from pathlib import Path
+if {cold}:  # an empty cache: vl-convert bundles Vega's JavaScript again
+    os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp()
+from pipeline.report import build_report
+from pipeline.warehouse import Warehouse
+t = time.perf_counter()
+html = build_report(Warehouse(Path({wh!r})), output=Path({out!r}), png={png})
+wall = time.perf_counter() - t
+text = html.read_text()
+specs = json.loads(re.search(
+    r'<script type="application/json" id="chart-specs">(.*?)</script>', text, re.S).group(1))
+
+def count(node):
+    if isinstance(node, dict):
+        own = len(node["values"]) if isinstance(node.get("values"), list) else 0
+        return own + sum(count(v) for k, v in node.items() if k != "values")
+    return sum(count(v) for v in node) if isinstance(node, list) else 0
+
+out = {{"wall_s": wall, "with_imports_s": time.perf_counter() - t0,
+        "html_mb": html.stat().st_size / 1e6, "charts": len(specs),
+        "points": sum(count(s) for s in specs.values())}}
+"""
+
+
+def ensure_warehouse() -> None:
+    """Ingest the generated log and replay it, once."""
+    if (WAREHOUSE / "scenarios").exists() and any((WAREHOUSE / "scenarios").glob("run_id=2*")):
+        return
+    from pipeline.ingest import IngestOptions, ingest_logs
+    from pipeline.samples import write_gateway_log
+    from pipeline.sim.replay import replay
+    from pipeline.sim.scenario import build_scenario
+    from pipeline.warehouse import Warehouse
+
+    OUT.mkdir(parents=True, exist_ok=True)
+    log = OUT / "gateway_1m_bad.jsonl"
+    if not log.exists():
+        print(f"generating {log.name} ...", flush=True)
+        write_gateway_log(log, LINES, seed=1, bad_fraction=0.01, compact=True)
+    t = time.perf_counter()
+    result = ingest_logs([str(log)], Warehouse(WAREHOUSE), IngestOptions(quiet=True))
+    kept = result.total("rows_kept")
+    print(f"ingest: {kept:,} kept in {time.perf_counter() - t:.1f} s")
+    assert kept == N, kept
+    base = {"profile": PROFILE, "drop_too_long": True}
+    vllm = {**base, "policy": "vllm"}
+    scenarios = [build_scenario({**vllm, "name": f"vllm-{n}", "max_num_seqs": n})
+                 for n in (64, 128, 256)]  # fmt: skip
+    scenarios.append(
+        build_scenario({**vllm, "name": "vllm-256-half-rate", "max_num_seqs": 256,
+                        "time_scale": 2.0})
+    )  # fmt: skip
+    scenarios.append(
+        build_scenario({**base, "policy": "static", "name": "static-256", "max_batch_size": 256,
+                        "max_wait_s": 0.05, "max_model_len": 4096})
+    )  # fmt: skip
+    t = time.perf_counter()
+    run = replay(WAREHOUSE, scenarios, quiet=True)
+    print(f"replay: {len(scenarios)} scenarios in {time.perf_counter() - t:.1f} s ({run.run_id})")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="one run, print, write nothing")
+    ap.add_argument("--repeats", type=int, default=3)
+    args = ap.parse_args()
+    ensure_warehouse()
+    repeats = 1 if args.quick else args.repeats
+    html = OUT / "review.html"
+    wh = str(WAREHOUSE)
+    plain = child(BUILD.format(wh=wh, out=str(html), png=False, cold=False), repeats)
+    cold = child(BUILD.format(wh=wh, out=str(html), png=False, cold=True), repeats)
+    pngs = child(BUILD.format(wh=wh, out=str(OUT / "png.html"), png=True, cold=False), repeats)
+    rows = []
+    cases = (
+        ("HTML", plain),
+        ("HTML, first build on a machine (empty Vega bundle cache)", cold),
+        ("HTML + PNG per chart", pngs),
+    )
+    for label, m in cases:
+        rows.append(
+            f"| {label} | {m['wall_s']:.2f} | {m['with_imports_s']:.2f} | {m['html_mb']:.2f} "
+            f"| {int(m['charts'])} | {int(m['points']):,} | {m['peak_rss_mb']:.0f} |"
+        )
+    body = "\n".join(
+        [
+            "A 1,000,000-request replay: a generated gateway log (1% bad lines), ingested, "
+            "replayed on one Llama-3-8B/H100 replica through five scenarios (vllm at "
+            "max_num_seqs 64/128/256, vllm-256 at half the rate, static-256): 5M sim_requests "
+            "rows. Medians of "
+            f"{repeats} fresh processes.",
+            "",
+            "| report | build s | with imports s | HTML MB | charts | data points | peak RSS MB |",
+            "|---|---:|---:|---:|---:|---:|---:|",
+            *rows,
+            "",
+            "Targets: build <= 15 s and HTML <= 5 MB.",
+        ]
+    )
+    print(body)
+    if not args.quick:
+        record("Report", ".venv/bin/python bench/report_speed.py", body)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,416 @@
+"""Reports: where the SQL results meet the charts.
+
+``build_report`` reads a report definition (``reports/<name>.toml``: sections,
+their ``sql/*.sql`` queries and parameters, the chart function or table columns
+of each item), runs every query read-only against the warehouse views, turns each
+frame into a chart (``charts.py``) or a table, and renders one self-contained
+HTML file (``render.py``), optionally with a PNG per chart.
+
+Every query aggregates in DuckDB, so the page carries at most a few thousand
+points whatever the size of the run.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import polars as pl
+
+from pipeline import __version__
+from pipeline.errors import ConfigError, PipelineError
+from pipeline.report import charts, render
+from pipeline.report.sql import load_query, query
+from pipeline.warehouse import Warehouse
+
+DEFAULT_REPORT = "review"
+DEFAULT_SLO_TTFT_S = 0.2  # p99 TTFT objective of the capacity search and goodput, seconds
+
+_SECTION_KEYS = {"id", "title", "how_to_read", "scope", "requires_view", "empty", "items"}
+_ITEM_KEYS = {"kind", "query", "params", "chart", "title", "options", "columns", "filter",
+              "requires", "note", "empty", "max_rows"}  # fmt: skip
+_FORMATS = {"text", "int", "float", "s", "ms", "pct", "time"}
+
+
+@dataclass(frozen=True)
+class Item:
+    """One chart or table of a section."""
+
+    kind: str  # chart | table
+    query: str  # sql/<query>.sql
+    title: str
+    chart: str | None = None  # charts.CHARTS key (kind = chart)
+    params: dict[str, Any] = field(default_factory=dict)  # beyond run_id / slo_ttft_s
+    options: dict[str, Any] = field(default_factory=dict)  # ChartOptions.extra
+    columns: tuple[tuple[str, str, str], ...] = ()  # (column, label, format) for tables
+    filter: str | None = None  # keep rows where this column is true / not null
+    # (query, column): no data unless that query (same parameters) has a non-zero value in
+    # that column; spares running an expensive query whose answer is known to be empty
+    requires: tuple[str, str] | None = None
+    note: str | None = None
+    empty: str = "No data."
+    max_rows: int = 200
+
+
+@dataclass(frozen=True)
+class Section:
+    """A titled part of the report with its one-line 'how to read this'."""
+
+    id: str
+    title: str
+    how_to_read: str
+    scope: str  # trace | run
+    items: tuple[Item, ...]
+    empty: str = "No data."
+    requires_view: str | None = None
+
+
+@dataclass(frozen=True)
+class ReportDefinition:
+    name: str
+    title: str
+    template: str
+    sections: tuple[Section, ...]
+
+
+def load_definition(name: str = DEFAULT_REPORT) -> ReportDefinition:
+    """Read and check ``reports/<name>.toml``.
+
+    Raises:
+        ConfigError: unknown report, key, chart, query, query parameter or format.
+    """
+    path = render.REPORTS_DIR / f"{name}.toml"
+    if not path.exists():
+        known = sorted(p.stem for p in render.REPORTS_DIR.glob("*.toml"))
+        raise ConfigError(f"no report {name!r} in reports/; available: {', '.join(known)}")
+    where = f"reports/{path.name}"
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{where}: not valid TOML ({exc})") from exc
+    sections = []
+    for i, sec in enumerate(data.get("sections", [])):
+        at = f"{where}: sections[{i}]"
+        _known_keys(sec, _SECTION_KEYS, at)
+        items = tuple(_item(it, f"{at}.items[{j}]") for j, it in enumerate(sec.get("items", [])))
+        if sec.get("scope", "run") not in ("trace", "run"):
+            raise ConfigError(f"{at}.scope must be 'trace' or 'run'")
+        sections.append(
+            Section(
+                id=sec["id"],
+                title=sec["title"],
+                how_to_read=sec["how_to_read"],
+                scope=sec.get("scope", "run"),
+                items=items,
+                empty=sec.get("empty", "No data."),
+                requires_view=sec.get("requires_view"),
+            )
+        )
+    return ReportDefinition(
+        name=name,
+        title=data.get("title", "tracereplay report"),
+        template=data.get("template", f"{name}.html.j2"),
+        sections=tuple(sections),
+    )
+
+
+def _known_keys(table: dict[str, Any], known: set[str], at: str) -> None:
+    unknown = sorted(set(table) - known)
+    if unknown:
+        raise ConfigError(f"{at}: unknown key {unknown[0]}; known: {', '.join(sorted(known))}")
+
+
+def _item(it: dict[str, Any], at: str) -> Item:
+    _known_keys(it, _ITEM_KEYS, at)
+    kind = it.get("kind")
+    if kind not in ("chart", "table"):
+        raise ConfigError(f"{at}.kind must be 'chart' or 'table'")
+    q = load_query(it["query"])
+    params = dict(it.get("params", {}))
+    for p in params:
+        if p not in q.params:
+            raise ConfigError(f"{at}: query {q.name} has no parameter {p}")
+    if kind == "chart" and it.get("chart") not in charts.CHARTS:
+        raise ConfigError(
+            f"{at}: unknown chart {it.get('chart')!r}; known: {', '.join(sorted(charts.CHARTS))}"
+        )
+    columns = tuple(tuple(c) for c in it.get("columns", ()))
+    for c in columns:
+        if len(c) != 3 or c[2] not in _FORMATS:
+            raise ConfigError(f"{at}: column {c!r} must be [name, label, format in {_FORMATS}]")
+    if kind == "table" and not columns:
+        raise ConfigError(f"{at}: a table needs columns")
+    return Item(
+        kind=kind,
+        query=q.name,
+        title=it.get("title", q.purpose),
+        chart=it.get("chart"),
+        params=params,
+        options=dict(it.get("options", {})),
+        columns=columns,  # type: ignore[arg-type]
+        filter=it.get("filter"),
+        requires=_requires(it.get("requires"), at),
+        note=it.get("note"),
+        empty=it.get("empty", "No data."),
+        max_rows=int(it.get("max_rows", 200)),
+    )
+
+
+def _requires(value: Any, at: str) -> tuple[str, str] | None:
+    if value is None:
+        return None
+    if not (isinstance(value, list) and len(value) == 2):
+        raise ConfigError(f"{at}.requires must be [query, column]")
+    load_query(value[0])
+    return (str(value[0]), str(value[1]))
+
+
+def default_output(warehouse: Warehouse, run_id: str | None, report: str = DEFAULT_REPORT) -> Path:
+    """Where a report goes unless told: ``<warehouse>/reports/<run id>/<report>.html``."""
+    return warehouse.root / "reports" / (run_id or "trace") / f"{report}.html"
+
+
+def png_dir(output: Path) -> Path:
+    """The folder that holds the PNGs of the report at ``output``."""
+    return output.with_name(f"{output.stem}_png")
+
+
+class _Queries:
+    """Runs each (query, parameters) once per report."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+        self.con = con
+        self.cache: dict[tuple[str, str], pl.DataFrame] = {}
+
+    def __call__(self, name: str, **params: Any) -> pl.DataFrame:
+        declared = load_query(name).params
+        given = {k: v for k, v in params.items() if k in declared and v is not None}
+        key = (name, json.dumps(given, sort_keys=True, default=str))
+        if key not in self.cache:
+            self.cache[key] = query(self.con, name, **given)
+        return self.cache[key]
+
+
+def build_report(
+    warehouse: Warehouse,
+    run_id: str | None = None,
+    *,
+    output: Path | None = None,
+    png: bool = False,
+    slo_ttft_s: float = DEFAULT_SLO_TTFT_S,
+    report: str = DEFAULT_REPORT,
+) -> Path:
+    """Write one self-contained HTML report of a replay run (and its trace).
+
+    Args:
+        warehouse: the warehouse to read (read-only).
+        run_id: the replay run; None takes the latest. A warehouse without any
+            replay run still gets a report: the trace overview, the other
+            sections saying there is no data.
+        output: the HTML file to write; default ``default_output(...)``.
+        png: also write one PNG per chart into ``png_dir(output)``.
+        slo_ttft_s: the p99 TTFT objective (capacity search, goodput), seconds.
+        report: which ``reports/<report>.toml`` to build.
+
+    Returns:
+        The path of the HTML file.
+
+    Raises:
+        PipelineError: no warehouse, an unknown run id, a bad report definition,
+            or a query that failed.
+    """
+    if not warehouse.root.is_dir():
+        raise PipelineError(
+            f"no warehouse at {warehouse.root}: run `tracereplay ingest` first or pass --warehouse"
+        )
+    definition = load_definition(report)
+    con = warehouse.connect()
+    try:
+        con.execute("SET TimeZone = 'UTC'")
+        run = _Queries(con)
+        runs = run("replay_runs")
+        if run_id is None:
+            run_id = runs["run_id"][0] if runs.height else None
+        elif run_id not in runs["run_id"].to_list():
+            known = ", ".join(runs["run_id"].head(5).to_list()) or "none"
+            raise PipelineError(f"no replay run {run_id!r} in the warehouse; latest: {known}")
+        run_row = runs.filter(pl.col("run_id") == run_id).to_dicts()[0] if run_id else {}
+
+        # The trace is what the run replayed; when none of its requests are in the
+        # warehouse (generated arrivals) or there is no run, the whole warehouse.
+        # NOTE: a run that replayed every request is the whole warehouse too, and the
+        # queries without the run filter skip a semi-join over every sim_requests row.
+        summary = run("trace_summary", run_id=None)
+        trace_run = run_id
+        if run_id:
+            of_run = run("trace_summary", run_id=run_id)
+            if of_run["num_requests"][0] in (0, summary["num_requests"][0]):
+                trace_run = None
+            else:
+                summary = of_run
+        trace = _trace_facts(summary.to_dicts()[0], run("trace_sources", run_id=trace_run),
+                             scoped=trace_run is not None)  # fmt: skip
+
+        scenarios = run("run_scenarios", run_id=run_id) if run_id else pl.DataFrame()
+        names = tuple(scenarios["scenario"].to_list()) if run_id else ()
+        views = {r[0] for r in con.execute("SELECT view_name FROM duckdb_views()").fetchall()}
+
+        specs: dict[str, dict[str, Any]] = {}
+        sections = []
+        for section in definition.sections:
+            no_data = None
+            if section.requires_view and section.requires_view not in views:
+                no_data = section.empty
+            elif section.scope == "run" and run_id is None:
+                no_data = section.empty
+            elif section.scope == "trace" and summary["num_requests"][0] == 0:
+                no_data = section.empty
+            items = []
+            for k, item in enumerate(section.items if no_data is None else ()):
+                scope = {
+                    "run_id": trace_run if section.scope == "trace" else run_id,
+                    "slo_ttft_s": slo_ttft_s,
+                }
+                needed = item.requires
+                if needed and not _any_nonzero(run(needed[0], **scope), needed[1]):
+                    df = pl.DataFrame()
+                else:
+                    df = run(item.query, **scope, **item.params)
+                items.append(
+                    _render_item(item, df, f"chart-{section.id}-{k + 1}", specs,
+                                 charts.ChartOptions(title=item.title, scenarios=names,
+                                                     slo_ttft_s=slo_ttft_s, extra=item.options))
+                )  # fmt: skip
+            sections.append({"id": section.id, "title": section.title,
+                             "how_to_read": section.how_to_read, "no_data": no_data,
+                             "items": items})  # fmt: skip
+    finally:
+        con.close()
+
+    html = render.render_page(
+        definition.template,
+        {
+            "title": definition.title,
+            "run_id": run_id,
+            "run_started": _when(run_row.get("started_at")),
+            "run_version": run_row.get("version"),
+            "version": __version__,
+            "generated_at": datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
+            "slo_ms": render.fmt(slo_ttft_s * 1000.0, "float")[0],
+            "trace": trace,
+            "scenarios": [_scenario_row(r) for r in scenarios.to_dicts()] if run_id else [],
+            "sections": sections,
+            "specs_json": render.script_json(specs),
+        },
+    )
+    output = output or default_output(warehouse, run_id, report)
+    render.write_atomic(output, html)
+    if png:
+        render.write_pngs(specs, png_dir(output))
+    return output
+
+
+def _render_item(
+    item: Item,
+    df: pl.DataFrame,
+    element_id: str,
+    specs: dict[str, dict[str, Any]],
+    opts: charts.ChartOptions,
+) -> dict[str, Any]:
+    if item.filter and item.filter in df.columns:
+        col = pl.col(item.filter)
+        df = df.filter(col if df.schema[item.filter] == pl.Boolean else col.is_not_null())
+    out: dict[str, Any] = {
+        "kind": item.kind,
+        "title": item.title,
+        "note": item.note,
+        "no_data": None,
+        "chart": item.chart,
+        "element_id": element_id,
+    }
+    if df.is_empty():
+        out["no_data"] = item.empty
+        return out
+    if item.kind == "chart":
+        assert item.chart is not None
+        specs[element_id] = charts.CHARTS[item.chart](df, opts).to_dict()
+        return out
+    shown = df.head(item.max_rows)
+    out["labels"] = [label for _, label, _ in item.columns]
+    out["rows"] = [
+        [dict(zip(("text", "numeric"), render.fmt(row.get(c), f), strict=True))
+         for c, _, f in item.columns]
+        for row in shown.to_dicts()
+    ]  # fmt: skip
+    out["more"] = df.height - shown.height
+    return out
+
+
+def _any_nonzero(df: pl.DataFrame, column: str) -> bool:
+    if column not in df.columns:
+        return False
+    return bool((df[column].fill_null(0).cast(pl.Float64) != 0).any())
+
+
+def _when(value: Any) -> str | None:
+    if isinstance(value, datetime):
+        return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return None
+
+
+def _trace_facts(summary: dict[str, Any], sources: pl.DataFrame, *, scoped: bool) -> dict[str, str]:
+    n = summary["num_requests"] or 0
+    if n == 0:
+        return {"description": "no requests in the warehouse", "date_range": "\u2014",
+                "requests": "0"}  # fmt: skip
+    files = sources["source_file"].to_list()
+    shown = ", ".join(Path(f).name for f in files[:3]) + (f" and {len(files) - 3} more"
+                                                          if len(files) > 3 else "")  # fmt: skip
+    whose = "the requests this run replayed" if scoped else "every request in the warehouse"
+    description = (
+        f"{whose}, from {len(files)} log file{'s' if len(files) != 1 else ''} ({shown}); "
+        f"formats: {summary['source_formats']}"
+    )
+    first, last = summary["first_arrival_time"], summary["last_arrival_time"]
+    days = summary["num_days"]
+    date_range = (
+        f"{_when(first)} to {_when(last)} ({days} day{'s' if days != 1 else ''}, "
+        f"{render.fmt(summary['duration_s'], 'float')[0]} s)"
+    )
+    requests = (
+        f"{n:,} ({render.fmt(summary['mean_requests_per_s'], 'float')[0]} requests/s on average; "
+        f"{summary['num_models']} models, {summary['num_tenants']} tenants; prompt p50/p99 "
+        f"{render.fmt(summary['p50_prompt_tokens'], 'float')[0]}/"
+        f"{render.fmt(summary['p99_prompt_tokens'], 'float')[0]} tokens, output p50/p99 "
+        f"{render.fmt(summary['p50_output_tokens'], 'float')[0]}/"
+        f"{render.fmt(summary['p99_output_tokens'], 'float')[0]} tokens)"
+    )
+    return {"description": description, "date_range": date_range, "requests": requests}
+
+
+def _scenario_row(r: dict[str, Any]) -> dict[str, Any]:
+    def pretty(text: str | None) -> str:
+        if not text:
+            return ""
+        try:
+            return json.dumps(json.loads(text), indent=2)
+        except json.JSONDecodeError:
+            return text
+
+    summary = pretty(r.get("summary_json"))
+    return {
+        **{k: ("\u2014" if r.get(k) is None else r[k]) for k in (
+            "scenario", "policy", "replicas", "profile", "max_concurrency", "num_kv_blocks",
+            "block_size")},
+        "num_requests": f"{r.get('num_requests') or 0:,}",
+        "config": pretty(r.get("config_json")),
+        "summary": "" if summary in ("", "{}") else summary,
+    }  # fmt: skip
+
+
+__all__ = ["build_report", "default_output", "load_definition", "png_dir"]

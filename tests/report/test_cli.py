@@ -1,0 +1,135 @@
+"""``tracereplay sql`` and ``tracereplay report`` through Click."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import duckdb
+import polars as pl
+import pytest
+from click.testing import CliRunner
+
+from pipeline.cli import cli
+from pipeline.warehouse import Warehouse
+from tests.report.conftest import R1, R2
+
+
+def run(wh: Warehouse, *args: str) -> tuple[int, str]:
+    r = CliRunner(env={"COLUMNS": "120"}).invoke(cli, ["sql", "--warehouse", str(wh.root), *args])
+    return r.exit_code, r.output
+
+
+@pytest.mark.parametrize(
+    ("statement", "kind"),
+    [
+        ("CREATE TABLE t AS SELECT 1", "a CREATE"),
+        ("INSERT INTO requests SELECT * FROM requests", "an INSERT"),
+        ("COPY (SELECT 1) TO 'x.csv'", "a COPY"),
+        ("ATTACH 'other.duckdb'", "an ATTACH"),
+        ("DROP VIEW requests", "a DROP"),
+        ("EXPLAIN ANALYZE CREATE TABLE t AS SELECT 1", "an EXPLAIN"),
+        ("SET threads = 1", "a SET"),
+        ("INSTALL httpfs", "a LOAD"),
+    ],
+)
+def test_writes_are_refused(tiny_warehouse: Warehouse, statement: str, kind: str) -> None:
+    code, out = run(tiny_warehouse, statement)
+    assert code == 1
+    assert out.startswith(f"Error: read-only: the statement is {kind} (")
+    assert len(out.strip().splitlines()) == 1
+
+
+def test_a_write_after_a_select_is_refused_before_anything_runs(
+    tiny_warehouse: Warehouse, tmp_path: Path
+) -> None:
+    target = tmp_path / "out.csv"
+    code, out = run(tiny_warehouse, f"SELECT 1; COPY (SELECT 1) TO '{target}'")
+    assert code == 1 and "statement 2 is a COPY" in out
+    assert not target.exists()
+
+
+@pytest.mark.parametrize(
+    ("sql", "message"),
+    [
+        ("SELEC 1", 'syntax error at or near "SELEC" (line 1, column 1)\n'),
+        ("SELECT 1,\n  2 +;", 'syntax error at or near ";" (line 2, column 6)\n'),
+        ("SELECT 1;\n\nSELECT FROM WHERE", "(line 3, column"),
+    ],
+)  # fmt: skip
+def test_syntax_errors_are_one_line_with_the_position(
+    tiny_warehouse: Warehouse, sql: str, message: str
+) -> None:
+    code, out = run(tiny_warehouse, sql)
+    assert code == 1
+    assert message in out
+    assert len(out.strip().splitlines()) == 1
+
+
+def test_select_prints_a_table(tiny_warehouse: Warehouse) -> None:
+    code, out = run(
+        tiny_warehouse, "SELECT run_id, count(*) AS n FROM scenarios GROUP BY 1 ORDER BY 1"
+    )
+    assert code == 0, out
+    assert R1 in out and R2 in out and "│ n" in out.replace("┆", "│")
+
+
+def test_query_file_with_parameters_as_csv(tiny_warehouse: Warehouse) -> None:
+    code, out = run(tiny_warehouse, "-f", "sql/throughput.sql", "--param", "slo_ttft_s=0.1",
+                    "--format", "csv")  # fmt: skip
+    assert code == 0, out
+    df = pl.read_csv(io.StringIO(out))
+    assert df.filter(pl.col("scenario") == "vllm-2")["goodput_per_s"].item() == pytest.approx(0.2)
+
+
+def test_query_by_name_to_json_and_parquet_files(tiny_warehouse: Warehouse, tmp_path: Path) -> None:
+    code, out = run(tiny_warehouse, "-f", "run_scenarios", "-p", f"run_id={R1}")
+    assert code == 0 and "old" in out and "vllm-4" not in out
+    code, out = run(tiny_warehouse, "-f", "latency_percentiles", "--format", "json")
+    assert code == 0
+    assert [r["scenario"] for r in json.loads(out)][:2] == ["static-4", "vllm-2"]
+    target = tmp_path / "x.parquet"
+    code, out = run(tiny_warehouse, "-f", "throughput", "-o", str(target))
+    assert code == 0, out
+    assert pl.read_parquet(target).height == 4
+
+
+def test_inline_parameter(tiny_warehouse: Warehouse) -> None:
+    code, out = run(tiny_warehouse, "--format", "csv", "-p", "n=41",
+                    "SELECT getvariable('n') + 1 AS answer")  # fmt: skip
+    assert code == 0 and out == "answer\n42\n"
+
+
+def test_unknown_parameter_of_a_file(tiny_warehouse: Warehouse) -> None:
+    code, out = run(tiny_warehouse, "-f", "throughput", "-p", "slo=1")
+    assert code == 1
+    assert "has no parameter slo; it takes: run_id, slo_ttft_s" in out
+
+
+def test_views_sql_works_in_a_fresh_duckdb(tiny_warehouse: Warehouse) -> None:
+    code, out = run(tiny_warehouse, "--views")
+    assert code == 0
+    con = duckdb.connect()
+    con.execute(out)  # what `duckdb -init` does, from any directory
+    assert con.execute("SELECT count(*) FROM sim_requests").fetchone() == (17,)
+
+
+def test_missing_warehouse(tmp_path: Path) -> None:
+    r = CliRunner().invoke(cli, ["sql", "--warehouse", str(tmp_path / "nope"), "SELECT 1"])
+    assert r.exit_code == 1 and "no warehouse at" in r.output
+
+
+def test_report_command(tiny_warehouse: Warehouse, tmp_path: Path) -> None:
+    out = tmp_path / "r.html"
+    r = CliRunner().invoke(
+        cli,
+        ["report", R2, "--warehouse", str(tiny_warehouse.root), "-o", str(out), "--json",
+         "--slo-ttft-ms", "500"],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    summary = json.loads(r.output)
+    assert summary["html"] == str(out) and summary["bytes"] == out.stat().st_size
+    assert "500.0 ms (p99)" in out.read_text()
+    r = CliRunner().invoke(cli, ["report", "nope", "--warehouse", str(tiny_warehouse.root)])
+    assert r.exit_code == 1 and "no replay run 'nope'" in r.output

@@ -1,0 +1,348 @@
+"""Every sql/ query against the tiny warehouse of conftest.py, with results worked out by hand.
+
+Percentiles are linear (quantile_cont): over four sorted values v0..v3 the q-quantile
+sits at position 3q, so p50 = (v1 + v2) / 2 and p99 = v2 + 0.97 (v3 - v2).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import polars as pl
+import pytest
+
+from pipeline.contracts import CONTRACTS
+from pipeline.errors import UnknownQueryError
+from pipeline.report.sql import QueryError, available, load_query, query, variables_used
+from pipeline.warehouse import SQL_DIR, VIEWS_SQL, Warehouse, load_sql
+from tests.report.conftest import R1, R2
+
+Rows = list[dict[str, Any]]
+
+# name: (query, params, only rows matching these values, expected rows in order)
+CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any], Rows]] = {
+    "replay_runs": ("replay_runs", {}, {}, [
+        {"run_id": R2, "num_scenarios": 4, "num_sim_requests": 16, "version": "0.1.0",
+         "scenario_names": "static-4, vllm-2, vllm-4, vllm-4-fast"},
+        {"run_id": R1, "num_scenarios": 1, "num_sim_requests": 1, "scenario_names": "old"},
+    ]),
+    "run_scenarios_latest": ("run_scenarios", {}, {}, [
+        {"run_id": R2, "scenario": "static-4", "policy": "static", "max_concurrency": 4,
+         "num_kv_blocks": 100, "block_size": 16, "num_requests": 4, "replicas": 2},
+        {"scenario": "vllm-2", "policy": "vllm", "max_concurrency": 2, "num_requests": 4},
+        {"scenario": "vllm-4", "max_concurrency": 4},
+        {"scenario": "vllm-4-fast", "max_concurrency": 4},
+    ]),
+    "run_scenarios_old": ("run_scenarios", {"run_id": R1}, {}, [
+        {"run_id": R1, "scenario": "old", "num_requests": 1},
+    ]),
+    "trace_summary_of_run": ("trace_summary", {"run_id": R2}, {}, [
+        {"num_requests": 4, "num_days": 1, "duration_s": 3.0, "mean_requests_per_s": 4 / 3,
+         "num_models": 2, "num_tenants": 2, "num_sessions": 0, "num_source_files": 2,
+         "source_formats": "azure, gateway", "total_prompt_tokens": 1500,
+         "total_output_tokens": 36, "mean_prompt_tokens": 375.0, "p50_prompt_tokens": 300.0,
+         "p99_prompt_tokens": 788.0, "mean_output_tokens": 9.0, "p50_output_tokens": 7.5,
+         "p99_output_tokens": 19.7, "share_with_prefix_hashes": 0.5},
+    ]),
+    "trace_summary_of_warehouse": ("trace_summary", {}, {}, [
+        # five prompts 50..800: p50 = the middle one, p99 at position 3.96
+        {"num_requests": 5, "num_days": 2, "duration_s": 86400.0, "total_prompt_tokens": 1550,
+         "p50_prompt_tokens": 200.0, "p99_prompt_tokens": 784.0, "p50_output_tokens": 5.0,
+         "p99_output_tokens": 19.6, "share_with_prefix_hashes": 0.4},
+    ]),
+    "trace_groups": ("trace_groups", {"run_id": R2}, {}, [
+        {"dimension": "model", "group_name": "m-a", "num_requests": 2, "prompt_tokens": 300,
+         "output_tokens": 30, "share": 0.5},
+        {"dimension": "model", "group_name": "(none)", "num_requests": 1, "share": 0.25},
+        {"dimension": "model", "group_name": "m-b", "prompt_tokens": 400},
+        {"dimension": "tenant", "group_name": "t1", "num_requests": 2, "prompt_tokens": 500},
+        {"dimension": "tenant", "group_name": "(none)"},
+        {"dimension": "tenant", "group_name": "t2"},
+    ]),
+    "trace_groups_folded": ("trace_groups", {"max_groups": 1}, {"dimension": "tenant"}, [
+        # all five requests: t1 and (none) have two each, (none) sorts first and stays
+        {"group_name": "(other)", "num_requests": 3, "prompt_tokens": 700, "share": 0.6},
+        {"group_name": "(none)", "num_requests": 2, "share": 0.4},
+    ]),
+    "trace_sources": ("trace_sources", {}, {}, [
+        {"source_file": "a.jsonl", "source_format": "gateway", "num_requests": 3,
+         "num_quarantined": 2},
+        {"source_file": "b.csv", "source_format": "azure", "num_requests": 2,
+         "num_quarantined": 0},
+    ]),
+    "trace_sources_of_old_run": ("trace_sources", {"run_id": R1}, {}, [
+        {"source_file": "a.jsonl", "num_requests": 1, "num_quarantined": 2},
+    ]),
+    "arrival_rate": ("arrival_rate", {"run_id": R2, "bucket_s": 2}, {}, [
+        {"bucket_s": 2.0, "num_requests": 2, "requests_per_s": 1.0,
+         "prompt_tokens_per_s": 150.0, "output_tokens_per_s": 15.0},
+        {"num_requests": 2, "requests_per_s": 1.0, "prompt_tokens_per_s": 600.0,
+         "output_tokens_per_s": 3.0},
+    ]),
+    "length_distribution": ("length_distribution", {"run_id": R2, "bins_per_octave": 1}, {}, [
+        {"kind": "prompt", "bin_lo_tokens": 64.0, "bin_hi_tokens": 128.0, "num_requests": 1,
+         "share": 0.25},
+        {"kind": "prompt", "bin_lo_tokens": 128.0, "bin_hi_tokens": 256.0},
+        {"kind": "prompt", "bin_lo_tokens": 256.0, "bin_hi_tokens": 512.0},
+        {"kind": "prompt", "bin_lo_tokens": 512.0, "bin_hi_tokens": 1024.0},
+        {"kind": "output", "bin_lo_tokens": 1.0, "bin_hi_tokens": 2.0, "share": 0.25},
+        {"kind": "output", "bin_lo_tokens": 4.0, "bin_hi_tokens": 8.0},
+        {"kind": "output", "bin_lo_tokens": 8.0, "bin_hi_tokens": 16.0},
+        {"kind": "output", "bin_lo_tokens": 16.0, "bin_hi_tokens": 32.0},
+    ]),
+    "quarantine_reasons": ("quarantine_reasons", {}, {}, [
+        # numbers become N and details in parentheses go: one kind of reason
+        {"reason": "negative output token count N", "source_format": "gateway",
+         "num_records": 2, "num_files": 1, "example_reason": "negative output token count -5",
+         "example_file": "c.jsonl", "example_line": 2},
+        {"reason": "prompt_tokens is missing", "num_records": 2, "num_files": 1,
+         "example_reason": "prompt_tokens is missing", "example_file": "a.jsonl",
+         "example_line": 7},
+    ]),
+    "quarantine_reasons_of_run": ("quarantine_reasons", {"run_id": R2}, {}, [
+        {"reason": "prompt_tokens is missing", "num_records": 2},
+    ]),
+    "throughput": ("throughput", {}, {}, [
+        # static-4: 4 requests, 36 output + 1500 prompt tokens, from 0 s to 4 s
+        {"scenario": "static-4", "batching": "static", "num_requests": 4, "duration_s": 4.0,
+         "requests_per_s": 1.0, "output_tokens_per_s": 9.0, "total_tokens_per_s": 384.0,
+         "goodput_per_s": 0.25},
+        {"scenario": "vllm-2", "batching": "continuous", "duration_s": 5.0,
+         "requests_per_s": 0.8, "output_tokens_per_s": 7.2, "total_tokens_per_s": 307.2,
+         "goodput_per_s": 0.4},
+        {"scenario": "vllm-4", "duration_s": 4.0, "requests_per_s": 1.0, "goodput_per_s": 1.0},
+        {"scenario": "vllm-4-fast", "duration_s": 3.0, "requests_per_s": 4 / 3,
+         "goodput_per_s": 2 / 3},
+    ]),
+    "throughput_tighter_slo": ("throughput", {"slo_ttft_s": 0.1}, {"scenario": "vllm-2"}, [
+        {"goodput_per_s": 0.2},
+    ]),
+    "latency_percentiles": ("latency_percentiles", {}, {}, [
+        {"scenario": "static-4", "num_requests": 4, "p50_ttft_s": 0.35, "p90_ttft_s": 0.47,
+         "p99_ttft_s": 0.497, "max_queue_depth": 3, "num_preemptions": 0},
+        {"scenario": "vllm-2", "p50_ttft_s": 0.25, "p90_ttft_s": 0.44, "p99_ttft_s": 0.494,
+         "max_queue_depth": 9},
+        # TPOT of r1..r3: 0.9/9, 0.9/19, 0.9/4; r4 has one output token
+        {"scenario": "vllm-4", "p50_ttft_s": 0.1, "p90_ttft_s": 0.17, "p99_ttft_s": 0.197,
+         "p50_tpot_s": 0.1, "p99_tpot_s": 0.1 + 0.98 * 0.125, "p50_e2e_s": 1.0},
+        {"scenario": "vllm-4-fast", "p50_ttft_s": 0.25, "p99_ttft_s": 0.3, "max_queue_depth": 2},
+    ]),
+    "latency_cdf": ("latency_cdf", {"bins_per_decade": 4},
+                    {"metric": "ttft_s", "scenario": "vllm-2"}, [
+        # TTFT 0.1, 0.2, 0.3, 0.5 s against the points 10^(i/4): 0.1, 0.316, 0.562 s
+        {"value_s": 0.1, "num_requests": 1, "fraction": 0.25},
+        {"value_s": 10 ** -0.5, "num_requests": 3, "fraction": 0.75},
+        {"value_s": 10 ** -0.25, "num_requests": 4, "fraction": 1.0},
+    ]),
+    "latency_cdf_tpot": ("latency_cdf", {"bins_per_decade": 1},
+                         {"metric": "tpot_s", "scenario": "vllm-4"}, [
+        # TPOT 0.9/19 and 0.9/9 are <= 0.1 s, 0.9/4 is <= 1 s; r4 has one output token
+        {"value_s": 0.1, "num_requests": 2, "fraction": 2 / 3},
+        {"value_s": 1.0, "num_requests": 3, "fraction": 1.0},
+    ]),
+    "ttft_by_queue_depth": ("ttft_by_queue_depth", {"min_requests": 1}, {"scenario": "vllm-2"}, [
+        {"queue_depth_lo": 0, "queue_depth_hi": 0, "num_requests": 2, "p50_ttft_s": 0.15,
+         "p99_ttft_s": 0.199},
+        {"queue_depth_lo": 1, "queue_depth_hi": 1, "num_requests": 1, "p99_ttft_s": 0.3},
+        {"queue_depth_lo": 8, "queue_depth_hi": 15, "num_requests": 1, "p99_ttft_s": 0.5},
+    ]),
+    "ttft_by_queue_depth_too_few": ("ttft_by_queue_depth", {}, {}, []),
+    "ttft_vs_concurrency_cap": ("ttft_vs_concurrency_cap", {}, {}, [
+        {"scenario": "static-4", "policy": "static", "max_concurrency": 4,
+         "offered_requests_per_s": 4 / 3, "p50_ttft_s": 0.35, "p99_ttft_s": 0.497,
+         "mean_queue_depth": 1.5},
+        {"scenario": "vllm-2", "max_concurrency": 2, "mean_queue_depth": 2.5},
+        {"scenario": "vllm-4", "max_concurrency": 4, "p99_ttft_s": 0.197},
+        {"scenario": "vllm-4-fast", "offered_requests_per_s": 4 / 1.5, "mean_queue_depth": 1.0},
+    ]),
+    "engine_timeline": ("engine_timeline", {"bucket_s": 2}, {"scenario": "vllm-4"}, [
+        # [0, 2): replica 0 steps 0 (1 s) and half of step 1, replica 1 for 0.5 s
+        {"bucket_start_s": 0.0, "kv_usage": (10 + 30 + 50 * 0.5) / (100 * 2.5),
+         "mean_running": (1 + 2 + 0.5) / 2, "mean_waiting": 0.5, "max_waiting": 1,
+         "num_preemptions": 1},
+        {"bucket_start_s": 2.0, "kv_usage": 0.25, "mean_running": 1.5, "mean_waiting": 2.0,
+         "max_waiting": 3, "num_preemptions": 0},
+    ]),
+    "prefix_cache_hit_rate": ("prefix_cache_hit_rate", {}, {}, [
+        {"scenario": "static-4", "cache_tokens": 1600, "query_tokens": 0, "hit_rate": None,
+         "prompt_tokens": 1500, "cached_share": 0.0},
+        {"scenario": "vllm-2", "query_tokens": 1500, "hit_tokens": 0, "hit_rate": 0.0},
+        # weighted by tokens: 500 / 800, not the mean of the replicas' 400/700 and 100/100
+        {"scenario": "vllm-4", "query_tokens": 800, "hit_tokens": 500, "hit_rate": 0.625,
+         "cached_tokens": 400, "cached_share": 400 / 1500},
+        {"scenario": "vllm-4-fast", "query_tokens": 0, "hit_rate": None},
+    ]),
+    "prefix_cache_hit_rate_over_time": ("prefix_cache_hit_rate_over_time", {"bucket_s": 2}, {}, [
+        {"scenario": "vllm-2", "bucket_start_s": 0.0, "query_tokens": 1500, "hit_rate": 0.0},
+        {"scenario": "vllm-4", "bucket_start_s": 0.0, "query_tokens": 400, "hit_tokens": 200,
+         "hit_rate": 0.5},
+        {"scenario": "vllm-4", "bucket_start_s": 2.0, "query_tokens": 400, "hit_tokens": 300,
+         "hit_rate": 0.75},
+    ]),
+    "prefix_cache_hit_rate_by_group": (
+        "prefix_cache_hit_rate_by_group", {}, {"scenario": "vllm-4"}, [
+            {"dimension": "model", "group_name": "(none)", "num_requests": 1,
+             "prompt_tokens": 800, "cached_tokens": 0, "hit_rate": 0.0},
+            {"dimension": "model", "group_name": "m-b", "prompt_tokens": 400, "hit_rate": 0.75},
+            {"dimension": "model", "group_name": "m-a", "num_requests": 2, "hit_rate": 1 / 3},
+            {"dimension": "tenant", "group_name": "(none)", "hit_rate": 0.0},
+            {"dimension": "tenant", "group_name": "t1", "prompt_tokens": 500, "hit_rate": 0.6},
+            {"dimension": "tenant", "group_name": "t2", "hit_rate": 0.5},
+        ]),
+    "prefix_cache_hit_rate_by_group_folded": (
+        "prefix_cache_hit_rate_by_group", {"max_groups": 1}, {"scenario": "vllm-4"}, [
+            {"dimension": "model", "group_name": "(none)", "prompt_tokens": 800},
+            {"dimension": "model", "group_name": "(other)", "num_requests": 3,
+             "prompt_tokens": 700, "cached_tokens": 400, "hit_rate": 4 / 7},
+            {"dimension": "tenant", "group_name": "(none)"},
+            {"dimension": "tenant", "group_name": "(other)", "prompt_tokens": 700},
+        ]),
+    "slo_capacity": ("slo_capacity", {}, {}, [
+        # vllm-2 / vllm-4 differ only in max_num_seqs; vllm-4 / vllm-4-fast only in time_scale
+        {"sweep": "concurrency", "sweep_id": 1, "num_points": 2, "scenario": "vllm-2",
+         "value": 2.0, "ttft_q_s": 0.494, "meets_slo": False, "capacity": 4.0,
+         "capacity_scenario": "vllm-4", "capacity_ttft_q_s": 0.197, "is_capacity": False,
+         "is_first": True},
+        {"sweep": "concurrency", "scenario": "vllm-4", "value": 4.0, "meets_slo": True,
+         "is_capacity": True, "is_first": False},
+        {"sweep": "rate", "scenario": "vllm-4", "value": 4 / 3, "capacity": 4 / 3,
+         "is_capacity": True},
+        {"sweep": "rate", "scenario": "vllm-4-fast", "value": 4 / 1.5, "ttft_q_s": 0.3,
+         "meets_slo": False, "is_capacity": False},
+    ]),
+    "slo_capacity_none_meets": ("slo_capacity", {"slo_ttft_s": 0.1}, {"is_first": True}, [
+        {"sweep": "concurrency", "capacity": None, "capacity_scenario": None},
+        {"sweep": "rate", "capacity": None},
+    ]),
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def con(tiny_warehouse: Warehouse) -> duckdb.DuckDBPyConnection:
+    return tiny_warehouse.connect()
+
+
+def assert_rows(df: pl.DataFrame, expected: Rows) -> None:
+    rows = df.to_dicts()
+    assert len(rows) == len(expected), rows
+    for i, (got, want) in enumerate(zip(rows, expected, strict=True)):
+        for key, value in want.items():
+            if isinstance(value, float):
+                assert got[key] == pytest.approx(value, rel=1e-9, abs=1e-12), (i, key, got)
+            else:
+                assert got[key] == value, (i, key, got)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_query_returns_the_hand_worked_rows(con: duckdb.DuckDBPyConnection, case: str) -> None:
+    name, params, where, expected = CASES[case]
+    df = query(con, name, **params)
+    for column, value in where.items():
+        df = df.filter(pl.col(column) == value)
+    assert_rows(df, expected)
+
+
+def test_every_query_has_a_case() -> None:
+    assert sorted(available()) == sorted({name for name, *_ in CASES.values()})
+
+
+def _header(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("--")][:40]
+
+
+def _section(text: str, key: str) -> str:
+    """The text of one header key (e.g. Columns), with its indented continuation lines."""
+    out: list[str] = []
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith(f"-- {key}:"):
+            out.append(line.split(":", 1)[1])
+            for more in lines[i + 1 :]:
+                if not re.match(r"^--\s{2,}", more):
+                    break
+                out.append(more[2:])
+            break
+    return " ".join(out)
+
+
+def _columns(text: str) -> list[str]:
+    spec = _section(text, "Columns")
+    while re.search(r"\([^()]*\)", spec):
+        spec = re.sub(r"\([^()]*\)", "", spec)
+    return [part.split()[0] for part in spec.split(",") if part.strip()]
+
+
+def _body(text: str) -> str:
+    return re.sub(r"--[^\n]*", "", text)
+
+
+@pytest.mark.parametrize("name", available())
+def test_header_states_question_reads_params_grain_columns(
+    con: duckdb.DuckDBPyConnection, name: str
+) -> None:
+    q = load_query(name)
+    header = "\n".join(_header(q.text))
+    assert header.startswith(f"-- {name}.sql\n")
+    assert q.purpose.endswith("?") or q.purpose.endswith(".") or ":" in q.purpose, q.purpose
+    keys = re.findall(r"^-- (Reads|Params|Grain|Columns):", header, re.M)
+    assert keys == ["Reads", "Params", "Grain", "Columns"]
+    # Params: exactly the variables the SQL reads
+    assert set(q.params) == variables_used(q.text)
+    for p in q.params.values():
+        assert "NULL" in p.doc, f"{name}: say what an unset {p.name} means"
+    # Reads: exactly the views the SQL reads
+    reads = {v.strip() for v in _section(q.text, "Reads").split(",")}
+    used = {c for c in CONTRACTS if re.search(rf"\b{c}\b", _body(q.text))}
+    assert reads == used
+    # Columns: the result's columns, in order
+    assert _columns(q.text) == query(con, name).columns
+
+
+@pytest.mark.parametrize("name", available())
+def test_runs_on_an_empty_warehouse(tmp_path: Path, name: str) -> None:
+    wh = Warehouse(tmp_path / "empty")
+    wh.init()
+    df = query(wh.connect(), name)
+    assert df.columns == _columns(load_query(name).text)
+
+
+@pytest.mark.parametrize("name", available())
+def test_pastes_into_the_duckdb_shell_as_it_is(tiny_warehouse: Warehouse, name: str) -> None:
+    """What the shell does: read views.sql, then the file's text, no variables set."""
+    con = duckdb.connect()
+    con.execute(f"SET file_search_path = '{tiny_warehouse.root.resolve()}'")
+    con.execute(load_sql(VIEWS_SQL))
+    rows = con.execute((SQL_DIR / f"{name}.sql").read_text()).fetchall()
+    assert rows == query(tiny_warehouse.connect(), name).rows()
+
+
+@pytest.mark.parametrize("name", available())
+def test_every_query_and_parameter_is_documented(name: str) -> None:
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "report.md").read_text()
+    row = next((line for line in docs.splitlines() if line.startswith(f"| `{name}.sql` |")), "")
+    assert row, f"docs/report.md has no row for {name}.sql"
+    for param in load_query(name).params:
+        assert f"`{param}`" in row
+
+
+def test_unknown_query_lists_the_available_ones() -> None:
+    with pytest.raises(UnknownQueryError, match="available: .*throughput"):
+        load_query("througput")
+
+
+def test_unknown_parameter_names_the_declared_ones(con: duckdb.DuckDBPyConnection) -> None:
+    with pytest.raises(QueryError, match="no parameter slo_s; it takes: run_id, slo_ttft_s"):
+        query(con, "throughput", slo_s=0.1)
+
+
+def test_bad_parameter_value_is_one_line(con: duckdb.DuckDBPyConnection) -> None:
+    with pytest.raises(QueryError, match=r"parameter slo_ttft_s: cannot use 'soon' as DOUBLE"):
+        query(con, "throughput", slo_ttft_s="soon")
+
+
+def test_parameters_do_not_leak_between_queries(con: duckdb.DuckDBPyConnection) -> None:
+    assert query(con, "run_scenarios", run_id=R1).height == 1
+    assert query(con, "run_scenarios").height == 4
