@@ -1,8 +1,9 @@
-"""The main job: ingest logs, replay them through scenarios, (later) write the report.
+"""The main job: ingest logs, replay them through scenarios, write the report.
 
 ``run_job`` is what ``tracereplay run`` and a nightly cron or Airflow task
 call. It ingests the sources, replays the days they touched through the given
-scenarios (or the built-in demonstration set), and returns what it did. A
+scenarios (or the built-in demonstration set), writes the HTML report of that
+replay, and returns what it did. A
 file that fails to ingest does not stop the replay of the others; the result
 says so and the command exits non-zero.
 """
@@ -42,6 +43,7 @@ def demo_scenarios(defaults: dict[str, Any] | None = None) -> list[Scenario]:
 class JobResult:
     ingest: IngestResult
     replay: ReplayResult | None
+    report: Path | None = None
 
     @property
     def ok(self) -> bool:
@@ -56,8 +58,9 @@ def run_job(
     replay_defaults: dict[str, Any] | None = None,
     ingest_options: IngestOptions | None = None,
     quiet: bool = False,
+    report: bool = True,
 ) -> JobResult:
-    """Ingest ``sources`` into ``warehouse`` and replay the days they cover.
+    """Ingest ``sources`` into ``warehouse``, replay the days they cover, write the report.
 
     Args:
         sources: log files, globs or directories.
@@ -66,6 +69,7 @@ def run_job(
         replay_defaults: the config file's ``[replay]`` section.
         ingest_options: how to read the logs.
         quiet: no progress bars.
+        report: write the HTML report of the replay.
 
     Raises:
         ScenarioError: a scenario is invalid (checked before anything is replayed).
@@ -90,4 +94,9 @@ def run_job(
         date_to=date.fromisoformat(days[-1]),
         quiet=quiet,
     )
-    return JobResult(ingested, replayed)
+    path = None
+    if report:
+        from pipeline.report import build_report
+
+        path = build_report(Warehouse(warehouse), replayed.run_id)
+    return JobResult(ingested, replayed, path)

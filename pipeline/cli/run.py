@@ -38,7 +38,7 @@ def run(
     quiet: bool,
     as_json: bool,
 ) -> None:
-    """Run the whole job: ingest the logs, replay the days they cover, say where results are.
+    """Run the whole job: ingest the logs, replay the days they cover, write the report.
 
     With no SOURCES it uses the bundled sample log (traces/azure_conv.csv), and
     with no --scenario the built-in demonstration set (static vs vLLM, chunked
@@ -67,6 +67,7 @@ def run(
             "ingest": job.ingest.to_dict(),
             "replay": result_dict(job.replay, wh) if job.replay else None,
             "warehouse": str(wh.resolve()),
+            "report": str(job.report) if job.report else None,
         }
         click.echo(json.dumps(out, indent=2))
     else:
@@ -76,6 +77,8 @@ def run(
         if job.replay is None:
             click.echo("nothing to replay: no requests landed", err=True)
         click.echo(f"results: {wh.resolve()}")
+        if job.report:
+            click.echo(f"report: {job.report}")
         click.echo(f'query them: cd {wh} && duckdb -cmd ".read {SQL_DIR / "views.sql"}"')
     if not job.ok:
         raise SystemExit(1)
