@@ -91,7 +91,7 @@ def main() -> None:
         ) + f"| {counts} |"
         lines.append(row)
         print(row, flush=True)
-    real = ["| real trace | rows kept | wall s (incl. start-up) |", "|---|---|---|"]
+    real = ["| real trace | rows kept | ingest wall s |", "|---|---|---|"]
     for rel in (
         "azure_llm_2023/AzureLLMInferenceTrace_conv.csv",
         "mooncake/conversation_trace.jsonl",
@@ -108,7 +108,9 @@ def main() -> None:
         + "\n".join(real)
         + (
             "\n\nThe other files in the traces folder (ServeGen, the arXiv length table) are "
-            "distributions, not request logs, and are not ingested."
+            "distributions, not request logs, and are not ingested. Peak RSS grows by about "
+            "16-27 bytes per request id from 1M to 5M records: the dedupe id set (one 8-byte "
+            "slot per id, at most half full); everything else is per block."
         )
     )
     if not args.quick:
