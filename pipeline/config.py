@@ -28,7 +28,7 @@ from pipeline.errors import ConfigError
 DEFAULT_WAREHOUSE = "warehouse"
 KNOWN: dict[str, set[str]] = {
     "warehouse": {"path"},
-    "ingest": {"block_size", "hash_salt", "trace_start", "tokenizer", "mooncake_block_size"},
+    "ingest": {"block_size", "hash_salt", "trace_start", "tokenizer"},
     "replay": set(),  # validated by the scenario loader
 }
 

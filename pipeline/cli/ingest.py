@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from pipeline.cli import options as opt
-from pipeline.config import load_config, warehouse_path
+from pipeline.config import Config, load_config, warehouse_path
 from pipeline.errors import ConfigError
 from pipeline.ingest import IngestOptions, IngestResult, ingest_logs
 from pipeline.ingest.formats import FORMATS
@@ -49,15 +49,16 @@ def print_summary(result: IngestResult, as_json: bool) -> None:
 
 
 def options_from(
-    config_file: Path | None,
-    fmt: str | None,
-    block_size: int | None,
-    hash_salt: str | None,
-    tokenizer: Path | None,
-    trace_start: str | None,
-    quiet: bool,
+    cfg: Config,
+    *,
+    fmt: str | None = None,
+    block_size: int | None = None,
+    hash_salt: str | None = None,
+    tokenizer: Path | None = None,
+    trace_start: str | None = None,
+    quiet: bool = False,
 ) -> IngestOptions:
-    cfg = load_config(config_file)
+    """Ingest options from flags, falling back to the config file's [ingest] section."""
     start = trace_start or cfg.get("ingest", "trace_start")
     tok = tokenizer or cfg.get("ingest", "tokenizer")
     opts = IngestOptions(
@@ -126,8 +127,17 @@ def ingest(
     \b
         tracereplay ingest logs/2024-05-*.jsonl.gz --warehouse /data/wh
     """
-    opts = options_from(config_file, fmt, block_size, hash_salt, tokenizer, trace_start, quiet)
-    wh = Warehouse(warehouse_path(str(warehouse) if warehouse else None, load_config(config_file)))
+    cfg = load_config(config_file)
+    opts = options_from(
+        cfg,
+        fmt=fmt,
+        block_size=block_size,
+        hash_salt=hash_salt,
+        tokenizer=tokenizer,
+        trace_start=trace_start,
+        quiet=quiet,
+    )
+    wh = Warehouse(warehouse_path(str(warehouse) if warehouse else None, cfg))
     result = ingest_logs(list(sources), wh, opts)
     print_summary(result, as_json)
     if not result.ok:

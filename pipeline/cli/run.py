@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from pipeline.cli import options as opt
-from pipeline.cli.ingest import print_summary
+from pipeline.cli.ingest import options_from, print_summary
 from pipeline.cli.replay import format_run, result_dict
 from pipeline.config import load_config, warehouse_path
 from pipeline.nightly import run_job
@@ -60,6 +60,7 @@ def run(
         wh,
         scenario_files=list(scenario_files),
         replay_defaults=cfg.sections.get("replay"),
+        ingest_options=options_from(cfg, quiet=quiet),
         quiet=quiet,
     )
     if as_json:
