@@ -354,3 +354,26 @@ def _write_run_row(
         }
     )
     wh.write(RUNS, table, {}, run_id)
+
+
+# --- Hooks for stages that run many scenarios (sweeps, capacity searches) ---
+
+
+def run_prepared(sc: Scenario, prep: Prepared) -> tuple[ScenarioRun, pa.Table, pa.Table]:
+    """Simulate one prepared scenario and return its run, sim_requests and sim_steps tables.
+
+    Writes nothing: the caller writes the tables, in bulk or from another process.
+    Uses no polars, so it is safe in a forked worker process.
+    """
+    t0 = time.perf_counter()
+    res = simulate(prep.inp, sc.engine())
+    sim_s = time.perf_counter() - t0
+    summary = summarize(res)
+    summary["num_dropped"] = prep.num_dropped
+    run = ScenarioRun(scenario=sc, summary=summary, num_dropped=prep.num_dropped, sim_s=sim_s)
+    return run, sim_requests_table(sc.name, prep.request_ids, res), sim_steps_table(sc.name, res)
+
+
+def scenarios_table(runs: list[ScenarioRun]) -> pa.Table:
+    """The scenarios table rows of ``runs``, one per scenario."""
+    return _scenarios_table(runs)
