@@ -1,0 +1,47 @@
+"""The knobs that sweeps and capacity searches turn, named as each policy names them.
+
+- **concurrency cap**: how many requests a replica runs at once. vLLM, Orca and
+  Sarathi-Serve call it ``max_num_seqs``, SGLang ``max_running_requests``,
+  static batching (and TGI) ``max_batch_size``.
+- **rate**: requests per second; a trace is time-scaled to it (scenario key ``rate``).
+- **replicas**: engine replicas behind the router.
+"""
+
+from __future__ import annotations
+
+from pipeline.errors import ScenarioError
+from pipeline.sim.policies import POLICIES
+
+# policy -> the parameter that caps its running requests
+CONCURRENCY_KNOBS = {
+    "static": "max_batch_size",
+    "orca": "max_num_seqs",
+    "vllm": "max_num_seqs",
+    "sarathi": "max_num_seqs",
+    "sglang": "max_running_requests",
+    "tgi": "max_batch_size",
+}
+# NOTE: a policy missing from the table above is still served if it has one of
+# these parameters, so a newly registered policy works without an edit here.
+_FALLBACK = ("max_num_seqs", "max_running_requests", "max_batch_size")
+
+
+def concurrency_knob(policy: str) -> str:
+    """The parameter of ``policy`` that caps how many requests run at once.
+
+    Raises:
+        ScenarioError: an unknown policy, or one without a concurrency cap.
+    """
+    if policy not in POLICIES:
+        raise ScenarioError(f"unknown policy {policy!r}; allowed: {', '.join(sorted(POLICIES))}")
+    params = POLICIES[policy].param_help()
+    knob = CONCURRENCY_KNOBS.get(policy)
+    if knob in params:
+        return knob
+    for name in _FALLBACK:
+        if name in params:
+            return name
+    raise ScenarioError(
+        f"policy {policy!r} has no concurrency cap (none of {', '.join(_FALLBACK)} is one "
+        "of its parameters)"
+    )
