@@ -1,0 +1,213 @@
+"""``tracereplay sweep``: a grid of scenarios, replayed in parallel under one run id."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import click
+
+from pipeline.cli import options as opt
+from pipeline.config import load_config, warehouse_path
+from pipeline.grid import load_grid
+from pipeline.slo import parse_slos
+from pipeline.sweep import SweepResult
+from pipeline.sweep import sweep as run_sweep
+from pipeline.tasks import TaskOutcome
+
+
+def render_table(headers: list[str], rows: list[list[str]]) -> str:
+    """Columns padded to their widest cell; the first left-aligned, the rest right."""
+    widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
+
+    def line(cells: list[str]) -> str:
+        first = cells[0].ljust(widths[0])
+        rest = [c.rjust(w) for c, w in zip(cells[1:], widths[1:], strict=True)]
+        return "  ".join([first, *rest]).rstrip()
+
+    return "\n".join([line(headers), *(line(r) for r in rows)])
+
+
+def seconds(x: float | None) -> str:
+    """0.183 s as '183 ms', 12.5 s as '12.5 s'; None as '-'."""
+    if x is None:
+        return "-"
+    return f"{x * 1e3:,.0f} ms" if x < 1 else f"{x:,.1f} s"
+
+
+def number(x: float | None, digits: int = 2) -> str:
+    return "-" if x is None else f"{x:,.{digits}f}"
+
+
+def outcome_row(o: TaskOutcome, with_slo: bool) -> list[str]:
+    if o.run is None:
+        return [o.name, "failed", *[""] * (9 if with_slo else 7)]
+    s = o.run.summary
+    row = [
+        o.name,
+        number(s["request_throughput"]),
+        number(s["output_token_throughput"], 0),
+        seconds(s["ttft_p99_s"]),
+        seconds(s["tpot_p99_s"]),
+        seconds(s["queue_p99_s"]),
+        number(s["mean_queue_depth"], 1),
+        f"{s['max_queue_depth']:,}",
+        f"{s['num_preemptions']:,}",
+    ]
+    if with_slo:
+        row += [number(s.get("goodput")), "yes" if s.get("slo_met") else "no"]
+    return row
+
+
+def format_sweep(result: SweepResult) -> str:
+    with_slo = bool(result.slos)
+    headers = [
+        "scenario",
+        "req/s",
+        "out tok/s",
+        "TTFT p99",
+        "TPOT p99",
+        "queue p99",
+        "depth mean",
+        "depth max",
+        "preempt",
+    ]
+    if with_slo:
+        headers += ["goodput", "SLOs met"]
+    text = render_table(headers, [outcome_row(o, with_slo) for o in result.outcomes])
+    if with_slo:
+        text += "\nSLOs: " + ", ".join(str(s) for s in result.slos)
+    return text
+
+
+def result_dict(result: SweepResult, warehouse: Path) -> dict[str, Any]:
+    return {
+        "run_id": result.run_id,
+        "warehouse": str(warehouse),
+        "num_requests_read": result.num_requests_read,
+        "inputs": result.inputs,
+        "executor": result.executor,
+        "jobs": result.jobs,
+        "wall_s": result.wall_s,
+        "slos": [str(s) for s in result.slos],
+        "scenarios": {
+            o.name: {
+                "axes": coords,
+                "config": o.run.scenario.to_dict() if o.run else None,
+                "summary": o.run.summary if o.run else None,
+                "error": o.error,
+            }
+            for o, coords in zip(result.outcomes, result.coords, strict=True)
+        },
+        "failures": result.failures,
+    }
+
+
+@click.command(name="sweep")
+@click.argument("grid_file", type=click.Path(dir_okay=False, exists=True, path_type=Path))
+@opt.warehouse
+@opt.config_file
+@click.option(
+    "--requests",
+    "requests_file",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="Replay one requests Parquet file instead of the warehouse.",
+)
+@click.option(
+    "--from", "date_from", type=click.DateTime(["%Y-%m-%d"]), default=None, help="First day."
+)
+@click.option("--to", "date_to", type=click.DateTime(["%Y-%m-%d"]), default=None, help="Last day.")
+@click.option(
+    "--jobs",
+    "-j",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Local worker processes [default: every core; 1 runs in this process].",
+)
+@click.option(
+    "--ray",
+    "ray_address",
+    metavar="ADDRESS",
+    default=None,
+    help="Run on the Ray cluster at ADDRESS (what `ray start --head` prints; 'auto' for a "
+    "local one). Needs pip install 'tracereplay[ray]' on every node.",
+)
+@click.option(
+    "--slo",
+    "slo_items",
+    multiple=True,
+    metavar="KEY=LIMIT",
+    help="Objective for goodput and met/not met, e.g. ttft_p99=200ms (repeatable; adds to "
+    "the grid's [slo]).",
+)
+@click.option("--dry-run", is_flag=True, help="Expand and check the grid, list it, run nothing.")
+@opt.output
+def sweep_command(
+    grid_file: Path,
+    warehouse: Path | None,
+    config_file: Path | None,
+    requests_file: Path | None,
+    date_from: datetime | None,
+    date_to: datetime | None,
+    jobs: int | None,
+    ray_address: str | None,
+    slo_items: tuple[str, ...],
+    dry_run: bool,
+    quiet: bool,
+    as_json: bool,
+) -> None:
+    """Replay a grid of scenarios in parallel; write every result under one run id.
+
+    GRID_FILE is a TOML file: [base] scenario keys, [axes] lists whose product
+    is the grid (policy, concurrency, replicas, rate_scale, profile, or any
+    scenario key; [axes.<policy>] for one policy's parameters) and optional
+    [slo] objectives (see docs/capacity.md). The grid is checked before
+    anything runs. Prints one row per scenario; exits 1 when any scenario
+    failed (the others are still written).
+
+    Example:
+
+    \b
+        tracereplay sweep examples/seed_lab/grid.toml --jobs 2
+        tracereplay sweep grid.toml --ray 10.0.0.5:6379 --slo ttft_p99=200ms --json
+    """
+    cfg = load_config(config_file)
+    wh = warehouse_path(str(warehouse) if warehouse else None, cfg)
+    grid = load_grid(
+        grid_file,
+        defaults=dict(cfg.sections.get("replay", {})),
+        extra_slos=parse_slos(slo_items),
+    )
+    if dry_run:
+        for point in grid.points:
+            click.echo(f"{point.scenario.name}: {json.dumps(point.coords)}")
+        click.echo(f"{len(grid.points)} scenario(s) in {grid_file}")
+        return
+    result = run_sweep(
+        wh,
+        grid,
+        jobs=jobs,
+        ray_address=ray_address,
+        requests_file=requests_file,
+        date_from=date_from.date() if date_from else None,
+        date_to=date_to.date() if date_to else None,
+        quiet=quiet,
+    )
+    if as_json:
+        click.echo(json.dumps(result_dict(result, wh), indent=2))
+    else:
+        click.echo(format_sweep(result))
+        for name, error in result.failures.items():
+            click.echo(f"failed: {name}: {error}", err=True)
+        click.echo(
+            f"run {result.run_id}: {len(result.runs)} of {len(result.outcomes)} scenario(s) "
+            f"written to {wh} in {result.wall_s:.1f} s ({result.executor})"
+        )
+    if not result.ok:
+        raise SystemExit(1)
+
+
+sweep = sweep_command

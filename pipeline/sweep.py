@@ -1,0 +1,184 @@
+"""The sweep stage: a grid of scenarios over one set of requests, in parallel, under one run id.
+
+::
+
+    grid.toml ──expand, check──▶ scenarios ──prepare each (checks memory)──▶ tasks
+        ──local processes (--jobs) or a Ray cluster (--ray)──▶
+            sim_requests/run_id=<run>/<scenario>.parquet   (one file per scenario)
+            sim_steps/run_id=<run>/<scenario>.parquet
+            scenarios/run_id=<run>/scenarios.parquet       (every scenario that ran)
+            runs/<run>.parquet                             (command "sweep")
+
+The requests are read once. Every scenario is expanded, validated and checked
+against the requests before the first one runs, so a bad grid writes nothing.
+A scenario that fails while running is reported in the result and the runs
+row (status "partial"); the others are written as usual.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+from pathlib import Path
+from typing import Any
+
+from pipeline.executor import default_jobs, run_tasks
+from pipeline.grid import Grid
+from pipeline.progress import progress
+from pipeline.sim.loop import warm_up
+from pipeline.sim.replay import Prepared, ScenarioRun, prepare, read_requests, select_request_files
+from pipeline.slo import Slo
+from pipeline.tasks import (
+    ScenarioTask,
+    TaskOutcome,
+    run_task,
+    write_run_row,
+    write_scenarios,
+    write_tables,
+)
+from pipeline.warehouse import Warehouse, new_run_id
+
+# Up to this many prepared requests (over all scenarios) are kept from the checks
+# for the runs; above it each scenario is prepared again just before it runs.
+KEEP_PREPARED = 5_000_000
+
+
+@dataclass
+class SweepResult:
+    """What a sweep ran and wrote."""
+
+    run_id: str
+    num_requests_read: int
+    inputs: list[str]
+    outcomes: list[TaskOutcome]  # one per grid point, in grid order
+    coords: list[dict[str, Any]]  # the axis values of each point
+    slos: list[Slo]
+    jobs: int
+    executor: str  # "this process", "N local processes" or "ray <address>"
+    wall_s: float
+
+    @property
+    def runs(self) -> list[ScenarioRun]:
+        return [o.run for o in self.outcomes if o.run is not None]
+
+    @property
+    def failures(self) -> dict[str, str]:
+        return {o.name: o.error for o in self.outcomes if o.error is not None}
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+
+def sweep(
+    warehouse: Path,
+    grid: Grid,
+    *,
+    jobs: int | None = None,
+    ray_address: str | None = None,
+    requests_file: Path | None = None,
+    date_from: date | None = None,
+    date_to: date | None = None,
+    quiet: bool = False,
+    run_id: str | None = None,
+) -> SweepResult:
+    """Replay the selected requests through every scenario of ``grid``, in parallel.
+
+    Args:
+        warehouse: the warehouse (requests are read from it unless ``requests_file``).
+        grid: the expanded grid (``grid.load_grid``).
+        jobs: local worker processes (default: every core); 1 runs here.
+        ray_address: run on the Ray cluster at this address instead.
+        requests_file: one requests Parquet file instead of the warehouse.
+        date_from, date_to: inclusive range of request days (warehouse only).
+        quiet: no progress bar.
+        run_id: the run id to write under (default: a new one).
+
+    Returns:
+        Every scenario's outcome (summary, SLO verdicts, files, or its error).
+
+    Raises:
+        ScenarioError: a scenario cannot run on these requests (nothing is written).
+        ConfigError: no requests selected, bad jobs, Ray unavailable.
+    """
+    t0 = time.perf_counter()
+    started = datetime.now(UTC)
+    wh = Warehouse(warehouse)
+    run_id = run_id or new_run_id(started)
+    files = select_request_files(
+        wh, requests_file=requests_file, date_from=date_from, date_to=date_to
+    )
+    frame = read_requests(files)
+    scenarios = grid.scenarios
+    prepared: list[Prepared] | None = [prepare(frame, sc) for sc in scenarios]
+    if sum(len(p.inp) for p in prepared or []) > KEEP_PREPARED:
+        prepared = None
+    jobs = max(1, min(jobs or default_jobs(), len(scenarios)))
+    if ray_address is not None:
+        executor = f"ray {ray_address}"
+    else:
+        executor = "this process" if jobs == 1 else f"{jobs} local processes"
+    wh.init()
+    if ray_address is None and scenarios:
+        warm_up(scenarios[0].engine())  # forked workers inherit the loaded loop
+    target = None if ray_address is not None else wh.root
+
+    def tasks() -> Any:
+        for i, sc in enumerate(scenarios):
+            prep = prepared[i] if prepared is not None else prepare(frame, sc)
+            yield ScenarioTask(i, sc, prep, tuple(grid.slos), run_id, target)
+
+    outcomes: list[TaskOutcome | None] = [None] * len(scenarios)
+    status = "failed"
+    try:
+        with progress(f"sweep ({executor})", total=len(scenarios), quiet=quiet) as bar:
+            for i, res in run_tasks(run_task, tasks(), jobs=jobs, ray_address=ray_address):
+                out = _outcome(i, scenarios[i].name, res)
+                if out.ok and out.tables:
+                    write_tables(wh, run_id, out, out.tables)
+                    out.tables = {}
+                outcomes[i] = out
+                bar.advance(1)
+        done = [o for o in outcomes if o is not None]
+        runs = [o.run for o in done if o.run is not None]
+        write_scenarios(wh, run_id, runs)
+        status = "ok" if len(runs) == len(scenarios) else ("partial" if runs else "failed")
+    finally:
+        done = [o for o in outcomes if o is not None]
+        write_run_row(
+            wh,
+            run_id=run_id,
+            command="sweep",
+            started=started,
+            status=status,
+            inputs=[str(f) for f in files],
+            rows_read=frame.height,
+            rows_kept=sum(o.run.summary["num_requests"] for o in done if o.run is not None),
+            details={
+                "grid": grid.where,
+                "executor": executor,
+                "jobs": jobs,
+                "slos": [str(s) for s in grid.slos],
+                "scenarios": [sc.name for sc in scenarios],
+                "failures": {o.name: o.error for o in done if o.error is not None},
+            },
+        )
+    return SweepResult(
+        run_id=run_id,
+        num_requests_read=frame.height,
+        inputs=[str(f) for f in files],
+        outcomes=[o for o in outcomes if o is not None],
+        coords=[p.coords for p in grid.points],
+        slos=grid.slos,
+        jobs=jobs,
+        executor=executor,
+        wall_s=time.perf_counter() - t0,
+    )
+
+
+def _outcome(index: int, name: str, res: TaskOutcome | BaseException) -> TaskOutcome:
+    if isinstance(res, BaseException):
+        first = str(res).strip().splitlines()[0] if str(res).strip() else ""
+        return TaskOutcome(index=index, name=name, error=f"{type(res).__name__}: {first}")
+    return res

@@ -1,0 +1,174 @@
+"""One scenario as a unit of work: run it in any process, write what it produced.
+
+Sweeps and capacity searches replay many scenarios over one set of requests.
+The requests are read and prepared once, in the calling process (``prepare``
+checks each scenario against them); a ``ScenarioTask`` then carries one
+scenario and its prepared requests to wherever it runs, and ``run_task``
+returns its summary, its SLO verdicts and either the paths it wrote (when the
+worker can reach the warehouse) or its tables (for the caller to write, as
+with Ray). ``run_task`` never raises: an error comes back as text.
+
+Runs are recorded like ``replay`` runs: ``sim_requests`` and ``sim_steps`` per
+scenario, one ``scenarios`` file per run, and a ``runs`` row naming the command.
+"""
+
+from __future__ import annotations
+
+import json
+import traceback
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+
+from pipeline import __version__
+from pipeline.contracts import RUNS, SCENARIOS, SIM_REQUESTS, SIM_STEPS
+from pipeline.errors import PipelineError
+from pipeline.sim.replay import Prepared, ScenarioRun, run_prepared, scenarios_table
+from pipeline.sim.scenario import Scenario
+from pipeline.slo import Slo, SloReport, evaluate
+from pipeline.warehouse import Warehouse
+
+METRIC_COLUMNS = ("ttft_s", "tpot_s", "e2e_s", "queue_s")
+
+
+@dataclass(frozen=True)
+class ScenarioTask:
+    """Everything one worker needs to replay one scenario."""
+
+    index: int  # position in the sweep or search
+    scenario: Scenario
+    prepared: Prepared
+    slos: tuple[Slo, ...] = ()
+    run_id: str = ""
+    warehouse: Path | None = None  # write here; None: return the tables instead
+
+
+@dataclass
+class TaskOutcome:
+    """What one task produced (``error`` set when it failed)."""
+
+    index: int
+    name: str
+    run: ScenarioRun | None = None
+    slo: SloReport | None = None
+    offered_rate: float | None = None  # requests / last arrival (req/s)
+    tables: dict[str, pa.Table] = field(default_factory=dict)  # when not written
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def request_metrics(table: pa.Table) -> dict[str, npt.NDArray[np.float64]]:
+    """Per-request ttft_s, tpot_s (NaN for one token), e2e_s, queue_s of completed requests."""
+    done = ~np.isnan(table.column("finished_s").to_numpy(zero_copy_only=False))
+    return {
+        c: table.column(c).to_numpy(zero_copy_only=False).astype(np.float64)[done]
+        for c in METRIC_COLUMNS
+    }
+
+
+def offered_rate(arrival_s: npt.NDArray[np.float64]) -> float | None:
+    """Requests per second offered: N over the last arrival (the convention of ``rate``)."""
+    span = float(arrival_s.max() - arrival_s.min()) if len(arrival_s) else 0.0
+    return len(arrival_s) / span if span > 0 else None
+
+
+def run_task(task: ScenarioTask) -> TaskOutcome:
+    """Replay one scenario; write its sim tables (or return them). Never raises."""
+    name = task.scenario.name
+    try:
+        run, requests, steps = run_prepared(task.scenario, task.prepared)
+        report = None
+        if task.slos:
+            report = evaluate(
+                list(task.slos), request_metrics(requests), run.summary["duration_s"] or 0.0
+            )
+            run.summary["goodput"] = report.goodput
+            run.summary["slo_met"] = report.all_met
+            run.summary["slo"] = {
+                s.key: {
+                    "limit_s": s.limit_s,
+                    "measured_s": report.measured_s[s.key],
+                    "met": report.met[s.key],
+                }
+                for s in task.slos
+            }
+        outcome = TaskOutcome(
+            index=task.index,
+            name=name,
+            run=run,
+            slo=report,
+            offered_rate=offered_rate(task.prepared.inp.arrival_s),
+        )
+        tables = {SIM_REQUESTS.name: requests, SIM_STEPS.name: steps}
+        if task.warehouse is None:
+            outcome.tables = tables
+        else:
+            write_tables(Warehouse(task.warehouse), task.run_id, outcome, tables)
+        return outcome
+    except PipelineError as exc:
+        return TaskOutcome(index=task.index, name=name, error=str(exc))
+    except Exception as exc:  # a bug, but one scenario must not lose the others
+        tb = traceback.format_exc(limit=-3).strip().splitlines()
+        where = next((line.strip() for line in reversed(tb) if line.strip().startswith("File")), "")
+        return TaskOutcome(
+            index=task.index, name=name, error=f"{type(exc).__name__}: {exc} ({where})"
+        )
+
+
+def write_tables(
+    wh: Warehouse, run_id: str, outcome: TaskOutcome, tables: dict[str, pa.Table]
+) -> None:
+    """Write one scenario's sim_requests and sim_steps under ``run_id``."""
+    assert outcome.run is not None
+    part = {"run_id": run_id}
+    for contract in (SIM_REQUESTS, SIM_STEPS):
+        outcome.run.paths[contract.name] = wh.write(
+            contract, tables[contract.name], part, outcome.name
+        )
+
+
+def write_scenarios(wh: Warehouse, run_id: str, runs: list[ScenarioRun]) -> Path | None:
+    """The run's scenarios file (every scenario's configuration and summary)."""
+    if not runs:
+        return None
+    return wh.write(SCENARIOS, scenarios_table(runs), {"run_id": run_id}, "scenarios")
+
+
+def write_run_row(
+    wh: Warehouse,
+    *,
+    run_id: str,
+    command: str,
+    started: datetime,
+    status: str,
+    inputs: list[str],
+    rows_read: int,
+    rows_kept: int,
+    details: dict[str, Any],
+) -> Path:
+    """The runs row of a sweep or capacity run."""
+    table = pa.table(
+        {
+            "run_id": [run_id],
+            "command": [command],
+            "started_at": pa.array([started], pa.timestamp("us", tz="UTC")),
+            "finished_at": pa.array([datetime.now(UTC)], pa.timestamp("us", tz="UTC")),
+            "status": [status],
+            "inputs": [json.dumps(inputs)],
+            "rows_read": pa.array([rows_read], pa.int64()),
+            "rows_kept": pa.array([rows_kept], pa.int64()),
+            "rows_quarantined": pa.array([0], pa.int64()),
+            "rows_duplicate": pa.array([0], pa.int64()),
+            "details": [json.dumps(details, sort_keys=True, default=str)],
+            "version": [__version__],
+        }
+    )
+    return wh.write(RUNS, table, {}, run_id)

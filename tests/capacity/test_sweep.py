@@ -1,0 +1,222 @@
+"""Sweeps: every scenario under one run id, in parallel, on Ray, and failures kept apart."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow.compute as pc
+import pytest
+from click.testing import CliRunner
+
+import pipeline.tasks
+from pipeline.cli import cli
+from pipeline.contracts import RUNS, SCENARIOS, SIM_REQUESTS, SIM_STEPS, read_table
+from pipeline.grid import load_grid
+from pipeline.sweep import sweep
+from pipeline.warehouse import Warehouse
+
+AXES = {"policy": ["static", "vllm"], "concurrency": [4, 32], "rate_scale": [1, 3]}
+NAMES = [
+    f"{p}-c{c}-x{x}" for p in ("static", "vllm") for c in (4, 32) for x in (1, 3)
+]  # grid order
+
+
+def _summaries(result: Any) -> dict[str, dict[str, Any]]:
+    out = {}
+    for o in result.outcomes:
+        s = dict(o.run.summary)
+        out[o.name] = s
+    return out
+
+
+def test_every_scenario_lands_under_one_run_id(
+    small_warehouse: Callable[..., Path], write_grid: Callable[..., Path]
+) -> None:
+    wh = small_warehouse()
+    grid = load_grid(write_grid(AXES, slo={"ttft_p99": "500ms"}))
+    result = sweep(wh, grid, jobs=2, quiet=True)
+    assert result.ok and result.executor == "2 local processes"
+    assert [o.name for o in result.outcomes] == NAMES
+    w = Warehouse(wh)
+    for o in result.outcomes:
+        assert o.run is not None
+        sim = read_table(o.run.paths["sim_requests"], SIM_REQUESTS)
+        steps = read_table(o.run.paths["sim_steps"], SIM_STEPS)
+        assert sim.num_rows == 300 == o.run.summary["completed"]
+        assert pc.sum(steps["num_steps"]).as_py() == o.run.summary["num_steps"]
+        assert o.run.paths["sim_requests"].parent.name == f"run_id={result.run_id}"
+        # goodput and the verdict are in the summary the scenarios table keeps
+        assert o.run.summary["slo_met"] == (o.run.summary["ttft_p99_s"] <= 0.5)
+        assert o.slo is not None and o.run.summary["goodput"] == o.slo.goodput
+    (scen_file,) = [p for p in w.files(SCENARIOS) if result.run_id in str(p)]
+    scen = read_table(scen_file, SCENARIOS).to_pylist()
+    assert [s["scenario"] for s in scen] == NAMES
+    assert json.loads(scen[1]["config_json"])["time_scale"] == pytest.approx(1 / 3)
+    (run_row,) = read_table(wh / "runs" / f"{result.run_id}.parquet", RUNS).to_pylist()
+    assert run_row["command"] == "sweep" and run_row["status"] == "ok"
+    assert run_row["rows_kept"] == 300 * len(NAMES)
+    assert json.loads(run_row["details"])["failures"] == {}
+    con = w.connect()
+    got = con.execute(
+        "SELECT count(DISTINCT scenario), count(*) FROM sim_requests WHERE run_id = ?",
+        [result.run_id],
+    ).fetchone()
+    assert got == (len(NAMES), 300 * len(NAMES))
+
+
+def test_parallel_equals_serial(
+    small_warehouse: Callable[..., Path], write_grid: Callable[..., Path]
+) -> None:
+    wh = small_warehouse()
+    grid = load_grid(write_grid(AXES))
+    serial = sweep(wh, grid, jobs=1, quiet=True)
+    parallel = sweep(wh, grid, jobs=2, quiet=True)
+    assert serial.executor == "this process"
+    assert _summaries(serial) == _summaries(parallel)
+    a = read_table(serial.outcomes[5].run.paths["sim_requests"], SIM_REQUESTS)
+    b = read_table(parallel.outcomes[5].run.paths["sim_requests"], SIM_REQUESTS)
+    assert a.equals(b)
+
+
+def _fail_one(name: str, how: str) -> Callable[..., Any]:
+    real = pipeline.tasks.run_prepared
+
+    def run_prepared(sc: Any, prep: Any) -> Any:
+        if sc.name == name:
+            if how == "die":
+                os._exit(3)  # the worker process dies, as if killed
+            raise RuntimeError("boom")
+        return real(sc, prep)
+
+    return run_prepared
+
+
+@pytest.mark.parametrize(("how", "message"), [("raise", "RuntimeError: boom"), ("die", "died")])
+def test_one_failing_scenario_does_not_lose_the_others(
+    small_warehouse: Callable[..., Path],
+    write_grid: Callable[..., Path],
+    monkeypatch: pytest.MonkeyPatch,
+    how: str,
+    message: str,
+) -> None:
+    wh = small_warehouse(100)
+    # forked workers inherit the patched module
+    monkeypatch.setattr(pipeline.tasks, "run_prepared", _fail_one("vllm-c4-x3", how))
+    r = CliRunner().invoke(
+        cli, ["sweep", str(write_grid(AXES)), "--warehouse", str(wh), "--jobs", "2"]
+    )
+    assert r.exit_code == 1, r.output
+    assert "failed: vllm-c4-x3:" in r.output and message in r.output
+    assert "7 of 8 scenario(s) written" in r.output
+    w = Warehouse(wh)
+    written = {p.stem for p in w.files(SIM_REQUESTS)}
+    assert written == set(NAMES) - {"vllm-c4-x3"}
+    (run_file,) = w.files(RUNS)
+    (row,) = read_table(run_file, RUNS).to_pylist()
+    assert row["status"] == "partial"
+    assert list(json.loads(row["details"])["failures"]) == ["vllm-c4-x3"]
+
+
+def test_command_json_and_dry_run(
+    small_warehouse: Callable[..., Path], write_grid: Callable[..., Path]
+) -> None:
+    wh = small_warehouse(50)
+    grid = write_grid(AXES, slo={"ttft_p99": "1s"})
+    r = CliRunner().invoke(cli, ["sweep", str(grid), "--warehouse", str(wh), "--dry-run"])
+    assert r.exit_code == 0 and "8 scenario(s)" in r.output
+    assert not (wh / "runs").exists()
+    r = CliRunner().invoke(
+        cli,
+        ["sweep", str(grid), "--warehouse", str(wh), "-j", "2", "--json", "--slo", "e2e_p50=9s"],
+    )
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["slos"] == ["ttft_p99<=1s", "e2e_p50<=9s"] and out["failures"] == {}
+    assert out["scenarios"]["static-c32-x3"]["axes"] == {
+        "policy": "static",
+        "concurrency": 32,
+        "rate_scale": 3,
+    }
+    assert out["scenarios"]["vllm-c4-x1"]["summary"]["completed"] == 50
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def ray_cluster() -> Iterator[str]:
+    """A one-node Ray cluster in its own process group, stopped by that group's id."""
+    pytest.importorskip("ray", reason="Ray is the optional extra: pip install 'tracereplay[ray]'")
+    port = _free_port()
+    tmp = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # Ray's socket paths must stay short
+    ray_bin = Path(sys.executable).with_name("ray")
+    proc = subprocess.Popen(
+        [
+            str(ray_bin if ray_bin.exists() else "ray"),
+            "start",
+            "--head",
+            f"--port={port}",
+            "--num-cpus=2",
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+            "--object-store-memory=200000000",
+            f"--temp-dir={tmp}",
+            "--block",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        # other processes on a shared test machine must not get our workers OOM-killed
+        env={**os.environ, "RAY_memory_monitor_refresh_ms": "0"},
+    )
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                proc.wait(timeout=3)
+                time.sleep(0.5)
+            except subprocess.TimeoutExpired:
+                continue
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_sweep_on_a_local_ray_cluster(
+    small_warehouse: Callable[..., Path], write_grid: Callable[..., Path], ray_cluster: str
+) -> None:
+    wh = small_warehouse(100)
+    grid = load_grid(write_grid(AXES))
+    local = sweep(wh, grid, jobs=2, quiet=True)
+    deadline = time.monotonic() + 60
+    while True:  # the head takes a few seconds to come up
+        try:
+            on_ray = sweep(wh, grid, ray_address=ray_cluster, quiet=True)
+            break
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1)
+    assert on_ray.ok and on_ray.executor == f"ray {ray_cluster}", on_ray.failures
+    assert _summaries(on_ray) == _summaries(local)
+    assert {p.stem for p in Warehouse(wh).files(SIM_REQUESTS) if on_ray.run_id in str(p)} == set(
+        NAMES
+    )
