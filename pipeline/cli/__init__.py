@@ -25,6 +25,7 @@ COMMANDS = {
     "report": "pipeline.cli.report:report",
     "run": "pipeline.cli.run:run",
     "sql": "pipeline.cli.sql:sql",
+    "sweep": "pipeline.cli.sweep:sweep",
 }
 
 
