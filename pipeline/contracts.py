@@ -3,6 +3,8 @@
 Stage data flow:
     ingest   logs         -> REQUESTS, QUARANTINE, RUNS
     replay   REQUESTS     -> SIM_REQUESTS, SIM_STEPS, SCENARIOS, RUNS
+    sweep    REQUESTS     -> SIM_REQUESTS, SIM_STEPS, SCENARIOS, RUNS (many scenarios, one run)
+    capacity REQUESTS     -> CAPACITY_SEARCH, and what a sweep writes for every probe
     report   all of them  -> one HTML file (through sql/*.sql, read-only)
 
 Column names carry their unit: *_s seconds, *_tokens token counts, num_* counts.
@@ -245,8 +247,49 @@ SCENARIOS = _contract(
     partition_by=("run_id",),
 )
 
+CAPACITY_SEARCH = _contract(
+    "capacity_search",
+    1,
+    "One row per capacity-search probe and SLO: the search path, each verdict, the answer.",
+    [
+        _c("run_id", pa.string(), "capacity run (partition)"),
+        _c("search", pa.string(), "concurrency, rate or replicas"),
+        _c("knob", pa.string(), "what the search turns: max_num_seqs, rate, replicas, ..."),
+        _c("probe", pa.int32(), "order of the probe within its search (0 first)"),
+        _c("value", pa.float64(), "the knob's value at this probe (rate in requests/s)"),
+        _c("scenario", pa.string(), "the probe's scenario (scenarios, sim_requests)"),
+        _c("slo", pa.string(), "the SLO of this row, e.g. ttft_p99"),
+        _c("limit_s", pa.float64(), "the SLO's limit (inclusive), seconds"),
+        _c("measured_s", pa.float64(), "the SLO's statistic here; null: no request has it"),
+        _c("slo_met", pa.bool_(), "measured_s <= limit_s"),
+        _c("met", pa.bool_(), "every SLO met at this probe"),
+        _c("num_requests", pa.int64(), "requests replayed"),
+        _c("offered_rate", pa.float64(), "requests / last arrival, requests/s"),
+        _c("request_throughput", pa.float64(), "completed requests/s, first arrival to last token"),
+        _c("output_token_throughput", pa.float64(), "output tokens/s over the same span"),
+        _c("goodput", pa.float64(), "requests/s that met every SLO on their own (vLLM's)"),
+        _c("num_preemptions", pa.int64(), "preemptions in the replay"),
+        _c("answer", pa.float64(), "the search's answer (every row); null: nothing meets"),
+        _c("is_answer", pa.bool_(), "this probe is the answer"),
+        _c("monotone", pa.bool_(), "every probe of the search agrees with the assumed shape"),
+        _c("note", pa.string(), "range end reached, or the probes that break monotony"),
+    ],
+    nullable={
+        "measured_s",
+        "offered_rate",
+        "request_throughput",
+        "output_token_throughput",
+        "goodput",
+        "answer",
+        "note",
+    },
+    primary_key=("search", "probe", "slo"),
+    partition_by=("run_id",),
+)
+
 CONTRACTS: dict[str, Contract] = {
-    c.name: c for c in (REQUESTS, QUARANTINE, RUNS, SIM_REQUESTS, SIM_STEPS, SCENARIOS)
+    c.name: c
+    for c in (REQUESTS, QUARANTINE, RUNS, SIM_REQUESTS, SIM_STEPS, SCENARIOS, CAPACITY_SEARCH)
 }
 
 

@@ -1,0 +1,427 @@
+"""Capacity planning: the most load a setup takes within its SLOs, and what a rate needs.
+
+For one trace and one base scenario, up to three searches (``search.py`` has
+the algorithms; every probe is a full replay):
+
+- ``concurrency``: the highest concurrency cap (``max_num_seqs``,
+  ``max_batch_size``, ``max_running_requests``: ``knobs.py``) that meets
+  every SLO at the base scenario's arrivals (the trace's own rate unless the
+  base sets ``time_scale`` or ``rate``, or the search sets ``rate``), with the
+  throughput and goodput there.
+- ``rate``: the highest request rate that meets every SLO, the trace
+  time-scaled to each probed rate (scenario key ``rate``).
+- ``replicas``: the fewest replicas that meet every SLO at a target rate
+  (default: the base scenario's).
+
+The order the seed lab teaches: fix the SLO first, then find the load that
+meets it; the throughput at the most load that meets the SLO is what to plan
+with, not the highest throughput, which ignores the tail.
+
+Every probe is written like a sweep's scenario (``sim_requests``,
+``sim_steps`` unless ``summary_only``, and ``scenarios``), and each probe and
+SLO becomes one ``capacity_search`` row, so the report can plot the path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from pipeline.contracts import CAPACITY_SEARCH
+from pipeline.errors import ConfigError, ScenarioError
+from pipeline.knobs import concurrency_knob
+from pipeline.progress import progress
+from pipeline.search import SearchResult, highest_float, highest_int, lowest_int
+from pipeline.sim.loop import warm_up
+from pipeline.sim.replay import prepare, read_requests, select_request_files
+from pipeline.sim.scenario import Scenario, build_scenario
+from pipeline.slo import Slo, parse_slos
+from pipeline.tasks import (
+    ScenarioTask,
+    TaskOutcome,
+    offered_rate,
+    run_task,
+    write_run_row,
+    write_scenarios,
+)
+from pipeline.warehouse import Warehouse, new_run_id
+
+SEARCHES = ("concurrency", "rate", "replicas")
+SPEC_KEYS = {
+    "concurrency": {"min", "max", "rate", "rate_scale"},
+    "rate": {"min", "max", "tolerance"},
+    "replicas": {"min", "max", "rate", "rate_scale"},
+}
+DEFAULT_MAX_CONCURRENCY = 1024
+DEFAULT_MAX_REPLICAS = 64
+RATE_RANGE = 64.0  # the rate search looks from base / 64 to base * 64 unless told
+
+
+@dataclass(frozen=True)
+class SearchSpec:
+    """One search: its kind, its range and (concurrency, replicas) the rate it runs at."""
+
+    kind: str  # concurrency | rate | replicas
+    lo: float | None = None  # default: 1; rate: the base rate / 64
+    hi: float | None = None  # default: 1024 caps, 64 replicas; rate: the base rate * 64
+    tolerance: float = 0.02  # rate: stop when the bracket is this narrow (relative)
+    rate: float | None = None  # concurrency, replicas: req/s to run at (None: the base's)
+    rate_scale: float | None = None  # ... or the base scenario's rate times this
+
+
+@dataclass
+class SearchOutcome:
+    """One search: every probe in order and where the verdict flipped."""
+
+    spec: SearchSpec
+    knob: str
+    lo: float
+    hi: float
+    result: SearchResult
+    probes: list[TaskOutcome]  # in probe order, aligned with result.probes
+
+    @property
+    def answer(self) -> float | None:
+        return self.result.answer
+
+    @property
+    def answer_probe(self) -> TaskOutcome | None:
+        for (value, _), out in zip(self.result.probes, self.probes, strict=True):
+            if value == self.answer:
+                return out
+        return None
+
+    @property
+    def note(self) -> str | None:
+        """Range end reached, nothing meets, or the probes that break monotony."""
+        notes = []
+        unit = " req/s" if self.spec.kind == "rate" else ""
+        if self.answer is None:
+            notes.append(
+                f"no {self.knob} in [{_fmt(self.lo)}, {_fmt(self.hi)}]{unit} meets every SLO"
+            )
+        elif self.result.at_range_end:
+            notes.append(
+                f"the top of the range ({_fmt(self.hi)}{unit}) meets every SLO: raise the "
+                "maximum to look further"
+            )
+        met_values = [v for v, met in self.result.probes if met]
+        if self.spec.kind == "concurrency" and met_values and min(met_values) > self.lo:
+            notes.append(f"the lowest probed {self.knob} that meets is {_fmt(min(met_values))}")
+        if self.result.violation is not None:
+            a, b = self.result.violation
+            met = dict(self.result.probes)
+            notes.append(
+                f"not monotone: {self.knob} {_fmt(a)} {'meets' if met[a] else 'fails'} but "
+                f"{_fmt(b)} {'meets' if met[b] else 'fails'}"
+            )
+        return "; ".join(notes) or None
+
+
+@dataclass
+class CapacityResult:
+    """What the capacity run found and wrote."""
+
+    run_id: str
+    base: Scenario
+    slos: list[Slo]
+    base_rate: float | None  # requests/s the base scenario offers
+    num_requests_read: int
+    inputs: list[str]
+    searches: list[SearchOutcome] = field(default_factory=list)
+    wall_s: float = 0.0
+
+    @property
+    def num_replays(self) -> int:
+        return sum(len(s.probes) for s in self.searches)
+
+
+def load_capacity_file(path: Path) -> tuple[dict[str, Any], list[Slo], list[SearchSpec]]:
+    """A capacity TOML file: ``[base]`` scenario keys, ``[slo]``, ``[search.<kind>]``.
+
+    Raises:
+        ConfigError: unreadable, unknown sections or keys, bad SLOs or ranges.
+    """
+    try:
+        raw = tomllib.loads(Path(path).read_text())
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read capacity file ({exc.strerror})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML ({exc})") from None
+    unknown = sorted(set(raw) - {"base", "slo", "search"})
+    if unknown:
+        raise ConfigError(
+            f"{path}: unknown key(s) {', '.join(unknown)}; a capacity file has: base, slo, search"
+        )
+    for key in raw:
+        if not isinstance(raw[key], dict):
+            raise ConfigError(f"{path}: {key} must be a table ([{key}])")
+    slos = parse_slos(raw.get("slo", {}), where=f"{path} [slo]")
+    specs = parse_specs(raw.get("search", {}), where=f"{path} [search]")
+    return dict(raw.get("base", {})), slos, specs
+
+
+def parse_specs(table: dict[str, Any], where: str = "--search") -> list[SearchSpec]:
+    """Searches from ``{kind: {min, max, ...}}``; an empty table means all three."""
+    if not table:
+        return [SearchSpec(kind) for kind in SEARCHES]
+    specs = []
+    for kind, opts in table.items():
+        if kind not in SEARCHES:
+            raise ConfigError(f"{where}: unknown search {kind!r}; allowed: {', '.join(SEARCHES)}")
+        if not isinstance(opts, dict):
+            raise ConfigError(f"{where}: {kind} must be a table ([search.{kind}])")
+        bad = sorted(set(opts) - SPEC_KEYS[kind])
+        if bad:
+            raise ConfigError(
+                f"{where}.{kind}: unknown key(s) {', '.join(bad)}; allowed: "
+                f"{', '.join(sorted(SPEC_KEYS[kind]))}"
+            )
+        num = {k: _number(f"{where}.{kind}", k, v) for k, v in opts.items()}
+        if "rate" in num and "rate_scale" in num:
+            raise ConfigError(f"{where}.{kind}: give rate or rate_scale, not both")
+        specs.append(
+            SearchSpec(
+                kind,
+                lo=num.get("min"),
+                hi=num.get("max"),
+                tolerance=num.get("tolerance", 0.02),
+                rate=num.get("rate"),
+                rate_scale=num.get("rate_scale"),
+            )
+        )
+    return specs
+
+
+def _number(where: str, key: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ConfigError(f"{where}: {key} must be a number > 0, got {value!r}")
+    return float(value)
+
+
+def _fmt(x: float) -> str:
+    """A knob value for messages and scenario names: 64, 5.532 (never an exponent)."""
+    return str(int(x)) if x == int(x) else f"{x:.6f}".rstrip("0").rstrip(".")
+
+
+def _probe_values(
+    base: dict[str, Any], name: str, spec: SearchSpec, knob: str, value: float
+) -> dict[str, Any]:
+    values = {**base, "name": f"{name}-{spec.kind}-{_fmt(value)}"}
+    rate = value if spec.kind == "rate" else spec.rate
+    if rate is not None:
+        values.pop("time_scale", None)
+        values["rate"] = rate
+    if spec.kind != "rate":
+        values[knob] = int(value)
+    return values
+
+
+def run_capacity(
+    warehouse: Path,
+    base_values: dict[str, Any],
+    slos: list[Slo],
+    specs: list[SearchSpec],
+    *,
+    requests_file: Path | None = None,
+    date_from: date | None = None,
+    date_to: date | None = None,
+    summary_only: bool = False,
+    quiet: bool = False,
+    run_id: str | None = None,
+) -> CapacityResult:
+    """Run the capacity searches for one base scenario and write every probe.
+
+    Args:
+        warehouse: the warehouse (requests are read from it unless ``requests_file``).
+        base_values: the base scenario's keys (a scenario file's, plus overrides).
+        slos: at least one objective; a probe meets when it meets them all.
+        specs: the searches to run, in order.
+        requests_file, date_from, date_to: which requests, as for ``replay``.
+        summary_only: write each probe's summary (scenarios) but not its sim tables.
+        quiet: no progress bar.
+        run_id: the run id to write under (default: a new one).
+
+    Raises:
+        ConfigError: no SLO, an empty range, no requests selected.
+        ScenarioError: the base scenario (or one at a range end) is invalid, or a
+            probe fails; checked before the first probe where possible.
+    """
+    t0 = time.perf_counter()
+    started = datetime.now(UTC)
+    if not slos:
+        raise ConfigError("give at least one SLO, e.g. --slo ttft_p99=200ms")
+    base = build_scenario(base_values, where="base scenario")
+    wh = Warehouse(warehouse)
+    run_id = run_id or new_run_id(started)
+    files = select_request_files(
+        wh, requests_file=requests_file, date_from=date_from, date_to=date_to
+    )
+    frame = read_requests(files)
+    base_rate = offered_rate(prepare(frame, base).inp.arrival_s)
+    plans = [_plan(spec, base, base_values, base_rate) for spec in specs]
+    wh.init()
+    warm_up(base.engine())
+    result = CapacityResult(
+        run_id=run_id,
+        base=base,
+        slos=slos,
+        base_rate=base_rate,
+        num_requests_read=frame.height,
+        inputs=[str(f) for f in files],
+    )
+    outcomes: list[TaskOutcome] = []
+    status = "failed"
+    try:
+        with progress("capacity search", total=None, quiet=quiet) as bar:
+            for spec, knob, lo, hi in plans:
+                probes: list[TaskOutcome] = []
+
+                def measure(
+                    value: float,
+                    spec: SearchSpec = spec,
+                    knob: str = knob,
+                    probes: list[TaskOutcome] = probes,
+                ) -> bool:
+                    values = _probe_values(base_values, base.name, spec, knob, value)
+                    sc = build_scenario(values, where=f"{spec.kind} probe {value}")
+                    bar.describe(f"capacity search: {spec.kind} {knob}={_fmt(value)}")
+                    task = ScenarioTask(
+                        index=len(outcomes),
+                        scenario=sc,
+                        prepared=prepare(frame, sc),
+                        slos=tuple(slos),
+                        run_id=run_id,
+                        warehouse=None if summary_only else wh.root,
+                    )
+                    out = run_task(task)
+                    out.tables = {}
+                    if out.error is not None or out.slo is None:
+                        raise ScenarioError(f"probe {sc.name} failed: {out.error}")
+                    outcomes.append(out)
+                    probes.append(out)
+                    bar.advance(1)
+                    return out.slo.all_met
+
+                found = _search(spec, measure, lo, hi, base_rate)
+                result.searches.append(SearchOutcome(spec, knob, lo, hi, found, probes))
+        write_scenarios(wh, run_id, [o.run for o in outcomes if o.run is not None])
+        wh.write(CAPACITY_SEARCH, capacity_table(result), {"run_id": run_id}, "capacity_search")
+        status = "ok"
+    finally:
+        result.wall_s = time.perf_counter() - t0
+        write_run_row(
+            wh,
+            run_id=run_id,
+            command="capacity",
+            started=started,
+            status=status,
+            inputs=result.inputs,
+            rows_read=frame.height,
+            rows_kept=sum(o.run.summary["num_requests"] for o in outcomes if o.run is not None),
+            details={
+                "base": base.to_dict(),
+                "slos": [str(s) for s in slos],
+                "searches": {
+                    s.spec.kind: {"knob": s.knob, "answer": s.answer, "note": s.note}
+                    for s in result.searches
+                },
+                "num_replays": len(outcomes),
+            },
+        )
+    return result
+
+
+def _plan(
+    spec: SearchSpec, base: Scenario, base_values: dict[str, Any], base_rate: float | None
+) -> tuple[SearchSpec, str, float, float]:
+    """(spec, knob, lo, hi) with defaults filled in; the range ends are built to check them."""
+    if spec.rate_scale is not None:
+        if base_rate is None:
+            raise ConfigError(f"{spec.kind} search: rate_scale needs a trace with a time span")
+        spec = dataclasses.replace(spec, rate=base_rate * spec.rate_scale, rate_scale=None)
+    if spec.kind == "concurrency":
+        knob = concurrency_knob(base.policy)
+        lo, hi = spec.lo or 1.0, spec.hi or float(DEFAULT_MAX_CONCURRENCY)
+    elif spec.kind == "replicas":
+        knob = "replicas"
+        lo, hi = spec.lo or 1.0, spec.hi or float(DEFAULT_MAX_REPLICAS)
+    else:
+        knob = "rate"
+        if base_rate is None and (spec.lo is None or spec.hi is None):
+            raise ConfigError("the rate search needs min and max: the trace has no time span")
+        lo = spec.lo or (base_rate or 1.0) / RATE_RANGE
+        hi = spec.hi or (base_rate or 1.0) * RATE_RANGE
+    if spec.kind != "rate" and (lo != int(lo) or hi != int(hi)):
+        raise ConfigError(f"{spec.kind} search: min and max must be whole numbers")
+    if not lo <= hi:
+        raise ConfigError(f"{spec.kind} search: min ({_fmt(lo)}) is above max ({_fmt(hi)})")
+    for end in (lo, hi):
+        build_scenario(
+            _probe_values(base_values, base.name, spec, knob, end),
+            where=f"{spec.kind} search at {knob} = {_fmt(end)}",
+        )
+    return spec, knob, lo, hi
+
+
+def _search(
+    spec: SearchSpec,
+    measure: Callable[[float], bool],
+    lo: float,
+    hi: float,
+    base_rate: float | None,
+) -> SearchResult:
+    if spec.kind == "concurrency":
+        return highest_int(measure, int(lo), int(hi))
+    if spec.kind == "replicas":
+        return lowest_int(measure, int(lo), int(hi))
+    start = base_rate if base_rate is not None else lo
+    return highest_float(measure, start, lo, hi, rel_tol=spec.tolerance)
+
+
+def capacity_table(result: CapacityResult) -> pa.Table:
+    """The capacity_search rows: one per search, probe and SLO."""
+    cols: dict[str, list[Any]] = {n: [] for n in CAPACITY_SEARCH.file_columns}
+    for search in result.searches:
+        note = search.note
+        for i, ((value, met), out) in enumerate(
+            zip(search.result.probes, search.probes, strict=True)
+        ):
+            assert out.run is not None and out.slo is not None
+            s = out.run.summary
+            for slo in result.slos:
+                row = {
+                    "search": search.spec.kind,
+                    "knob": search.knob,
+                    "probe": i,
+                    "value": float(value),
+                    "scenario": out.name,
+                    "slo": slo.key,
+                    "limit_s": slo.limit_s,
+                    "measured_s": out.slo.measured_s[slo.key],
+                    "slo_met": out.slo.met[slo.key],
+                    "met": met,
+                    "num_requests": s["num_requests"],
+                    "offered_rate": out.offered_rate,
+                    "request_throughput": s["request_throughput"],
+                    "output_token_throughput": s["output_token_throughput"],
+                    "goodput": out.slo.goodput,
+                    "num_preemptions": s["num_preemptions"],
+                    "answer": search.answer,
+                    "is_answer": value == search.answer,
+                    "monotone": search.result.monotone,
+                    "note": note,
+                }
+                for k, v in row.items():
+                    cols[k].append(v)
+    return pa.table(
+        {n: pa.array(cols[n], type=dict(CAPACITY_SEARCH.columns)[n]) for n in cols},
+    )

@@ -1,0 +1,290 @@
+"""``tracereplay capacity``: SLO searches for the highest cap and rate, the fewest replicas."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import click
+
+from pipeline.capacity import (
+    SEARCHES,
+    CapacityResult,
+    SearchOutcome,
+    SearchSpec,
+    load_capacity_file,
+    run_capacity,
+)
+from pipeline.cli import options as opt
+from pipeline.cli.sweep import number, render_table, seconds
+from pipeline.config import load_config, warehouse_path
+from pipeline.errors import ScenarioError
+from pipeline.sim.policies import POLICIES
+from pipeline.sim.scenario import parse_value, read_scenario_file
+from pipeline.slo import Slo, parse_slos
+
+
+def _value(search: SearchOutcome, x: float | None) -> str:
+    if x is None:
+        return "none"
+    return f"{x:,.3g} req/s" if search.spec.kind == "rate" else f"{int(x):,}"
+
+
+def format_search(search: SearchOutcome, slos: list[Slo], base_rate: float | None) -> str:
+    kind = search.spec.kind
+    rate = search.spec.rate or base_rate
+    head = {
+        "concurrency": f"highest {search.knob} that meets every SLO at {number(rate)} req/s",
+        "rate": f"highest request rate that meets every SLO (within {search.spec.tolerance:.0%})",
+        "replicas": f"fewest replicas that meet every SLO at {number(rate)} req/s",
+    }[kind]
+    lines = [f"{kind}: {head}: {_value(search, search.answer)}"]
+    at = search.answer_probe
+    if at is not None and at.run is not None and at.slo is not None:
+        s = at.run.summary
+        lines.append(
+            f"  there: {number(s['request_throughput'])} req/s, "
+            f"{number(s['output_token_throughput'], 0)} output tok/s, "
+            f"goodput {number(at.slo.goodput)} req/s ({at.name})"
+        )
+    if search.note:
+        lines.append(f"  note: {search.note}")
+    headers = ["probe", search.knob, *[s.key for s in slos], "met", "req/s", "goodput", "preempt"]
+    rows = []
+    for i, ((value, met), out) in enumerate(zip(search.result.probes, search.probes, strict=True)):
+        assert out.run is not None and out.slo is not None
+        cell = f"{value:,.4g}" if kind == "rate" else f"{int(value):,}"
+        rows.append(
+            [
+                str(i),
+                cell + (" *" if value == search.answer else ""),
+                *[seconds(out.slo.measured_s[s.key]) for s in slos],
+                "yes" if met else "no",
+                number(out.run.summary["request_throughput"]),
+                number(out.slo.goodput),
+                f"{out.run.summary['num_preemptions']:,}",
+            ]
+        )
+    table = render_table(headers, rows)
+    lines += ["  " + line for line in table.splitlines()]
+    return "\n".join(lines)
+
+
+def format_capacity(result: CapacityResult) -> str:
+    b = result.base
+    out = [
+        f"base {b.name} ({b.policy}, {b.profile}, {b.replicas} replica(s)): "
+        f"{result.num_requests_read:,} requests offered at {number(result.base_rate)} req/s",
+        "SLOs: " + ", ".join(str(s) for s in result.slos),
+    ]
+    out += [format_search(s, result.slos, result.base_rate) for s in result.searches]
+    return "\n".join(out)
+
+
+def result_dict(result: CapacityResult, warehouse: Path) -> dict[str, Any]:
+    def probe(value: float, met: bool, o: Any) -> dict[str, Any]:
+        return {
+            "value": value,
+            "met": met,
+            "scenario": o.name,
+            "slo": o.slo.to_dict(),
+            "summary": o.run.summary,
+        }
+
+    return {
+        "run_id": result.run_id,
+        "warehouse": str(warehouse),
+        "base": result.base.to_dict(),
+        "base_rate": result.base_rate,
+        "num_requests_read": result.num_requests_read,
+        "slos": [str(s) for s in result.slos],
+        "num_replays": result.num_replays,
+        "wall_s": result.wall_s,
+        "searches": {
+            s.spec.kind: {
+                "knob": s.knob,
+                "range": [s.lo, s.hi],
+                "rate": s.spec.rate or (result.base_rate if s.spec.kind != "rate" else None),
+                "answer": s.answer,
+                "monotone": s.result.monotone,
+                "note": s.note,
+                "probes": [
+                    probe(v, m, o) for (v, m), o in zip(s.result.probes, s.probes, strict=True)
+                ],
+            }
+            for s in result.searches
+        },
+    }
+
+
+def _parse_sets(pairs: tuple[str, ...]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ScenarioError(f"--set {pair!r}: expected KEY=VALUE, e.g. --set watermark=0.01")
+        out[key.strip()] = parse_value(value.strip())
+    return out
+
+
+def _specs(
+    file_specs: list[SearchSpec],
+    kinds: tuple[str, ...],
+    target_rate: float | None,
+    max_concurrency: int | None,
+    max_replicas: int | None,
+) -> list[SearchSpec]:
+    by_kind = {s.kind: s for s in file_specs}
+    chosen = [by_kind.get(k, SearchSpec(k)) for k in kinds] if kinds else file_specs
+    out = []
+    for spec in chosen:
+        if spec.kind == "concurrency" and max_concurrency is not None:
+            spec = dataclasses.replace(spec, hi=float(max_concurrency))
+        if spec.kind == "replicas":
+            if max_replicas is not None:
+                spec = dataclasses.replace(spec, hi=float(max_replicas))
+            if target_rate is not None:
+                spec = dataclasses.replace(spec, rate=target_rate)
+        out.append(spec)
+    return out
+
+
+@click.command(name="capacity")
+@click.argument(
+    "capacity_file", required=False, type=click.Path(dir_okay=False, exists=True, path_type=Path)
+)
+@opt.warehouse
+@opt.config_file
+@click.option(
+    "--requests",
+    "requests_file",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="Use one requests Parquet file instead of the warehouse.",
+)
+@click.option(
+    "--from", "date_from", type=click.DateTime(["%Y-%m-%d"]), default=None, help="First day."
+)
+@click.option("--to", "date_to", type=click.DateTime(["%Y-%m-%d"]), default=None, help="Last day.")
+@click.option(
+    "--slo",
+    "slo_items",
+    multiple=True,
+    metavar="KEY=LIMIT",
+    help="Objective every probe must meet, e.g. ttft_p99=200ms, tpot_p99=50ms (repeatable; "
+    "metrics ttft, tpot, e2e, queue; statistics p<q>, mean; units us, ms, s).",
+)
+@click.option(
+    "--search",
+    "kinds",
+    multiple=True,
+    type=click.Choice(SEARCHES),
+    help="Run only these searches (repeatable) [default: the file's, else all three].",
+)
+@click.option(
+    "--scenario",
+    "scenario_file",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="Base scenario TOML file (over the capacity file's [base]).",
+)
+@click.option("--policy", type=click.Choice(sorted(POLICIES)), default=None, help="Base policy.")
+@click.option("--profile", default=None, help="Base step-cost profile.")
+@click.option(
+    "--set",
+    "sets",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Any base scenario key (repeatable), e.g. --set drop_too_long=true.",
+)
+@click.option(
+    "--target-rate",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Requests/s the replicas search must serve [default: the base scenario's].",
+)
+@click.option("--max-concurrency", type=click.IntRange(min=1), default=None, help="[1024]")
+@click.option("--max-replicas", type=click.IntRange(min=1), default=None, help="[64]")
+@click.option(
+    "--summary-only",
+    is_flag=True,
+    help="Write each probe's summary and the search, not its sim_requests and sim_steps.",
+)
+@opt.output
+def capacity_command(
+    capacity_file: Path | None,
+    warehouse: Path | None,
+    config_file: Path | None,
+    requests_file: Path | None,
+    date_from: datetime | None,
+    date_to: datetime | None,
+    slo_items: tuple[str, ...],
+    kinds: tuple[str, ...],
+    scenario_file: Path | None,
+    policy: str | None,
+    profile: str | None,
+    sets: tuple[str, ...],
+    target_rate: float | None,
+    max_concurrency: int | None,
+    max_replicas: int | None,
+    summary_only: bool,
+    quiet: bool,
+    as_json: bool,
+) -> None:
+    """Find the highest cap, the highest rate and the fewest replicas within SLOs.
+
+    For the requests and a base scenario: the highest concurrency cap
+    (max_num_seqs, max_batch_size, ...) that meets every SLO at the base's
+    arrival rate, with the throughput and goodput there; the highest request
+    rate (the trace time-scaled) that meets them; and the fewest replicas
+    that meet them at a target rate. Each is a bisection; every probe is a
+    replay, written under one run id with the search path (capacity_search).
+    CAPACITY_FILE is optional TOML: [base], [slo], [search.<kind>] (see
+    docs/capacity.md).
+
+    Example:
+
+    \b
+        tracereplay capacity --slo ttft_p99=200ms --slo tpot_p99=50ms \\
+            --scenario examples/scenarios/vllm.toml
+        tracereplay capacity examples/seed_lab/capacity.toml --search rate
+    """
+    cfg = load_config(config_file)
+    wh = warehouse_path(str(warehouse) if warehouse else None, cfg)
+    base: dict[str, Any] = dict(cfg.sections.get("replay", {}))
+    file_slos: list[Slo] = []
+    file_specs = [SearchSpec(k) for k in SEARCHES]
+    if capacity_file is not None:
+        file_base, file_slos, file_specs = load_capacity_file(capacity_file)
+        base.update(file_base)
+    if scenario_file is not None:
+        base.update(read_scenario_file(scenario_file))
+    flags = {"policy": policy, "profile": profile, **_parse_sets(sets)}
+    base.update({k: v for k, v in flags.items() if v is not None})
+    slos = {s.key: s for s in file_slos}
+    slos.update({s.key: s for s in parse_slos(slo_items)})
+    result = run_capacity(
+        wh,
+        base,
+        list(slos.values()),
+        _specs(file_specs, kinds, target_rate, max_concurrency, max_replicas),
+        requests_file=requests_file,
+        date_from=date_from.date() if date_from else None,
+        date_to=date_to.date() if date_to else None,
+        summary_only=summary_only,
+        quiet=quiet,
+    )
+    if as_json:
+        click.echo(json.dumps(result_dict(result, wh), indent=2))
+        return
+    click.echo(format_capacity(result))
+    click.echo(
+        f"run {result.run_id}: {result.num_replays} replays in {result.wall_s:.1f} s, "
+        f"written to {wh}"
+    )
+
+
+capacity = capacity_command

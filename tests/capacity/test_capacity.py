@@ -1,0 +1,208 @@
+"""Capacity searches end to end: answers at the flip, the path stored, the command."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from pipeline.capacity import SearchSpec, run_capacity
+from pipeline.cli import cli
+from pipeline.contracts import CAPACITY_SEARCH, RUNS, SCENARIOS, SIM_REQUESTS, read_table
+from pipeline.errors import ConfigError, ScenarioError
+from pipeline.knobs import concurrency_knob
+from pipeline.report.sql import query
+from pipeline.sim import policies
+from pipeline.slo import parse_slos
+from pipeline.warehouse import Warehouse
+from tests.capacity.conftest import BASE
+
+SLOS = ["ttft_p99=500ms", "tpot_p99=40ms"]
+
+
+@pytest.fixture(scope="module")
+def searched(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """All three searches on a small warehouse (run once for the module)."""
+    import numpy as np
+
+    from pipeline.contracts import REQUESTS
+    from tests.sim.conftest import requests_table
+
+    rng = np.random.default_rng(7)
+    n = 400
+    table = requests_table(
+        rng.integers(50, 2000, n), rng.integers(2, 300, n), rng.exponential(1 / 15.0, n)
+    )
+    wh = tmp_path_factory.mktemp("cap") / "wh"
+    Warehouse(wh).write(REQUESTS, table, {"date": "2024-05-01"}, "src-test")
+    specs = [
+        SearchSpec("concurrency", hi=256),
+        SearchSpec("rate", tolerance=0.05),
+        SearchSpec("replicas", rate_scale=4.0, hi=16),
+    ]
+    return wh, run_capacity(wh, {**BASE, "name": "base"}, parse_slos(SLOS), specs, quiet=True)
+
+
+def _verdicts(search: Any) -> dict[float, bool]:
+    return dict(search.result.probes)
+
+
+def test_each_answer_sits_where_the_verdict_flips(searched: Any) -> None:
+    _, result = searched
+    conc, rate, reps = result.searches
+    assert conc.knob == "max_num_seqs" and rate.knob == "rate" and reps.knob == "replicas"
+    v = _verdicts(conc)
+    assert conc.answer is not None and v[conc.answer]
+    assert conc.result.at_range_end or v[conc.answer + 1] is False
+    v = _verdicts(rate)
+    assert rate.answer is not None and v[rate.answer]
+    above = min(x for x, met in v.items() if not met and x > rate.answer)
+    assert above <= rate.answer * 1.05 * 1.001
+    v = _verdicts(reps)
+    assert reps.answer is not None and v[reps.answer]
+    assert reps.answer == 1 or v[reps.answer - 1] is False
+    assert reps.spec.rate == pytest.approx(4 * result.base_rate)
+    for s in result.searches:
+        assert s.result.monotone, s.note
+    assert result.num_replays == sum(len(s.result.probes) for s in result.searches)
+
+
+def test_the_search_path_and_every_probe_are_stored(searched: Any) -> None:
+    wh, result = searched
+    w = Warehouse(wh)
+    (path,) = w.files(CAPACITY_SEARCH)
+    rows = read_table(path, CAPACITY_SEARCH).to_pylist()
+    assert len(rows) == result.num_replays * len(SLOS)
+    for search in result.searches:
+        mine = [r for r in rows if r["search"] == search.spec.kind]
+        assert {r["answer"] for r in mine} == {search.answer}
+        answers = {r["scenario"] for r in mine if r["is_answer"]}
+        assert answers == {search.answer_probe.name}
+        for r in mine:
+            assert r["met"] == all(x["slo_met"] for x in mine if x["probe"] == r["probe"])
+            assert r["slo_met"] == (r["measured_s"] <= r["limit_s"])
+    # every probe is a scenario of the run, with its requests
+    (scen,) = [p for p in w.files(SCENARIOS) if result.run_id in str(p)]
+    assert read_table(scen, SCENARIOS).num_rows == result.num_replays
+    assert len([p for p in w.files(SIM_REQUESTS) if result.run_id in str(p)]) == (
+        result.num_replays
+    )
+    (run,) = [r for r in (read_table(p, RUNS).to_pylist()[0] for p in w.files(RUNS))]
+    assert run["command"] == "capacity" and run["status"] == "ok"
+    # the recorded p99 TTFT is the one DuckDB computes from the probe's sim_requests
+    con = w.connect()
+    probe = result.searches[1].answer_probe
+    (p99,) = con.execute(
+        "SELECT quantile_cont(ttft_s, 0.99) FROM sim_requests WHERE scenario = ?", [probe.name]
+    ).fetchone()
+    assert probe.slo.measured_s["ttft_p99"] == pytest.approx(p99, rel=1e-12)
+    df = query(con, "capacity_search", slo="ttft_p99")
+    assert df.height == result.num_replays
+    assert df.filter(df["is_answer"])["search"].to_list() == ["concurrency", "rate", "replicas"]
+
+
+def test_knob_follows_the_policy(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert [concurrency_knob(p) for p in ("vllm", "orca", "sarathi", "static")] == [
+        "max_num_seqs",
+        "max_num_seqs",
+        "max_num_seqs",
+        "max_batch_size",
+    ]
+    with pytest.raises(ScenarioError, match="unknown policy 'fast'"):
+        concurrency_knob("fast")
+
+    class Fake:
+        def param_help(self) -> dict[str, str]:
+            return {"max_running_requests": "", "chunked_prefill_size": ""}
+
+    monkeypatch.setitem(policies.POLICIES, "sglang-like", Fake())  # type: ignore[arg-type]
+    assert concurrency_knob("sglang-like") == "max_running_requests"
+
+
+def test_static_batching_searches_max_batch_size(small_warehouse: Callable[..., Path]) -> None:
+    wh = small_warehouse(120)
+    result = run_capacity(
+        wh,
+        {**BASE, "policy": "static"},
+        parse_slos(["e2e_p50=30s"]),
+        [SearchSpec("concurrency", hi=64)],
+        summary_only=True,
+        quiet=True,
+    )
+    (search,) = result.searches
+    assert search.knob == "max_batch_size"
+    assert all(o.name.startswith("static-concurrency-") for o in search.probes)
+    assert not Warehouse(wh).files(SIM_REQUESTS)  # summary only
+
+
+def test_command_with_a_capacity_file(tmp_path: Path, small_warehouse: Callable[..., Path]) -> None:
+    wh = small_warehouse(150)
+    cost = "\n".join(f"{k} = {v!r}" for k, v in BASE["cost"].items())
+    cfile = tmp_path / "cap.toml"
+    cfile.write_text(
+        f"[base]\nnum_gpu_blocks = 4000\nmax_model_len = 4096\n[base.cost]\n{cost}\n"
+        '[slo]\nttft_p99 = "2s"\n[search.concurrency]\nmax = 64\n[search.rate]\nmin = 1.0\n'
+    )
+    r = CliRunner().invoke(
+        cli, ["capacity", str(cfile), "--warehouse", str(wh), "--slo", "ttft_p99=1s", "--json"]
+    )
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["slos"] == ["ttft_p99<=1s"] and list(out["searches"]) == ["concurrency", "rate"]
+    assert out["searches"]["concurrency"]["range"] == [1.0, 64.0]
+    assert out["num_replays"] == sum(len(s["probes"]) for s in out["searches"].values())
+    r = CliRunner().invoke(
+        cli, ["capacity", str(cfile), "--warehouse", str(wh), "--search", "replicas"]
+    )
+    assert r.exit_code == 0, r.output
+    assert "replicas: fewest replicas that meet every SLO" in r.output
+    assert "probe  replicas  ttft_p99  met" in r.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ([], "give at least one SLO, e.g. --slo ttft_p99=200ms"),
+        (["--slo", "ttft_p99=200 ms", "--set", "polcy=vllm"], "unknown key 'polcy'"),
+        (["--slo", "ttft_p99=200"], "give a unit"),
+        (["--slo", "ttft_p99=1s", "--set", "max_num_seqs=0"], "max_num_seqs"),
+    ],
+)
+def test_bad_input_is_one_line_and_runs_nothing(
+    small_warehouse: Callable[..., Path], args: list[str], message: str
+) -> None:
+    wh = small_warehouse(20)
+    r = CliRunner().invoke(cli, ["capacity", "--warehouse", str(wh), *args])
+    assert r.exit_code == 1 and message in r.output, r.output
+    assert not (wh / "capacity_search").exists() and not (wh / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[slo]\nttft_p99 = '1s'\n[serch]\n", "unknown key(s) serch"),
+        ("[slo]\nttft_p99 = '1s'\n[search.speed]\n", "unknown search 'speed'"),
+        ("[search.rate]\nmaximum = 3\n", "unknown key(s) maximum; allowed: max, min, tolerance"),
+        ("[search.replicas]\nrate = 2\nrate_scale = 2\n", "give rate or rate_scale"),
+        ("[search.rate]\nmin = -1\n", "min must be a number > 0"),
+    ],
+)
+def test_bad_capacity_files(tmp_path: Path, text: str, message: str) -> None:
+    from pipeline.capacity import load_capacity_file
+
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as exc:
+        load_capacity_file(path)
+    assert message in str(exc.value)
+
+
+def test_an_empty_range_fails_before_running(small_warehouse: Callable[..., Path]) -> None:
+    wh = small_warehouse(20)
+    with pytest.raises(ConfigError, match=r"min \(8\) is above max \(4\)"):
+        run_capacity(wh, dict(BASE), parse_slos(["ttft_p99=1s"]), [SearchSpec("concurrency", 8, 4)])
+    assert not (wh / "runs").exists()
