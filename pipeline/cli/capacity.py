@@ -206,8 +206,18 @@ def _specs(
     default=None,
     help="Requests/s the replicas search must serve [default: the base scenario's].",
 )
-@click.option("--max-concurrency", type=click.IntRange(min=1), default=None, help="[1024]")
-@click.option("--max-replicas", type=click.IntRange(min=1), default=None, help="[64]")
+@click.option(
+    "--max-concurrency",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Top of the concurrency search [default: the file's, else 1024].",
+)
+@click.option(
+    "--max-replicas",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Top of the replicas search [default: the file's, else 64].",
+)
 @click.option(
     "--summary-only",
     is_flag=True,
