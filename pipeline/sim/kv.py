@@ -1,22 +1,21 @@
 """Paged KV-cache block accounting, shared by every policy of the fast loop.
 
-Each replica has ``num_blocks`` usable blocks of ``block_size`` tokens
-(``rp[r, P_FREE]`` of them free); each request holds ``rq[i, R_HELD]``.
-Two ways to use them:
+Each replica has ``num_blocks`` usable blocks of ``block_size`` tokens. A
+request holds ``rq[i, R_HELD]`` blocks privately plus ``rq[i, R_SHARED]``
+through prefix-cache units it references (``cache.py``); the replica has
+``rp[r, P_FREE]`` blocks holding nothing and ``rp[r, P_EVICTABLE]`` in cached
+units nobody references, which an allocation may evict. Two ways to use them:
 
-- **just in time** (vLLM V1, Sarathi): a request holds
+- **just in time** (vLLM V1, Sarathi, SGLang): a request holds
   ``cdiv(tokens, block_size)`` blocks for the tokens whose KV exists (or is being
   computed this step); each step grows it, and a failed grow is what triggers
-  a preemption. ``grow`` below.
-- **reservation** (Orca, static batching): a request takes the blocks for its
-  maximum length when it is admitted and keeps them to the end, so it never
-  needs more and is never preempted. ``reserve`` below.
+  a preemption (or a retraction). ``grow`` below.
+- **reservation** (Orca, static batching, TGI): a request takes the blocks for
+  its maximum length when it is admitted and keeps them to the end, so it never
+  needs more and is never preempted. ``reserve`` and ``grow`` below.
 
-Finishing or preempting a request returns all its blocks (``release``).
-
-# NOTE: prefix caching (blocks shared between requests through chained hashes,
-# evictable cached blocks counted as free) will live here too; the policies
-# already go through these functions so it can be added without touching them.
+Finishing or preempting a request returns its private blocks to the free pool
+and its cache units to the LRU queue (``release``).
 """
 
 from __future__ import annotations
@@ -25,13 +24,14 @@ import numpy as np
 import numpy.typing as npt
 from numba import njit
 
-from pipeline.sim.state import P_FREE, R_HELD
+from pipeline.sim.cache import capacity, release_units, take
+from pipeline.sim.state import P_FREE, R_HELD, R_SHARED
 
 
 @njit(cache=True, error_model="numpy")
 def blocks_needed(rq: npt.NDArray[np.int64], i: int, num_tokens: int, block_size: int) -> int:
     """Blocks request ``i`` must add to cover ``num_tokens`` tokens."""
-    short = num_tokens - rq[i, R_HELD] * block_size  # tokens beyond its blocks
+    short = num_tokens - (rq[i, R_HELD] + rq[i, R_SHARED]) * block_size  # tokens beyond its blocks
     if short <= 0:
         return 0
     return (short + block_size - 1) // block_size
@@ -46,12 +46,15 @@ def grow(
     num_tokens: int,
     block_size: int,
     keep_free: int,
+    kc: tuple,  # type: ignore[type-arg]
 ) -> bool:
     """Give request ``i`` blocks for ``num_tokens`` tokens if ``keep_free`` blocks stay free."""
     need = blocks_needed(rq, i, num_tokens, block_size)
-    if need + keep_free > rp[r, P_FREE]:
+    if need == 0:
+        return True
+    if need + keep_free > capacity(rp, r):
         return False
-    rp[r, P_FREE] -= need
+    take(rp, r, need, kc)
     rq[i, R_HELD] += need
     return True
 
@@ -69,7 +72,14 @@ def reserve(
 
 
 @njit(cache=True, error_model="numpy")
-def release(rq: npt.NDArray[np.int64], rp: npt.NDArray[np.int64], r: int, i: int) -> None:
-    """Return every block of request ``i`` to the free pool."""
+def release(
+    rq: npt.NDArray[np.int64],
+    rp: npt.NDArray[np.int64],
+    r: int,
+    i: int,
+    kc: tuple,  # type: ignore[type-arg]
+) -> None:
+    """Return request ``i``'s private blocks to the free pool and its cache units to the LRU."""
     rp[r, P_FREE] += rq[i, R_HELD]
     rq[i, R_HELD] = 0
+    release_units(rq, rp, i, r, kc)

@@ -50,20 +50,24 @@ import numpy as np
 import numpy.typing as npt
 from numba import njit
 
+from pipeline.sim.cache import capacity, commit, empty_caches, take, warm
 from pipeline.sim.cost_model import (
     decode_run_s,
     step_time,
 )
 from pipeline.sim.kv import blocks_needed, release
-from pipeline.sim.policies import orca, sarathi, static, vllm
-from pipeline.sim.routing import ROUND_ROBIN, least_outstanding
+from pipeline.sim.policies import orca, sarathi, sglang, static, tgi, vllm
+from pipeline.sim.routing import PREFIX_AWARE, ROUND_ROBIN, least_outstanding, prefix_aware
 from pipeline.sim.state import (
     C_BLOCK_SIZE,
+    C_CACHING,
     C_MAX_SEQS,
     C_NUM_BLOCKS,
     C_POLICY,
     C_REPLICAS,
     C_ROUTER,
+    C_SEED,
+    CF_RATIO_INIT,
     F_ARRIVAL,
     F_FINISH,
     F_FIRST_SCHED,
@@ -74,30 +78,53 @@ from pipeline.sim.state import (
     NRQF,
     NST,
     NSTF,
+    P_CHUNKED,
     P_DONE,
+    P_EVICTABLE,
+    P_EVICTED,
     P_FREE,
     P_LAST_DONE,
+    P_LRU_HEAD,
+    P_LRU_TAIL,
+    P_PENDING,
+    P_RNG,
     P_ROUTED,
     P_RUN_N,
+    P_SLOT_FREE,
+    P_STABLE,
     P_STEP,
+    P_STEP_HIT,
+    P_STEP_QUERY,
+    P_WAIT_TOK,
     P_WQ_LEN,
     Q_CLOCK,
     Q_LAST_END,
+    Q_RATIO,
     R_CHUNKS,
     R_COMPUTED,
     R_DISCARDED,
     R_GENERATED,
     R_HELD,
+    R_HITS,
+    R_HOFF,
+    R_NUNITS,
     R_OUTPUT,
     R_PF_END,
+    R_PRIORITY,
     R_PROMPT,
     R_QDEPTH,
     R_REPLICA,
+    R_SHARED,
     R_STATUS,
     R_TOTAL,
+    R_UNIT_BLK,
+    R_UNIT_TOK,
     S_DECODE,
+    S_EVICTED,
     S_KV_USED,
     S_NUM_STEPS,
+    S_PHIT,
+    S_PQUERY,
     S_PREEMPT,
     S_PREFILL,
     S_REPLICA,
@@ -109,10 +136,11 @@ from pipeline.sim.state import (
     ST_FINISHED,
     ST_WAITING,
     EngineConfig,
+    PrefixKeys,
     SimInput,
     SimResult,
+    wait_add,
     wq_peek,
-    wq_push_back,
 )
 
 G_NEXT = 0  # next request to arrive
@@ -125,6 +153,7 @@ RET_YIELD = 2  # processed the arrivals asked for: report progress and call agai
 
 _SOURCES = (
     "state.py",
+    "cache.py",
     "kv.py",
     "loop.py",
     "routing.py",
@@ -134,6 +163,8 @@ _SOURCES = (
     "policies/orca.py",
     "policies/vllm.py",
     "policies/sarathi.py",
+    "policies/sglang.py",
+    "policies/tgi.py",
 )
 
 
@@ -170,20 +201,26 @@ def _schedule(
     rq: npt.NDArray[np.int64],
     rqf: npt.NDArray[np.float64],
     rp: npt.NDArray[np.int64],
+    rpf: npt.NDArray[np.float64],
     run: npt.NDArray[np.int64],
     wq: npt.NDArray[np.int32],
     sq: npt.NDArray[np.int64],
     stt: npt.NDArray[np.int64],
     now: float,
+    kc: tuple,  # type: ignore[type-arg]
 ) -> tuple[int, int, int]:
     code = cfg[C_POLICY]
     if code == vllm.CODE:
-        return vllm.schedule(r, cfg, cfgf, rq, rqf, rp, run, wq, sq, stt, now)
+        return vllm.schedule(r, cfg, cfgf, rq, rqf, rp, rpf, run, wq, sq, stt, now, kc)
+    if code == sglang.CODE:
+        return sglang.schedule(r, cfg, cfgf, rq, rqf, rp, rpf, run, wq, sq, stt, now, kc)
+    if code == tgi.CODE:
+        return tgi.schedule(r, cfg, cfgf, rq, rqf, rp, rpf, run, wq, sq, stt, now, kc)
     if code == sarathi.CODE:
-        return sarathi.schedule(r, cfg, cfgf, rq, rqf, rp, run, wq, sq, stt, now)
+        return sarathi.schedule(r, cfg, cfgf, rq, rqf, rp, rpf, run, wq, sq, stt, now, kc)
     if code == orca.CODE:
-        return orca.schedule(r, cfg, cfgf, rq, rqf, rp, run, wq, sq, stt, now)
-    return static.schedule(r, cfg, cfgf, rq, rqf, rp, run, wq, sq, stt, now)
+        return orca.schedule(r, cfg, cfgf, rq, rqf, rp, rpf, run, wq, sq, stt, now, kc)
+    return static.schedule(r, cfg, cfgf, rq, rqf, rp, rpf, run, wq, sq, stt, now, kc)
 
 
 @njit(cache=True, error_model="numpy")
@@ -251,14 +288,31 @@ def _run_length(
     if k_max <= 1:
         return 1
     code = cfg[C_POLICY]
-    if code == vllm.CODE or code == sarathi.CODE:
+    if code != orca.CODE and code != static.CODE:  # they reserve every block up front
         bs = cfg[C_BLOCK_SIZE]
-        cap = rp[r, P_FREE]
+        cap = capacity(rp, r)  # evictable cached blocks are free capacity too
+        if rp[r, P_STABLE] == 2:  # ... unless evicting them could change what was decided
+            cap = rp[r, P_FREE]
         if code == sarathi.CODE:
             cap -= 1  # every decode needs a free block before it (can_append_slot)
         if cap < 0:
             return 1
         most = n * ((k_max - 2) // bs + 1)  # no request can need more blocks than this
+        if most > cap and bs == 1:
+            # token-granular KV (SGLang, TGI): extra(k) = sum max(0, k - slack_i); when
+            # every request has the same slack (just-in-time growth), solve it directly
+            slack = -1
+            same = True
+            for j in range(n):
+                i = sq[j]
+                d = int(rq[i, R_HELD] + rq[i, R_SHARED] - rq[i, R_COMPUTED] + 1)
+                if slack < 0:
+                    slack = d
+                elif d != slack:
+                    same = False
+                    break
+            if same:
+                return max(1, min(k_max, slack + cap // n))
         if most > cap and _extra_blocks(rq, sq, n, k_max, bs) > cap:
             lo = 1
             hi = k_max
@@ -291,11 +345,16 @@ def _step(
     sq: npt.NDArray[np.int64],
     stt: npt.NDArray[np.int64],
     ev: npt.NDArray[np.int64],
+    kc: tuple,  # type: ignore[type-arg]
 ) -> None:
     """One step of replica r (or a run of identical decode steps), starting at its clock."""
     start = rpf[r, Q_CLOCK]
     num_waiting = rp[r, P_WQ_LEN]
-    n, n_pre, n_adm = _schedule(r, cfg, cfgf, rq, rqf, rp, run, wq, sq, stt, start)
+    evicted0 = rp[r, P_EVICTED]
+    rp[r, P_STEP_QUERY] = 0
+    rp[r, P_STEP_HIT] = 0
+    n, n_pre, n_adm = _schedule(r, cfg, cfgf, rq, rqf, rp, rpf, run, wq, sq, stt, start, kc)
+    assert n > 0 or n_pre > 0, "a step that does nothing"
     # One pass: the step's cost features (before) and what it computes (after);
     # first and last tokens are listed in ev and timed once the duration is known.
     p_tok = 0.0
@@ -335,18 +394,28 @@ def _step(
                     ev[n_ev] = i
                     n_ev += 1
     k = 1
-    if p_tok == 0 and n_pre == 0 and n_adm == 0 and n > 0 and n == rp[r, P_RUN_N] and min_left > 1:
+    if (
+        p_tok == 0
+        and n_pre == 0
+        and n_adm == 0
+        and n > 0
+        and n == rp[r, P_RUN_N]
+        and min_left > 1
+        and rp[r, P_STABLE] > 0
+    ):
         k = _run_length(cfg, cost, rq, rp, sq, n, r, start, until, d, ctx, min_left)
+    code = cfg[C_POLICY]
     if k == 1:
         duration = step_time(cost, p_tok, p_attn, float(d), ctx)
     else:  # steps 2..k: the same decodes again
         duration = decode_run_s(cost, d, ctx, k)
         bs = cfg[C_BLOCK_SIZE]
+        total = 0
         for j in range(n):
             i = sq[j]
             c = rq[i, R_COMPUTED] + k - 1
             need = blocks_needed(rq, i, c, bs)
-            rp[r, P_FREE] -= need
+            total += need
             rq[i, R_HELD] += need
             rq[i, R_COMPUTED] = c
             gen = rq[i, R_GENERATED] + k - 1
@@ -354,8 +423,16 @@ def _step(
             if gen >= rq[i, R_OUTPUT]:
                 ev[n_ev] = i
                 n_ev += 1
+        # evictions depend only on the blocks taken in total: nothing is released meanwhile
+        take(rp, r, total, kc)
+        if code == sglang.CODE:
+            sglang.decay(cfgf, rpf, r, k - 1)
+        elif code == tgi.CODE:
+            rp[r, P_WAIT_TOK] += k - 1
     end = start + duration
     done = 0
+    done_decoding = 0
+    caching = cfg[C_CACHING] != 0
     for e in range(n_ev):
         i = ev[e]
         if rq[i, R_GENERATED] == 1 and math.isnan(rqf[i, F_FIRST_TOKEN]):
@@ -363,8 +440,12 @@ def _step(
         if rq[i, R_GENERATED] >= rq[i, R_OUTPUT]:
             rqf[i, F_FINISH] = end
             rq[i, R_STATUS] = ST_FINISHED
-            release(rq, rp, r, i)
+            if caching and code == tgi.CODE:  # TGI caches a prompt when the request ends
+                commit(rq, rp, i, r, rq[i, R_PROMPT], True, kc)
+            release(rq, rp, r, i, kc)
             done += 1
+            if rq[i, R_COMPUTED] > rq[i, R_PF_END]:  # its last token came from a decode
+                done_decoding += 1
     if done > 0:
         m = 0
         for j in range(rp[r, P_RUN_N]):
@@ -373,6 +454,8 @@ def _step(
                 run[r, m] = i
                 m += 1
         rp[r, P_RUN_N] = m
+        if code == sglang.CODE:  # filtered out of the running batch at the next decode step
+            rp[r, P_PENDING] += done_decoding
     row = g[G_ROWS]
     st[row, S_REPLICA] = r
     st[row, S_STEP] = rp[r, P_STEP]
@@ -381,8 +464,11 @@ def _step(
     st[row, S_WAITING] = num_waiting
     st[row, S_PREFILL] = int(p_tok)
     st[row, S_DECODE] = d
-    st[row, S_KV_USED] = cfg[C_NUM_BLOCKS] - rp[r, P_FREE]
+    st[row, S_KV_USED] = cfg[C_NUM_BLOCKS] - rp[r, P_FREE] - rp[r, P_EVICTABLE]
     st[row, S_PREEMPT] = n_pre
+    st[row, S_PQUERY] = rp[r, P_STEP_QUERY]
+    st[row, S_PHIT] = rp[r, P_STEP_HIT]
+    st[row, S_EVICTED] = rp[r, P_EVICTED] - evicted0
     stf[row, SF_START] = start
     stf[row, SF_DURATION] = duration
     g[G_ROWS] = row + 1
@@ -412,6 +498,7 @@ def _advance(
     sq: npt.NDArray[np.int64],
     stt: npt.NDArray[np.int64],
     ev: npt.NDArray[np.int64],
+    kc: tuple,  # type: ignore[type-arg]
 ) -> bool:
     """Run replica r's steps that start before ``until``; False if the timeline is full."""
     while True:
@@ -421,7 +508,7 @@ def _advance(
         if not s < until:
             return True
         rpf[r, Q_CLOCK] = s
-        _step(r, until, cfg, cfgf, cost, rq, rqf, rp, rpf, run, wq, st, stf, g, sq, stt, ev)
+        _step(r, until, cfg, cfgf, cost, rq, rqf, rp, rpf, run, wq, st, stf, g, sq, stt, ev, kc)
 
 
 @njit(cache=True, error_model="numpy")
@@ -441,12 +528,13 @@ def _loop(
     sq: npt.NDArray[np.int64],
     stt: npt.NDArray[np.int64],
     ev: npt.NDArray[np.int64],
+    kc: tuple,  # type: ignore[type-arg]
     max_arrivals: int,
 ) -> int:
     """Route arrivals in order and advance replicas between them; resumable."""
     n = rq.shape[0]
     num_replicas = cfg[C_REPLICAS]
-    rr = cfg[C_ROUTER] == ROUND_ROBIN
+    rr = cfg[C_ROUTER] == ROUND_ROBIN or num_replicas == 1
     arrived = 0
     while True:
         k = g[G_NEXT]
@@ -463,22 +551,60 @@ def _loop(
             last = first + 1
         for q in range(first, last):
             ok = _advance(q, until, cfg, cfgf, cost, rq, rqf, rp, rpf, run, wq, st, stf, g, sq,
-                          stt, ev)  # fmt: skip
+                          stt, ev, kc)  # fmt: skip
             if not ok:
                 return RET_FULL
         if k >= n:
             return RET_DONE
         t = until
-        r = first if rr else least_outstanding(rp, rpf, t)
+        if rr:
+            r = first
+        elif cfg[C_ROUTER] == PREFIX_AWARE:
+            r = prefix_aware(cfg, cfgf, rq, rp, rpf, k, t, kc)
+        else:
+            r = least_outstanding(rp, rpf, t)
         rq[k, R_QDEPTH] = rp[r, P_WQ_LEN]
         rq[k, R_REPLICA] = r
         rq[k, R_STATUS] = ST_WAITING
-        wq_push_back(wq, rp, r, k)
+        wait_add(cfg, wq, rp, rq, rqf, r, k)
         rp[r, P_ROUTED] += 1
         if rp[r, P_RUN_N] == 0 and rpf[r, Q_CLOCK] < t:
             rpf[r, Q_CLOCK] = t
         g[G_NEXT] = k + 1
         arrived += 1
+
+
+@njit(cache=True, error_model="numpy")
+def _warm_caches(
+    rp: npt.NDArray[np.int64],
+    offsets: npt.NDArray[np.int64],
+    keys: npt.NDArray[np.uint64],
+    unit_blocks: npt.NDArray[np.int64],
+    kc: tuple,  # type: ignore[type-arg]
+) -> None:
+    """Serve every warm-up prompt on every replica, in order, before the replay."""
+    slots = np.zeros(max(len(keys), 1), dtype=np.int64)
+    for r in range(rp.shape[0]):
+        for j in range(len(unit_blocks)):
+            if unit_blocks[j] > 0 and offsets[j + 1] > offsets[j]:
+                warm(rp, r, keys[offsets[j] : offsets[j + 1]], unit_blocks[j], slots, kc)
+        rp[r, P_EVICTED] = 0
+
+
+def _num_slots(num_blocks: int, keys: list[PrefixKeys], block_size: int) -> int:
+    """Cache units a replica may hold at once: bounded by its blocks and by the distinct keys."""
+    total = 0
+    smallest = 0
+    for pk in keys:
+        units = np.diff(pk.offsets)
+        used = pk.unit_tokens[units > 0]
+        total += int(units.sum())
+        if len(used):
+            m = int(used.min()) // block_size
+            smallest = m if smallest == 0 else min(smallest, m)
+    if total == 0:
+        return 0
+    return min(total, num_blocks // max(smallest, 1))
 
 
 def simulate(
@@ -491,7 +617,8 @@ def simulate(
     """Replay ``inp`` through the engine configuration with the compiled loop.
 
     Args:
-        inp: requests sorted by arrival.
+        inp: requests sorted by arrival (their prefix keys are used only when
+            the engine has prefix caching on).
         eng: packed configuration (see ``scenario.Scenario.engine``).
         on_progress: called with the number of requests routed so far, every
             ``chunk`` arrivals.
@@ -502,16 +629,36 @@ def simulate(
     """
     n = len(inp)
     num_replicas = eng.get(C_REPLICAS)
+    bs = eng.get(C_BLOCK_SIZE)
+    num_blocks = eng.get(C_NUM_BLOCKS)
+    caching = eng.get(C_CACHING) != 0
     rq = np.zeros((n, NRQ), dtype=np.int64)
     rq[:, R_PROMPT] = inp.prompt_tokens
     rq[:, R_OUTPUT] = inp.output_tokens
     rq[:, R_REPLICA] = -1
+    if inp.priority is not None:
+        rq[:, R_PRIORITY] = inp.priority
+    pk = inp.prefix if caching and inp.prefix is not None else PrefixKeys.empty(n)
+    rq[:, R_HOFF] = pk.offsets[:-1]
+    rq[:, R_NUNITS] = np.diff(pk.offsets)
+    rq[:, R_UNIT_TOK] = pk.unit_tokens
+    rq[:, R_UNIT_BLK] = pk.unit_tokens // bs
+    warmup = inp.warmup if caching and inp.warmup is not None else PrefixKeys.empty(0)
+    kc = empty_caches(num_replicas, _num_slots(num_blocks, [pk, warmup], bs), pk.keys)
     rqf = np.full((n, NRQF), np.nan)
     rqf[:, F_ARRIVAL] = inp.arrival_s
     rp = np.zeros((num_replicas, NRP), dtype=np.int64)
-    rp[:, P_FREE] = eng.get(C_NUM_BLOCKS)
+    rp[:, P_FREE] = num_blocks
+    rp[:, P_LRU_HEAD] = -1
+    rp[:, P_LRU_TAIL] = -1
+    rp[:, P_SLOT_FREE] = 0
+    rp[:, P_CHUNKED] = -1
+    rp[:, P_RNG] = eng.get(C_SEED) * 1_000_003 + np.arange(num_replicas)
     rpf = np.zeros((num_replicas, NRPF))
-    max_seqs = eng.get(C_MAX_SEQS)
+    rpf[:, Q_RATIO] = eng.cfgf[CF_RATIO_INIT]
+    if len(warmup):
+        _warm_caches(rp, warmup.offsets, warmup.keys, warmup.unit_tokens // bs, kc)
+    max_seqs = min(eng.get(C_MAX_SEQS), max(n, 1))
     run = np.zeros((num_replicas, max_seqs + 1), dtype=np.int64)
     wq = np.zeros((num_replicas, max(n, 1)), dtype=np.int32)
     rows = 2 * n + 1024
@@ -523,8 +670,9 @@ def simulate(
     ev = np.zeros(max_seqs + 1, dtype=np.int64)
     while True:
         ret = _loop(
-            eng.cfg, eng.cfgf, eng.cost, rq, rqf, rp, rpf, run, wq, st, stf, g, sq, stt, ev, chunk
-        )
+            eng.cfg, eng.cfgf, eng.cost, rq, rqf, rp, rpf, run, wq, st, stf, g, sq, stt, ev, kc,
+            chunk,
+        )  # fmt: skip
         if ret == RET_FULL:
             st = np.concatenate([st, np.zeros_like(st)])
             stf = np.concatenate([stf, np.zeros_like(stf)])
@@ -535,15 +683,16 @@ def simulate(
             break
     if on_progress is not None:
         on_progress(n)
-    # every computed token is either still held (computed) or was thrown away by a preemption
-    rq[:, R_TOTAL] = rq[:, R_COMPUTED] + rq[:, R_DISCARDED]
+    # every token computed is still held (computed), was thrown away by a preemption,
+    # or was not computed at all because the prefix cache had it
+    rq[:, R_TOTAL] = rq[:, R_COMPUTED] + rq[:, R_DISCARDED] - rq[:, R_HITS]
     rows = int(g[G_ROWS])
     return SimResult(
         rq=rq,
         rqf=rqf,
         st=st[:rows],  # views: the unused tail is never touched, so costs no memory
         stf=stf[:rows],
-        num_kv_blocks=eng.get(C_NUM_BLOCKS),
+        num_kv_blocks=num_blocks,
     )
 
 

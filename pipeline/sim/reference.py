@@ -3,7 +3,9 @@
 It exists so that tests can hold the fast loop (``loop.py``) to it. It shares
 nothing with the fast loop but the step-cost function and the scenario: each
 policy is written again here, as close to the engine's own code as Python
-lists allow (running list, waiting deque, block counts), without any skipping.
+lists allow (running list, waiting deque or heap, block counts, a dict and an
+``OrderedDict`` for the prefix cache), without any skipping. SGLang and TGI
+are in ``reference_engines.py``, blocks and the cache in ``reference_kv.py``.
 Use it on tens to hundreds of requests.
 
 Definitions it shares with the fast loop (see ``loop.py``):
@@ -18,12 +20,13 @@ Definitions it shares with the fast loop (see ``loop.py``):
 from __future__ import annotations
 
 import math
-from collections import deque
 
 import numpy as np
 
 from pipeline.sim.cost_model import step_time
-from pipeline.sim.policies import orca, sarathi, static, vllm
+from pipeline.sim.policies import orca, sarathi, sglang, static, vllm
+from pipeline.sim.reference_engines import EngineSchedulers
+from pipeline.sim.reference_kv import Replica, Req, Scheduled
 from pipeline.sim.scenario import Scenario
 from pipeline.sim.state import (
     F_ARRIVAL,
@@ -34,113 +37,57 @@ from pipeline.sim.state import (
     NRQF,
     NST,
     NSTF,
+    R_CACHED,
     R_CHUNKS,
     R_COMPUTED,
     R_DISCARDED,
     R_GENERATED,
     R_HELD,
+    R_HITS,
+    R_HOFF,
+    R_LOOKUPS,
+    R_NUNITS,
     R_OUTPUT,
     R_PF_END,
     R_PREEMPT,
+    R_PRIORITY,
     R_PROMPT,
     R_QDEPTH,
     R_REPLICA,
+    R_SETTLED,
+    R_SHARED,
     R_STATUS,
     R_TOTAL,
+    R_UNIT_BLK,
+    R_UNIT_TOK,
     ST_FINISHED,
+    PrefixKeys,
     SimInput,
     SimResult,
 )
 
 
-class Req:
-    """One request and everything that happens to it."""
-
-    def __init__(self, index: int, arrival_s: float, prompt: int, output: int) -> None:
-        self.index = index
-        self.arrival_s = arrival_s
-        self.prompt = prompt
-        self.output = output
-        self.replica = -1
-        self.computed = 0  # num_computed_tokens
-        self.generated = 0  # output tokens sampled
-        self.blocks = 0  # KV blocks held
-        self.prefill_end = 0  # num_tokens at its last admission
-        self.first_scheduled_s = math.nan
-        self.first_token_s = math.nan
-        self.finished_s = math.nan
-        self.preemptions = 0
-        self.chunks = 0
-        self.queue_depth = 0
-        self.total_computed = 0
-        self.discarded = 0  # computed tokens thrown away by preemptions
-
-    @property
-    def num_tokens(self) -> int:
-        return self.prompt + self.generated
-
-    @property
-    def in_prefill(self) -> bool:
-        return self.computed < self.prefill_end
-
-
-class Replica:
-    def __init__(self, index: int, num_blocks: int) -> None:
-        self.index = index
-        self.clock = 0.0
-        self.running: list[Req] = []
-        self.waiting: deque[Req] = deque()
-        self.assigned: list[Req] = []
-        self.free = num_blocks
-        self.steps = 0
-        self.rows: list[tuple[list[int], list[float]]] = []
-
-
-Scheduled = list[tuple[Req, int]]
-
-
-class ReferenceLoop:
+class ReferenceLoop(EngineSchedulers):
     """Replays one scenario step by step."""
 
     def __init__(self, scenario: Scenario) -> None:
-        self.sc = scenario
-        self.p = scenario.params
-        self.bs = scenario.memory.block_size
+        super().__init__(scenario)
         self.num_blocks = scenario.num_kv_blocks
         self.cost = scenario.cost.as_array()
         self.reserve = -(-scenario.memory.max_model_len // self.bs)
-
-    # --- KV blocks -------------------------------------------------------
-    def blocks_for(self, tokens: int) -> int:
-        return -(-tokens // self.bs)
-
-    def grow(self, rep: Replica, req: Req, tokens: int, keep_free: int = 0) -> bool:
-        need = max(0, self.blocks_for(tokens) - req.blocks)
-        if need + keep_free > rep.free:
-            return False
-        rep.free -= need
-        req.blocks += need
-        return True
-
-    def release(self, rep: Replica, req: Req) -> None:
-        rep.free += req.blocks
-        req.blocks = 0
-
-    def preempt(self, rep: Replica, req: Req) -> None:
-        self.release(rep, req)
-        req.discarded += req.computed
-        req.computed = 0
-        req.preemptions += 1
-        rep.waiting.appendleft(req)
-
-    def start(self, rep: Replica) -> Req:
-        req = rep.waiting.popleft()
-        req.prefill_end = req.num_tokens
-        return req
+        self.ratio_init = 0.0
+        self.prefix = PrefixKeys.empty(0)
+        if scenario.policy == "sglang":
+            self.max_running = sglang.max_running(self.p, scenario.memory)
+            init = min(sglang.INIT_NEW_TOKEN_RATIO * self.p.schedule_conservativeness, 1.0)
+            self.ratio_init = init
+            self.ratio_min = init * sglang.MIN_NEW_TOKEN_RATIO_FACTOR
+            self.ratio_decay = (init - self.ratio_min) / sglang.NEW_TOKEN_RATIO_DECAY_STEPS
 
     # --- policies ----------------------------------------------------------
     def schedule_vllm(self, rep: Replica) -> tuple[Scheduled, int, int]:
         p: vllm.Params = self.p
+        by_priority = p.scheduling_policy == "priority"
         budget = p.max_num_batched_tokens
         threshold = p.long_prefill_token_threshold
         scheduled: Scheduled = []
@@ -154,7 +101,17 @@ class ReferenceLoop:
             new = min(new, budget)
             ok = True
             while not self.grow(rep, req, req.computed + new):
-                victim = rep.running.pop()
+                if by_priority:
+                    victim = max(rep.running, key=lambda r: (r.priority, r.arrival_s))
+                    pos = rep.running.index(victim)
+                    rep.running.remove(victim)
+                    if pos < i:  # scheduled already this step: its tokens go back
+                        entry = next(e for e in scheduled if e[0] is victim)
+                        budget += entry[1]
+                        scheduled.remove(entry)
+                        i -= 1
+                else:
+                    victim = rep.running.pop()
                 self.preempt(rep, victim)
                 preempted += 1
                 if victim is req:
@@ -162,6 +119,8 @@ class ReferenceLoop:
                     break
             if not ok:
                 break
+            if self.caching:
+                self.commit(rep, req, req.computed + new, False)
             scheduled.append((req, new))
             budget -= new
             i += 1
@@ -169,18 +128,30 @@ class ReferenceLoop:
             return scheduled, preempted, 0
         admitted = 0
         watermark = int(p.watermark * self.sc.memory.num_gpu_blocks)
-        while rep.waiting and budget > 0:
+        while rep.num_waiting and budget > 0:
             if len(rep.running) == p.max_num_seqs:
                 break
-            req = rep.waiting[0]
-            new = req.num_tokens - req.computed
+            req = rep.head()
+            looked = self.caching and req.computed == 0
+            hits, idle = self.lookup(rep, req) if looked else ([], 0)
+            hit = len(hits) * req.unit_tokens
+            new = req.num_tokens - req.computed - hit
             if 0 < threshold < new:
                 new = threshold
             if not p.enable_chunked_prefill and new > budget:
                 break
             new = min(new, budget)
-            if not self.grow(rep, req, req.computed + new, watermark if scheduled else 0):
+            keep_free = watermark if scheduled else 0
+            need = self.blocks_for(req.computed + hit + new) - len(hits) * req.unit_blocks
+            if need + idle + keep_free > rep.cache.capacity:
                 break
+            self.use_hits(rep, req, hits)
+            req.computed = hit
+            assert self.grow(rep, req, hit + new)
+            if looked:
+                self.count_lookup(rep, req, len(hits))
+            if self.caching:
+                self.commit(rep, req, hit + new, False)
             rep.running.append(self.start(rep))
             scheduled.append((req, new))
             budget -= new
@@ -202,7 +173,7 @@ class ReferenceLoop:
                 prefills.append(req)
                 continue
             preempted_self = False
-            while rep.free <= 0:
+            while rep.cache.free <= 0:
                 if remaining:
                     self.preempt(rep, remaining.pop())
                 else:
@@ -224,9 +195,9 @@ class ReferenceLoop:
                 scheduled.append((req, chunk))
                 batched += chunk
         admitted = 0
-        while rep.waiting:
-            req = rep.waiting[0]
-            if rep.free - self.blocks_for(req.num_tokens) < watermark:
+        while rep.num_waiting:
+            req = rep.head()
+            if rep.cache.free - self.blocks_for(req.num_tokens) < watermark:
                 break
             if len(running) >= p.max_num_seqs:
                 break
@@ -242,18 +213,23 @@ class ReferenceLoop:
         rep.running = running
         return scheduled, preempted, admitted
 
+    def take_reserved(self, rep: Replica) -> Req:
+        """Admit the head with a whole max_model_len of blocks (Orca, static)."""
+        req = self.start(rep)
+        rep.cache.free -= self.reserve
+        req.private = self.reserve
+        rep.running.append(req)
+        return req
+
     def schedule_orca(self, rep: Replica) -> tuple[Scheduled, int, int]:
         p: orca.Params = self.p
         rep.running.sort(key=lambda r: r.index)
         scheduled: Scheduled = [(req, 1) for req in rep.running]
         admitted = 0
-        while rep.waiting:
-            if self.reserve > rep.free or len(rep.running) + 1 > p.max_num_seqs:
+        while rep.num_waiting:
+            if self.reserve > rep.cache.free or len(rep.running) + 1 > p.max_num_seqs:
                 break
-            req = self.start(rep)
-            rep.free -= self.reserve
-            req.blocks = self.reserve
-            rep.running.append(req)
+            req = self.take_reserved(rep)
             scheduled.append((req, req.num_tokens))
             admitted += 1
         return scheduled, 0, admitted
@@ -263,27 +239,30 @@ class ReferenceLoop:
         if rep.running:
             return [(req, 1) for req in rep.running], 0, 0
         scheduled: Scheduled = []
-        while rep.waiting and len(rep.running) < p.max_batch_size and self.reserve <= rep.free:
-            req = self.start(rep)
-            rep.free -= self.reserve
-            req.blocks = self.reserve
-            rep.running.append(req)
+        while (
+            rep.num_waiting
+            and len(rep.running) < p.max_batch_size
+            and self.reserve <= rep.cache.free
+        ):
+            req = self.take_reserved(rep)
             scheduled.append((req, req.num_tokens))
         return scheduled, 0, len(scheduled)
 
     # --- the loop ------------------------------------------------------------
     def next_start(self, rep: Replica) -> float:
-        if not rep.running and not rep.waiting:
+        if not rep.running and not rep.num_waiting:
             return math.inf
         if self.sc.policy == "static" and not rep.running:
-            if len(rep.waiting) >= self.p.max_batch_size:
+            if rep.num_waiting >= self.p.max_batch_size:
                 return rep.clock
-            return max(rep.clock, rep.waiting[0].arrival_s + self.p.max_wait_s)
+            return max(rep.clock, rep.head().arrival_s + self.p.max_wait_s)
         return rep.clock
 
     def step(self, rep: Replica) -> None:
         start = rep.clock
-        num_waiting = len(rep.waiting)
+        num_waiting = rep.num_waiting
+        evicted0 = rep.cache.evicted
+        rep.step_query = rep.step_hit = 0
         schedule = getattr(self, f"schedule_{self.sc.policy}")
         scheduled, preempted, _ = schedule(rep)
         assert scheduled or preempted, "a step that does nothing"
@@ -303,6 +282,7 @@ class ReferenceLoop:
                 req.first_scheduled_s = start
             if req.computed < req.prompt:
                 req.chunks += 1
+            decoding = not req.in_prefill
             req.computed += t
             req.total_computed += t
             if req.computed == req.num_tokens:
@@ -311,8 +291,12 @@ class ReferenceLoop:
                     req.first_token_s = end
                 if req.generated == req.output:
                     req.finished_s = end
+                    if self.caching and self.sc.policy == "tgi":
+                        self.commit(rep, req, req.prompt, True)  # TGI caches at the end
                     self.release(rep, req)
                     rep.running.remove(req)
+                    if self.sc.policy == "sglang" and decoding:
+                        rep.pending += 1  # leaves the running batch at the next decode
         rep.rows.append(
             (
                 [
@@ -323,8 +307,11 @@ class ReferenceLoop:
                     num_waiting,
                     p_tok,
                     d,
-                    self.num_blocks - rep.free,
+                    self.num_blocks - rep.cache.free - rep.cache.evictable,
                     preempted,
+                    rep.step_query,
+                    rep.step_hit,
+                    rep.cache.evicted - evicted0,
                 ],
                 [start, duration],
             )
@@ -340,23 +327,65 @@ class ReferenceLoop:
             rep.clock = s
             self.step(rep)
 
+    def route(self, reps: list[Replica], k: int, req: Req, t: float) -> Replica:
+        if self.sc.router == "round_robin" or len(reps) == 1:
+            return reps[k % len(reps)]
+        loads = [self.outstanding(rep, t) for rep in reps]
+        least = min(reps, key=lambda x: (loads[x.index], x.index))
+        if self.sc.router == "least_outstanding":
+            return least
+        rp = self.sc.router_params or {}
+        lo, hi = loads[least.index], max(loads)
+        if hi - lo > rp["balance_abs_threshold"] and hi > rp["balance_rel_threshold"] * lo:
+            return least
+        if req.unit_tokens == 0:
+            return least
+        best: Replica | None = None
+        best_units = 0
+        for rep in reps:
+            h = len(rep.cache.lookup(req.keys, len(req.keys))[0])
+            if h > best_units or (
+                h == best_units and best is not None and loads[rep.index] < loads[best.index]
+            ):
+                best, best_units = rep, h
+        if best is not None and best_units * req.unit_tokens > rp["cache_threshold"] * req.prompt:
+            return best
+        return least
+
     def run(self, inp: SimInput) -> SimResult:
         reqs = [
             Req(k, float(inp.arrival_s[k]), int(inp.prompt_tokens[k]), int(inp.output_tokens[k]))
             for k in range(len(inp))
         ]
-        reps = [Replica(r, self.num_blocks) for r in range(self.sc.replicas)]
+        prefix = inp.prefix if self.caching and inp.prefix is not None else None
+        self.prefix = prefix if prefix is not None else PrefixKeys.empty(len(inp))
+        off = self.prefix.offsets
+        for k, req in enumerate(reqs):
+            if inp.priority is not None:
+                req.priority = int(inp.priority[k])
+            req.keys = [int(x) for x in self.prefix.keys[off[k] : off[k + 1]]]
+            req.unit_tokens = int(self.prefix.unit_tokens[k])
+            req.unit_blocks = req.unit_tokens // self.bs
+        reps = [Replica(r, self.num_blocks, self.sc.by_priority) for r in range(self.sc.replicas)]
+        for rep in reps:
+            rep.ratio = self.ratio_init
+            rep.rng = (self.sc.seed * 1_000_003 + rep.index) & ((1 << 64) - 1)
+            if self.caching and inp.warmup is not None:
+                w = inp.warmup
+                for j in range(len(w)):
+                    blocks = int(w.unit_tokens[j]) // self.bs
+                    keys = [int(x) for x in w.keys[w.offsets[j] : w.offsets[j + 1]]]
+                    if blocks > 0 and keys:
+                        rep.cache.warm(keys, blocks)
+                rep.cache.evicted = 0
         for k, req in enumerate(reqs):
             t = req.arrival_s
             for rep in reps:
                 self.advance(rep, t)
-            if self.sc.router == "round_robin":
-                rep = reps[k % len(reps)]
-            else:
-                rep = min(reps, key=lambda x: (self.outstanding(x, t), x.index))
+            rep = self.route(reps, k, req, t)
             req.replica = rep.index
-            req.queue_depth = len(rep.waiting)
-            rep.waiting.append(req)
+            req.queue_depth = rep.num_waiting
+            rep.push(req)
             rep.assigned.append(req)
             if not rep.running and rep.clock < t:
                 rep.clock = t
@@ -371,6 +400,7 @@ class ReferenceLoop:
     def result(self, reqs: list[Req], reps: list[Replica]) -> SimResult:
         rq = np.zeros((len(reqs), NRQ), dtype=np.int64)
         rqf = np.full((len(reqs), NRQF), np.nan)
+        off = self.prefix.offsets
         for k, q in enumerate(reqs):
             rq[k, R_PROMPT] = q.prompt
             rq[k, R_OUTPUT] = q.output
@@ -378,13 +408,23 @@ class ReferenceLoop:
             rq[k, R_STATUS] = ST_FINISHED if not math.isnan(q.finished_s) else 0
             rq[k, R_COMPUTED] = q.computed
             rq[k, R_GENERATED] = q.generated
-            rq[k, R_HELD] = q.blocks
+            rq[k, R_HELD] = q.private
+            rq[k, R_SHARED] = q.shared
             rq[k, R_PF_END] = q.prefill_end
             rq[k, R_PREEMPT] = q.preemptions
             rq[k, R_CHUNKS] = q.chunks
             rq[k, R_QDEPTH] = q.queue_depth
             rq[k, R_TOTAL] = q.total_computed
             rq[k, R_DISCARDED] = q.discarded
+            rq[k, R_PRIORITY] = q.priority
+            rq[k, R_HOFF] = off[k]
+            rq[k, R_NUNITS] = len(q.keys)
+            rq[k, R_UNIT_TOK] = q.unit_tokens
+            rq[k, R_UNIT_BLK] = q.unit_blocks
+            rq[k, R_SETTLED] = len(q.settled)
+            rq[k, R_CACHED] = q.cached
+            rq[k, R_LOOKUPS] = q.lookups
+            rq[k, R_HITS] = q.hits
             rqf[k, F_ARRIVAL] = q.arrival_s
             rqf[k, F_FIRST_SCHED] = q.first_scheduled_s
             rqf[k, F_FIRST_TOKEN] = q.first_token_s

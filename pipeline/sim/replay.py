@@ -21,21 +21,24 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import polars as pl
 import pyarrow as pa
 
 from pipeline import __version__
 from pipeline.contracts import REQUESTS, RUNS, SCENARIOS, SIM_REQUESTS, SIM_STEPS, check_file
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, ScenarioError
 from pipeline.progress import progress
 from pipeline.sim.arrivals import make_arrivals
 from pipeline.sim.loop import simulate, warm_up
+from pipeline.sim.prefix import build_keys, describe
 from pipeline.sim.scenario import Scenario
 from pipeline.sim.state import (
     F_ARRIVAL,
     F_FINISH,
     F_FIRST_SCHED,
     F_FIRST_TOKEN,
+    R_CACHED,
     R_CHUNKS,
     R_OUTPUT,
     R_PREEMPT,
@@ -45,6 +48,8 @@ from pipeline.sim.state import (
     S_DECODE,
     S_KV_USED,
     S_NUM_STEPS,
+    S_PHIT,
+    S_PQUERY,
     S_PREEMPT,
     S_PREFILL,
     S_REPLICA,
@@ -53,13 +58,24 @@ from pipeline.sim.state import (
     S_WAITING,
     SF_DURATION,
     SF_START,
+    PrefixKeys,
     SimInput,
     SimResult,
 )
 from pipeline.sim.summary import request_metrics, summarize
 from pipeline.warehouse import Warehouse, iter_partitions, new_run_id
 
-REQUEST_COLUMNS = ["request_id", "arrival_time", "prompt_tokens", "output_tokens", "max_tokens"]
+REQUEST_COLUMNS = [
+    "request_id",
+    "arrival_time",
+    "prompt_tokens",
+    "output_tokens",
+    "max_tokens",
+    "block_size",
+    "prefix_hashes",
+    "priority",
+    "tenant",
+]
 
 
 @dataclass
@@ -90,6 +106,8 @@ class Prepared:
     inp: SimInput
     request_ids: pa.Array
     num_dropped: int
+    num_warmup: int = 0  # leading requests that warmed the caches instead of running
+    prefix_info: dict[str, Any] = field(default_factory=dict)  # block-size bridging facts
 
 
 def select_request_files(
@@ -145,10 +163,15 @@ def read_requests(files: list[Path]) -> pl.DataFrame:
 
 
 def prepare(frame: pl.DataFrame, scenario: Scenario) -> Prepared:
-    """Arrivals, length caps and memory checks of one scenario (no simulation yet).
+    """Arrivals, length caps, memory checks, prefix keys and priorities of one scenario.
+
+    With ``prefix_warmup_requests`` = N, the first N requests (in arrival order,
+    after the caps) are not replayed: their prompts fill every replica's prefix
+    cache first, and the replay starts at the arrival of the next one (time 0).
 
     Raises:
-        ScenarioError: see ``Scenario.cap_lengths`` and ``arrivals.make_arrivals``.
+        ScenarioError: see ``Scenario.cap_lengths`` and ``arrivals.make_arrivals``;
+            a warm-up that leaves nothing to replay.
     """
     rng = np.random.default_rng(scenario.seed)
     idx, arrival = make_arrivals(scenario.arrivals, frame["arrival_s"].to_numpy(), rng)
@@ -160,11 +183,72 @@ def prepare(frame: pl.DataFrame, scenario: Scenario) -> Prepared:
     if len(np.unique(idx)) < len(idx):  # drawn with replacement: keep ids unique
         ids = ids + "#" + pl.Series(np.arange(len(idx))).cast(pl.String)
     keep_idx = np.flatnonzero(keep)
+    rows = idx[keep_idx]  # frame rows, in replay order
+    n = len(rows)
+    prefix = None
+    info: dict[str, Any] = {}
+    if scenario.prefix_caching:
+        engine_block = scenario.memory.block_size
+        if "prefix_hashes" in frame.columns and "block_size" in frame.columns:
+            trace_block = frame["block_size"].fill_null(0).to_numpy().astype(np.int64)[rows]
+            hashes = frame["prefix_hashes"].to_arrow().take(pa.array(rows))
+            prefix = build_keys(prompt[keep_idx], trace_block, hashes, engine_block)
+        else:
+            trace_block = np.zeros(n, dtype=np.int64)
+            prefix = PrefixKeys.empty(n)
+        info = describe(prefix, trace_block, engine_block)
+    priority = None
+    if scenario.by_priority:
+        priority = _priorities(frame, rows, scenario.tenant_priority or {})
+    warm = min(scenario.prefix_warmup_requests, n)
+    if warm and warm >= n:
+        raise ScenarioError(
+            f"scenario {scenario.name!r}: prefix_warmup_requests "
+            f"({scenario.prefix_warmup_requests}) leaves none of the {n} requests to replay"
+        )
+    times = arrival[keep_idx]
+    warmup = None
+    if warm:
+        assert prefix is not None
+        warmup = prefix.slice(0, warm)
+        prefix = prefix.slice(warm, n)
+        times = times[warm:] - times[warm]
+        priority = None if priority is None else priority[warm:]
+    sel = keep_idx[warm:]
     return Prepared(
-        inp=SimInput(arrival[keep_idx], prompt[keep_idx], output[keep_idx]),
-        request_ids=ids.gather(keep_idx).to_arrow(),
+        inp=SimInput(
+            times,
+            prompt[sel],
+            output[sel],
+            prefix=prefix,
+            priority=priority,
+            warmup=warmup,
+        ),
+        request_ids=ids.gather(sel).to_arrow(),
         num_dropped=int(len(idx) - len(keep_idx)),
+        num_warmup=warm,
+        prefix_info=info,
     )
+
+
+def _priorities(
+    frame: pl.DataFrame, rows: npt.NDArray[np.int64], tenant_priority: dict[str, int]
+) -> npt.NDArray[np.int64]:
+    """Per request: its tenant's priority if mapped, else the trace's, else 0."""
+    n = len(rows)
+    prio = np.zeros(n, dtype=np.int64)
+    if "priority" in frame.columns:
+        prio = frame["priority"].fill_null(0).to_numpy().astype(np.int64)[rows]
+    if tenant_priority and "tenant" in frame.columns:
+        tenant = frame["tenant"].gather(rows)
+        mapped = tenant.replace_strict(
+            list(tenant_priority),
+            list(tenant_priority.values()),
+            default=None,
+            return_dtype=pl.Int64,
+        )
+        prio = np.where(mapped.is_null().to_numpy(), prio, mapped.fill_null(0).to_numpy())
+    return prio.astype(np.int64)
 
 
 def _constant_strings(value: str, n: int) -> pa.Array:
@@ -196,7 +280,7 @@ def sim_requests_table(name: str, ids: pa.Array, res: SimResult) -> pa.Table:
             "e2e_s": m["e2e_s"],
             "num_preemptions": rq[:, R_PREEMPT].astype(i32),
             "num_prefill_chunks": rq[:, R_CHUNKS].astype(i32),
-            "cached_tokens": np.zeros(n, dtype=i32),
+            "cached_tokens": rq[:, R_CACHED].astype(i32),
             "queue_depth_at_arrival": rq[:, R_QDEPTH].astype(i32),
         }
     )
@@ -207,7 +291,6 @@ def sim_steps_table(name: str, res: SimResult) -> pa.Table:
     st, stf = res.st, res.stf
     n = len(st)
     i32 = np.int32
-    zeros = np.zeros(n, dtype=np.int64)
     return pa.table(
         {
             "scenario": _constant_strings(name, n),
@@ -223,8 +306,8 @@ def sim_steps_table(name: str, res: SimResult) -> pa.Table:
             "num_kv_blocks_used": st[:, S_KV_USED],
             "num_kv_blocks_total": np.full(n, res.num_kv_blocks, dtype=np.int64),
             "num_preemptions": st[:, S_PREEMPT].astype(i32),
-            "num_prefix_query_tokens": zeros,
-            "num_prefix_hit_tokens": zeros,
+            "num_prefix_query_tokens": st[:, S_PQUERY],
+            "num_prefix_hit_tokens": st[:, S_PHIT],
         }
     )
 
@@ -298,6 +381,8 @@ def _run_one(
         sim_s = time.perf_counter() - t0
     summary = summarize(res)
     summary["num_dropped"] = prep.num_dropped
+    summary["num_warmup_requests"] = prep.num_warmup
+    summary.update(prep.prefix_info)
     part = {"run_id": run_id}
     paths = {
         "sim_requests": wh.write(
@@ -370,6 +455,8 @@ def run_prepared(sc: Scenario, prep: Prepared) -> tuple[ScenarioRun, pa.Table, p
     sim_s = time.perf_counter() - t0
     summary = summarize(res)
     summary["num_dropped"] = prep.num_dropped
+    summary["num_warmup_requests"] = prep.num_warmup
+    summary.update(prep.prefix_info)
     run = ScenarioRun(scenario=sc, summary=summary, num_dropped=prep.num_dropped, sim_s=sim_s)
     return run, sim_requests_table(sc.name, prep.request_ids, res), sim_steps_table(sc.name, res)
 

@@ -5,10 +5,12 @@ and the config file's ``[replay]`` section use the same keys. Precedence:
 flag > scenario file > ``[replay]`` in the config file > default::
 
     name = "vllm-8k"              # names the output files; default: file stem or policy
-    policy = "vllm"               # static | orca | vllm | sarathi
+    policy = "vllm"               # static | orca | vllm | sarathi | sglang | tgi
     profile = "llama-3-8b_h100-80gb_tp1"   # step-cost profile (name or JSON path)
     replicas = 1
-    router = "round_robin"        # round_robin | least_outstanding
+    router = "round_robin"        # round_robin | least_outstanding | prefix_aware
+    cache_threshold = 0.3         # prefix_aware router (and balance_abs_threshold,
+                                  # balance_rel_threshold)
     seed = 0                      # the one random generator of the scenario
 
     arrivals = "trace"            # trace | poisson | gamma
@@ -20,11 +22,17 @@ flag > scenario file > ``[replay]`` in the config file > default::
     max_output_tokens = 1024      # cap every request's output length
     max_model_len = 8192          # longest prompt + output; default: the profile's
     drop_too_long = false         # leave out prompts >= max_model_len instead of failing
-    block_size = 16               # tokens per KV block
+    block_size = 16               # tokens per KV block; default: the policy's (sglang, tgi: 1)
     num_gpu_blocks = 0            # KV blocks per replica; 0 = from GPU memory
     gpu_memory_utilization = 0.9  # share of GPU memory for weights + KV
 
+    enable_prefix_caching = true  # default: on for vllm, sglang and tgi, as in the engines
+    prefix_warmup_requests = 0    # the first N requests fill the caches instead of running
+
     max_num_seqs = 256            # ... and the policy's own parameters (policies/*.py)
+
+    [tenant_priority]             # vllm scheduling_policy = "priority": tenant -> priority
+    batch = 10                    # (lower first; others keep the trace's priority, else 0)
 
     [cost]                        # instead of a profile: explicit step-cost coefficients
     fixed_s = 0.004               # (every StepCost field; needs num_gpu_blocks)
@@ -48,19 +56,27 @@ import numpy.typing as npt
 from pipeline.errors import PipelineError, ScenarioError
 from pipeline.sim.cost_model import StepCost
 from pipeline.sim.policies import POLICIES, Memory
-from pipeline.sim.routing import ROUTERS
+from pipeline.sim.routing import ROUTER_PARAMS, ROUTERS
 from pipeline.sim.state import (
+    C_BAL_ABS,
     C_BLOCK_SIZE,
+    C_CACHING,
     C_NUM_BLOCKS,
     C_POLICY,
+    C_QUEUE,
     C_REPLICAS,
     C_ROUTER,
+    C_SEED,
+    CF_BAL_REL,
+    CF_CACHE_THRESHOLD,
     NCFG,
     NCFGF,
+    Q_PRIORITY,
     EngineConfig,
 )
 
 ARRIVALS = ("trace", "poisson", "gamma")
+CACHING_POLICIES = {name for name, p in POLICIES.items() if p.prefix_caching is not None}
 CUSTOM_PROFILE = "custom"  # the profile name recorded for an explicit [cost] table
 DEFAULT_MAX_MODEL_LEN = 8192  # with an explicit [cost] table and no max_model_len
 
@@ -80,9 +96,21 @@ COMMON: dict[str, tuple[type, Any, str]] = {
     "max_output_tokens": (int, None, "cap on every request's output tokens"),
     "max_model_len": (int, None, "longest prompt + output; default: the profile's"),
     "drop_too_long": (bool, False, "leave out requests whose prompt reaches max_model_len"),
-    "block_size": (int, 16, "tokens per KV-cache block"),
+    "block_size": (int, None, "tokens per KV block; default: the policy's (16; sglang, tgi: 1)"),
     "num_gpu_blocks": (int, 0, "KV blocks per replica; 0 = derive from GPU memory"),
     "gpu_memory_utilization": (float, 0.9, "share of GPU memory for weights and KV cache"),
+    "enable_prefix_caching": (
+        bool,
+        None,
+        "prefix caching; default: on for " + ", ".join(sorted(CACHING_POLICIES)),
+    ),
+    "prefix_warmup_requests": (
+        int,
+        0,
+        "the first N requests are not replayed: their prompts fill every replica's cache first",
+    ),
+    "tenant_priority": (dict, None, "vllm priority policy: table tenant -> priority"),
+    **{k: (float if isinstance(d, float) else int, None, h) for k, (d, h) in ROUTER_PARAMS.items()},
 }
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -116,11 +144,20 @@ class Scenario:
     max_output_tokens: int | None
     drop_too_long: bool
     seed: int
+    prefix_caching: bool = False
+    prefix_warmup_requests: int = 0  # leading requests that warm the caches instead
+    tenant_priority: dict[str, int] | None = None  # vllm priority policy: tenant -> priority
+    router_params: dict[str, float] | None = None  # prefix_aware: ROUTER_PARAMS, resolved
 
     @property
     def num_kv_blocks(self) -> int:
         """Usable KV blocks per replica."""
-        return POLICIES[self.policy].num_blocks(self.memory)
+        return POLICIES[self.policy].num_blocks(self.memory, self.params)
+
+    @property
+    def by_priority(self) -> bool:
+        """Whether requests are ordered by priority (vLLM's priority policy)."""
+        return POLICIES[self.policy].queue(self.params) == Q_PRIORITY
 
     def engine(self) -> EngineConfig:
         """The packed configuration the loops read."""
@@ -132,6 +169,13 @@ class Scenario:
         cfg[C_ROUTER] = ROUTERS[self.router]
         cfg[C_BLOCK_SIZE] = self.memory.block_size
         cfg[C_NUM_BLOCKS] = self.num_kv_blocks
+        cfg[C_CACHING] = int(self.prefix_caching)
+        cfg[C_QUEUE] = pol.queue(self.params)
+        cfg[C_SEED] = self.seed
+        rparams = self.router_params or {}
+        cfg[C_BAL_ABS] = int(rparams.get("balance_abs_threshold", 0))
+        cfgf[CF_BAL_REL] = float(rparams.get("balance_rel_threshold", 0.0))
+        cfgf[CF_CACHE_THRESHOLD] = float(rparams.get("cache_threshold", 0.0))
         ints, floats = pol.pack(self.params, self.memory)
         for k, iv in ints.items():
             cfg[k] = iv
@@ -162,6 +206,10 @@ class Scenario:
             "num_gpu_blocks": self.memory.num_gpu_blocks,
             "num_kv_blocks": self.num_kv_blocks,
             "gpu_memory_utilization": self.gpu_memory_utilization,
+            "enable_prefix_caching": self.prefix_caching,
+            "prefix_warmup_requests": self.prefix_warmup_requests,
+            "tenant_priority": self.tenant_priority,
+            **(self.router_params or {}),
         }
 
     def cap_lengths(
@@ -199,7 +247,7 @@ class Scenario:
         output = np.maximum(np.minimum(output, mem.max_model_len - prompt), 1)
         pol = POLICIES[self.policy]
         need = pol.blocks_alone(self.params, mem, prompt[keep], output[keep])
-        usable = pol.num_blocks(mem)
+        usable = pol.num_blocks(mem, self.params)
         if len(need) and int(need.max()) > usable:
             worst = int(np.argmax(need))
             raise ScenarioError(
@@ -219,6 +267,10 @@ def allowed_keys(policy: str) -> list[str]:
 def _convert(key: str, value: Any, typ: type, where: str) -> Any:
     if value is None:
         return None
+    if typ is dict:
+        if not isinstance(value, dict):
+            raise ScenarioError(f"{where}: {key} must be a table, got {value!r}")
+        return {str(k): _convert(f"{key}.{k}", v, int, where) for k, v in value.items()}
     if typ is bool:
         if isinstance(value, bool):
             return value
@@ -317,6 +369,8 @@ def build_scenario(values: dict[str, Any], *, where: str = "scenario") -> Scenar
         raise ScenarioError(
             f"{where}: max_output_tokens must be >= 1, got {got['max_output_tokens']}"
         )
+    if got["block_size"] is None:
+        got["block_size"] = pol.block_size
     if got["block_size"] < 1:
         raise ScenarioError(f"{where}: block_size must be >= 1, got {got['block_size']}")
     if got["num_gpu_blocks"] < 0:
@@ -337,8 +391,9 @@ def build_scenario(values: dict[str, Any], *, where: str = "scenario") -> Scenar
         pol.check(params, memory)
     except ScenarioError as exc:
         raise ScenarioError(f"{where}: {exc}") from None
-    if pol.num_blocks(memory) < 1:
+    if pol.num_blocks(memory, params) < 1:
         raise ScenarioError(f"{where}: num_gpu_blocks ({num_gpu_blocks}) leaves no usable block")
+    caching, router_params = _check_caching_and_routing(got, policy, params, where)
     return Scenario(
         name=name,
         policy=policy,
@@ -359,7 +414,56 @@ def build_scenario(values: dict[str, Any], *, where: str = "scenario") -> Scenar
         max_output_tokens=got["max_output_tokens"],
         drop_too_long=got["drop_too_long"],
         seed=got["seed"],
+        prefix_caching=caching,
+        prefix_warmup_requests=got["prefix_warmup_requests"],
+        tenant_priority=got["tenant_priority"],
+        router_params=router_params,
     )
+
+
+def _check_caching_and_routing(
+    got: dict[str, Any], policy: str, params: Any, where: str
+) -> tuple[bool, dict[str, float] | None]:
+    """(prefix caching on, prefix_aware router parameters) after checking the keys."""
+    pol = POLICIES[policy]
+    caching = got["enable_prefix_caching"]
+    if caching is None:
+        caching = bool(pol.prefix_caching)
+    if caching and pol.prefix_caching is None:
+        raise ScenarioError(
+            f"{where}: enable_prefix_caching: policy {policy} has no prefix-cache model; "
+            f"allowed with: {', '.join(sorted(CACHING_POLICIES))}"
+        )
+    if got["prefix_warmup_requests"] < 0:
+        raise ScenarioError(
+            f"{where}: prefix_warmup_requests must be >= 0, got {got['prefix_warmup_requests']}"
+        )
+    if got["prefix_warmup_requests"] and not caching:
+        raise ScenarioError(f"{where}: prefix_warmup_requests needs enable_prefix_caching = true")
+    if got["tenant_priority"] is not None and pol.queue(params) != Q_PRIORITY:
+        raise ScenarioError(
+            f"{where}: tenant_priority applies to policy vllm with scheduling_policy = 'priority'"
+        )
+    given = {k: got[k] for k in ROUTER_PARAMS if got[k] is not None}
+    if got["router"] != "prefix_aware":
+        if given:
+            raise ScenarioError(
+                f"{where}: {', '.join(sorted(given))} applies to router = 'prefix_aware'"
+            )
+        return caching, None
+    if not caching:
+        raise ScenarioError(f"{where}: router prefix_aware needs enable_prefix_caching = true")
+    resolved = {k: float(given.get(k, default)) for k, (default, _) in ROUTER_PARAMS.items()}
+    if not 0.0 <= resolved["cache_threshold"] <= 1.0:
+        raise ScenarioError(
+            f"{where}: cache_threshold must be in [0, 1], got {resolved['cache_threshold']}"
+        )
+    if resolved["balance_abs_threshold"] < 0 or resolved["balance_rel_threshold"] < 1.0:
+        raise ScenarioError(
+            f"{where}: balance_abs_threshold must be >= 0 and balance_rel_threshold >= 1, got "
+            f"{resolved['balance_abs_threshold']} and {resolved['balance_rel_threshold']}"
+        )
+    return caching, resolved
 
 
 def _resolve_cost(

@@ -8,8 +8,10 @@ plain numpy arrays addressed by the column constants below, not Python objects:
     rp[r, P_*]   int64 state of replica r (batch size, waiting queue, free KV blocks, ...)
     rpf[r, Q_*]  float64 clock of replica r
     run[r, :]    the running list of replica r, in admission order (rp[r, P_RUN_N] entries)
-    wq[r, :]     the waiting queue of replica r, a ring buffer that can also push at the front
+    wq[r, :]     the waiting queue of replica r: a ring buffer that can also push at the
+                 front (FCFS), or a binary heap on (priority, arrival) (vLLM's priority policy)
     st, stf      the step timeline: one row per step or run of identical decode steps
+    kc           the prefix caches of the replicas and the requests' block keys (``cache.py``)
 
 Requests are indexed in arrival order (ties keep input order), which is also the
 order the router sees them in.
@@ -38,14 +40,24 @@ R_REPLICA = 2  # replica it was routed to (-1 before arrival)
 R_STATUS = 3  # ST_* below
 R_COMPUTED = 4  # tokens whose KV is computed (num_computed_tokens)
 R_GENERATED = 5  # output tokens sampled so far
-R_HELD = 6  # KV blocks it holds
+R_HELD = 6  # KV blocks it holds privately (not through a prefix-cache entry)
 R_PF_END = 7  # num_tokens when it was last admitted: computed < this means "in prefill"
 R_PREEMPT = 8  # times preempted
 R_CHUNKS = 9  # steps that computed part of its prompt
 R_QDEPTH = 10  # waiting requests on its replica when it arrived
 R_TOTAL = 11  # tokens computed over its life, recomputation included
 R_DISCARDED = 12  # computed tokens thrown away by preemptions (recomputed later)
-NRQ = 13
+R_SHARED = 13  # KV blocks it holds through prefix-cache entries it references
+R_PRIORITY = 14  # scheduling priority (lower first; vLLM's priority policy)
+R_HOFF = 15  # offset of its prefix keys in kc's key array
+R_NUNITS = 16  # prefix keys it has: full cache units of its prompt
+R_UNIT_TOK = 17  # tokens per cache unit (0: no prefix hashes, never looked up)
+R_UNIT_BLK = 18  # KV blocks per cache unit
+R_SETTLED = 19  # leading units it holds as cache entries (or as private duplicates)
+R_CACHED = 20  # prompt tokens found in the prefix cache at its first lookup
+R_LOOKUPS = 21  # prefix-cache lookups made for it (the first, then one per resumption)
+R_HITS = 22  # tokens found in the cache over all its lookups
+NRQ = 23
 
 # --- rqf: float64 per request ----------------------------------------------
 F_ARRIVAL = 0
@@ -68,11 +80,27 @@ P_STEP = 4  # steps taken so far
 P_ROUTED = 5  # requests routed to it
 P_DONE = 6  # requests finished
 P_LAST_DONE = 7  # requests finished at the end of its latest step (row)
-NRP = 8
+P_EVICTABLE = 8  # KV blocks in cached units nobody references (free for allocation)
+P_LRU_HEAD = 9  # least recently released cached unit (-1: none)
+P_LRU_TAIL = 10  # most recently released cached unit (-1: none)
+P_SLOT_FREE = 11  # first unused cache slot (-1: none)
+P_NCACHED = 12  # cached units
+P_EVICTED = 13  # KV blocks evicted from the prefix cache so far
+P_STABLE = 14  # 1: the step's decision holds for repeated decode steps; 2: if none evicts
+P_CHUNKED = 15  # sglang / tgi: the request in chunked prefill (-1: none)
+P_FULL = 16  # sglang: batch_is_full
+P_PENDING = 17  # sglang: finished requests not yet filtered out of the running batch
+P_PHASE = 18  # tgi: 0 next step may add a batch, 1 next step is the iteration's decode
+P_WAIT_TOK = 19  # tgi: waiting_tokens (decode steps since a batch was last added)
+P_RNG = 20  # state of the replica's random generator (splitmix64)
+P_STEP_QUERY = 21  # prefix-lookup tokens of the step being decided
+P_STEP_HIT = 22  # of which found in the cache
+NRP = 23
 
 Q_CLOCK = 0  # earliest start of its next step (end of the previous one, or an arrival)
 Q_LAST_END = 1  # end of its latest step
-NRPF = 2
+Q_RATIO = 2  # sglang: new_token_ratio
+NRPF = 3
 
 # --- st: int64 per timeline row ----------------------------------------------
 S_REPLICA = 0
@@ -84,7 +112,10 @@ S_PREFILL = 5  # prefill (and recompute) tokens per step
 S_DECODE = 6  # decode tokens per step
 S_KV_USED = 7  # KV blocks in use at the end of the row
 S_PREEMPT = 8  # requests preempted in the row
-NST = 9
+S_PQUERY = 9  # prompt tokens looked up in the prefix cache (first lookups)
+S_PHIT = 10  # of which found
+S_EVICTED = 11  # KV blocks evicted from the prefix cache in the row
+NST = 12
 SF_START = 0
 SF_DURATION = 1
 NSTF = 2
@@ -101,9 +132,27 @@ C_CHUNKED = 7  # enable_chunked_prefill
 C_THRESHOLD = 8  # long_prefill_token_threshold (0 = off)
 C_WM_BLOCKS = 9  # watermark in blocks
 C_RESERVE = 10  # blocks reserved per request by max-length reservation
-NCFG = 11
+C_CACHING = 11  # prefix caching on
+C_QUEUE = 12  # waiting-queue discipline: Q_FIFO or Q_PRIORITY
+C_ORDER = 13  # sglang schedule_policy (sglang.ORDERS)
+C_MAX_PREFILL = 14  # sglang max_prefill_tokens / tgi max_batch_prefill_tokens
+C_CHUNK = 15  # sglang chunked_prefill_size (0 = off) / tgi prefill chunking (0/1)
+C_MAX_WAIT_TOK = 16  # tgi max_waiting_tokens
+C_BAL_ABS = 17  # prefix_aware router: balance_abs_threshold
+C_SEED = 18  # seed of the replicas' random generators (sglang schedule_policy random)
+C_MAX_BATCH = 19  # tgi max_batch_size (0 = none); C_MAX_SEQS is then only an array bound
+NCFG = 20
 CF_MAX_WAIT_S = 0  # static: longest the oldest request waits for a batch to fill
-NCFGF = 1
+CF_RATIO_INIT = 1  # sglang: initial new_token_ratio
+CF_RATIO_MIN = 2  # sglang: its floor
+CF_RATIO_DECAY = 3  # sglang: its decrease per decode step
+CF_SERVED_RATIO = 4  # tgi: waiting_served_ratio
+CF_CACHE_THRESHOLD = 5  # prefix_aware router: cache_threshold
+CF_BAL_REL = 6  # prefix_aware router: balance_rel_threshold
+NCFGF = 7
+
+Q_FIFO = 0
+Q_PRIORITY = 1
 
 
 @njit(cache=True, error_model="numpy")
@@ -141,6 +190,161 @@ def wq_pop_front(wq: npt.NDArray[np.int32], rp: npt.NDArray[np.int64], r: int) -
     return i
 
 
+@njit(cache=True, error_model="numpy")
+def _before(rq: npt.NDArray[np.int64], rqf: npt.NDArray[np.float64], a: int, b: int) -> bool:
+    """Priority order: lower priority value first, then earlier arrival, then index."""
+    if rq[a, R_PRIORITY] != rq[b, R_PRIORITY]:
+        return bool(rq[a, R_PRIORITY] < rq[b, R_PRIORITY])
+    if rqf[a, F_ARRIVAL] != rqf[b, F_ARRIVAL]:
+        return bool(rqf[a, F_ARRIVAL] < rqf[b, F_ARRIVAL])
+    return a < b
+
+
+@njit(cache=True, error_model="numpy")
+def heap_push(
+    wq: npt.NDArray[np.int32],
+    rp: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int64],
+    rqf: npt.NDArray[np.float64],
+    r: int,
+    i: int,
+) -> None:
+    """Push request i on replica r's waiting heap (wq[r, :len], head unused)."""
+    k = rp[r, P_WQ_LEN]
+    rp[r, P_WQ_LEN] = k + 1
+    while k > 0:
+        parent = (k - 1) // 2
+        p = int(wq[r, parent])
+        if not _before(rq, rqf, i, p):
+            break
+        wq[r, k] = p
+        k = parent
+    wq[r, k] = i
+
+
+@njit(cache=True, error_model="numpy")
+def heap_pop(
+    wq: npt.NDArray[np.int32],
+    rp: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int64],
+    rqf: npt.NDArray[np.float64],
+    r: int,
+) -> int:
+    """Pop the first request of replica r's waiting heap."""
+    top = int(wq[r, 0])
+    n = rp[r, P_WQ_LEN] - 1
+    rp[r, P_WQ_LEN] = n
+    if n == 0:
+        return top
+    x = int(wq[r, n])
+    k = 0
+    while True:
+        c = 2 * k + 1
+        if c >= n:
+            break
+        if c + 1 < n and _before(rq, rqf, int(wq[r, c + 1]), int(wq[r, c])):
+            c += 1
+        if not _before(rq, rqf, int(wq[r, c]), x):
+            break
+        wq[r, k] = wq[r, c]
+        k = c
+    wq[r, k] = x
+    return top
+
+
+@njit(cache=True, error_model="numpy")
+def wait_add(
+    cfg: npt.NDArray[np.int64],
+    wq: npt.NDArray[np.int32],
+    rp: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int64],
+    rqf: npt.NDArray[np.float64],
+    r: int,
+    i: int,
+) -> None:
+    """An arrival joins the waiting queue (the back, or its place in the heap)."""
+    if cfg[C_QUEUE] == Q_PRIORITY:
+        heap_push(wq, rp, rq, rqf, r, i)
+    else:
+        wq_push_back(wq, rp, r, i)
+
+
+@njit(cache=True, error_model="numpy")
+def wait_requeue(
+    cfg: npt.NDArray[np.int64],
+    wq: npt.NDArray[np.int32],
+    rp: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int64],
+    rqf: npt.NDArray[np.float64],
+    r: int,
+    i: int,
+) -> None:
+    """A preempted request goes back: to the front (FCFS), or into the heap (priority)."""
+    if cfg[C_QUEUE] == Q_PRIORITY:
+        heap_push(wq, rp, rq, rqf, r, i)
+    else:
+        wq_push_front(wq, rp, r, i)
+
+
+@njit(cache=True, error_model="numpy")
+def wait_head(
+    cfg: npt.NDArray[np.int64], wq: npt.NDArray[np.int32], rp: npt.NDArray[np.int64], r: int
+) -> int:
+    """The request the queue would give next (the queue must not be empty)."""
+    if cfg[C_QUEUE] == Q_PRIORITY:
+        return int(wq[r, 0])
+    return wq_peek(wq, rp, r)
+
+
+@njit(cache=True, error_model="numpy")
+def wait_pop(
+    cfg: npt.NDArray[np.int64],
+    wq: npt.NDArray[np.int32],
+    rp: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int64],
+    rqf: npt.NDArray[np.float64],
+    r: int,
+) -> int:
+    """Take the request ``wait_head`` names out of the queue."""
+    if cfg[C_QUEUE] == Q_PRIORITY:
+        return heap_pop(wq, rp, rq, rqf, r)
+    return wq_pop_front(wq, rp, r)
+
+
+@dataclass(frozen=True)
+class PrefixKeys:
+    """Prefix-cache keys of a list of requests (see ``prefix.py``), flattened.
+
+    Request j owns ``keys[offsets[j]:offsets[j + 1]]``: one key per full cache
+    unit of its prompt, in order; a unit is ``unit_tokens[j]`` tokens (0 when
+    the request has no prefix hashes and is never looked up).
+    """
+
+    offsets: npt.NDArray[np.int64]  # [n + 1]
+    keys: npt.NDArray[np.uint64]
+    unit_tokens: npt.NDArray[np.int64]  # [n]
+
+    def __post_init__(self) -> None:
+        assert len(self.offsets) == len(self.unit_tokens) + 1
+        assert int(self.offsets[-1]) == len(self.keys)
+
+    def __len__(self) -> int:
+        return len(self.unit_tokens)
+
+    def slice(self, lo: int, hi: int) -> PrefixKeys:
+        """Requests lo..hi-1."""
+        a, b = int(self.offsets[lo]), int(self.offsets[hi])
+        return PrefixKeys(self.offsets[lo : hi + 1] - a, self.keys[a:b], self.unit_tokens[lo:hi])
+
+    @staticmethod
+    def empty(n: int) -> PrefixKeys:
+        return PrefixKeys(
+            np.zeros(n + 1, dtype=np.int64),
+            np.zeros(0, dtype=np.uint64),
+            np.zeros(n, dtype=np.int64),
+        )
+
+
 @dataclass(frozen=True)
 class SimInput:
     """The requests one scenario replays, sorted by arrival."""
@@ -148,11 +352,16 @@ class SimInput:
     arrival_s: npt.NDArray[np.float64]  # seconds from replay start, non-decreasing
     prompt_tokens: npt.NDArray[np.int64]  # >= 1
     output_tokens: npt.NDArray[np.int64]  # >= 1, every cap applied
+    prefix: PrefixKeys | None = None  # their prefix-cache keys (None: no caching)
+    priority: npt.NDArray[np.int64] | None = None  # lower first (None: all 0)
+    warmup: PrefixKeys | None = None  # prompts put in every replica's cache before the replay
 
     def __post_init__(self) -> None:
         n = len(self.arrival_s)
         assert len(self.prompt_tokens) == n and len(self.output_tokens) == n
         assert n == 0 or bool(np.all(np.diff(self.arrival_s) >= 0)), "arrivals must be sorted"
+        assert self.prefix is None or len(self.prefix) == n
+        assert self.priority is None or len(self.priority) == n
 
     def __len__(self) -> int:
         return len(self.arrival_s)

@@ -12,7 +12,15 @@ numpy's default and DuckDB's quantile_cont):
 - Queue depth is the waiting-queue length of a replica at the start of each
   step: its maximum, and its mean weighted by step duration.
 - KV peak usage: the most blocks in use on one replica at the end of a step,
-  over the replica's usable blocks.
+  over the replica's usable blocks. Cached blocks that no running request
+  references count as free (vLLM's ``kv_cache_usage_perc``).
+- Prefix cache (requests with prefix hashes only; a request's first lookup,
+  like vLLM's ``prefix_cache_queries`` / ``prefix_cache_hits`` counters; the
+  lookups of resumed preempted requests are counted apart):
+  token hit rate = hit tokens / prompt tokens looked up, summed over every
+  replica (weighted by tokens, never an average of rates); request hit rate =
+  share of those requests with at least one token found; evictions = KV blocks
+  evicted from the cache over the replay.
 """
 
 from __future__ import annotations
@@ -27,10 +35,17 @@ from pipeline.sim.state import (
     F_FINISH,
     F_FIRST_SCHED,
     F_FIRST_TOKEN,
+    R_CACHED,
+    R_HITS,
+    R_LOOKUPS,
     R_OUTPUT,
     R_PREEMPT,
     R_PROMPT,
+    R_UNIT_TOK,
+    S_EVICTED,
     S_KV_USED,
+    S_PHIT,
+    S_PQUERY,
     S_PREEMPT,
     S_WAITING,
     SF_DURATION,
@@ -105,4 +120,22 @@ def summarize(res: SimResult) -> dict[str, Any]:
         "num_kv_blocks": res.num_kv_blocks,
         "num_steps": res.num_steps,
         "num_step_rows": int(len(res.st)),
+        **prefix_summary(res),
+    }
+
+
+def prefix_summary(res: SimResult) -> dict[str, Any]:
+    """Prefix-cache figures: token and request hit rates, resumed hits, evictions."""
+    looked = (res.rq[:, R_UNIT_TOK] > 0) & (res.rq[:, R_LOOKUPS] > 0)
+    query = int(res.st[:, S_PQUERY].sum())
+    hit = int(res.st[:, S_PHIT].sum())
+    return {
+        "prefix_query_tokens": query,
+        "prefix_hit_tokens": hit,
+        "prefix_token_hit_rate": hit / query if query else None,
+        "prefix_request_hit_rate": float((res.rq[looked, R_CACHED] > 0).mean())
+        if looked.any()
+        else None,
+        "prefix_resumed_hit_tokens": int((res.rq[:, R_HITS] - res.rq[:, R_CACHED]).sum()),
+        "prefix_evicted_blocks": int(res.st[:, S_EVICTED].sum()),
     }

@@ -131,3 +131,61 @@ def read_azure_conv(n: int | None = None) -> pl.DataFrame:
     return df.with_columns(
         ((pl.col("t") - t0).dt.total_microseconds() / 1e6).alias("arrival_s")
     ).drop("t")
+
+
+def shared_prefix_hashes(
+    rng: np.random.Generator, prompt: np.ndarray, block_size: int, *, num_roots: int = 3
+) -> list[list[int]]:
+    """Chained block hashes of prompts that share prefixes the way chat traffic does.
+
+    Each prompt starts from one of a few roots (system prompts) or from a
+    prefix of an earlier prompt (a later turn, a retry), then goes its own
+    way. Only full blocks are hashed; equal hash at block i means equal
+    prompts up to block i.
+    """
+    chains: dict[tuple[int, int], int] = {}
+    out: list[list[int]] = []
+    for j, length in enumerate(prompt):
+        blocks = int(length) // block_size
+        if j and rng.random() < 0.5:
+            base = out[int(rng.integers(0, j))]
+            shared = base[: int(rng.integers(0, len(base) + 1))] if base else []
+        else:
+            shared = []
+        root = int(rng.integers(0, num_roots))
+        content = [(root, b) for b in range(blocks)]  # shared content unless diverged
+        hashes = list(shared[:blocks])
+        parent = hashes[-1] if hashes else 0
+        for b in range(len(hashes), blocks):
+            own = content[b] if not shared and rng.random() < 0.8 else (-1 - j, b)
+            parent = chains.setdefault((parent, *own), len(chains) + 1)
+            hashes.append(parent)
+        out.append(hashes)
+    return out
+
+
+def with_prefix(
+    inp: SimInput,
+    hashes: list[list[int]],
+    trace_block: int | list[int],
+    engine_block: int,
+    *,
+    warmup: int = 0,
+) -> SimInput:
+    """``inp`` with prefix keys built from per-request hashes (the first ``warmup`` warm)."""
+    from pipeline.sim.prefix import build_keys
+
+    n = len(inp)
+    tb = np.broadcast_to(np.asarray(trace_block, dtype=np.int64), (n,))
+    keys = build_keys(inp.prompt_tokens, tb, pa.array(hashes, pa.list_(pa.uint64())), engine_block)
+    if not warmup:
+        return SimInput(inp.arrival_s, inp.prompt_tokens, inp.output_tokens, prefix=keys,
+                        priority=inp.priority)  # fmt: skip
+    return SimInput(
+        inp.arrival_s[warmup:],
+        inp.prompt_tokens[warmup:],
+        inp.output_tokens[warmup:],
+        prefix=keys.slice(warmup, n),
+        priority=None if inp.priority is None else inp.priority[warmup:],
+        warmup=keys.slice(0, warmup),
+    )

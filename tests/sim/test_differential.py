@@ -17,7 +17,7 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from pipeline.sim.loop import simulate
-from pipeline.sim.policies import POLICIES
+from pipeline.sim.policies import POLICIES, sglang
 from pipeline.sim.reference import simulate_reference
 from pipeline.sim.scenario import Scenario, build_scenario
 from pipeline.sim.state import (
@@ -25,16 +25,25 @@ from pipeline.sim.state import (
     F_FINISH,
     F_FIRST_SCHED,
     F_FIRST_TOKEN,
+    R_CACHED,
     R_DISCARDED,
     R_GENERATED,
+    R_HELD,
+    R_HITS,
+    R_LOOKUPS,
     R_OUTPUT,
     R_PREEMPT,
     R_PROMPT,
+    R_SHARED,
     R_STATUS,
     R_TOTAL,
+    R_UNIT_TOK,
     S_DECODE,
+    S_EVICTED,
     S_KV_USED,
     S_NUM_STEPS,
+    S_PHIT,
+    S_PQUERY,
     S_PREEMPT,
     S_PREFILL,
     S_REPLICA,
@@ -45,13 +54,20 @@ from pipeline.sim.state import (
     SimInput,
     SimResult,
 )
+from tests.sim.conftest import shared_prefix_hashes, with_prefix
 
 
-def _case(draw: Any, policy: str) -> tuple[SimInput, Scenario]:
+def _case(draw: Any, policy: str, *, caching: bool | None = None) -> tuple[SimInput, Scenario]:
     seed = draw(st.integers(0, 2**32 - 1))
     n = draw(st.integers(1, 40))
     replicas = draw(st.integers(1, 3))
-    router = draw(st.sampled_from(["round_robin", "least_outstanding"]))
+    routers = ["round_robin", "least_outstanding"]
+    caches = policy in ("vllm", "sglang", "tgi")
+    if caching is None:
+        caching = caches and draw(st.booleans())
+    if caching:
+        routers.append("prefix_aware")
+    router = draw(st.sampled_from(routers))
     block_size = draw(st.sampled_from([1, 4, 16]))
     # 1.0: the largest request just fits; sarathi preempts only with the pool nearly full
     pressure = draw(st.sampled_from([1.0, 1.0, 1.1, 1.3, 2.0, 6.0]))
@@ -82,6 +98,15 @@ def _case(draw: Any, policy: str) -> tuple[SimInput, Scenario]:
         "max_model_len": max_model_len,
         "num_gpu_blocks": 1,  # replaced below, once the policy's needs are known
     }
+    if caches:
+        values["enable_prefix_caching"] = caching
+    if router == "prefix_aware":
+        values |= {
+            "cache_threshold": draw(st.sampled_from([0.0, 0.3, 0.8])),
+            "balance_abs_threshold": draw(st.sampled_from([0, 2, 64])),
+            "balance_rel_threshold": draw(st.sampled_from([1.0, 1.5])),
+        }
+    priority = None
     if policy == "vllm":
         seqs = draw(st.integers(1, 8))
         values |= {
@@ -90,9 +115,12 @@ def _case(draw: Any, policy: str) -> tuple[SimInput, Scenario]:
             "enable_chunked_prefill": draw(st.booleans()),
             "long_prefill_token_threshold": draw(st.sampled_from([0, 0, 17, 64])),
             "watermark": draw(st.sampled_from([0.0, 0.0, 0.05])),
+            "scheduling_policy": draw(st.sampled_from(["fcfs", "fcfs", "priority"])),
         }
         if not values["enable_chunked_prefill"]:
             values["max_num_batched_tokens"] = max(values["max_num_batched_tokens"], max_model_len)
+        if values["scheduling_policy"] == "priority":
+            priority = rng.integers(0, 3, n).astype(np.int64)
     elif policy == "sarathi":
         seqs = draw(st.integers(1, 8))
         values |= {
@@ -102,6 +130,29 @@ def _case(draw: Any, policy: str) -> tuple[SimInput, Scenario]:
         }
     elif policy == "orca":
         values |= {"max_num_seqs": draw(st.integers(1, 8))}
+    elif policy == "sglang":
+        values |= {
+            "max_running_requests": draw(st.integers(1, 8)),
+            "max_prefill_tokens": draw(st.integers(1, 400)),
+            "chunked_prefill_size": draw(st.sampled_from([-1, 16, 64, 300])),
+            "schedule_policy": draw(st.sampled_from(sglang.ORDERS)),
+            "schedule_conservativeness": draw(st.sampled_from([0.3, 1.0, 2.0])),
+        }
+        if values["chunked_prefill_size"] != -1:
+            values["chunked_prefill_size"] = max(values["chunked_prefill_size"], block_size)
+    elif policy == "tgi":
+        chunking = draw(st.booleans())
+        values |= {
+            "prefill_chunking": chunking,
+            "max_batch_prefill_tokens": draw(st.integers(1, 300)),
+            "max_batch_size": draw(st.sampled_from([0, 1, 3, 8])),
+            "waiting_served_ratio": draw(st.sampled_from([0.0, 0.3, 1.2])),
+            "max_waiting_tokens": draw(st.sampled_from([0, 3, 20])),
+        }
+        if not chunking:
+            values["max_batch_prefill_tokens"] = max(
+                values["max_batch_prefill_tokens"], max_model_len - 1
+            )
     else:
         values |= {
             "max_batch_size": draw(st.integers(1, 8)),
@@ -120,19 +171,35 @@ def _case(draw: Any, policy: str) -> tuple[SimInput, Scenario]:
                 break
             values["num_gpu_blocks"] += 1
     sc = build_scenario(values)
-    inp = SimInput(arrival, prompt.astype(np.int64), output.astype(np.int64))
+    inp = SimInput(arrival, prompt.astype(np.int64), output.astype(np.int64), priority=priority)
     sc.cap_lengths(inp.prompt_tokens, inp.output_tokens, np.zeros(n, dtype=np.int64))
+    if caching:
+        trace_block = draw(st.sampled_from([block_size, block_size, 2 * block_size, 4, 6, 16]))
+        hashes = shared_prefix_hashes(rng, prompt, trace_block)
+        warmup = draw(st.sampled_from([0, 0, min(3, n - 1)]))
+        inp = with_prefix(inp, hashes, trace_block, block_size, warmup=warmup)
     return inp, sc
 
 
 @st.composite
-def cases(draw: Any, policy: str) -> tuple[SimInput, Scenario]:
-    return _case(draw, policy)
+def cases(draw: Any, policy: str, caching: bool | None = None) -> tuple[SimInput, Scenario]:
+    return _case(draw, policy, caching=caching)
 
 
 def expand(res: SimResult) -> np.ndarray:
-    """One row per engine step: replica, step, running, waiting, prefill, decode, preempt."""
-    cols = [S_REPLICA, S_STEP, S_RUNNING, S_WAITING, S_PREFILL, S_DECODE, S_PREEMPT]
+    """One row per engine step: replica, step, running, waiting, prefill, decode, preempt,
+    prefix lookups and hits (a compressed row has none)."""
+    cols = [
+        S_REPLICA,
+        S_STEP,
+        S_RUNNING,
+        S_WAITING,
+        S_PREFILL,
+        S_DECODE,
+        S_PREEMPT,
+        S_PQUERY,
+        S_PHIT,
+    ]
     rows = np.repeat(res.st[:, cols], res.st[:, S_NUM_STEPS], axis=0)
     offsets = np.concatenate([np.arange(k) for k in res.st[:, S_NUM_STEPS]])
     rows[:, 1] += offsets
@@ -146,10 +213,19 @@ def check_invariants(inp: SimInput, sc: Scenario, res: SimResult) -> None:
     assert (rq[:, R_STATUS] == ST_FINISHED).all()
     assert (rq[:, R_GENERATED] == rq[:, R_OUTPUT]).all()
     assert not np.isnan(rqf[:, F_FINISH]).any()
-    # tokens computed = tokens needed + recomputation
+    # tokens computed = tokens needed + recomputation - tokens found in the prefix cache
     needed = rq[:, R_PROMPT] + rq[:, R_OUTPUT] - 1
-    assert (rq[:, R_TOTAL] == needed + rq[:, R_DISCARDED]).all()
+    assert (rq[:, R_TOTAL] == needed + rq[:, R_DISCARDED] - rq[:, R_HITS]).all()
     assert (rq[rq[:, R_PREEMPT] == 0, R_DISCARDED] == 0).all()
+    # nothing is held at the end; hits are whole units, never the whole prompt
+    assert (rq[:, R_HELD] == 0).all() and (rq[:, R_SHARED] == 0).all()
+    assert (rq[:, R_CACHED] <= rq[:, R_PROMPT] - 1).all()
+    units = np.maximum(rq[:, R_UNIT_TOK], 1)
+    assert (rq[:, R_CACHED] % units == 0).all() and (rq[:, R_HITS] % units == 0).all()
+    looked = rq[:, R_UNIT_TOK] > 0
+    assert (rq[looked, R_LOOKUPS] >= 1).all() and (rq[~looked, R_LOOKUPS] == 0).all()
+    assert res.st[:, S_PQUERY].sum() == rq[looked, R_PROMPT].sum()
+    assert res.st[:, S_PHIT].sum() == rq[:, R_CACHED].sum()
     # causality
     assert (rqf[:, F_ARRIVAL] <= rqf[:, F_FIRST_SCHED]).all()
     assert (rqf[:, F_FIRST_SCHED] < rqf[:, F_FIRST_TOKEN]).all()
@@ -157,12 +233,19 @@ def check_invariants(inp: SimInput, sc: Scenario, res: SimResult) -> None:
     # capacity: KV, batch size, token budget
     assert (res.st[:, S_KV_USED] <= sc.num_kv_blocks).all()
     assert (res.st[:, S_KV_USED] >= 0).all()
-    seqs = getattr(sc.params, "max_num_seqs", getattr(sc.params, "max_batch_size", None))
+    if sc.policy == "sglang":
+        seqs = sglang.max_running(sc.params, sc.memory)
+    elif sc.policy == "tgi":  # chunking models ignore max_batch_size once a batch runs
+        seqs = len(inp) if sc.params.prefill_chunking else sc.params.max_batch_size or len(inp)
+    else:
+        seqs = getattr(sc.params, "max_num_seqs", getattr(sc.params, "max_batch_size", 0))
     assert (res.st[:, S_RUNNING] <= seqs).all()
     budget = getattr(sc.params, "max_num_batched_tokens", getattr(sc.params, "chunk_size", None))
     if budget is not None:
         assert (res.st[:, S_PREFILL] + res.st[:, S_DECODE] <= budget).all()
-    if sc.policy in ("static", "orca"):
+    if sc.policy == "sglang":  # a step is a prefill batch or a decode step, never both
+        assert ((res.st[:, S_PREFILL] == 0) | (res.st[:, S_DECODE] == 0)).all()
+    if sc.policy in ("static", "orca", "tgi"):
         assert res.st[:, S_PREEMPT].sum() == 0
     assert res.st[:, S_PREEMPT].sum() == rq[:, R_PREEMPT].sum()
 
@@ -184,6 +267,10 @@ def check_equal(inp: SimInput, sc: Scenario) -> SimResult:
     ref_kv = {(int(r[S_REPLICA]), int(r[S_STEP])): int(r[S_KV_USED]) for r in ref.st}
     for row, end in zip(fast.st, ends, strict=True):
         assert ref_kv[(int(row[S_REPLICA]), int(end))] == row[S_KV_USED]
+    for r in range(sc.replicas):  # evictions: rows may compress, totals per replica may not
+        mine = fast.st[:, S_REPLICA] == r
+        theirs = ref.st[:, S_REPLICA] == r
+        assert fast.st[mine, S_EVICTED].sum() == ref.st[theirs, S_EVICTED].sum()
     total_ref = np.array([ref.stf[ref.st[:, S_REPLICA] == r, 1].sum() for r in range(sc.replicas)])
     total_fast = np.array(
         [fast.stf[fast.st[:, S_REPLICA] == r, 1].sum() for r in range(sc.replicas)]
@@ -196,6 +283,9 @@ def check_case(case: tuple[SimInput, Scenario]) -> None:
     fast = check_equal(*case)
     event(f"preemptions: {'yes' if fast.rq[:, R_PREEMPT].any() else 'no'}")
     event(f"decode runs compressed: {'yes' if len(fast.st) < fast.num_steps else 'no'}")
+    if case[1].prefix_caching:
+        event(f"prefix hits: {'yes' if fast.rq[:, R_CACHED].any() else 'no'}")
+        event(f"evictions: {'yes' if fast.st[:, S_EVICTED].any() else 'no'}")
 
 
 @settings(max_examples=60)
@@ -219,6 +309,24 @@ def test_orca_fast_equals_reference(case: tuple[SimInput, Scenario]) -> None:
 @settings(max_examples=30)
 @given(cases("static"))
 def test_static_fast_equals_reference(case: tuple[SimInput, Scenario]) -> None:
+    check_case(case)
+
+
+@settings(max_examples=50)
+@given(cases("vllm", caching=True))
+def test_vllm_prefix_caching_fast_equals_reference(case: tuple[SimInput, Scenario]) -> None:
+    check_case(case)
+
+
+@settings(max_examples=50)
+@given(cases("sglang"))
+def test_sglang_fast_equals_reference(case: tuple[SimInput, Scenario]) -> None:
+    check_case(case)
+
+
+@settings(max_examples=40)
+@given(cases("tgi"))
+def test_tgi_fast_equals_reference(case: tuple[SimInput, Scenario]) -> None:
     check_case(case)
 
 

@@ -65,7 +65,10 @@ def test_set_values_parse_as_toml() -> None:
 @pytest.mark.parametrize(
     ("values", "message"),
     [
-        ({"policy": "fcfs"}, "unknown policy 'fcfs'; allowed: orca, sarathi, static, vllm"),
+        (
+            {"policy": "fcfs"},
+            "unknown policy 'fcfs'; allowed: orca, sarathi, sglang, static, tgi, vllm",
+        ),
         ({"max_batch_size": 4}, "max_batch_size is a parameter of static"),
         ({"max_num_sequences": 4}, "unknown key 'max_num_sequences'.*allowed: .*max_num_seqs"),
         ({"router": "random"}, "unknown router 'random'; allowed: least_outstanding"),

@@ -9,17 +9,23 @@ Policies (see each module's docstring for its exact rules):
 
 - ``static``  request-level batching (FasterTransformer; Triton max queue delay)
 - ``orca``    iteration-level batching, whole prompts, max-length reservation
-- ``vllm``    vLLM V1: token budget, chunked prefill, paged KV, recompute preemption
+- ``vllm``    vLLM V1: token budget, chunked prefill, paged KV, recompute preemption,
+              prefix caching, fcfs or priority scheduling
 - ``sarathi`` Sarathi-Serve stall-free batching with chunk_size
+- ``sglang``  SGLang: prefill-first, conservative admission (new_token_ratio),
+              retraction, radix cache, schedule policies (fcfs, lpm, dfs-weight, lof, random)
+- ``tgi``     TGI v3: full-lifetime reservation, no preemption, waiting_served_ratio,
+              max_waiting_tokens, prefill chunking, radix prefix cache
 """
 
 from __future__ import annotations
 
-from pipeline.sim.policies import orca, sarathi, static, vllm
+from pipeline.sim.policies import orca, sarathi, sglang, static, tgi, vllm
 from pipeline.sim.policies.base import Memory, Policy
 
 POLICIES: dict[str, Policy] = {
-    p.name: p for p in (static.POLICY, orca.POLICY, vllm.POLICY, sarathi.POLICY)
+    p.name: p
+    for p in (static.POLICY, orca.POLICY, vllm.POLICY, sarathi.POLICY, sglang.POLICY, tgi.POLICY)
 }
 
 __all__ = ["POLICIES", "Memory", "Policy"]

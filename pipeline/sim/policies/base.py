@@ -12,15 +12,21 @@ A policy module holds three things:
 
 The kernel contract (fast loop)::
 
-    schedule(r, cfg, cfgf, rq, rqf, rp, run, wq, sched_q, sched_t, now)
+    schedule(r, cfg, cfgf, rq, rqf, rp, rpf, run, wq, sched_q, sched_t, now, kc)
         -> (num_scheduled, num_preempted, num_admitted)
 
 It fills ``sched_q[:num_scheduled]`` with request indices and ``sched_t`` with
-the tokens each computes this step (``add_scheduled``), allocates their KV blocks, moves admitted
-requests from the waiting queue to the running list and preempted ones back
-to the front of the waiting queue. It must schedule at most ``max_num_seqs``
-requests and (where the policy has one) stay within the token budget. The loop
-does the rest: step time, token sampling, completions, the timeline.
+the tokens each computes this step (``add_scheduled``), allocates their KV
+blocks, looks admitted requests up in the prefix cache (``rp[r, P_STEP_QUERY]``
+and ``P_STEP_HIT`` count the tokens) and commits their computed units to it,
+moves admitted requests from the waiting queue to the running list and
+preempted ones back to the waiting queue. It must schedule at most
+``max_num_seqs`` requests and (where the policy has one) stay within the token
+budget. It sets ``rp[r, P_STABLE]`` to 1 when a step of pure decodes would
+decide the same again while nothing arrives or finishes (the loop then skips
+ahead, see ``loop.py``), to 2 when that holds only as long as no cached block
+is evicted, and to 0 otherwise. The loop does the rest: step time, token sampling,
+completions, the timeline.
 """
 
 from __future__ import annotations
@@ -33,21 +39,30 @@ import numpy.typing as npt
 from numba import njit
 
 from pipeline.errors import ScenarioError
+from pipeline.sim.cache import lookup
 from pipeline.sim.kv import release
 from pipeline.sim.state import (
+    C_CACHING,
     P_RUN_N,
+    P_STEP_HIT,
+    P_STEP_QUERY,
+    R_CACHED,
     R_COMPUTED,
     R_DISCARDED,
     R_GENERATED,
+    R_HITS,
+    R_LOOKUPS,
     R_PF_END,
     R_PREEMPT,
     R_PROMPT,
     R_STATUS,
+    R_UNIT_TOK,
     ST_RUNNING,
     ST_WAITING,
     cdiv,
-    wq_pop_front,
-    wq_push_front,
+    wait_pop,
+    wait_requeue,
+    wq_push_back,
 )
 
 
@@ -67,6 +82,9 @@ class Policy:
     code: ClassVar[int]  # dispatch code of its kernel in the compiled loop
     summary: ClassVar[str]  # one line for --help and the docs
     Params: ClassVar[type]  # frozen dataclass of its parameters
+    block_size: ClassVar[int] = 16  # default tokens per KV block (page size)
+    prefix_caching: ClassVar[bool | None] = None  # default; None: not modelled
+    dedupe: ClassVar[bool] = False  # a unit cached twice is shared (SGLang, TGI), not kept
 
     def param_help(self) -> dict[str, str]:
         return {f.name: f.metadata.get("help", "") for f in fields(self.Params)}
@@ -74,9 +92,13 @@ class Policy:
     def defaults(self) -> dict[str, Any]:
         return {f.name: f.default for f in fields(self.Params)}
 
-    def num_blocks(self, mem: Memory) -> int:
+    def num_blocks(self, mem: Memory, params: Any = None) -> int:
         """Blocks a request can actually use."""
         return mem.num_gpu_blocks
+
+    def queue(self, params: Any) -> int:
+        """Waiting-queue discipline (state.Q_FIFO or Q_PRIORITY)."""
+        return 0
 
     def check(self, params: Any, mem: Memory) -> None:
         """Raise ScenarioError if the parameters cannot run (names the key)."""
@@ -136,29 +158,78 @@ def in_prefill(rq: npt.NDArray[np.int64], i: int) -> bool:
 
 
 @njit(cache=True, error_model="numpy")
-def take_waiting(
-    rq: npt.NDArray[np.int64], rp: npt.NDArray[np.int64], wq: npt.NDArray[np.int32], r: int
-) -> int:
-    """Pop the head of the waiting queue and mark it running (the caller lists it)."""
-    i = wq_pop_front(wq, rp, r)
+def start(rq: npt.NDArray[np.int64], i: int) -> None:
+    """Mark request i running: it computes up to prompt + generated before it decodes."""
     rq[i, R_STATUS] = ST_RUNNING
     rq[i, R_PF_END] = rq[i, R_PROMPT] + rq[i, R_GENERATED]
+
+
+@njit(cache=True, error_model="numpy")
+def take_waiting(
+    cfg: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int64],
+    rqf: npt.NDArray[np.float64],
+    rp: npt.NDArray[np.int64],
+    wq: npt.NDArray[np.int32],
+    r: int,
+) -> int:
+    """Pop the head of the waiting queue and mark it running (the caller lists it)."""
+    i = wait_pop(cfg, wq, rp, rq, rqf, r)
+    start(rq, i)
     return i
 
 
 @njit(cache=True, error_model="numpy")
 def admit(
+    cfg: npt.NDArray[np.int64],
     rq: npt.NDArray[np.int64],
+    rqf: npt.NDArray[np.float64],
     rp: npt.NDArray[np.int64],
     run: npt.NDArray[np.int64],
     wq: npt.NDArray[np.int32],
     r: int,
 ) -> int:
     """Move the head of the waiting queue to the end of the running list."""
-    i = take_waiting(rq, rp, wq, r)
+    i = take_waiting(cfg, rq, rqf, rp, wq, r)
     run[r, rp[r, P_RUN_N]] = i
     rp[r, P_RUN_N] += 1
     return i
+
+
+@njit(cache=True, error_model="numpy")
+def cache_lookup(
+    cfg: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int64],
+    r: int,
+    i: int,
+    kc: tuple,  # type: ignore[type-arg]
+) -> tuple[int, int]:
+    """(cached leading units, their unreferenced blocks) for a request computing from zero.
+
+    At most ``num_tokens - 1`` tokens may hit: the last prompt token is always
+    computed, to get the logits (a fully cached, unit-aligned prompt recomputes
+    its last unit).
+    """
+    u = rq[i, R_UNIT_TOK]
+    if cfg[C_CACHING] == 0 or u == 0:
+        return 0, 0
+    return lookup(rq, i, r, (num_tokens(rq, i) - 1) // u, kc)
+
+
+@njit(cache=True, error_model="numpy")
+def count_lookup(
+    rq: npt.NDArray[np.int64], rp: npt.NDArray[np.int64], r: int, i: int, h: int
+) -> None:
+    """Record a lookup of request i that found h units (first lookups go to the step's counts)."""
+    u = rq[i, R_UNIT_TOK]
+    if u == 0:
+        return
+    if rq[i, R_LOOKUPS] == 0:
+        rq[i, R_CACHED] = h * u
+        rp[r, P_STEP_QUERY] += num_tokens(rq, i)
+        rp[r, P_STEP_HIT] += h * u
+    rq[i, R_LOOKUPS] += 1
+    rq[i, R_HITS] += h * u
 
 
 @njit(cache=True, error_model="numpy")
@@ -174,24 +245,59 @@ def sort_running(rp: npt.NDArray[np.int64], run: npt.NDArray[np.int64], r: int) 
 
 
 @njit(cache=True, error_model="numpy")
+def drop(
+    rq: npt.NDArray[np.int64],
+    rp: npt.NDArray[np.int64],
+    r: int,
+    i: int,
+    kc: tuple,  # type: ignore[type-arg]
+) -> None:
+    """Recompute preemption of request i: drop its KV and forget its progress."""
+    release(rq, rp, r, i, kc)
+    rq[i, R_DISCARDED] += rq[i, R_COMPUTED]
+    rq[i, R_COMPUTED] = 0
+    rq[i, R_STATUS] = ST_WAITING
+    rq[i, R_PREEMPT] += 1
+
+
+@njit(cache=True, error_model="numpy")
 def preempt(
+    cfg: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int64],
+    rqf: npt.NDArray[np.float64],
+    rp: npt.NDArray[np.int64],
+    wq: npt.NDArray[np.int32],
+    r: int,
+    i: int,
+    kc: tuple,  # type: ignore[type-arg]
+) -> None:
+    """Recompute preemption, back first in line (FCFS) or into the priority heap.
+
+    The caller has already taken ``i`` out of the running list.
+    """
+    drop(rq, rp, r, i, kc)
+    wait_requeue(cfg, wq, rp, rq, rqf, r, i)
+
+
+@njit(cache=True, error_model="numpy")
+def retract(
     rq: npt.NDArray[np.int64],
     rp: npt.NDArray[np.int64],
     wq: npt.NDArray[np.int32],
     r: int,
     i: int,
+    kc: tuple,  # type: ignore[type-arg]
 ) -> None:
-    """Recompute preemption: drop its KV, forget its progress, put it first in line.
-
-    The caller has already taken ``i`` out of the running list.
-    """
-    release(rq, rp, r, i)
-    rq[i, R_DISCARDED] += rq[i, R_COMPUTED]
-    rq[i, R_COMPUTED] = 0
-    rq[i, R_STATUS] = ST_WAITING
-    rq[i, R_PREEMPT] += 1
-    wq_push_front(wq, rp, r, i)
+    """SGLang's retraction: a recompute preemption that goes to the back of the queue."""
+    drop(rq, rp, r, i, kc)
+    wq_push_back(wq, rp, r, i)
 
 
 def blocks(tokens: int, block_size: int) -> int:
     return int(cdiv(tokens, block_size))
+
+
+def choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
+    """Raise ScenarioError unless ``value`` is one of ``allowed`` (listing them)."""
+    if value not in allowed:
+        raise ScenarioError(f"unknown {name} {value!r}; allowed: {', '.join(allowed)}")

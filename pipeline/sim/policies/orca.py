@@ -28,7 +28,15 @@ from pipeline.sim.policies.base import (
     positive,
     sort_running,
 )
-from pipeline.sim.state import C_MAX_SEQS, C_RESERVE, P_FREE, P_RUN_N, P_WQ_LEN, wq_peek
+from pipeline.sim.state import (
+    C_MAX_SEQS,
+    C_RESERVE,
+    P_FREE,
+    P_RUN_N,
+    P_STABLE,
+    P_WQ_LEN,
+    wq_peek,
+)
 
 CODE = 1
 
@@ -77,12 +85,15 @@ def schedule(
     rq: npt.NDArray[np.int64],
     rqf: npt.NDArray[np.float64],
     rp: npt.NDArray[np.int64],
+    rpf: npt.NDArray[np.float64],
     run: npt.NDArray[np.int64],
     wq: npt.NDArray[np.int32],
     sched_q: npt.NDArray[np.int64],
     sched_t: npt.NDArray[np.int64],
     now: float,
+    kc: tuple,  # type: ignore[type-arg]
 ) -> tuple[int, int, int]:
+    rp[r, P_STABLE] = 1
     n = 0
     n_adm = 0
     sort_running(rp, run, r)
@@ -95,7 +106,7 @@ def schedule(
             break
         i = wq_peek(wq, rp, r)
         reserve(rq, rp, r, i, cfg[C_RESERVE])
-        admit(rq, rp, run, wq, r)
+        admit(cfg, rq, rqf, rp, run, wq, r)
         n = add_scheduled(sched_q, sched_t, n, i, num_tokens(rq, i))
         n_adm += 1
     return n, 0, n_adm

@@ -47,6 +47,7 @@ from pipeline.sim.state import (
     C_WM_BLOCKS,
     P_FREE,
     P_RUN_N,
+    P_STABLE,
     P_WQ_LEN,
     R_COMPUTED,
     cdiv,
@@ -118,12 +119,15 @@ def schedule(
     rq: npt.NDArray[np.int64],
     rqf: npt.NDArray[np.float64],
     rp: npt.NDArray[np.int64],
+    rpf: npt.NDArray[np.float64],
     run: npt.NDArray[np.int64],
     wq: npt.NDArray[np.int32],
     sched_q: npt.NDArray[np.int64],
     sched_t: npt.NDArray[np.int64],
     now: float,
+    kc: tuple,  # type: ignore[type-arg]
 ) -> tuple[int, int, int]:
+    rp[r, P_STABLE] = 1
     bs = cfg[C_BLOCK_SIZE]
     chunk_size = cfg[C_BUDGET]
     n = 0
@@ -149,16 +153,16 @@ def schedule(
         while rp[r, P_FREE] <= 0:
             if pos < end:
                 end -= 1
-                preempt(rq, rp, wq, r, int(old[end]))
+                preempt(cfg, rq, rqf, rp, wq, r, int(old[end]), kc)
             else:
-                preempt(rq, rp, wq, r, i)
+                preempt(cfg, rq, rqf, rp, wq, r, i, kc)
                 preempted_self = True
             n_pre += 1
             if preempted_self:
                 break
         if preempted_self:
             continue
-        grow(rq, rp, r, i, rq[i, R_COMPUTED] + 1, bs, 0)  # at most one block, one is free
+        grow(rq, rp, r, i, rq[i, R_COMPUTED] + 1, bs, 0, kc)  # at most one block, one is free
         run[r, nn] = i
         nn += 1
         n = add_scheduled(sched_q, sched_t, n, i, 1)
@@ -184,8 +188,8 @@ def schedule(
         chunk = min(num_tokens(rq, i) - rq[i, R_COMPUTED], chunk_size - batched)
         if chunk <= 0:
             break
-        take_waiting(rq, rp, wq, r)
-        grow(rq, rp, r, i, num_tokens(rq, i), bs, 0)
+        take_waiting(cfg, rq, rqf, rp, wq, r)
+        grow(rq, rp, r, i, num_tokens(rq, i), bs, 0, kc)
         run[r, rp[r, P_RUN_N]] = i
         rp[r, P_RUN_N] += 1
         n = add_scheduled(sched_q, sched_t, n, i, chunk)

@@ -35,6 +35,7 @@ from pipeline.sim.state import (
     CF_MAX_WAIT_S,
     P_FREE,
     P_RUN_N,
+    P_STABLE,
     P_WQ_LEN,
     wq_peek,
 )
@@ -105,12 +106,15 @@ def schedule(
     rq: npt.NDArray[np.int64],
     rqf: npt.NDArray[np.float64],
     rp: npt.NDArray[np.int64],
+    rpf: npt.NDArray[np.float64],
     run: npt.NDArray[np.int64],
     wq: npt.NDArray[np.int32],
     sched_q: npt.NDArray[np.int64],
     sched_t: npt.NDArray[np.int64],
     now: float,
+    kc: tuple,  # type: ignore[type-arg]
 ) -> tuple[int, int, int]:
+    rp[r, P_STABLE] = 1
     n = 0
     if rp[r, P_RUN_N] > 0:
         for k in range(rp[r, P_RUN_N]):
@@ -121,6 +125,6 @@ def schedule(
             break
         i = wq_peek(wq, rp, r)
         reserve(rq, rp, r, i, cfg[C_RESERVE])
-        admit(rq, rp, run, wq, r)
+        admit(cfg, rq, rqf, rp, run, wq, r)
         n = add_scheduled(sched_q, sched_t, n, i, num_tokens(rq, i))
     return n, 0, n

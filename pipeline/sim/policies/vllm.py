@@ -1,4 +1,4 @@
-"""vLLM V1 (``vllm/v1/core/sched/scheduler.py``, FCFS policy).
+"""vLLM V1 (``vllm/v1/core/sched/scheduler.py``), FCFS and priority policies.
 
 One step:
 
@@ -8,17 +8,34 @@ One step:
    rest of the prompt for a request in chunked prefill), capped at
    ``long_prefill_token_threshold`` (if > 0) and at the budget. Its KV blocks
    are grown just in time for the tokens of this step. If the pool is short,
-   the **last** request of the running list is preempted (recompute: its blocks
-   are freed, its progress forgotten, it goes to the **front** of the waiting
-   queue) until the allocation fits; if the victim is the request itself, the
-   RUNNING loop stops there.
-3. WAITING loop, only if nothing was preempted this step: FCFS while
-   ``len(running) < max_num_seqs`` and budget is left. The head's tokens are
+   a victim is preempted (recompute: its blocks are freed, its progress
+   forgotten) until the allocation fits: under ``fcfs`` the **last** request of
+   the running list, back to the **front** of the waiting queue; under
+   ``priority`` the running request with the largest (priority, arrival), back
+   into the priority queue (if it was already scheduled this step, its tokens
+   go back into the budget). If the victim is the request itself, the RUNNING
+   loop stops there.
+3. WAITING loop, only if nothing was preempted this step, while
+   ``len(running) < max_num_seqs`` and budget is left, taking the head of the
+   waiting queue: FCFS, or under ``priority`` the smallest (priority, arrival)
+   (lower value first). A request computing from zero is first looked up in the
+   prefix cache (see below); its tokens (``num_tokens - hit tokens``) are
    capped at the threshold; without chunked prefill a head that does not fit
    the remaining budget stops the loop, with it the chunk is cut to the budget.
-   Its blocks must fit, plus ``watermark * num_gpu_blocks`` blocks when
-   something is already scheduled this step; otherwise the loop stops:
-   **head-of-line blocking**, nothing behind it is tried.
+   Its new blocks, plus the blocks of its hits that sat unreferenced in the
+   cache, must fit in the free and evictable blocks, with
+   ``watermark * num_gpu_blocks`` to spare when something is already scheduled
+   this step; otherwise the loop stops: **head-of-line blocking**, nothing
+   behind it is tried. No preemption is made for a higher-priority arrival.
+
+Prefix caching (``enable_prefix_caching``, on by default as in the engine):
+the lookup walks the request's cache units left to right and stops at the
+first miss, at most ``num_tokens - 1`` tokens (a fully cached, unit-aligned
+prompt recomputes its last unit); hit tokens count as computed, so they are
+neither charged to the budget nor computed. Full units are committed to the
+cache when they are **scheduled** (so a later request of the same step can
+hit them); an identical unit computed by two requests stays private to the
+second. A preempted request looks up again when it is resumed.
 
 One block of the pool is vLLM's null block, so ``num_gpu_blocks - 1`` are usable.
 """
@@ -33,12 +50,16 @@ import numpy.typing as npt
 from numba import njit
 
 from pipeline.errors import ScenarioError
-from pipeline.sim.kv import grow
+from pipeline.sim.cache import capacity, commit, use_hits
+from pipeline.sim.kv import blocks_needed, grow
 from pipeline.sim.policies.base import (
     Memory,
     Policy,
     add_scheduled,
     admit,
+    cache_lookup,
+    choice,
+    count_lookup,
     fraction,
     num_tokens,
     positive,
@@ -47,14 +68,26 @@ from pipeline.sim.policies.base import (
 from pipeline.sim.state import (
     C_BLOCK_SIZE,
     C_BUDGET,
+    C_CACHING,
     C_CHUNKED,
     C_MAX_SEQS,
+    C_QUEUE,
     C_THRESHOLD,
     C_WM_BLOCKS,
+    F_ARRIVAL,
     P_RUN_N,
+    P_STABLE,
     P_WQ_LEN,
+    Q_FIFO,
+    Q_PRIORITY,
     R_COMPUTED,
-    wq_peek,
+    R_NUNITS,
+    R_PRIORITY,
+    R_SETTLED,
+    R_UNIT_BLK,
+    R_UNIT_TOK,
+    cdiv,
+    wait_head,
 )
 
 CODE = 2
@@ -77,19 +110,34 @@ class Params:
         default=0.0,
         metadata={"help": "fraction of blocks kept free when admitting (0 = off, vLLM default)"},
     )
+    scheduling_policy: str = field(
+        default="fcfs",
+        metadata={"help": "fcfs | priority (lower value first, arrival breaks ties)"},
+    )
+
+
+SCHEDULING_POLICIES = ("fcfs", "priority")
 
 
 class VllmPolicy(Policy):
     name = "vllm"
     code = CODE
-    summary = "vLLM V1: token budget, chunked prefill, just-in-time paged KV, recompute preemption"
+    summary = (
+        "vLLM V1: token budget, chunked prefill, just-in-time paged KV, recompute preemption, "
+        "prefix caching, fcfs or priority"
+    )
     Params = Params
+    prefix_caching = True
 
-    def num_blocks(self, mem: Memory) -> int:
+    def num_blocks(self, mem: Memory, params: Any = None) -> int:
         return mem.num_gpu_blocks - 1  # the null block
+
+    def queue(self, params: Any) -> int:
+        return Q_PRIORITY if params.scheduling_policy == "priority" else Q_FIFO
 
     def check(self, params: Any, mem: Memory) -> None:
         p: Params = params
+        choice("scheduling_policy", p.scheduling_policy, SCHEDULING_POLICIES)
         positive("max_num_batched_tokens", p.max_num_batched_tokens)
         positive("max_num_seqs", p.max_num_seqs)
         positive("long_prefill_token_threshold", p.long_prefill_token_threshold, zero_ok=True)
@@ -124,6 +172,27 @@ POLICY = VllmPolicy()
 
 
 @njit(cache=True, error_model="numpy")
+def _victim(
+    rq: npt.NDArray[np.int64],
+    rqf: npt.NDArray[np.float64],
+    rp: npt.NDArray[np.int64],
+    run: npt.NDArray[np.int64],
+    r: int,
+) -> int:
+    """Position in the running list of max(running, key=(priority, arrival)), first on ties."""
+    best = 0
+    b = run[r, 0]
+    for k in range(1, rp[r, P_RUN_N]):
+        i = run[r, k]
+        if rq[i, R_PRIORITY] > rq[b, R_PRIORITY] or (
+            rq[i, R_PRIORITY] == rq[b, R_PRIORITY] and rqf[i, F_ARRIVAL] > rqf[b, F_ARRIVAL]
+        ):
+            best = k
+            b = i
+    return best
+
+
+@njit(cache=True, error_model="numpy")
 def schedule(
     r: int,
     cfg: npt.NDArray[np.int64],
@@ -131,15 +200,20 @@ def schedule(
     rq: npt.NDArray[np.int64],
     rqf: npt.NDArray[np.float64],
     rp: npt.NDArray[np.int64],
+    rpf: npt.NDArray[np.float64],
     run: npt.NDArray[np.int64],
     wq: npt.NDArray[np.int32],
     sched_q: npt.NDArray[np.int64],
     sched_t: npt.NDArray[np.int64],
     now: float,
+    kc: tuple,  # type: ignore[type-arg]
 ) -> tuple[int, int, int]:
     bs = cfg[C_BLOCK_SIZE]
     threshold = cfg[C_THRESHOLD]
     budget = cfg[C_BUDGET]
+    caching = cfg[C_CACHING] != 0
+    by_priority = cfg[C_QUEUE] == Q_PRIORITY
+    rp[r, P_STABLE] = 1
     n = 0
     n_pre = 0
     n_adm = 0
@@ -153,16 +227,37 @@ def schedule(
         if new > budget:
             new = budget
         scheduled = True
-        while not grow(rq, rp, r, i, rq[i, R_COMPUTED] + new, bs, 0):
-            rp[r, P_RUN_N] -= 1
-            victim = run[r, rp[r, P_RUN_N]]
-            preempt(rq, rp, wq, r, victim)
+        while blocks_needed(rq, i, rq[i, R_COMPUTED] + new, bs) > 0 and not grow(
+            rq, rp, r, i, rq[i, R_COMPUTED] + new, bs, 0, kc
+        ):
+            if by_priority:
+                v = _victim(rq, rqf, rp, run, r)
+                victim = run[r, v]
+                for j in range(v, rp[r, P_RUN_N] - 1):
+                    run[r, j] = run[r, j + 1]
+                rp[r, P_RUN_N] -= 1
+                if v < k:  # scheduled already this step: unschedule it
+                    for j in range(n):
+                        if sched_q[j] == victim:
+                            budget += sched_t[j]
+                            for jj in range(j, n - 1):
+                                sched_q[jj] = sched_q[jj + 1]
+                                sched_t[jj] = sched_t[jj + 1]
+                            n -= 1
+                            break
+                    k -= 1
+            else:
+                rp[r, P_RUN_N] -= 1
+                victim = run[r, rp[r, P_RUN_N]]
+            preempt(cfg, rq, rqf, rp, wq, r, victim, kc)
             n_pre += 1
             if victim == i:
                 scheduled = False
                 break
         if not scheduled:
             break
+        if caching and rq[i, R_SETTLED] < rq[i, R_NUNITS]:
+            commit(rq, rp, i, r, rq[i, R_COMPUTED] + new, False, kc)
         n = add_scheduled(sched_q, sched_t, n, i, new)
         budget -= new
         k += 1
@@ -172,8 +267,14 @@ def schedule(
     while rp[r, P_WQ_LEN] > 0 and budget > 0:
         if rp[r, P_RUN_N] >= cfg[C_MAX_SEQS]:
             break
-        i = wq_peek(wq, rp, r)
-        new = num_tokens(rq, i) - rq[i, R_COMPUTED]
+        i = wait_head(cfg, wq, rp, r)
+        h = 0
+        idle = 0
+        looked = caching and rq[i, R_COMPUTED] == 0
+        if looked:
+            h, idle = cache_lookup(cfg, rq, r, i, kc)
+        hit = h * rq[i, R_UNIT_TOK]
+        new = num_tokens(rq, i) - rq[i, R_COMPUTED] - hit
         if 0 < threshold < new:
             new = threshold
         if cfg[C_CHUNKED] == 0 and new > budget:
@@ -181,9 +282,20 @@ def schedule(
         if new > budget:
             new = budget
         keep_free = cfg[C_WM_BLOCKS] if n > 0 else 0
-        if not grow(rq, rp, r, i, rq[i, R_COMPUTED] + new, bs, keep_free):
+        need = cdiv(rq[i, R_COMPUTED] + hit + new, bs) - h * rq[i, R_UNIT_BLK]
+        if need + idle + keep_free > capacity(rp, r):
+            if idle > 0:  # evicting its idle hits could let it in: decode runs must not evict
+                rp[r, P_STABLE] = 2
             break
-        admit(rq, rp, run, wq, r)
+        if h > 0:
+            use_hits(rq, rp, i, r, h, kc)
+            rq[i, R_COMPUTED] = hit
+        grow(rq, rp, r, i, hit + new, bs, 0, kc)
+        if looked:
+            count_lookup(rq, rp, r, i, h)
+        if caching:
+            commit(rq, rp, i, r, hit + new, False, kc)
+        admit(cfg, rq, rqf, rp, run, wq, r)
         n = add_scheduled(sched_q, sched_t, n, i, new)
         budget -= new
         n_adm += 1

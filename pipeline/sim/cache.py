@@ -1,0 +1,390 @@
+"""The prefix cache of each replica, compiled: a hash map of cache units and an LRU queue.
+
+A **cache unit** is a run of ``unit_tokens`` prompt tokens that starts at a
+multiple of ``unit_tokens``; ``unit_blocks = unit_tokens / block_size`` KV
+blocks hold it. Its key is the chained prefix hash of the trace at the unit's
+last block (see ``prefix.py``): two requests have the same key at unit k
+exactly when their first ``(k + 1) * unit_tokens`` tokens are equal. When the
+trace's hash blocks are the engine's KV blocks, a unit is one block (vLLM's
+own model); when the trace's blocks are coarser, a unit is one trace block.
+
+State per replica r (``kc = (ck, cs, ht, ukey, uslot)``):
+
+- slots: ``ck[r, s]`` the key of cached unit s, ``cs[r, s, CS_REF]`` how many
+  running requests reference it, ``cs[r, s, CS_BLK]`` its blocks, and
+  ``CS_PREV`` / ``CS_NEXT`` links: the LRU queue of unreferenced units
+  (``rp[r, P_LRU_HEAD]`` is evicted first), or the free-slot list;
+- ``ht[r, :]``: open addressing with linear probing over slot + 1 (0 = empty),
+  deletion by backward shift, so no tombstones;
+- per request: ``ukey[hoff:hoff + nunits]`` its unit keys and ``uslot`` the
+  slot each settled unit references (-1: held privately).
+
+Free capacity is ``rp[r, P_FREE]`` (blocks holding nothing) plus
+``rp[r, P_EVICTABLE]`` (blocks of cached units nobody references, vLLM's
+"free blocks with a hash"): an allocation takes free blocks first and evicts
+from the head of the LRU queue only when they run out (vLLM since PR #42656
+keeps hashed blocks at the back of its free queue; SGLang and TGI evict cached
+leaves only when the free pool is short). A request releases its units tail
+first, so the deeper units of a prefix are evicted before the shallower ones.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+from numba import njit
+
+from pipeline.sim.state import (
+    P_EVICTABLE,
+    P_EVICTED,
+    P_FREE,
+    P_LRU_HEAD,
+    P_LRU_TAIL,
+    P_NCACHED,
+    P_SLOT_FREE,
+    R_HELD,
+    R_HOFF,
+    R_NUNITS,
+    R_SETTLED,
+    R_SHARED,
+    R_UNIT_BLK,
+    R_UNIT_TOK,
+)
+
+CS_REF = 0
+CS_BLK = 1
+CS_PREV = 2
+CS_NEXT = 3
+NCS = 4
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def empty_caches(
+    num_replicas: int, num_slots: int, keys: npt.NDArray[np.uint64]
+) -> tuple[
+    npt.NDArray[np.uint64],
+    npt.NDArray[np.int64],
+    npt.NDArray[np.int64],
+    npt.NDArray[np.uint64],
+    npt.NDArray[np.int64],
+]:
+    """``kc`` for ``num_replicas`` empty caches of ``num_slots`` units each.
+
+    The caller links the free-slot lists (``init_replica``) and sets the
+    replica fields.
+    """
+    s = max(num_slots, 1)
+    size = 1 << max(4, (2 * s - 1).bit_length())  # load <= 1/2
+    ck = np.zeros((num_replicas, s), dtype=np.uint64)
+    cs = np.zeros((num_replicas, s, NCS), dtype=np.int64)
+    cs[:, :, CS_NEXT] = np.arange(1, s + 1)
+    cs[:, s - 1, CS_NEXT] = -1
+    ht = np.zeros((num_replicas, size), dtype=np.int64)
+    uslot = np.full(len(keys), -1, dtype=np.int64)
+    return ck, cs, ht, np.ascontiguousarray(keys, dtype=np.uint64), uslot
+
+
+@njit(cache=True, error_model="numpy")
+def _home(key: np.uint64, mask: int) -> int:
+    return np.int64(((key * _GOLDEN) >> np.uint64(29)) & np.uint64(mask))  # type: ignore[return-value]
+
+
+@njit(cache=True, error_model="numpy")
+def find(ck: npt.NDArray[np.uint64], ht: npt.NDArray[np.int64], r: int, key: np.uint64) -> int:
+    """Slot of the cached unit with this key on replica r, or -1."""
+    mask = ht.shape[1] - 1
+    j = _home(key, mask)
+    while True:
+        v = ht[r, j]
+        if v == 0:
+            return -1
+        if ck[r, v - 1] == key:
+            return int(v - 1)
+        j = (j + 1) & mask
+
+
+@njit(cache=True, error_model="numpy")
+def _insert(
+    ck: npt.NDArray[np.uint64],
+    cs: npt.NDArray[np.int64],
+    ht: npt.NDArray[np.int64],
+    rp: npt.NDArray[np.int64],
+    r: int,
+    key: np.uint64,
+    blocks: int,
+) -> int:
+    """A new cached unit (referenced once) for a key that is not cached."""
+    s = rp[r, P_SLOT_FREE]
+    assert s >= 0, "prefix cache out of slots"
+    rp[r, P_SLOT_FREE] = cs[r, s, CS_NEXT]
+    ck[r, s] = key
+    cs[r, s, CS_REF] = 1
+    cs[r, s, CS_BLK] = blocks
+    cs[r, s, CS_PREV] = -1
+    cs[r, s, CS_NEXT] = -1
+    mask = ht.shape[1] - 1
+    j = _home(key, mask)
+    while ht[r, j] != 0:
+        j = (j + 1) & mask
+    ht[r, j] = s + 1
+    rp[r, P_NCACHED] += 1
+    return int(s)
+
+
+@njit(cache=True, error_model="numpy")
+def _delete(
+    ck: npt.NDArray[np.uint64],
+    cs: npt.NDArray[np.int64],
+    ht: npt.NDArray[np.int64],
+    rp: npt.NDArray[np.int64],
+    r: int,
+    s: int,
+) -> None:
+    """Forget cached unit s (backward-shift deletion) and free its slot."""
+    mask = ht.shape[1] - 1
+    i = _home(ck[r, s], mask)
+    while ht[r, i] != s + 1:
+        i = (i + 1) & mask
+    j = i
+    while True:
+        j = (j + 1) & mask
+        v = ht[r, j]
+        if v == 0:
+            break
+        k = _home(ck[r, v - 1], mask)
+        # leave v where it is if its home lies cyclically in (i, j]
+        if (i < j and i < k <= j) or (i > j and (k > i or k <= j)):
+            continue
+        ht[r, i] = v
+        i = j
+    ht[r, i] = 0
+    cs[r, s, CS_NEXT] = rp[r, P_SLOT_FREE]
+    rp[r, P_SLOT_FREE] = s
+    rp[r, P_NCACHED] -= 1
+
+
+@njit(cache=True, error_model="numpy")
+def _lru_append(cs: npt.NDArray[np.int64], rp: npt.NDArray[np.int64], r: int, s: int) -> None:
+    tail = rp[r, P_LRU_TAIL]
+    cs[r, s, CS_PREV] = tail
+    cs[r, s, CS_NEXT] = -1
+    if tail >= 0:
+        cs[r, tail, CS_NEXT] = s
+    else:
+        rp[r, P_LRU_HEAD] = s
+    rp[r, P_LRU_TAIL] = s
+    rp[r, P_EVICTABLE] += cs[r, s, CS_BLK]
+
+
+@njit(cache=True, error_model="numpy")
+def _lru_remove(cs: npt.NDArray[np.int64], rp: npt.NDArray[np.int64], r: int, s: int) -> None:
+    prev = cs[r, s, CS_PREV]
+    nxt = cs[r, s, CS_NEXT]
+    if prev >= 0:
+        cs[r, prev, CS_NEXT] = nxt
+    else:
+        rp[r, P_LRU_HEAD] = nxt
+    if nxt >= 0:
+        cs[r, nxt, CS_PREV] = prev
+    else:
+        rp[r, P_LRU_TAIL] = prev
+    rp[r, P_EVICTABLE] -= cs[r, s, CS_BLK]
+
+
+@njit(cache=True, error_model="numpy")
+def _evict_one(
+    ck: npt.NDArray[np.uint64],
+    cs: npt.NDArray[np.int64],
+    ht: npt.NDArray[np.int64],
+    rp: npt.NDArray[np.int64],
+    r: int,
+) -> None:
+    s = rp[r, P_LRU_HEAD]
+    _lru_remove(cs, rp, r, s)
+    b = cs[r, s, CS_BLK]
+    rp[r, P_FREE] += b
+    rp[r, P_EVICTED] += b
+    _delete(ck, cs, ht, rp, r, s)
+
+
+@njit(cache=True, error_model="numpy")
+def capacity(rp: npt.NDArray[np.int64], r: int) -> int:
+    """Blocks an allocation can get: free ones plus unreferenced cached ones."""
+    return int(rp[r, P_FREE] + rp[r, P_EVICTABLE])
+
+
+@njit(cache=True, error_model="numpy")
+def make_free(rp: npt.NDArray[np.int64], r: int, need: int, kc: tuple) -> bool:  # type: ignore[type-arg]
+    """Evict from the LRU head until ``need`` blocks are free (or nothing is left)."""
+    ck, cs, ht = kc[0], kc[1], kc[2]
+    while rp[r, P_FREE] < need and rp[r, P_LRU_HEAD] >= 0:
+        _evict_one(ck, cs, ht, rp, r)
+    return bool(rp[r, P_FREE] >= need)
+
+
+@njit(cache=True, error_model="numpy")
+def take(rp: npt.NDArray[np.int64], r: int, need: int, kc: tuple) -> None:  # type: ignore[type-arg]
+    """Allocate ``need`` blocks (the caller checked ``capacity``), evicting as needed."""
+    make_free(rp, r, need, kc)
+    rp[r, P_FREE] -= need
+
+
+@njit(cache=True, error_model="numpy")
+def lookup(
+    rq: npt.NDArray[np.int64],
+    i: int,
+    r: int,
+    max_units: int,
+    kc: tuple,  # type: ignore[type-arg]
+) -> tuple[int, int]:
+    """(leading units of request i cached on replica r, blocks of those nobody references).
+
+    Walks the units left to right and stops at the first miss: the keys are
+    chained, so nothing after a miss can be a hit. Changes nothing.
+    """
+    ck, cs, ht, ukey, uslot = kc[0], kc[1], kc[2], kc[3], kc[4]
+    base = rq[i, R_HOFF]
+    n = min(max_units, rq[i, R_NUNITS])
+    h = 0
+    idle = 0
+    while h < n:
+        s = find(ck, ht, r, ukey[base + h])
+        if s < 0:
+            break
+        uslot[base + h] = s  # scratch until settled: use_hits reads it
+        if cs[r, s, CS_REF] == 0:
+            idle += cs[r, s, CS_BLK]
+        h += 1
+    return h, idle
+
+
+@njit(cache=True, error_model="numpy")
+def _ref(cs: npt.NDArray[np.int64], rp: npt.NDArray[np.int64], r: int, s: int) -> None:
+    if cs[r, s, CS_REF] == 0:
+        _lru_remove(cs, rp, r, s)
+    cs[r, s, CS_REF] += 1
+
+
+@njit(cache=True, error_model="numpy")
+def use_hits(
+    rq: npt.NDArray[np.int64],
+    rp: npt.NDArray[np.int64],
+    i: int,
+    r: int,
+    h: int,
+    kc: tuple,  # type: ignore[type-arg]
+) -> None:
+    """Request i (holding nothing) references its first ``h`` units, just found by ``lookup``."""
+    cs, uslot = kc[1], kc[4]
+    base = rq[i, R_HOFF]
+    for k in range(h):
+        _ref(cs, rp, r, uslot[base + k])
+    rq[i, R_SETTLED] = h
+    rq[i, R_SHARED] = h * rq[i, R_UNIT_BLK]
+
+
+@njit(cache=True, error_model="numpy")
+def commit(
+    rq: npt.NDArray[np.int64],
+    rp: npt.NDArray[np.int64],
+    i: int,
+    r: int,
+    num_tokens: int,
+    dedupe: bool,
+    kc: tuple,  # type: ignore[type-arg]
+) -> None:
+    """Put request i's units within its first ``num_tokens`` tokens into the cache.
+
+    Its private blocks of such a unit become the cache entry. If another copy
+    is cached already, ``dedupe`` (SGLang, TGI) makes the request use that one
+    and frees its own blocks; without it (vLLM) the request keeps its copy
+    privately and the cache keeps the other.
+    """
+    u = rq[i, R_UNIT_TOK]
+    if u == 0:
+        return
+    upto = min(num_tokens // u, rq[i, R_NUNITS])
+    k = rq[i, R_SETTLED]
+    if k >= upto:
+        return
+    ck, cs, ht, ukey, uslot = kc[0], kc[1], kc[2], kc[3], kc[4]
+    base = rq[i, R_HOFF]
+    m = rq[i, R_UNIT_BLK]
+    while k < upto:
+        key = ukey[base + k]
+        s = find(ck, ht, r, key)
+        if s < 0:
+            uslot[base + k] = _insert(ck, cs, ht, rp, r, key, m)
+            rq[i, R_HELD] -= m
+            rq[i, R_SHARED] += m
+        elif dedupe:
+            _ref(cs, rp, r, s)
+            uslot[base + k] = s
+            rq[i, R_HELD] -= m
+            rp[r, P_FREE] += m
+            rq[i, R_SHARED] += m
+        else:
+            uslot[base + k] = -1
+        k += 1
+    rq[i, R_SETTLED] = upto
+
+
+@njit(cache=True, error_model="numpy")
+def release_units(
+    rq: npt.NDArray[np.int64],
+    rp: npt.NDArray[np.int64],
+    i: int,
+    r: int,
+    kc: tuple,  # type: ignore[type-arg]
+) -> None:
+    """Drop request i's references, deepest unit first (so it is evicted first)."""
+    k = rq[i, R_SETTLED]
+    if k == 0:
+        return
+    cs, uslot = kc[1], kc[4]
+    base = rq[i, R_HOFF]
+    while k > 0:
+        k -= 1
+        s = uslot[base + k]
+        if s >= 0:
+            cs[r, s, CS_REF] -= 1
+            if cs[r, s, CS_REF] == 0:
+                _lru_append(cs, rp, r, s)
+            uslot[base + k] = -1
+    rq[i, R_SETTLED] = 0
+    rq[i, R_SHARED] = 0
+
+
+@njit(cache=True, error_model="numpy")
+def warm(
+    rp: npt.NDArray[np.int64],
+    r: int,
+    keys: npt.NDArray[np.uint64],
+    unit_blocks: int,
+    slots: npt.NDArray[np.int64],
+    kc: tuple,  # type: ignore[type-arg]
+) -> None:
+    """Serve one warm-up prompt: reference its cached units, cache the rest, release.
+
+    Stops at the first unit that finds no room (the cache is smaller than the prompt).
+    """
+    ck, cs, ht = kc[0], kc[1], kc[2]
+    n = 0
+    for k in range(len(keys)):
+        s = find(ck, ht, r, keys[k])
+        if s >= 0:
+            _ref(cs, rp, r, s)
+        else:
+            if capacity(rp, r) < unit_blocks:
+                break
+            take(rp, r, unit_blocks, kc)
+            s = _insert(ck, cs, ht, rp, r, keys[k], unit_blocks)
+        slots[n] = s
+        n += 1
+    while n > 0:
+        n -= 1
+        s = slots[n]
+        cs[r, s, CS_REF] -= 1
+        if cs[r, s, CS_REF] == 0:
+            _lru_append(cs, rp, r, s)

@@ -1,0 +1,597 @@
+"""SGLang (``python/sglang/srt/managers/scheduler.py``, ``schedule_policy.py``).
+
+One step is either a **prefill batch** or a **decode step**, never both
+(``--enable-mixed-chunk`` is off by default): a prefill batch runs whenever one
+can be formed, else the running requests decode.
+
+Prefill batch (``get_new_batch_prefill`` and ``PrefillAdder``). None is tried
+while ``batch_is_full`` is set or nobody waits, unless a request is in chunked
+prefill. The waiting queue is first sorted in place by ``schedule_policy``
+(``fcfs``: not at all; ``lpm``: longest cached prefix first, but FCFS when more
+than 128 wait; ``dfs-weight``: depth-first over the prefix tree of the waiting
+requests, heavier subtrees first; ``lof``: longest output first; ``random``).
+The request in chunked prefill goes first and takes its next chunk of at most
+``chunked_prefill_size`` tokens. Then, in queue order, while fewer than
+``max_running_requests`` run: a request's extend tokens (after its cache hit)
+plus ``min(max_new_tokens - generated, 4096)`` must be below the free and
+evictable tokens minus ``Σ min(max_new - generated, 4096) × new_token_ratio``
+over the running requests and what this batch has taken (else NO_TOKEN:
+``batch_is_full`` is set and the batch closes); beyond the first, its extend
+tokens must be below what is left of ``max_prefill_tokens`` (else the batch
+closes); it is truncated to what is left of ``chunked_prefill_size`` (and
+becomes the chunked request). Its KV is allocated after the batch is formed and
+its prompt units are inserted into the radix cache at the end of the step
+(identical units computed twice are shared, the second copy freed).
+
+Decode step (``update_running_batch``). Finished requests leave the running
+batch here (they still count against ``max_running_requests`` until then);
+``batch_is_full`` is cleared when the batch shrank. If the next tokens do not
+fit in free plus evictable KV (evicting LRU cache leaves as needed), requests
+are **retracted**: fewest generated tokens first (ties: longest prompt), at
+least one, and more while the rest lack room for 20 more tokens each; they
+lose their KV (recompute) and go to the back of the waiting queue, and
+``new_token_ratio = min(1, (Σ generated + 20 n) / Σ max_new_tokens)`` over the
+n left. Otherwise ``new_token_ratio`` decays by ``(init - min) / 600`` per step
+to ``min = 0.14 init`` (``init = min(0.7 × schedule_conservativeness, 1)``).
+
+Memory is counted in tokens: ``block_size`` is SGLang's ``page_size`` (1 by
+default: token-granular KV). ``max_new_tokens`` is taken to be the request's
+output length: a trace does not say what the client asked for, and a larger
+one would only make admission more conservative. Not modelled: in-batch prefix
+de-duplication, priority scheduling, hierarchical cache, mixed chunks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from numba import njit
+
+from pipeline.errors import ScenarioError
+from pipeline.sim.cache import capacity, commit, find, lookup, make_free, take, use_hits
+from pipeline.sim.kv import blocks_needed, grow
+from pipeline.sim.policies.base import (
+    Memory,
+    Policy,
+    add_scheduled,
+    choice,
+    count_lookup,
+    num_tokens,
+    positive,
+    retract,
+    start,
+)
+from pipeline.sim.state import (
+    C_BLOCK_SIZE,
+    C_CACHING,
+    C_CHUNK,
+    C_MAX_PREFILL,
+    C_MAX_SEQS,
+    C_ORDER,
+    CF_RATIO_DECAY,
+    CF_RATIO_INIT,
+    CF_RATIO_MIN,
+    P_CHUNKED,
+    P_FULL,
+    P_PENDING,
+    P_RNG,
+    P_RUN_N,
+    P_STABLE,
+    P_WQ_HEAD,
+    P_WQ_LEN,
+    Q_RATIO,
+    R_COMPUTED,
+    R_GENERATED,
+    R_HELD,
+    R_HOFF,
+    R_OUTPUT,
+    R_PROMPT,
+    R_UNIT_TOK,
+    cdiv,
+    wq_pop_front,
+)
+
+CODE = 4
+
+ORDERS = ("fcfs", "lpm", "dfs-weight", "lof", "random")
+FCFS, LPM, DFS_WEIGHT, LOF, RANDOM = range(5)
+CLIP_MAX_NEW_TOKENS = 4096  # SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION
+RETRACT_DECODE_STEPS = 20
+LPM_FALLBACK_QUEUE = 128  # lpm sorts only up to this many waiting requests
+INIT_NEW_TOKEN_RATIO = 0.7
+MIN_NEW_TOKEN_RATIO_FACTOR = 0.14
+NEW_TOKEN_RATIO_DECAY_STEPS = 600
+
+CONTINUE = 0
+NO_TOKEN = 1
+OTHER = 2
+
+
+@dataclass(frozen=True)
+class Params:
+    max_prefill_tokens: int = field(
+        default=16384, metadata={"help": "prompt tokens one prefill batch may take"}
+    )
+    chunked_prefill_size: int = field(
+        default=8192,
+        metadata={"help": "most prompt tokens of a request per prefill batch (-1 = no chunking)"},
+    )
+    max_running_requests: int = field(
+        default=0,
+        metadata={"help": "most requests running (0 = SGLang's default from the KV size)"},
+    )
+    schedule_policy: str = field(
+        default="fcfs", metadata={"help": "waiting order: " + " | ".join(ORDERS)}
+    )
+    schedule_conservativeness: float = field(
+        default=1.0, metadata={"help": "scales the initial new_token_ratio (0.7)"}
+    )
+
+
+def max_running(params: Params, mem: Memory) -> int:
+    """``max_running_requests``, or SGLang's default: min(KV tokens / 2, the request pool).
+
+    The request pool holds min(max(KV tokens / context length × 512, 2048), 4096)
+    (``ModelRunner``); the scheduler takes min(KV tokens // 2, that).
+    """
+    if params.max_running_requests > 0:
+        return params.max_running_requests
+    tokens = mem.num_gpu_blocks * mem.block_size
+    pool = min(max(int(tokens / mem.max_model_len * 512), 2048), 4096)
+    return max(1, min(tokens // 2, pool))
+
+
+class SglangPolicy(Policy):
+    name = "sglang"
+    code = CODE
+    summary = (
+        "SGLang: prefill-first, conservative admission with new_token_ratio, retraction, "
+        "radix cache, schedule policies"
+    )
+    Params = Params
+    block_size = 1
+    prefix_caching = True
+    dedupe = True
+
+    def check(self, params: Any, mem: Memory) -> None:
+        p: Params = params
+        choice("schedule_policy", p.schedule_policy, ORDERS)
+        positive("max_prefill_tokens", p.max_prefill_tokens)
+        positive("max_running_requests", p.max_running_requests, zero_ok=True)
+        positive("schedule_conservativeness", p.schedule_conservativeness)
+        if p.chunked_prefill_size != -1 and p.chunked_prefill_size < mem.block_size:
+            raise ScenarioError(
+                f"chunked_prefill_size must be -1 (no chunking) or >= block_size "
+                f"({mem.block_size}), got {p.chunked_prefill_size}"
+            )
+
+    def pack(self, params: Any, mem: Memory) -> tuple[dict[int, int], dict[int, float]]:
+        p: Params = params
+        init = min(INIT_NEW_TOKEN_RATIO * p.schedule_conservativeness, 1.0)
+        low = init * MIN_NEW_TOKEN_RATIO_FACTOR
+        return (
+            {
+                C_MAX_SEQS: max_running(p, mem),
+                C_MAX_PREFILL: p.max_prefill_tokens,
+                C_CHUNK: max(p.chunked_prefill_size, 0),
+                C_ORDER: ORDERS.index(p.schedule_policy),
+            },
+            {
+                CF_RATIO_INIT: init,
+                CF_RATIO_MIN: low,
+                CF_RATIO_DECAY: (init - low) / NEW_TOKEN_RATIO_DECAY_STEPS,
+            },
+        )
+
+    def blocks_alone(
+        self,
+        params: Any,
+        mem: Memory,
+        prompt: npt.NDArray[np.int64],
+        output: npt.NDArray[np.int64],
+    ) -> npt.NDArray[np.int64]:
+        # admitted alone: prompt + min(output, 4096) must be below the KV tokens
+        admit = (prompt + np.minimum(output, CLIP_MAX_NEW_TOKENS)) // mem.block_size + 1
+        return np.maximum(super().blocks_alone(params, mem, prompt, output), admit)
+
+
+POLICY = SglangPolicy()
+
+
+@njit(cache=True, error_model="numpy")
+def decay(cfgf: npt.NDArray[np.float64], rpf: npt.NDArray[np.float64], r: int, steps: int) -> None:
+    """``steps`` decode steps without retraction: new_token_ratio decays, step by step."""
+    low = cfgf[CF_RATIO_MIN]
+    x = rpf[r, Q_RATIO]
+    for _ in range(steps):
+        if x <= low:
+            break
+        x = max(x - cfgf[CF_RATIO_DECAY], low)
+    rpf[r, Q_RATIO] = x
+
+
+@njit(cache=True, error_model="numpy")
+def _splitmix(rp: npt.NDArray[np.int64], r: int) -> np.uint64:
+    x = np.uint64(rp[r, P_RNG]) + np.uint64(0x9E3779B97F4A7C15)
+    rp[r, P_RNG] = np.int64(x)
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+@njit(cache=True, error_model="numpy")
+def _max_units(rq: npt.NDArray[np.int64], i: int) -> int:
+    u = rq[i, R_UNIT_TOK]
+    return 0 if u == 0 else (num_tokens(rq, i) - 1) // u
+
+
+@njit(cache=True, error_model="numpy")
+def _dfs_before(
+    a: int,
+    b: int,
+    plen: npt.NDArray[np.int64],
+    paths: npt.NDArray[np.int64],
+    width: int,
+    weight: npt.NDArray[np.int64],
+    first: npt.NDArray[np.int64],
+) -> bool:
+    """dfs-weight order of waiting positions a and b (their paths of cache slots)."""
+    for d in range(min(plen[a], plen[b])):
+        sa = paths[a * width + d]
+        sb = paths[b * width + d]
+        if sa != sb:
+            if weight[sa] != weight[sb]:
+                return bool(weight[sa] > weight[sb])
+            return bool(first[sa] < first[sb])
+    if plen[a] != plen[b]:
+        return bool(plen[a] > plen[b])  # a node's subtrees come before its own requests
+    return a < b
+
+
+@njit(cache=True, error_model="numpy")
+def _dfs_order(
+    rq: npt.NDArray[np.int64],
+    r: int,
+    q: npt.NDArray[np.int64],
+    kc: tuple,  # type: ignore[type-arg]
+) -> npt.NDArray[np.int64]:
+    """Positions of q in dfs-weight order (SGLang's ``_sort_by_dfs_weight``)."""
+    ck, ht, ukey = kc[0], kc[2], kc[3]
+    m = len(q)
+    plen = np.zeros(m, dtype=np.int64)
+    width = 1
+    for j in range(m):
+        plen[j], _ = lookup(rq, q[j], r, _max_units(rq, q[j]), kc)
+        width = max(width, plen[j])
+    paths = np.full(m * width, -1, dtype=np.int64)
+    total = 0
+    for j in range(m):
+        base = rq[q[j], R_HOFF]
+        for d in range(plen[j]):
+            paths[j * width + d] = find(ck, ht, r, ukey[base + d])
+            total += 1
+    # tree nodes (cache slots on some path) as compact ids: weight = requests below
+    # the node, first = the first waiting position that passes through it
+    nodes = np.unique(paths[paths >= 0]) if total > 0 else np.zeros(0, dtype=np.int64)
+    weight = np.zeros(len(nodes), dtype=np.int64)
+    first = np.full(len(nodes), m, dtype=np.int64)
+    for j in range(m):
+        for d in range(plen[j]):
+            c = np.searchsorted(nodes, paths[j * width + d])
+            paths[j * width + d] = c
+            weight[c] += 1
+            if first[c] > j:
+                first[c] = j
+    # merge sort with the comparator (stable)
+    order = np.arange(m)
+    tmp = np.empty(m, dtype=np.int64)
+    size = 1
+    while size < m:
+        for lo in range(0, m, 2 * size):
+            mid = min(lo + size, m)
+            hi = min(lo + 2 * size, m)
+            a = lo
+            b = mid
+            k = lo
+            while a < mid and b < hi:
+                if _dfs_before(order[b], order[a], plen, paths, width, weight, first):
+                    tmp[k] = order[b]
+                    b += 1
+                else:
+                    tmp[k] = order[a]
+                    a += 1
+                k += 1
+            while a < mid:
+                tmp[k] = order[a]
+                a += 1
+                k += 1
+            while b < hi:
+                tmp[k] = order[b]
+                b += 1
+                k += 1
+        order[:] = tmp
+        size *= 2
+    return order
+
+
+@njit(cache=True, error_model="numpy")
+def _sort_waiting(
+    cfg: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int64],
+    rp: npt.NDArray[np.int64],
+    wq: npt.NDArray[np.int32],
+    r: int,
+    kc: tuple,  # type: ignore[type-arg]
+) -> None:
+    """``calc_priority``: reorder the waiting queue in place by schedule_policy."""
+    policy = cfg[C_ORDER]
+    m = rp[r, P_WQ_LEN]
+    if policy == FCFS or m < 2:
+        return
+    caching = cfg[C_CACHING] != 0
+    if (policy == LPM or policy == DFS_WEIGHT) and not caching:
+        return  # no radix cache: cache-aware policies fall back to fcfs
+    if policy == LPM and m > LPM_FALLBACK_QUEUE:
+        return
+    cap = wq.shape[1]
+    head = rp[r, P_WQ_HEAD]
+    q = np.empty(m, dtype=np.int64)
+    for j in range(m):
+        q[j] = wq[r, (head + j) % cap]
+    if policy == RANDOM:  # random.shuffle
+        for j in range(m - 1, 0, -1):
+            x = int(_splitmix(rp, r) % np.uint64(j + 1))
+            t = q[j]
+            q[j] = q[x]
+            q[x] = t
+    else:
+        if policy == DFS_WEIGHT:
+            order = _dfs_order(rq, r, q, kc)
+        else:
+            key = np.empty(m, dtype=np.int64)
+            for j in range(m):
+                i = q[j]
+                if policy == LPM:
+                    h, _ = lookup(rq, i, r, _max_units(rq, i), kc)
+                    key[j] = -h * rq[i, R_UNIT_TOK]
+                else:  # LOF
+                    key[j] = -rq[i, R_OUTPUT]
+            order = np.argsort(key, kind="mergesort")
+        q = q[order]
+    for j in range(m):
+        wq[r, (head + j) % cap] = q[j]
+
+
+@njit(cache=True, error_model="numpy")
+def _prefill(
+    r: int,
+    cfg: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int64],
+    rp: npt.NDArray[np.int64],
+    rpf: npt.NDArray[np.float64],
+    run: npt.NDArray[np.int64],
+    wq: npt.NDArray[np.int32],
+    sched_q: npt.NDArray[np.int64],
+    sched_t: npt.NDArray[np.int64],
+    kc: tuple,  # type: ignore[type-arg]
+) -> tuple[int, int]:
+    """Form a prefill batch: (requests scheduled, requests admitted); (0, 0) if none."""
+    chunked = rp[r, P_CHUNKED]
+    if (rp[r, P_FULL] == 1 or rp[r, P_WQ_LEN] == 0) and chunked < 0:
+        return 0, 0
+    bs = cfg[C_BLOCK_SIZE]
+    running_bs = rp[r, P_RUN_N] + rp[r, P_PENDING] - (1 if chunked >= 0 else 0)
+    allocatable = cfg[C_MAX_SEQS] - running_bs
+    if allocatable <= 0 and chunked < 0:
+        rp[r, P_FULL] = 1
+        return 0, 0
+    _sort_waiting(cfg, rq, rp, wq, r, kc)
+    caching = cfg[C_CACHING] != 0
+    chunking = cfg[C_CHUNK] > 0
+    ratio = rpf[r, Q_RATIO]
+    offset_total = 0.0  # tokens reserved: running requests' expected decodes, this batch
+    for k in range(rp[r, P_RUN_N]):
+        i = run[r, k]
+        if i != chunked:
+            offset_total += min(rq[i, R_OUTPUT] - rq[i, R_GENERATED], CLIP_MAX_NEW_TOKENS) * ratio
+    offset_cur = 0
+    rem_input = cfg[C_MAX_PREFILL]
+    rem_chunk = cfg[C_CHUNK]
+    n = 0
+    new_chunked = -1
+    if chunked >= 0:
+        ext = num_tokens(rq, chunked) - rq[chunked, R_COMPUTED]
+        truncated = chunking and ext > rem_chunk
+        if truncated:
+            ext = rem_chunk
+            new_chunked = chunked
+        n = add_scheduled(sched_q, sched_t, n, chunked, ext)
+        paged = cdiv(ext, bs) * bs
+        reserve = 0 if truncated else min(rq[chunked, R_OUTPUT], CLIP_MAX_NEW_TOKENS)
+        offset_total += paged + reserve
+        offset_cur += paged
+        rem_input -= paged
+        rem_chunk -= paged
+    n_adm = 0
+    cap = wq.shape[1]
+    head = rp[r, P_WQ_HEAD]
+    for j in range(rp[r, P_WQ_LEN]):
+        if n >= allocatable:
+            rp[r, P_FULL] = 1
+            break
+        i = int(wq[r, (head + j) % cap])
+        h = 0
+        idle = 0
+        if caching and rq[i, R_COMPUTED] == 0:
+            h, idle = lookup(rq, i, r, _max_units(rq, i), kc)
+        prefix = h * rq[i, R_UNIT_TOK]
+        ext = num_tokens(rq, i) - prefix
+        total = ext + min(rq[i, R_OUTPUT] - rq[i, R_GENERATED], CLIP_MAX_NEW_TOKENS)
+        if total >= capacity(rp, r) * bs - offset_total:
+            rp[r, P_FULL] = 1
+            break
+        paged = cdiv(ext, bs) * bs
+        if paged >= rem_input and n > 0:
+            break
+        if total >= (capacity(rp, r) - idle) * bs - offset_total:  # after locking its prefix
+            rp[r, P_FULL] = 1
+            break
+        reserve = min(rq[i, R_OUTPUT] - rq[i, R_GENERATED], CLIP_MAX_NEW_TOKENS)
+        if chunking and paged > rem_chunk:
+            trunc = rem_chunk // bs * bs
+            if trunc <= 0:
+                break
+            ext = trunc
+            paged = trunc
+            reserve = 0
+            new_chunked = i
+        if h > 0:
+            use_hits(rq, rp, i, r, h, kc)
+            rq[i, R_COMPUTED] = prefix
+        if caching:
+            count_lookup(rq, rp, r, i, h)
+        n = add_scheduled(sched_q, sched_t, n, i, ext)
+        n_adm += 1
+        offset_total += paged + reserve
+        offset_cur += paged
+        rem_input -= paged
+        rem_chunk -= paged
+        if capacity(rp, r) * bs - offset_total <= 0 or capacity(rp, r) * bs - offset_cur <= 0:
+            rp[r, P_FULL] = 1
+            break
+        if rem_input <= 0 or (chunking and rem_chunk <= 0):
+            break
+    if n == 0:
+        return 0, 0
+    # the admitted requests are the head of the (sorted) queue: start them, in order
+    first = 1 if chunked >= 0 else 0
+    for _ in range(first, n):
+        i = wq_pop_front(wq, rp, r)
+        start(rq, i)
+        run[r, rp[r, P_RUN_N]] = i
+        rp[r, P_RUN_N] += 1
+    # allocate the batch's KV, then insert its computed units into the radix cache
+    for j in range(n):
+        i = sched_q[j]
+        grow(rq, rp, r, i, rq[i, R_COMPUTED] + sched_t[j], bs, 0, kc)
+    if caching:
+        for j in range(n):
+            i = sched_q[j]
+            commit(rq, rp, i, r, rq[i, R_COMPUTED] + sched_t[j], True, kc)
+    rp[r, P_CHUNKED] = new_chunked
+    return n, n_adm
+
+
+@njit(cache=True, error_model="numpy")
+def _decode(
+    r: int,
+    cfg: npt.NDArray[np.int64],
+    cfgf: npt.NDArray[np.float64],
+    rq: npt.NDArray[np.int64],
+    rp: npt.NDArray[np.int64],
+    rpf: npt.NDArray[np.float64],
+    run: npt.NDArray[np.int64],
+    wq: npt.NDArray[np.int32],
+    sched_q: npt.NDArray[np.int64],
+    sched_t: npt.NDArray[np.int64],
+    kc: tuple,  # type: ignore[type-arg]
+) -> tuple[int, int]:
+    """A decode step of every running request, retracting first if KV is short."""
+    bs = cfg[C_BLOCK_SIZE]
+    m = rp[r, P_RUN_N]
+    need = 0
+    for k in range(m):
+        i = run[r, k]
+        need += blocks_needed(rq, i, rq[i, R_COMPUTED] + 1, bs)
+    n_pre = 0
+    if not make_free(rp, r, need, kc):
+        # victims from the end of the running batch sorted by (generated, -prompt),
+        # descending and stable: fewest generated first, ties the longest prompt
+        key = np.empty(m, dtype=np.int64)
+        for k in range(m):
+            i = run[r, k]
+            key[k] = -rq[i, R_GENERATED] * (1 << 32) + rq[i, R_PROMPT]
+        order = np.argsort(key, kind="mergesort")
+        left = m
+        gone = np.zeros(m, dtype=np.bool_)
+        while True:
+            if n_pre > 0:
+                need = 0
+                for j in range(left):
+                    i = run[r, order[j]]
+                    if blocks_needed(rq, i, rq[i, R_COMPUTED] + 1, bs) > 0:
+                        need += RETRACT_DECODE_STEPS
+                if make_free(rp, r, need, kc):
+                    break
+            if left == 1:
+                break
+            left -= 1
+            gone[order[left]] = True
+            retract(rq, rp, wq, r, run[r, order[left]], kc)
+            n_pre += 1
+        decoded = 0
+        wanted = 0
+        k2 = 0
+        for k in range(m):
+            i = run[r, k]
+            if not gone[k]:
+                run[r, k2] = i
+                k2 += 1
+                decoded += rq[i, R_GENERATED]
+                wanted += rq[i, R_OUTPUT]
+        rp[r, P_RUN_N] = k2
+        rpf[r, Q_RATIO] = min(1.0, (decoded + RETRACT_DECODE_STEPS * k2) / wanted)
+    else:
+        decay(cfgf, rpf, r, 1)
+    n = 0
+    total = 0
+    for k in range(rp[r, P_RUN_N]):
+        i = run[r, k]
+        b = blocks_needed(rq, i, rq[i, R_COMPUTED] + 1, bs)
+        rq[i, R_HELD] += b
+        total += b
+        n = add_scheduled(sched_q, sched_t, n, i, 1)
+    take(rp, r, total, kc)  # fits: checked above (or by the retraction)
+    return n, n_pre
+
+
+@njit(cache=True, error_model="numpy")
+def schedule(
+    r: int,
+    cfg: npt.NDArray[np.int64],
+    cfgf: npt.NDArray[np.float64],
+    rq: npt.NDArray[np.int64],
+    rqf: npt.NDArray[np.float64],
+    rp: npt.NDArray[np.int64],
+    rpf: npt.NDArray[np.float64],
+    run: npt.NDArray[np.int64],
+    wq: npt.NDArray[np.int32],
+    sched_q: npt.NDArray[np.int64],
+    sched_t: npt.NDArray[np.int64],
+    now: float,
+    kc: tuple,  # type: ignore[type-arg]
+) -> tuple[int, int, int]:
+    rp[r, P_STABLE] = 0
+    if rp[r, P_RUN_N] == 0 and rp[r, P_PENDING] == 0:
+        rp[r, P_FULL] = 0  # an empty running batch is a fresh one
+    for _ in range(2):
+        n, n_adm = _prefill(r, cfg, rq, rp, rpf, run, wq, sched_q, sched_t, kc)
+        if n > 0:
+            return n, 0, n_adm
+        initial = rp[r, P_RUN_N] + rp[r, P_PENDING]
+        if initial == 0:
+            return 0, 0, 0
+        rp[r, P_PENDING] = 0  # filter_batch
+        if rp[r, P_RUN_N] == 0:  # an empty batch: nothing to decode, try again
+            rp[r, P_FULL] = 0
+            continue
+        n, n_pre = _decode(r, cfg, cfgf, rq, rp, rpf, run, wq, sched_q, sched_t, kc)
+        if rp[r, P_RUN_N] < initial:
+            rp[r, P_FULL] = 0
+        if rp[r, P_FULL] == 1 or rp[r, P_WQ_LEN] == 0:
+            rp[r, P_STABLE] = 1
+        return n, n_pre, 0
+    return 0, 0, 0

@@ -1,0 +1,115 @@
+"""Prefix-cache keys from the requests table: bridging the trace's hash blocks to the engine's.
+
+A trace carries chained hashes of its prompts' full blocks at its own block
+size T (``requests.block_size``: Mooncake 512 tokens; Bailian and our
+token-id hashing 16). The engine caches KV blocks of B tokens
+(``block_size`` of the scenario). The simulator caches **units** of
+``U = lcm(T, B)`` tokens, keyed by the trace's hash at the unit's last trace
+block (the hashes are chained, so it names the whole prefix):
+
+- ``T == B``: a unit is one engine block, exactly the engine's model;
+- ``T < B`` with B a multiple of T (16-token hashes, an engine with 32-token
+  blocks): a unit is one engine block and its key is exact (re-chunking);
+- ``T > B`` (Mooncake's 512 vs vLLM's 16), or neither divides the other: a
+  unit is coarser than an engine block. This is the **bridging
+  approximation**: the trace says nothing about where inside a block two
+  prompts diverge, nor about the trailing partial block, so a hit counts in
+  whole units. It **underestimates** the engine's hits: a request that shares
+  ``k`` units plus part of the next one hits ``k × U`` tokens here but up to
+  ``k × U + U - B`` in the engine, and the engine can also cache the full
+  engine blocks of a prompt's partial last unit; at most ``U - B`` tokens per
+  lookup (plus that tail). Capacity, eviction and reservation stay in engine
+  blocks: a unit holds ``U / B`` of them and is evicted whole.
+
+Only full trace blocks inside the prompt are used (Mooncake lists a hash for
+the partial last block too; the engines never cache a partial block). Keys mix
+in U so units of different sizes never match. Requests without hashes get no
+units and are never looked up.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from pipeline.sim.state import PrefixKeys
+
+_GOLDEN = 0x9E3779B97F4A7C15
+
+
+def unit_tokens(trace_block: int, engine_block: int) -> int:
+    """Tokens per cache unit for a trace block size and an engine block size."""
+    return math.lcm(trace_block, engine_block)
+
+
+def build_keys(
+    prompt_tokens: npt.NDArray[np.int64],
+    trace_block: npt.NDArray[np.int64],
+    hashes: pa.Array | pa.ChunkedArray,
+    engine_block: int,
+) -> PrefixKeys:
+    """The cache-unit keys of each request.
+
+    Args:
+        prompt_tokens: prompt lengths.
+        trace_block: the trace's hash block size per request (<= 0: no hashes).
+        hashes: per request, its chained block hashes (list<uint64>, null = none).
+        engine_block: the engine's KV block size.
+    """
+    n = len(prompt_tokens)
+    if isinstance(hashes, pa.ChunkedArray):
+        hashes = hashes.combine_chunks() if hashes.num_chunks else pa.array([], hashes.type)
+    lens = pc.fill_null(pc.list_value_length(hashes), 0).to_numpy().astype(np.int64)
+    flat = pc.list_flatten(hashes).to_numpy(zero_copy_only=False).astype(np.uint64)
+    starts = np.concatenate([[0], np.cumsum(lens)[:-1]]) if n else np.zeros(0, dtype=np.int64)
+    tb = np.where(lens > 0, np.maximum(trace_block, 0), 0).astype(np.int64)
+    units = np.zeros(n, dtype=np.int64)
+    utok = np.zeros(n, dtype=np.int64)
+    per_unit = np.ones(n, dtype=np.int64)  # trace blocks per unit
+    for t in np.unique(tb[tb > 0]):
+        rows = tb == t
+        u = unit_tokens(int(t), engine_block)
+        full = np.minimum(lens[rows], prompt_tokens[rows] // t)  # full blocks inside the prompt
+        units[rows] = full // (u // t)
+        utok[rows] = np.where(units[rows] > 0, u, 0)
+        per_unit[rows] = u // t
+    utok[units == 0] = 0
+    offsets = np.concatenate([[0], np.cumsum(units)]).astype(np.int64)
+    total = int(offsets[-1])
+    owner = np.repeat(np.arange(n), units)
+    k = np.arange(total) - offsets[:-1][owner]  # unit index within its request
+    pick = starts[owner] + (k + 1) * per_unit[owner] - 1
+    mix = (utok[owner].astype(np.uint64) * np.uint64(_GOLDEN)).astype(np.uint64)
+    keys = flat[pick] ^ mix if total else np.zeros(0, dtype=np.uint64)
+    return PrefixKeys(offsets, keys.astype(np.uint64), utok)
+
+
+def describe(
+    prefix: PrefixKeys, trace_block: npt.NDArray[np.int64], engine_block: int
+) -> dict[str, Any]:
+    """The granularity facts the summary reports (and the report should show)."""
+    has = prefix.unit_tokens > 0
+    blocks = sorted({int(t) for t in np.unique(trace_block[has])})
+    units = sorted({int(u) for u in np.unique(prefix.unit_tokens[has])})
+    bridged = any(u > engine_block for u in units)
+    note = None
+    if bridged:
+        note = (
+            f"prefix hashes come in blocks of {', '.join(map(str, blocks))} tokens, coarser than "
+            f"the engine's {engine_block}-token KV blocks: hits are counted in whole "
+            f"{', '.join(map(str, units))}-token units, an underestimate of at most one unit "
+            "less an engine block per lookup"
+        )
+    return {
+        "prefix_requests_with_hashes": int(has.sum()),
+        "prefix_trace_block_sizes": blocks,
+        "prefix_unit_tokens": units,
+        "prefix_engine_block_size": engine_block,
+        "prefix_bridged": bridged,
+        "prefix_bridging": note,
+    }

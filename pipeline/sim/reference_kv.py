@@ -1,0 +1,285 @@
+"""The reference loop's requests, replicas, KV blocks and prefix cache, in plain Python.
+
+Same model as ``kv.py`` and ``cache.py`` (see their docstrings), written
+plainly: a unit is cached under its key with a reference count and a size in
+blocks; units nobody references sit in an ``OrderedDict``, oldest first, and
+count as free capacity; an allocation takes free blocks first, then evicts
+from the front. A request holds blocks privately and through the cache units
+it references; releasing it frees the former and unreferences the latter,
+deepest unit first.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import OrderedDict, deque
+from dataclasses import dataclass
+
+from pipeline.sim.scenario import Scenario
+
+
+@dataclass(eq=False)
+class Unit:
+    """One cached unit."""
+
+    key: int
+    blocks: int
+    ref: int = 0
+
+
+class PrefixCache:
+    """One replica's KV blocks and prefix cache."""
+
+    def __init__(self, num_blocks: int) -> None:
+        self.free = num_blocks  # blocks holding nothing
+        self.units: dict[int, Unit] = {}
+        self.lru: OrderedDict[int, Unit] = OrderedDict()  # unreferenced units, oldest first
+        self.evictable = 0  # blocks in lru
+        self.evicted = 0  # blocks evicted so far
+
+    @property
+    def capacity(self) -> int:
+        return self.free + self.evictable
+
+    def lookup(self, keys: list[int], max_units: int) -> tuple[list[Unit], int]:
+        """The cached leading units of ``keys`` (at most ``max_units``), and their idle blocks."""
+        hits: list[Unit] = []
+        for key in keys[: max(max_units, 0)]:
+            unit = self.units.get(key)
+            if unit is None:
+                break
+            hits.append(unit)
+        return hits, sum(u.blocks for u in hits if u.ref == 0)
+
+    def ref(self, unit: Unit) -> None:
+        if unit.ref == 0:
+            del self.lru[unit.key]
+            self.evictable -= unit.blocks
+        unit.ref += 1
+
+    def unref(self, unit: Unit) -> None:
+        unit.ref -= 1
+        if unit.ref == 0:
+            self.lru[unit.key] = unit
+            self.evictable += unit.blocks
+
+    def make_free(self, need: int) -> bool:
+        """Evict least recently released units until ``need`` blocks are free."""
+        while self.free < need and self.lru:
+            key, unit = self.lru.popitem(last=False)
+            del self.units[key]
+            self.evictable -= unit.blocks
+            self.free += unit.blocks
+            self.evicted += unit.blocks
+        return self.free >= need
+
+    def take(self, need: int) -> None:
+        assert need <= self.capacity
+        self.make_free(need)
+        self.free -= need
+
+    def insert(self, key: int, blocks: int) -> Unit:
+        """Cache a new unit, referenced once (its blocks come from the caller's)."""
+        assert key not in self.units
+        unit = Unit(key, blocks, 1)
+        self.units[key] = unit
+        return unit
+
+    def warm(self, keys: list[int], blocks: int) -> None:
+        """Serve one warm-up prompt: use its cached units, cache the rest, release them."""
+        held: list[Unit] = []
+        for key in keys:
+            unit = self.units.get(key)
+            if unit is not None:
+                self.ref(unit)
+            else:
+                if self.capacity < blocks:
+                    break
+                self.take(blocks)
+                unit = self.insert(key, blocks)
+            held.append(unit)
+        for unit in reversed(held):
+            self.unref(unit)
+
+
+class Req:
+    """One request and everything that happens to it."""
+
+    def __init__(self, index: int, arrival_s: float, prompt: int, output: int) -> None:
+        self.index = index
+        self.arrival_s = arrival_s
+        self.prompt = prompt
+        self.output = output
+        self.priority = 0
+        self.replica = -1
+        self.computed = 0  # num_computed_tokens
+        self.generated = 0  # output tokens sampled
+        self.private = 0  # KV blocks held privately
+        self.shared = 0  # KV blocks held through referenced cache units
+        self.settled: list[Unit | None] = []  # leading units: cached (or None: held privately)
+        self.keys: list[int] = []  # cache-unit keys of its prompt
+        self.unit_tokens = 0  # tokens per unit (0: never looked up)
+        self.unit_blocks = 0
+        self.prefill_end = 0  # num_tokens at its last admission
+        self.first_scheduled_s = math.nan
+        self.first_token_s = math.nan
+        self.finished_s = math.nan
+        self.preemptions = 0
+        self.chunks = 0
+        self.queue_depth = 0
+        self.total_computed = 0
+        self.discarded = 0  # computed tokens thrown away by preemptions
+        self.lookups = 0
+        self.cached = 0  # hit tokens at its first lookup
+        self.hits = 0  # hit tokens over all lookups
+
+    @property
+    def num_tokens(self) -> int:
+        return self.prompt + self.generated
+
+    @property
+    def in_prefill(self) -> bool:
+        return self.computed < self.prefill_end
+
+
+class Replica:
+    def __init__(self, index: int, num_blocks: int, by_priority: bool) -> None:
+        self.index = index
+        self.clock = 0.0
+        self.running: list[Req] = []
+        self.fifo: deque[Req] = deque()
+        self.heap: list[tuple[int, float, int, Req]] = []  # vLLM's priority queue
+        self.by_priority = by_priority
+        self.assigned: list[Req] = []
+        self.cache = PrefixCache(num_blocks)
+        self.steps = 0
+        self.rows: list[tuple[list[int], list[float]]] = []
+        self.step_query = 0  # first-lookup tokens of the step being decided
+        self.step_hit = 0
+        # sglang
+        self.chunked: Req | None = None
+        self.full = False
+        self.pending = 0
+        self.ratio = 0.0
+        self.rng = 0
+        # tgi
+        self.phase = 0
+        self.wait_tokens = 0
+
+    # --- the waiting queue: a deque (FCFS) or a heap on (priority, arrival, index) ---
+    @property
+    def num_waiting(self) -> int:
+        return len(self.heap) if self.by_priority else len(self.fifo)
+
+    def head(self) -> Req:
+        return self.heap[0][3] if self.by_priority else self.fifo[0]
+
+    def pop(self) -> Req:
+        return heapq.heappop(self.heap)[3] if self.by_priority else self.fifo.popleft()
+
+    def push(self, req: Req, *, front: bool = False) -> None:
+        if self.by_priority:
+            heapq.heappush(self.heap, (req.priority, req.arrival_s, req.index, req))
+        elif front:
+            self.fifo.appendleft(req)
+        else:
+            self.fifo.append(req)
+
+
+Scheduled = list[tuple[Req, int]]
+
+
+class ReferenceKV:
+    """KV blocks and prefix-cache operations on requests, shared by the reference policies."""
+
+    def __init__(self, scenario: Scenario) -> None:
+        self.sc = scenario
+        self.p = scenario.params
+        self.bs = scenario.memory.block_size
+        self.caching = scenario.prefix_caching
+
+    def blocks_for(self, tokens: int) -> int:
+        return -(-tokens // self.bs)
+
+    def need(self, req: Req, tokens: int) -> int:
+        """Blocks ``req`` must add to cover ``tokens`` tokens."""
+        return max(0, self.blocks_for(tokens) - req.private - req.shared)
+
+    def grow(self, rep: Replica, req: Req, tokens: int, keep_free: int = 0) -> bool:
+        need = self.need(req, tokens)
+        if need == 0:
+            return True
+        if need + keep_free > rep.cache.capacity:
+            return False
+        rep.cache.take(need)
+        req.private += need
+        return True
+
+    def release(self, rep: Replica, req: Req) -> None:
+        rep.cache.free += req.private
+        req.private = 0
+        for unit in reversed(req.settled):
+            if unit is not None:
+                rep.cache.unref(unit)
+        req.settled = []
+        req.shared = 0
+
+    def lookup(self, rep: Replica, req: Req) -> tuple[list[Unit], int]:
+        """Cached leading units (at most num_tokens - 1 tokens) of a request computing from 0."""
+        if not self.caching or req.unit_tokens == 0:
+            return [], 0
+        return rep.cache.lookup(req.keys, (req.num_tokens - 1) // req.unit_tokens)
+
+    def use_hits(self, rep: Replica, req: Req, hits: list[Unit]) -> None:
+        for unit in hits:
+            rep.cache.ref(unit)
+        req.settled = list(hits)
+        req.shared = len(hits) * req.unit_blocks
+
+    def count_lookup(self, rep: Replica, req: Req, num_hits: int) -> None:
+        if req.unit_tokens == 0:
+            return
+        hit = num_hits * req.unit_tokens
+        if req.lookups == 0:
+            req.cached = hit
+            rep.step_query += req.num_tokens
+            rep.step_hit += hit
+        req.lookups += 1
+        req.hits += hit
+
+    def commit(self, rep: Replica, req: Req, tokens: int, dedupe: bool) -> None:
+        """Cache the units within ``req``'s first ``tokens`` tokens (see ``cache.commit``)."""
+        if req.unit_tokens == 0:
+            return
+        m = req.unit_blocks
+        for k in range(len(req.settled), min(tokens // req.unit_tokens, len(req.keys))):
+            unit = rep.cache.units.get(req.keys[k])
+            if unit is None:
+                req.settled.append(rep.cache.insert(req.keys[k], m))
+                req.private -= m
+                req.shared += m
+            elif dedupe:
+                rep.cache.ref(unit)
+                req.settled.append(unit)
+                req.private -= m
+                rep.cache.free += m
+                req.shared += m
+            else:
+                req.settled.append(None)
+
+    def drop(self, rep: Replica, req: Req) -> None:
+        """Recompute preemption: drop its KV and forget its progress."""
+        self.release(rep, req)
+        req.discarded += req.computed
+        req.computed = 0
+        req.preemptions += 1
+
+    def preempt(self, rep: Replica, req: Req) -> None:
+        self.drop(rep, req)
+        rep.push(req, front=True)
+
+    def start(self, rep: Replica) -> Req:
+        req = rep.pop()
+        req.prefill_end = req.num_tokens
+        return req
