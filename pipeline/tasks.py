@@ -14,6 +14,8 @@ scenario, one ``scenarios`` file per run, and a ``runs`` row naming the command.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
 import traceback
 from dataclasses import dataclass, field
@@ -80,11 +82,31 @@ def offered_rate(arrival_s: npt.NDArray[np.float64]) -> float | None:
     return len(arrival_s) / span if span > 0 else None
 
 
+def _has_readonly_array(obj: Any) -> bool:
+    if isinstance(obj, np.ndarray):
+        return not obj.flags.writeable
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return any(_has_readonly_array(getattr(obj, f.name)) for f in dataclasses.fields(obj))
+    return False
+
+
+def writable(prep: Prepared) -> Prepared:
+    """``prep`` with writable arrays: a copy if any array of its input is read-only.
+
+    # NOTE: Ray hands numpy arrays out of its object store read-only, and numba
+    # compiles (and caches) a separate specialization of the loop for read-only
+    # arrays: minutes on a cold cache in every Ray worker. A copy costs far less.
+    """
+    if not _has_readonly_array(prep.inp):
+        return prep
+    return dataclasses.replace(prep, inp=copy.deepcopy(prep.inp))
+
+
 def run_task(task: ScenarioTask) -> TaskOutcome:
     """Replay one scenario; write its sim tables (or return them). Never raises."""
     name = task.scenario.name
     try:
-        run, requests, steps = run_prepared(task.scenario, task.prepared)
+        run, requests, steps = run_prepared(task.scenario, writable(task.prepared))
         report = None
         if task.slos:
             report = evaluate(

@@ -184,6 +184,15 @@ def ray_cluster() -> Iterator[str]:
         env={**os.environ, "RAY_memory_monitor_refresh_ms": "0"},
     )
     try:
+        deadline = time.monotonic() + 120
+        while True:  # the head is up when its GCS port accepts connections
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise RuntimeError("the Ray head did not start") from None
+                time.sleep(0.2)
         yield f"127.0.0.1:{port}"
     finally:
         for sig in (signal.SIGTERM, signal.SIGKILL):
@@ -206,15 +215,7 @@ def test_sweep_on_a_local_ray_cluster(
     wh = small_warehouse(100)
     grid = load_grid(write_grid(AXES))
     local = sweep(wh, grid, jobs=2, quiet=True)
-    deadline = time.monotonic() + 60
-    while True:  # the head takes a few seconds to come up
-        try:
-            on_ray = sweep(wh, grid, ray_address=ray_cluster, quiet=True)
-            break
-        except Exception:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(1)
+    on_ray = sweep(wh, grid, ray_address=ray_cluster, quiet=True)
     assert on_ray.ok and on_ray.executor == f"ray {ray_cluster}", on_ray.failures
     assert _summaries(on_ray) == _summaries(local)
     assert {p.stem for p in Warehouse(wh).files(SIM_REQUESTS) if on_ray.run_id in str(p)} == set(
