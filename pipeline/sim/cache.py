@@ -116,7 +116,7 @@ def _insert(
 ) -> int:
     """A new cached unit (referenced once) for a key that is not cached."""
     s = rp[r, P_SLOT_FREE]
-    assert s >= 0, "prefix cache out of slots"
+    assert s >= 0  # sized for every unit that can be cached at once
     rp[r, P_SLOT_FREE] = cs[r, s, CS_NEXT]
     ck[r, s] = key
     cs[r, s, CS_REF] = 1

@@ -354,7 +354,7 @@ def _step(
     rp[r, P_STEP_QUERY] = 0
     rp[r, P_STEP_HIT] = 0
     n, n_pre, n_adm = _schedule(r, cfg, cfgf, rq, rqf, rp, rpf, run, wq, sq, stt, start, kc)
-    assert n > 0 or n_pre > 0, "a step that does nothing"
+    assert n > 0 or n_pre > 0  # a step that does nothing would never end
     # One pass: the step's cost features (before) and what it computes (after);
     # first and last tokens are listed in ev and timed once the duration is known.
     p_tok = 0.0

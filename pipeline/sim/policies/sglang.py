@@ -51,7 +51,7 @@ import numpy.typing as npt
 from numba import njit
 
 from pipeline.errors import ScenarioError
-from pipeline.sim.cache import capacity, commit, find, lookup, make_free, take, use_hits
+from pipeline.sim.cache import capacity, commit, lookup, make_free, take, use_hits
 from pipeline.sim.kv import blocks_needed, grow
 from pipeline.sim.policies.base import (
     Memory,
@@ -229,25 +229,51 @@ def _max_units(rq: npt.NDArray[np.int64], i: int) -> int:
 
 
 @njit(cache=True, error_model="numpy")
+def _stable_order(keys: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """Positions of ``keys`` in ascending order, equal keys in their given order."""
+    m = len(keys)
+    order = np.arange(m)
+    tmp = np.empty(m, dtype=np.int64)
+    size = 1
+    while size < m:
+        for lo in range(0, m, 2 * size):
+            mid = min(lo + size, m)
+            hi = min(lo + 2 * size, m)
+            a = lo
+            b = mid
+            for k in range(lo, hi):
+                if a < mid and (b >= hi or keys[order[a]] <= keys[order[b]]):
+                    tmp[k] = order[a]
+                    a += 1
+                else:
+                    tmp[k] = order[b]
+                    b += 1
+        order, tmp = tmp, order
+        size *= 2
+    return order
+
+
+@njit(cache=True, error_model="numpy")
 def _dfs_before(
     a: int,
     b: int,
-    plen: npt.NDArray[np.int64],
-    paths: npt.NDArray[np.int64],
-    width: int,
+    off: npt.NDArray[np.int64],
+    slot: npt.NDArray[np.int64],
     weight: npt.NDArray[np.int64],
     first: npt.NDArray[np.int64],
 ) -> bool:
-    """dfs-weight order of waiting positions a and b (their paths of cache slots)."""
-    for d in range(min(plen[a], plen[b])):
-        sa = paths[a * width + d]
-        sb = paths[b * width + d]
-        if sa != sb:
-            if weight[sa] != weight[sb]:
-                return bool(weight[sa] > weight[sb])
-            return bool(first[sa] < first[sb])
-    if plen[a] != plen[b]:
-        return bool(plen[a] > plen[b])  # a node's subtrees come before its own requests
+    """dfs-weight order of waiting positions a and b, by their paths of cache nodes."""
+    la = off[a + 1] - off[a]
+    lb = off[b + 1] - off[b]
+    for d in range(min(la, lb)):
+        ea = off[a] + d
+        eb = off[b] + d
+        if slot[ea] != slot[eb]:
+            if weight[ea] != weight[eb]:
+                return bool(weight[ea] > weight[eb])  # heavier subtree first
+            return bool(first[ea] < first[eb])
+    if la != lb:
+        return bool(la > lb)  # a node's subtrees come before its own requests
     return a < b
 
 
@@ -258,34 +284,41 @@ def _dfs_order(
     q: npt.NDArray[np.int64],
     kc: tuple,  # type: ignore[type-arg]
 ) -> npt.NDArray[np.int64]:
-    """Positions of q in dfs-weight order (SGLang's ``_sort_by_dfs_weight``)."""
-    ck, ht, ukey = kc[0], kc[2], kc[3]
+    """Positions of q in dfs-weight order (SGLang's ``_sort_by_dfs_weight``).
+
+    A request sits at the tree node where its cached prefix ends; the order is
+    a depth-first walk, children by descending number of waiting requests below
+    them (ties: the one reached first in queue order), each node's own requests
+    after its children's, in queue order.
+    """
+    uslot = kc[4]
     m = len(q)
-    plen = np.zeros(m, dtype=np.int64)
-    width = 1
+    off = np.zeros(m + 1, dtype=np.int64)
     for j in range(m):
-        plen[j], _ = lookup(rq, q[j], r, _max_units(rq, q[j]), kc)
-        width = max(width, plen[j])
-    paths = np.full(m * width, -1, dtype=np.int64)
-    total = 0
+        h, _ = lookup(rq, q[j], r, _max_units(rq, q[j]), kc)
+        off[j + 1] = off[j] + h
+    total = off[m]
+    slot = np.empty(total, dtype=np.int64)  # node (cache slot) of each path entry
+    owner = np.empty(total, dtype=np.int64)
     for j in range(m):
         base = rq[q[j], R_HOFF]
-        for d in range(plen[j]):
-            paths[j * width + d] = find(ck, ht, r, ukey[base + d])
-            total += 1
-    # tree nodes (cache slots on some path) as compact ids: weight = requests below
-    # the node, first = the first waiting position that passes through it
-    nodes = np.unique(paths[paths >= 0]) if total > 0 else np.zeros(0, dtype=np.int64)
-    weight = np.zeros(len(nodes), dtype=np.int64)
-    first = np.full(len(nodes), m, dtype=np.int64)
-    for j in range(m):
-        for d in range(plen[j]):
-            c = np.searchsorted(nodes, paths[j * width + d])
-            paths[j * width + d] = c
-            weight[c] += 1
-            if first[c] > j:
-                first[c] = j
-    # merge sort with the comparator (stable)
+        for d in range(off[j + 1] - off[j]):
+            slot[off[j] + d] = uslot[base + d]  # written by lookup above
+            owner[off[j] + d] = j
+    # weight (requests through the node) and first (earliest of them), per entry
+    weight = np.empty(total, dtype=np.int64)
+    first = np.empty(total, dtype=np.int64)
+    grouped = _stable_order(slot)
+    lo = 0
+    while lo < total:
+        hi = lo
+        while hi < total and slot[grouped[hi]] == slot[grouped[lo]]:
+            hi += 1
+        for k in range(lo, hi):
+            weight[grouped[k]] = hi - lo
+            first[grouped[k]] = owner[grouped[lo]]
+        lo = hi
+    # stable merge sort of the positions with the comparator
     order = np.arange(m)
     tmp = np.empty(m, dtype=np.int64)
     size = 1
@@ -295,24 +328,16 @@ def _dfs_order(
             hi = min(lo + 2 * size, m)
             a = lo
             b = mid
-            k = lo
-            while a < mid and b < hi:
-                if _dfs_before(order[b], order[a], plen, paths, width, weight, first):
-                    tmp[k] = order[b]
-                    b += 1
-                else:
+            for k in range(lo, hi):
+                if a < mid and (
+                    b >= hi or not _dfs_before(order[b], order[a], off, slot, weight, first)
+                ):
                     tmp[k] = order[a]
                     a += 1
-                k += 1
-            while a < mid:
-                tmp[k] = order[a]
-                a += 1
-                k += 1
-            while b < hi:
-                tmp[k] = order[b]
-                b += 1
-                k += 1
-        order[:] = tmp
+                else:
+                    tmp[k] = order[b]
+                    b += 1
+        order, tmp = tmp, order
         size *= 2
     return order
 
@@ -347,22 +372,21 @@ def _sort_waiting(
             t = q[j]
             q[j] = q[x]
             q[x] = t
+        order = np.arange(m)
+    elif policy == DFS_WEIGHT:
+        order = _dfs_order(rq, r, q, kc)
     else:
-        if policy == DFS_WEIGHT:
-            order = _dfs_order(rq, r, q, kc)
-        else:
-            key = np.empty(m, dtype=np.int64)
-            for j in range(m):
-                i = q[j]
-                if policy == LPM:
-                    h, _ = lookup(rq, i, r, _max_units(rq, i), kc)
-                    key[j] = -h * rq[i, R_UNIT_TOK]
-                else:  # LOF
-                    key[j] = -rq[i, R_OUTPUT]
-            order = np.argsort(key, kind="mergesort")
-        q = q[order]
+        key = np.empty(m, dtype=np.int64)
+        for j in range(m):
+            i = q[j]
+            if policy == LPM:
+                h, _ = lookup(rq, i, r, _max_units(rq, i), kc)
+                key[j] = -h * rq[i, R_UNIT_TOK]
+            else:  # LOF
+                key[j] = -rq[i, R_OUTPUT]
+        order = _stable_order(key)
     for j in range(m):
-        wq[r, (head + j) % cap] = q[j]
+        wq[r, (head + j) % cap] = q[order[j]]
 
 
 @njit(cache=True, error_model="numpy")
@@ -514,7 +538,7 @@ def _decode(
         for k in range(m):
             i = run[r, k]
             key[k] = -rq[i, R_GENERATED] * (1 << 32) + rq[i, R_PROMPT]
-        order = np.argsort(key, kind="mergesort")
+        order = _stable_order(key)
         left = m
         gone = np.zeros(m, dtype=np.bool_)
         while True:

@@ -1,0 +1,244 @@
+"""Prefix caching, block-size bridging, priority and prefix-aware routing on hand-checked cases.
+
+Every step costs 1 s (``UNIT_COST``) unless said otherwise; prompts share
+prefixes through explicit hash lists (one hash per full trace block).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from pipeline.errors import ScenarioError
+from pipeline.sim.loop import simulate
+from pipeline.sim.prefix import build_keys
+from pipeline.sim.reference import simulate_reference
+from pipeline.sim.scenario import Scenario, build_scenario
+from pipeline.sim.state import (
+    F_FINISH,
+    F_FIRST_SCHED,
+    F_FIRST_TOKEN,
+    R_CACHED,
+    R_HITS,
+    R_LOOKUPS,
+    R_PREEMPT,
+    R_REPLICA,
+    S_EVICTED,
+    S_KV_USED,
+    S_PHIT,
+    S_PQUERY,
+    S_PREFILL,
+    SimInput,
+    SimResult,
+)
+from pipeline.sim.summary import summarize
+from tests.sim.conftest import make_input, make_scenario, with_prefix
+
+
+def run_both(inp: SimInput, sc: Scenario) -> SimResult:
+    fast = simulate(inp, sc.engine())
+    ref = simulate_reference(inp, sc)
+    assert np.array_equal(fast.rq, ref.rq)
+    assert np.allclose(fast.rqf, ref.rqf, rtol=1e-9, atol=1e-12, equal_nan=True)
+    return fast
+
+
+def chain(*blocks: int) -> list[int]:
+    """Chained hashes of a prompt whose full blocks have these contents."""
+    out: list[int] = []
+    for b in blocks:
+        out.append(hash((out[-1] if out else 0, b)) & 0xFFFFFFFF)
+    return out
+
+
+@pytest.mark.parametrize(("prompt", "hit"), [(1000, 992), (1024, 1008)])
+def test_vllm_worked_example_a_full_hit_recomputes_the_last_block(prompt: int, hit: int) -> None:
+    # SCHEDULERS.md 1.4: L = 1000 hits 62 blocks; L = 1024 hits 63 and recomputes 16 tokens
+    sc = make_scenario("vllm", max_model_len=2048, num_gpu_blocks=1000)
+    hashes = [chain(*range(prompt // 16))] * 2
+    inp = with_prefix(make_input([0.0, 10.0], [prompt, prompt], [2, 2]), hashes, 16, 16)
+    res = run_both(inp, sc)
+    assert res.rq[:, R_CACHED].tolist() == [0, hit]
+    assert res.st[res.st[:, S_PREFILL] > 0, S_PREFILL].tolist() == [prompt, prompt - hit]
+
+
+def test_vllm_commits_at_schedule_time_so_the_same_step_can_hit() -> None:
+    sc = make_scenario("vllm", max_num_batched_tokens=1024, num_gpu_blocks=1000)
+    inp = with_prefix(make_input([0.0, 0.0], [160, 160], [2, 2]), [chain(*range(10))] * 2, 16, 16)
+    res = run_both(inp, sc)
+    assert res.rq[:, R_CACHED].tolist() == [0, 144]  # 9 of its 10 blocks: the last is computed
+    assert res.rqf[:, F_FIRST_TOKEN].tolist() == [1.0, 1.0]
+    assert res.st[0, S_PREFILL] == 160 + 16  # hits are not charged to the budget
+    assert (res.st[0, S_PQUERY], res.st[0, S_PHIT]) == (320, 144)
+
+
+@pytest.mark.parametrize(("policy", "hit"), [("vllm", 144), ("sglang", 0), ("tgi", 0)])
+def test_when_a_request_can_hit_what_another_computes(policy: str, hit: int) -> None:
+    # vLLM commits at schedule time; SGLang inserts after the step; TGI at the end
+    params = {"vllm": {"max_num_batched_tokens": 1024}, "sglang": {}, "tgi": {}}[policy]
+    sc = make_scenario(policy, block_size=16, num_gpu_blocks=1000, **params)
+    inp = with_prefix(make_input([0.0, 0.0], [160, 160], [3, 3]), [chain(*range(10))] * 2, 16, 16)
+    assert run_both(inp, sc).rq[1, R_CACHED] == hit
+
+
+def test_lru_evicts_the_oldest_release_tail_first() -> None:
+    # 11 usable blocks of 16: A (4 blocks of prompt) finishes; B (different, 8 blocks)
+    # then needs room and evicts A's deepest blocks first; C (A's prompt) hits what is left
+    sc = make_scenario("vllm", num_gpu_blocks=12, max_model_len=200)
+    a = chain(1, 2, 3, 4)
+    b = chain(9, 8, 7, 6, 5, 4, 3, 2)
+    inp = with_prefix(make_input([0.0, 5.0, 10.0], [65, 130, 65], [1, 1, 1]), [a, b, a], 16, 16)
+    res = run_both(inp, sc)
+    # A leaves 4 cached blocks and 7 free; B needs 9: A's two deepest blocks go
+    assert res.st[1, S_EVICTED] == 2
+    assert res.rq[2, R_CACHED] == 2 * 16
+
+
+def test_cached_blocks_nobody_uses_count_as_free() -> None:
+    sc = make_scenario("vllm", num_gpu_blocks=100)
+    inp = with_prefix(make_input([0.0], [160], [1]), [chain(*range(10))], 16, 16)
+    res = run_both(inp, sc)
+    assert res.st[-1, S_KV_USED] == 0  # its 10 cached blocks are evictable, hence free
+
+
+def test_a_resumed_request_looks_up_again() -> None:
+    # B is preempted by A's growth; its released prompt blocks are still cached when it
+    # resumes, so its second lookup finds all three
+    sc = make_scenario(
+        "vllm",
+        block_size=4,
+        num_gpu_blocks=12,
+        max_num_batched_tokens=64,
+        max_num_seqs=4,
+        max_model_len=64,
+    )
+    hashes = [chain(1, 2), chain(5, 6, 7)]
+    inp = with_prefix(make_input([0.0, 0.0], [8, 12], [24, 16]), hashes, 4, 4)
+    res = run_both(inp, sc)
+    assert res.rq[1, R_PREEMPT] == 1 and res.rq[1, R_LOOKUPS] == 2
+    assert (res.rq[1, R_CACHED], res.rq[1, R_HITS]) == (0, 12)
+    assert summarize(res)["prefix_resumed_hit_tokens"] == 12
+
+
+def test_bridging_counts_hits_in_whole_trace_blocks() -> None:
+    # trace blocks of 64 tokens, engine blocks of 16: two prompts share 2.5 trace blocks
+    prompt = np.array([200, 200])
+    hashes = pa.array([chain(1, 2, 3), chain(1, 2, 4)], pa.list_(pa.uint64()))
+    keys = build_keys(prompt, np.array([64, 64]), hashes, 16)
+    assert keys.unit_tokens.tolist() == [64, 64]
+    assert np.diff(keys.offsets).tolist() == [3, 3]
+    sc = make_scenario("vllm", num_gpu_blocks=100)
+    inp = SimInput(np.array([0.0, 5.0]), prompt, np.array([1, 1]), prefix=keys)
+    assert run_both(inp, sc).rq[1, R_CACHED] == 128  # 2 whole 64-token units
+
+
+def test_finer_trace_blocks_rechunk_exactly() -> None:
+    # 16-token hashes, 32-token engine blocks: a unit is one engine block, keyed by the
+    # hash of its second trace block
+    prompt = np.array([100])
+    keys = build_keys(prompt, np.array([16]), pa.array([chain(*range(6))]), 32)
+    assert (keys.unit_tokens.tolist(), len(keys.keys)) == ([32], 3)
+    unchained = pa.array([[1, 2, 3, 4, 5, 6]], pa.list_(pa.uint64()))
+    picked = build_keys(prompt, np.array([16]), unchained, 32).keys ^ np.uint64(
+        (32 * 0x9E3779B97F4A7C15) % 2**64
+    )
+    assert picked.tolist() == [2, 4, 6]
+
+
+def test_mooncake_partial_last_block_is_never_cached() -> None:
+    # Mooncake lists a hash for the partial last block; only full blocks count
+    keys = build_keys(np.array([1100]), np.array([512]), pa.array([[7, 8, 9]]), 16)
+    assert len(keys.keys) == 2
+
+
+def test_warm_cache_hits_from_the_first_request() -> None:
+    sc = make_scenario("vllm", num_gpu_blocks=100)
+    hashes = [chain(*range(10))] * 2
+    inp = with_prefix(make_input([0.0, 0.0], [160, 160], [1, 1]), hashes, 16, 16, warmup=1)
+    assert run_both(inp, sc).rq[0, R_CACHED] == 144
+
+
+def test_priority_orders_waiting_and_picks_the_victim() -> None:
+    # one request runs at a time; C (priority 0) overtakes B (priority 1)
+    sc = make_scenario("vllm", max_num_seqs=1, scheduling_policy="priority")
+    inp = make_input([0.0, 0.1, 0.2], [10, 10, 10], [3, 3, 3])
+    inp = SimInput(
+        inp.arrival_s, inp.prompt_tokens, inp.output_tokens, priority=np.array([5, 1, 0])
+    )
+    res = run_both(inp, sc)
+    assert res.rqf[:, F_FIRST_SCHED].tolist() == [0.0, 6.0, 3.0]
+    # under memory pressure the lowest priority, latest arrival is preempted
+    sc = make_scenario(
+        "vllm",
+        block_size=4,
+        num_gpu_blocks=9,
+        max_num_batched_tokens=64,
+        max_num_seqs=4,
+        scheduling_policy="priority",
+    )
+    inp = make_input([0.0, 0.0, 0.0], [8, 8, 8], [8, 8, 8])
+    inp = SimInput(
+        inp.arrival_s, inp.prompt_tokens, inp.output_tokens, priority=np.array([1, 0, 1])
+    )
+    res = run_both(inp, sc)
+    assert res.rq[:, R_PREEMPT].tolist()[1] == 0
+    assert res.rqf[1, F_FINISH] <= res.rqf[[0, 2], F_FINISH].min()
+
+
+def test_tenant_priority_maps_tenants() -> None:
+    import polars as pl
+
+    from pipeline.sim.replay import _priorities
+
+    frame = pl.DataFrame({"priority": [3, None, None], "tenant": ["a", "b", "c"]})
+    prio = _priorities(frame, np.arange(3), {"b": 7})
+    assert prio.tolist() == [3, 7, 0]
+
+
+def test_prefix_aware_router_follows_the_cache_unless_imbalanced() -> None:
+    # two conversations, four turns each, interleaved: the router keeps each on one replica
+    sc = make_scenario("vllm", replicas=2, router="prefix_aware", num_gpu_blocks=1000)
+    convs = [chain(1, 2, 3, 4, 5, 6), chain(9, 8, 7, 6, 5, 4)]
+    hashes = [convs[k % 2] for k in range(8)]
+    inp = with_prefix(make_input([5.0 * k for k in range(8)], [100] * 8, [2] * 8), hashes, 16, 16)
+    res = run_both(inp, sc)
+    replica = res.rq[:, R_REPLICA]
+    assert len(set(replica[0::2])) == 1 and len(set(replica[1::2])) == 1
+    assert summarize(res)["prefix_token_hit_rate"] > 0.5
+    rr = run_both(inp, make_scenario("vllm", replicas=2, router="round_robin"))
+    assert rr.rq[:, R_REPLICA].tolist() == [0, 1] * 4
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"policy": "sarathi", "enable_prefix_caching": True}, "allowed with: sglang, tgi, vllm"),
+        ({"scheduling_policy": "lottery"}, "unknown scheduling_policy 'lottery'; allowed: fcfs"),
+        (
+            {"policy": "sglang", "schedule_policy": "sjf"},
+            "unknown schedule_policy 'sjf'; allowed: fcfs, lpm, dfs-weight, lof, random",
+        ),
+        ({"cache_threshold": 0.5}, "applies to router = 'prefix_aware'"),
+        (
+            {"router": "prefix_aware", "enable_prefix_caching": False},
+            "prefix_aware needs enable_prefix_caching",
+        ),
+        ({"router": "nearest"}, "allowed: least_outstanding, prefix_aware, round_robin"),
+        ({"tenant_priority": {"a": 1}}, "tenant_priority applies to .*priority"),
+        ({"prefix_warmup_requests": 5, "enable_prefix_caching": False}, "needs enable_prefix"),
+        ({"policy": "tgi", "waiting_served_ratio": -1}, "waiting_served_ratio must be >= 0"),
+        (
+            {"policy": "tgi", "prefill_chunking": False, "max_batch_prefill_tokens": 100},
+            "without prefill_chunking",
+        ),
+        ({"policy": "sglang", "chunked_prefill_size": 0}, "chunked_prefill_size must be -1"),
+        ({"policy": "sglang", "max_num_seqs": 8}, "max_num_seqs is a parameter of"),
+    ],
+)
+def test_bad_cache_and_engine_keys_list_the_allowed_values(
+    values: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ScenarioError, match=message):
+        build_scenario({"cost": make_scenario("vllm").cost.to_dict(), "num_gpu_blocks": 100,
+                        **values})  # fmt: skip
