@@ -82,7 +82,8 @@ def empty_caches(
     cs[:, s - 1, CS_NEXT] = -1
     ht = np.zeros((num_replicas, size), dtype=np.int64)
     uslot = np.full(len(keys), -1, dtype=np.int64)
-    return ck, cs, ht, np.ascontiguousarray(keys, dtype=np.uint64), uslot
+    # writable: numba compiles a loop of its own for read-only arrays (Ray's object store)
+    return ck, cs, ht, np.require(keys, np.uint64, ["C", "W"]), uslot
 
 
 @njit(cache=True, error_model="numpy")

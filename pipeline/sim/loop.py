@@ -50,7 +50,7 @@ import numpy as np
 import numpy.typing as npt
 from numba import njit
 
-from pipeline.sim.cache import capacity, commit, empty_caches, take, warm
+from pipeline.sim.cache import commit, empty_caches, take, warm
 from pipeline.sim.cost_model import (
     decode_run_s,
     step_time,
@@ -290,7 +290,7 @@ def _run_length(
     code = cfg[C_POLICY]
     if code != orca.CODE and code != static.CODE:  # they reserve every block up front
         bs = cfg[C_BLOCK_SIZE]
-        cap = capacity(rp, r)  # evictable cached blocks are free capacity too
+        cap = rp[r, P_FREE] + rp[r, P_EVICTABLE]  # evictable cached blocks are free too
         if rp[r, P_STABLE] == 2:  # ... unless evicting them could change what was decided
             cap = rp[r, P_FREE]
         if code == sarathi.CODE:
@@ -424,7 +424,10 @@ def _step(
                 ev[n_ev] = i
                 n_ev += 1
         # evictions depend only on the blocks taken in total: nothing is released meanwhile
-        take(rp, r, total, kc)
+        if total <= rp[r, P_FREE]:
+            rp[r, P_FREE] -= total
+        else:
+            take(rp, r, total, kc)
         if code == sglang.CODE:
             sglang.decay(cfgf, rpf, r, k - 1)
         elif code == tgi.CODE:
@@ -657,7 +660,9 @@ def simulate(
     rpf = np.zeros((num_replicas, NRPF))
     rpf[:, Q_RATIO] = eng.cfgf[CF_RATIO_INIT]
     if len(warmup):
-        _warm_caches(rp, warmup.offsets, warmup.keys, warmup.unit_tokens // bs, kc)
+        offsets = np.require(warmup.offsets, np.int64, ["C", "W"])
+        keys = np.require(warmup.keys, np.uint64, ["C", "W"])
+        _warm_caches(rp, offsets, keys, warmup.unit_tokens // bs, kc)
     max_seqs = min(eng.get(C_MAX_SEQS), max(n, 1))
     run = np.zeros((num_replicas, max_seqs + 1), dtype=np.int64)
     wq = np.zeros((num_replicas, max(n, 1)), dtype=np.int32)

@@ -50,7 +50,7 @@ import numpy.typing as npt
 from numba import njit
 
 from pipeline.errors import ScenarioError
-from pipeline.sim.cache import capacity, commit, use_hits
+from pipeline.sim.cache import commit, use_hits
 from pipeline.sim.kv import blocks_needed, grow
 from pipeline.sim.policies.base import (
     Memory,
@@ -75,12 +75,15 @@ from pipeline.sim.state import (
     C_THRESHOLD,
     C_WM_BLOCKS,
     F_ARRIVAL,
+    P_EVICTABLE,
+    P_FREE,
     P_RUN_N,
     P_STABLE,
     P_WQ_LEN,
     Q_FIFO,
     Q_PRIORITY,
     R_COMPUTED,
+    R_HELD,
     R_NUNITS,
     R_PRIORITY,
     R_SETTLED,
@@ -227,9 +230,12 @@ def schedule(
         if new > budget:
             new = budget
         scheduled = True
-        while blocks_needed(rq, i, rq[i, R_COMPUTED] + new, bs) > 0 and not grow(
-            rq, rp, r, i, rq[i, R_COMPUTED] + new, bs, 0, kc
-        ):
+        need = blocks_needed(rq, i, rq[i, R_COMPUTED] + new, bs)
+        if 0 < need <= rp[r, P_FREE]:  # the common case, inline: free blocks, no eviction
+            rp[r, P_FREE] -= need
+            rq[i, R_HELD] += need
+            need = 0
+        while need > 0 and not grow(rq, rp, r, i, rq[i, R_COMPUTED] + new, bs, 0, kc):
             if by_priority:
                 v = _victim(rq, rqf, rp, run, r)
                 victim = run[r, v]
@@ -270,7 +276,7 @@ def schedule(
         i = wait_head(cfg, wq, rp, r)
         h = 0
         idle = 0
-        looked = caching and rq[i, R_COMPUTED] == 0
+        looked = caching and rq[i, R_COMPUTED] == 0 and rq[i, R_UNIT_TOK] > 0
         if looked:
             h, idle = cache_lookup(cfg, rq, r, i, kc)
         hit = h * rq[i, R_UNIT_TOK]
@@ -283,17 +289,20 @@ def schedule(
             new = budget
         keep_free = cfg[C_WM_BLOCKS] if n > 0 else 0
         need = cdiv(rq[i, R_COMPUTED] + hit + new, bs) - h * rq[i, R_UNIT_BLK]
-        if need + idle + keep_free > capacity(rp, r):
+        if need + idle + keep_free > rp[r, P_FREE] + rp[r, P_EVICTABLE]:
             if idle > 0:  # evicting its idle hits could let it in: decode runs must not evict
                 rp[r, P_STABLE] = 2
             break
         if h > 0:
             use_hits(rq, rp, i, r, h, kc)
             rq[i, R_COMPUTED] = hit
-        grow(rq, rp, r, i, hit + new, bs, 0, kc)
+        if need <= rp[r, P_FREE]:
+            rp[r, P_FREE] -= need
+            rq[i, R_HELD] += need
+        else:
+            grow(rq, rp, r, i, hit + new, bs, 0, kc)
         if looked:
             count_lookup(rq, rp, r, i, h)
-        if caching:
             commit(rq, rp, i, r, hit + new, False, kc)
         admit(cfg, rq, rqf, rp, run, wq, r)
         n = add_scheduled(sched_q, sched_t, n, i, new)
