@@ -102,8 +102,8 @@ def describe(
         note = (
             f"prefix hashes come in blocks of {', '.join(map(str, blocks))} tokens, coarser than "
             f"the engine's {engine_block}-token KV blocks: hits are counted in whole "
-            f"{', '.join(map(str, units))}-token units, an underestimate of at most one unit "
-            "less an engine block per lookup"
+            f"{', '.join(map(str, units))}-token units, which underestimates the engine's "
+            "hits by less than one unit per lookup (plus the prompt's partial last unit)"
         )
     return {
         "prefix_requests_with_hashes": int(has.sum()),
