@@ -253,7 +253,8 @@ def lookup(
         s = find(ck, ht, r, ukey[base + h])
         if s < 0:
             break
-        uslot[base + h] = s  # scratch until settled: use_hits reads it
+        if h >= rq[i, R_SETTLED]:
+            uslot[base + h] = s  # scratch until settled: use_hits reads it
         if cs[r, s, CS_REF] == 0:
             idle += cs[r, s, CS_BLK]
         h += 1
