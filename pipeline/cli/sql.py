@@ -158,7 +158,7 @@ def sql(
     config_file: Path | None,
 ) -> None:
     """Run a read-only SQL query against the warehouse views (requests, quarantine,
-    runs, sim_requests, sim_steps, scenarios).
+    runs, sim_requests, sim_steps, scenarios, capacity_search).
 
     The queries in sql/ take parameters as DuckDB variables: pass them with
     --param, or leave them out for the defaults their header names. Statements
