@@ -9,7 +9,9 @@
 --          hit_tokens, hit_rate (hit_tokens / query_tokens: weighted by tokens over
 --          every replica and step, never an average of per-replica rates; null when the
 --          scenario made no lookups), prompt_tokens, cached_tokens, cached_share
---          (cached_tokens / prompt_tokens over the scenario's requests)
+--          (cached_tokens / prompt_tokens over the scenario's requests), bridging (how
+--          the trace's hash blocks map onto the engine's KV blocks when their sizes
+--          differ; null when they do not)
 WITH run AS (
     SELECT coalesce(getvariable('run_id')::VARCHAR, (SELECT max(run_id) FROM scenarios)) AS run_id
 ),
@@ -43,7 +45,9 @@ SELECT
     l.hit_tokens / nullif(l.query_tokens, 0)              AS hit_rate,
     coalesce(v.prompt_tokens, 0)                          AS prompt_tokens,
     coalesce(v.cached_tokens, 0)                          AS cached_tokens,
-    v.cached_tokens / nullif(v.prompt_tokens, 0)          AS cached_share
+    v.cached_tokens / nullif(v.prompt_tokens, 0)          AS cached_share,
+    CASE WHEN (s.summary_json ->> 'prefix_bridged') = 'true'
+         THEN s.summary_json ->> 'prefix_bridging' END   AS bridging
 FROM scenarios AS s
 LEFT JOIN lookups AS l USING (scenario)
 LEFT JOIN served AS v USING (scenario)

@@ -42,8 +42,23 @@ def format_run(run: ScenarioRun) -> str:
             f"preemptions {s['num_preemptions']:,}   KV peak {s['kv_peak_usage']:.1%} "
             f"({s['kv_peak_blocks']:,} of {s['num_kv_blocks']:,} blocks)   "
             f"{s['num_steps']:,} steps, simulated in {run.sim_s:.2f} s",
+            *_prefix_lines(s),
         ]
     )
+
+
+def _prefix_lines(s: dict[str, Any]) -> list[str]:
+    """The prefix-cache line, when the scenario looked anything up."""
+    if not s.get("prefix_query_tokens"):
+        return []
+    lines = [
+        f"  prefix cache: token hit rate {s['prefix_token_hit_rate']:.1%}, request hit rate "
+        f"{s['prefix_request_hit_rate'] or 0:.1%}, evicted {s['prefix_evicted_blocks']:,} "
+        "cache units"
+    ]
+    if s.get("prefix_bridged"):
+        lines.append(f"  note: {s['prefix_bridging']}")
+    return lines
 
 
 def result_dict(result: ReplayResult, warehouse: Path) -> dict[str, Any]:
@@ -140,7 +155,12 @@ def _parse_sets(pairs: tuple[str, ...]) -> dict[str, Any]:
     default=None,
     help="Share of GPU memory for weights + KV [default: 0.9].",
 )
-@click.option("--block-size", type=int, default=None, help="Tokens per KV block [default: 16].")
+@click.option(
+    "--block-size",
+    type=int,
+    default=None,
+    help="Tokens per KV block [default: 16; 1 for sglang and tgi].",
+)
 @click.option("--max-num-seqs", type=int, default=None, help="vllm, orca, sarathi.")
 @click.option("--max-num-batched-tokens", type=int, default=None, help="vllm token budget.")
 @click.option(
@@ -177,7 +197,8 @@ def replay_command(
 
     Scenarios come from TOML files (--scenario, repeatable) and/or flags
     (flags override every file; without files the flags make one scenario).
-    Policies: static, orca, vllm, sarathi; see docs/replay.md for every key.
+    Policies: static, orca, vllm, sarathi, sglang, tgi; see docs/replay.md for
+    every key.
     Prints per scenario: throughput, TTFT and TPOT percentiles, queue depth,
     preemptions and KV peak usage.
 
