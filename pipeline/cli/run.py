@@ -79,7 +79,7 @@ def run(
             click.echo("nothing to replay: no requests landed", err=True)
         click.echo(f"results: {wh.resolve()}")
         if job.report:
-            click.echo(f"report: {job.report}")
+            click.echo(f"report: {job.report.resolve()}")
         click.echo(f'query them: cd {wh} && duckdb -cmd ".read {SQL_DIR / "views.sql"}"')
     if not job.ok:
         raise SystemExit(1)
