@@ -21,9 +21,8 @@ from pipeline.capacity import (
 from pipeline.cli import options as opt
 from pipeline.cli.sweep import number, render_table, seconds
 from pipeline.config import load_config, warehouse_path
-from pipeline.errors import ScenarioError
 from pipeline.sim.policies import POLICIES
-from pipeline.sim.scenario import parse_value, read_scenario_file
+from pipeline.sim.scenario import read_scenario_file
 from pipeline.slo import Slo, parse_slos
 
 
@@ -120,16 +119,6 @@ def result_dict(result: CapacityResult, warehouse: Path) -> dict[str, Any]:
     }
 
 
-def _parse_sets(pairs: tuple[str, ...]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise ScenarioError(f"--set {pair!r}: expected KEY=VALUE, e.g. --set watermark=0.01")
-        out[key.strip()] = parse_value(value.strip())
-    return out
-
-
 def _specs(
     file_specs: list[SearchSpec],
     kinds: tuple[str, ...],
@@ -158,17 +147,7 @@ def _specs(
 )
 @opt.warehouse
 @opt.config_file
-@click.option(
-    "--requests",
-    "requests_file",
-    type=click.Path(dir_okay=False, exists=True, path_type=Path),
-    default=None,
-    help="Use one requests Parquet file instead of the warehouse.",
-)
-@click.option(
-    "--from", "date_from", type=click.DateTime(["%Y-%m-%d"]), default=None, help="First day."
-)
-@click.option("--to", "date_to", type=click.DateTime(["%Y-%m-%d"]), default=None, help="Last day.")
+@opt.requests_selection
 @click.option(
     "--slo",
     "slo_items",
@@ -272,7 +251,7 @@ def capacity_command(
         base.update(file_base)
     if scenario_file is not None:
         base.update(read_scenario_file(scenario_file))
-    flags = {"policy": policy, "profile": profile, **_parse_sets(sets)}
+    flags = {"policy": policy, "profile": profile, **opt.parse_sets(sets)}
     base.update({k: v for k, v in flags.items() if v is not None})
     slos = {s.key: s for s in file_slos}
     slos.update({s.key: s for s in parse_slos(slo_items)})

@@ -32,6 +32,45 @@ def config_file(f: F) -> F:
     )(f)
 
 
+def requests_selection(f: F) -> F:
+    """--requests FILE, or --from/--to days of the warehouse: which requests to replay."""
+    f = click.option(
+        "--to",
+        "date_to",
+        type=click.DateTime(["%Y-%m-%d"]),
+        default=None,
+        help="Last request day (UTC, inclusive).",
+    )(f)
+    f = click.option(
+        "--from",
+        "date_from",
+        type=click.DateTime(["%Y-%m-%d"]),
+        default=None,
+        help="First request day (UTC, inclusive).",
+    )(f)
+    return click.option(
+        "--requests",
+        "requests_file",
+        type=click.Path(dir_okay=False, exists=True, path_type=Path),
+        default=None,
+        help="Replay one requests Parquet file instead of the warehouse.",
+    )(f)
+
+
+def parse_sets(pairs: tuple[str, ...]) -> dict[str, Any]:
+    """--set KEY=VALUE pairs as a dict, values read as TOML (numbers, booleans, strings)."""
+    from pipeline.errors import ScenarioError
+    from pipeline.sim.scenario import parse_value
+
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ScenarioError(f"--set {pair!r}: expected KEY=VALUE, e.g. --set watermark=0.01")
+        out[key.strip()] = parse_value(value.strip())
+    return out
+
+
 def output(f: F) -> F:
     f = click.option("--quiet", "-q", is_flag=True, help="No progress bar, summary only.")(f)
     f = click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")(f)

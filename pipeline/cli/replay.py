@@ -11,12 +11,11 @@ import click
 
 from pipeline.cli import options as opt
 from pipeline.config import load_config, warehouse_path
-from pipeline.errors import ScenarioError
 from pipeline.sim.policies import POLICIES
 from pipeline.sim.replay import ReplayResult, ScenarioRun
 from pipeline.sim.replay import replay as replay_requests
 from pipeline.sim.routing import ROUTERS
-from pipeline.sim.scenario import ARRIVALS, parse_value, resolve_scenarios
+from pipeline.sim.scenario import ARRIVALS, resolve_scenarios
 
 
 def _fmt(x: float | None, unit: str = "s", scale: float = 1.0, digits: int = 3) -> str:
@@ -74,40 +73,10 @@ def result_dict(result: ReplayResult, warehouse: Path) -> dict[str, Any]:
     }
 
 
-def _parse_sets(pairs: tuple[str, ...]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise ScenarioError(f"--set {pair!r}: expected KEY=VALUE, e.g. --set watermark=0.01")
-        out[key.strip()] = parse_value(value.strip())
-    return out
-
-
 @click.command(name="replay")
 @opt.warehouse
 @opt.config_file
-@click.option(
-    "--requests",
-    "requests_file",
-    type=click.Path(dir_okay=False, exists=True, path_type=Path),
-    default=None,
-    help="Replay one requests Parquet file instead of the warehouse.",
-)
-@click.option(
-    "--from",
-    "date_from",
-    type=click.DateTime(["%Y-%m-%d"]),
-    default=None,
-    help="First request day (UTC, inclusive).",
-)
-@click.option(
-    "--to",
-    "date_to",
-    type=click.DateTime(["%Y-%m-%d"]),
-    default=None,
-    help="Last request day (UTC, inclusive).",
-)
+@opt.requests_selection
 @click.option(
     "--scenario",
     "scenario_files",
@@ -211,7 +180,7 @@ def replay_command(
     """
     cfg = load_config(config_file)
     wh = warehouse_path(str(warehouse) if warehouse else None, cfg)
-    values = {**flags, **_parse_sets(sets)}
+    values = {**flags, **opt.parse_sets(sets)}
     scenarios = resolve_scenarios(
         list(scenario_files), values, defaults=dict(cfg.sections.get("replay", {}))
     )

@@ -109,17 +109,7 @@ def result_dict(result: SweepResult, warehouse: Path) -> dict[str, Any]:
 @click.argument("grid_file", type=click.Path(dir_okay=False, exists=True, path_type=Path))
 @opt.warehouse
 @opt.config_file
-@click.option(
-    "--requests",
-    "requests_file",
-    type=click.Path(dir_okay=False, exists=True, path_type=Path),
-    default=None,
-    help="Replay one requests Parquet file instead of the warehouse.",
-)
-@click.option(
-    "--from", "date_from", type=click.DateTime(["%Y-%m-%d"]), default=None, help="First day."
-)
-@click.option("--to", "date_to", type=click.DateTime(["%Y-%m-%d"]), default=None, help="Last day.")
+@opt.requests_selection
 @click.option(
     "--jobs",
     "-j",
