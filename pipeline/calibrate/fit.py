@@ -78,7 +78,7 @@ COEFFICIENTS = (
 PRIOR_SCALE = {"seq_s": 1e-4, "flop_tokens_half": 64.0, "overlap": 1.0}
 # Coefficients that are not times (they are not scaled by the starting time ratio).
 NOT_TIMES = ("flop_tokens_half", "overlap")
-REGULARISATION = 0.001
+REGULARISATION = 0.0001
 LOSS = "soft_l1"
 LOSS_SCALE = 0.05  # relative error at which the robust loss turns linear
 

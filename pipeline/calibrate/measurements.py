@@ -222,25 +222,20 @@ def read_measurements(path: Path | str) -> Measurements:
 
 
 def _check_value(col: Column, raw: str | None, v: float, empty: bool, prefill: bool) -> str:
-    """What is wrong with one cell ('' when nothing)."""
+    """What is wrong with one cell (a row the vectorised check flagged)."""
+    shown = (raw or "").strip()
     if empty:
         return f"{col.name} is empty; give a number"
     if math.isnan(v):
-        return f"{raw.strip() if raw else raw!r} is not a number; give a number"
+        return f"{shown!r} is not a number; give a number"
     if not math.isfinite(v):
-        return f"{col.name} is {raw.strip() if raw else raw}; give a finite number"
+        return f"{col.name} is {shown}; give a finite number"
     if col.kind == "time":
-        if v <= 0:
-            return f"time_ms must be > 0, got {raw.strip() if raw else v}; drop the row or fix it"
-        return ""
+        return f"time_ms must be > 0, got {shown}; fix the row or drop it"
     if v != int(v):
-        return f"{col.name} must be a whole number, got {raw.strip() if raw else v}"
-    minimum = col.minimum
+        return f"{col.name} must be a whole number, got {shown}"
+    if v < 0:
+        return f"{col.name} is a negative count ({shown}); counts are >= 0"
     if col.name == "prompt_tokens" and prefill:
-        minimum = 1
-    if v < minimum:
-        if v < 0:
-            return f"{col.name} must be >= {minimum:g}, got a negative count {v:g}"
-        hint = " for a prefill row" if col.name == "prompt_tokens" else ""
-        return f"{col.name} must be >= {minimum:g}{hint}, got {v:g}"
-    return ""
+        return f"prompt_tokens must be >= 1 in a prefill row, got {shown}"
+    return f"{col.name} must be >= {col.minimum:g}, got {shown}"

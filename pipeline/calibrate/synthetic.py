@@ -80,7 +80,7 @@ def table_truth_s(frame: pl.DataFrame) -> F64:
     pre = (frame["phase"] == "prefill").to_numpy()
     tokens = b * p
     tok_pts = np.log([64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384])
-    us_per_tok = np.log([520.0, 300.0, 165.0, 98.0, 70.0, 58.0, 54.0, 52.5, 52.0])
+    us_per_tok = np.log([300.0, 170.0, 105.0, 75.0, 62.0, 56.0, 53.0, 52.0, 51.5])
     per_tok = np.exp(np.interp(np.log(np.maximum(tokens, 1)), tok_pts, us_per_tok)) * 1e-6
     attn = 1.6e-9 * b * (p * c + p * p / 2)
     prefill = 0.012 + tokens * per_tok + attn + 5e-4 * b
