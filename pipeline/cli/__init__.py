@@ -23,6 +23,7 @@ COMMANDS = {
     "calibrate": "pipeline.cli.calibrate:calibrate",
     "capacity": "pipeline.cli.capacity:capacity",
     "ingest": "pipeline.cli.ingest:ingest",
+    "profile": "pipeline.cli.profile:profile",
     "replay": "pipeline.cli.replay:replay",
     "report": "pipeline.cli.report:report",
     "run": "pipeline.cli.run:run",

@@ -127,9 +127,9 @@ class StepCost:
         return self.step_s(batch * t, batch * pairs, batch, 0, 0)
 
     def decode_step_s(self, batch: int, context_tokens: int) -> float:
-        """One decode step of ``batch`` sequences of ``context_tokens`` tokens each (the
-        token computed this step reads context_tokens + 1 KV tokens, itself included)."""
-        return self.step_s(0, 0, batch, batch, batch * (context_tokens + 1))
+        """One decode step of ``batch`` sequences, each reading ``context_tokens`` KV tokens
+        (as a measurements file's decode row says it)."""
+        return self.step_s(0, 0, batch, batch, batch * context_tokens)
 
     def to_dict(self) -> dict[str, float]:
         return asdict(self)

@@ -22,14 +22,19 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import ScenarioError
+from pipeline.errors import ConfigError, ScenarioError
 from pipeline.sim.cost_model import COST_MODEL_VERSION, StepCost
 
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
 PROFILE_DIR = Path(__file__).with_name("profiles")
 DEFAULT_PROFILE = "llama-3-8b_h100-80gb_tp1"
 
-# (model, tensor parallel degrees); every entry is generated for every GPU in _gpus.json.
+# GPUs the shipped profiles are generated for (_gpus.json has more, for `profile new`).
+PROFILE_GPUS: tuple[str, ...] = ("a100-80gb", "h100-80gb", "h200")
+# Other names a GPU is known by.
+GPU_ALIASES = {"h100-sxm": "h100-80gb"}
+
+# (model, tensor parallel degrees); every entry is generated for every GPU in PROFILE_GPUS.
 # NOTE: llama-3-70b at tp1 does not fit in 80 GB (141 GB of weights): the profile exists so
 # that its step time can be compared, and Profile.num_gpu_blocks raises for it.
 PROFILE_MATRIX: tuple[tuple[str, tuple[int, ...]], ...] = (
@@ -42,7 +47,12 @@ PROFILE_MATRIX: tuple[tuple[str, tuple[int, ...]], ...] = (
 
 @dataclass(frozen=True)
 class ModelShape:
-    """A dense decoder-only transformer with gated (SwiGLU) MLP and RMSNorm."""
+    """A decoder-only transformer with gated (SwiGLU / GeGLU) MLP and RMSNorm.
+
+    Dense when ``num_experts`` is 0; otherwise every layer's MLP is a mixture of experts:
+    a router, ``num_experts`` experts of width ``moe_intermediate_size`` of which
+    ``num_experts_per_tok`` run per token, and optionally one always-on shared expert.
+    """
 
     name: str
     num_layers: int
@@ -57,6 +67,13 @@ class ModelShape:
     tie_word_embeddings: bool  # lm head shares the embedding matrix
     attention_bias: bool  # q, k, v projections carry a bias (Qwen2)
     source: str
+    num_experts: int = 0  # routed experts per layer; 0 = dense MLP
+    num_experts_per_tok: int = 0  # experts each token runs
+    moe_intermediate_size: int = 0  # width of one routed expert
+    shared_expert_intermediate_size: int = 0  # always-on shared expert (Qwen2-MoE); 0 = none
+    norms_per_layer: int = 2  # RMSNorm weight vectors per layer (Gemma-2: 4)
+    qk_norm: bool = False  # per-head RMSNorm on q and k (Qwen3)
+    kv_dtype_bytes: int = 0  # bytes per KV-cache element; 0 = dtype_bytes
 
     @property
     def q_dim(self) -> int:
@@ -67,17 +84,51 @@ class ModelShape:
         return self.num_kv_heads * self.head_dim
 
     @property
-    def params_per_layer(self) -> int:
+    def kv_bytes(self) -> int:
+        return self.kv_dtype_bytes or self.dtype_bytes
+
+    def _layer_params(self, experts: int) -> int:
         h = self.hidden_size
         attn = h * self.q_dim + 2 * h * self.kv_dim + self.q_dim * h
         if self.attention_bias:
             attn += self.q_dim + 2 * self.kv_dim
-        return attn + 3 * h * self.intermediate_size + 2 * h  # + two RMSNorm weights
+        if self.qk_norm:
+            attn += 2 * self.head_dim
+        if self.num_experts:
+            mlp = h * self.num_experts + experts * 3 * h * self.moe_intermediate_size
+            if self.shared_expert_intermediate_size:  # shared expert and its 1-wide gate
+                mlp += 3 * h * self.shared_expert_intermediate_size + h
+        else:
+            mlp = 3 * h * self.intermediate_size
+        return attn + mlp + self.norms_per_layer * h
+
+    @property
+    def mlp_active_width(self) -> int:
+        """MLP intermediate width one token computes (routed experts plus shared expert)."""
+        if not self.num_experts:
+            return self.intermediate_size
+        routed = self.num_experts_per_tok * self.moe_intermediate_size
+        return routed + self.shared_expert_intermediate_size
+
+    @property
+    def params_per_layer(self) -> int:
+        """Resident parameters of one layer (every expert)."""
+        return self._layer_params(self.num_experts)
+
+    @property
+    def active_params_per_layer(self) -> int:
+        """Parameters one token computes with in one layer (its routed experts only)."""
+        return self._layer_params(self.num_experts_per_tok)
 
     @property
     def params_nonembedding(self) -> int:
         """Transformer layers plus the final norm; no embedding table, no lm head."""
         return self.num_layers * self.params_per_layer + self.hidden_size
+
+    @property
+    def active_params_nonembedding(self) -> int:
+        """Like params_nonembedding, counting only the experts a token runs (MoE)."""
+        return self.num_layers * self.active_params_per_layer + self.hidden_size
 
     @property
     def params_lm_head(self) -> int:
@@ -98,8 +149,9 @@ class GpuSpec:
     peak_flops: float  # dense bf16 tensor-core FLOP/s
     hbm_bytes_per_s: float  # memory bandwidth
     memory_bytes: int  # memory capacity as the driver reports it
-    nvlink_bytes_per_s: float  # NVLink bandwidth per GPU, one direction
+    nvlink_bytes_per_s: float  # GPU-to-GPU bandwidth per GPU, one direction (NVLink, else PCIe)
     source: str
+    peak_flops_fp8: float = 0.0  # dense fp8 tensor-core FLOP/s; 0 = no fp8 tensor cores
 
 
 @dataclass(frozen=True)
@@ -113,6 +165,12 @@ class Efficiency:
     step_overhead_s: float  # per step: scheduling, input preparation, sampling
     layer_overhead_s: float  # per layer per step: small kernels, launch gaps, tails
     allreduce_latency_s: float  # per all-reduce, independent of its size (tp > 1 only)
+    gemm_half_tokens: float  # tokens per step at which the linear layers reach half eff.
+    attention_efficiency: float  # achieved / peak FLOP/s of the attention kernels
+    overlap: float  # share of min(compute, memory) that does not hide behind the max
+    seq_overhead_s: float  # per sequence per step: scheduling, sampling, detokenizing
+    seq_layer_overhead_s: float  # per sequence per layer: per-request attention work
+    allreduce_hop_latency_s: float  # per ring hop of an all-reduce: 2 (tp - 1) hops
     runtime_reserve_bytes: int  # per GPU: CUDA context, workspaces, CUDA graphs, NCCL
     activation_profile_tokens: int  # tokens of the engine's memory-profiling forward pass
     activation_profile_seqs: int  # sequences whose logits that pass keeps
@@ -143,7 +201,7 @@ def kv_bytes_per_token(model: ModelShape, tp: int) -> int:
     replicates heads so that every rank holds one.
     """
     kv_heads = max(model.num_kv_heads, tp)
-    return 2 * model.num_layers * kv_heads * model.head_dim * model.dtype_bytes
+    return 2 * model.num_layers * kv_heads * model.head_dim * model.kv_bytes
 
 
 def weight_bytes(model: ModelShape) -> int:
@@ -162,7 +220,7 @@ def activation_bytes_per_token(model: ModelShape, tp: int) -> int:
     per_layer = (
         10 * model.hidden_size
         + 2 * (model.q_dim + 2 * model.kv_dim) // tp
-        + 6 * model.intermediate_size // tp
+        + 6 * model.mlp_active_width // tp
     )
     kv_write = kv_bytes_per_token(model, tp) // tp
     return model.num_layers * per_layer * model.dtype_bytes + kv_write
@@ -178,60 +236,94 @@ def reserve_bytes_per_gpu(model: ModelShape, tp: int, eff: Efficiency) -> int:
     ``activation_profile_seqs`` sequences. This mirrors how vLLM sizes its KV cache.
     """
     tokens = eff.activation_profile_tokens
-    per_token = (3 * model.intermediate_size // tp + 4 * model.hidden_size) * model.dtype_bytes
+    per_token = (3 * model.mlp_active_width // tp + 4 * model.hidden_size) * model.dtype_bytes
     logits = eff.activation_profile_seqs * (model.vocab_size // tp) * 4
     return eff.runtime_reserve_bytes + tokens * per_token + logits
 
 
+def peak_flops(model: ModelShape, gpu: GpuSpec) -> float:
+    """Dense tensor-core FLOP/s the model's matmuls run at: fp8 when its weights are fp8 and
+    the GPU has fp8 tensor cores, else bf16 (fp8 weights are then dequantized on the fly)."""
+    if model.dtype_bytes == 1 and gpu.peak_flops_fp8 > 0:
+        return gpu.peak_flops_fp8
+    return gpu.peak_flops
+
+
+def allreduce_latency_s(eff: Efficiency, tp: int) -> float:
+    """Size-independent latency of one all-reduce over tp GPUs: a base plus one hop latency
+    per step of a ring all-reduce (2 (tp - 1) steps); 0 at tp 1."""
+    if tp <= 1:
+        return 0.0
+    return eff.allreduce_latency_s + eff.allreduce_hop_latency_s * 2 * (tp - 1)
+
+
 def derive_step_cost(model: ModelShape, gpu: GpuSpec, tp: int, eff: Efficiency) -> StepCost:
-    """The StepCost coefficients of ``model`` on ``tp`` GPUs of kind ``gpu``.
+    """The StepCost coefficients (cost model v2) of ``model`` on ``tp`` GPUs of kind ``gpu``.
 
-    With peak = gpu.peak_flops, bw = gpu.hbm_bytes_per_s, link = gpu.nvlink_bytes_per_s:
+    With peak = peak_flops(model, gpu), bw = gpu.hbm_bytes_per_s, link =
+    gpu.nvlink_bytes_per_s, and for an MoE model the *active* parameters (router, the
+    experts a token runs, the shared expert) in compute but *every* expert in memory:
 
-    flop_s_per_token   = 2 * (params_nonembedding + params_lm_head) / (tp * peak * eff_c)
+    flop_s_per_token   = 2 * (active_params_nonembedding + params_lm_head) / (tp peak eff_c)
                          two FLOP per weight per token; every layer and the lm head
-    flop_s_per_attn    = 4 * layers * num_heads * head_dim / (tp * peak * eff_c)
-                         QK^T and AV: 2 * head_dim FLOP each, per head, per (query, key) pair
+    flop_tokens_half   = gemm_half_tokens: efficiency(T) = T / (T + half) for T tokens
+    flop_s_per_attn    = 4 * layers * num_heads * head_dim / (tp * peak * eff_attn)
+                         QK^T and AV: 2 * head_dim FLOP each, per head, per (query, key) pair,
+                         at the attention kernels' own efficiency
     mem_s_weights      = (params_nonembedding + params_lm_head) * dtype / (tp * bw * eff_m)
                          every weight read once per step (the embedding table is gathered by
                          row, which is negligible)
     mem_s_per_kv_token = kv_bytes_per_token / (tp * bw * eff_m)
     mem_s_per_token    = activation_bytes_per_token / (bw * eff_m)   (already per rank)
     fixed_s            = step_overhead_s + layers * layer_overhead_s
-    comm_s_fixed       = 2 * layers * allreduce_latency_s                     (0 at tp 1)
+    seq_s              = seq_overhead_s + layers * seq_layer_overhead_s
+    comm_s_fixed       = 2 * layers * (allreduce_latency_s + allreduce_hop_latency_s
+                         * 2 (tp - 1))                                       (0 at tp 1)
     comm_s_per_token   = 2 * layers * hidden * dtype * 2 (tp - 1) / tp / (link * eff_link)
                          two all-reduces per layer (after attention and after the MLP) of
                          one hidden vector per token; a ring all-reduce moves 2 (tp - 1) / tp
                          of the buffer over each GPU's link
+    overlap            = overlap
 
     Raises:
-        ValueError: tp < 1, or a non-positive efficiency.
+        ValueError: tp < 1, or an efficiency out of range.
     """
     if tp < 1:
         raise ValueError(f"tensor parallel degree must be >= 1, got {tp}")
-    for f in ("compute_efficiency", "memory_efficiency", "link_efficiency"):
+    for f in ("compute_efficiency", "memory_efficiency", "link_efficiency", "attention_efficiency"):
         if not 0 < getattr(eff, f) <= 1:
             raise ValueError(f"{eff.name}: {f} must be in (0, 1], got {getattr(eff, f)}")
-    flops = tp * gpu.peak_flops * eff.compute_efficiency
+    if not 0 <= eff.overlap <= 1:
+        raise ValueError(f"{eff.name}: overlap must be in [0, 1], got {eff.overlap}")
+    peak = tp * peak_flops(model, gpu)
+    flops = peak * eff.compute_efficiency
     bandwidth = gpu.hbm_bytes_per_s * eff.memory_efficiency
     matmul_params = model.params_nonembedding + model.params_lm_head
+    active_params = model.active_params_nonembedding + model.params_lm_head
     layers = model.num_layers
     if tp > 1:
         ring = 2 * (tp - 1) / tp
         per_token_bytes = 2 * layers * model.hidden_size * model.dtype_bytes * ring
-        comm_fixed = 2 * layers * eff.allreduce_latency_s
+        comm_fixed = 2 * layers * allreduce_latency_s(eff, tp)
         comm_per_token = per_token_bytes / (gpu.nvlink_bytes_per_s * eff.link_efficiency)
     else:
         comm_fixed = comm_per_token = 0.0
     return StepCost(
         fixed_s=eff.step_overhead_s + layers * eff.layer_overhead_s,
-        flop_s_per_token=2 * matmul_params / flops,
-        flop_s_per_attn=4 * layers * model.num_heads * model.head_dim / flops,
+        flop_s_per_token=2 * active_params / flops,
+        flop_s_per_attn=4
+        * layers
+        * model.num_heads
+        * model.head_dim
+        / (peak * eff.attention_efficiency),
         mem_s_weights=matmul_params * model.dtype_bytes / (tp * bandwidth),
         mem_s_per_kv_token=kv_bytes_per_token(model, tp) / (tp * bandwidth),
         mem_s_per_token=activation_bytes_per_token(model, tp) / bandwidth,
         comm_s_fixed=comm_fixed,
         comm_s_per_token=comm_per_token,
+        seq_s=eff.seq_overhead_s + layers * eff.seq_layer_overhead_s,
+        flop_tokens_half=eff.gemm_half_tokens,
+        overlap=eff.overlap,
     )
 
 
@@ -243,22 +335,22 @@ def _without_name(obj: ModelShape | GpuSpec | Efficiency) -> dict[str, Any]:
     return {f.name: getattr(obj, f.name) for f in fields(obj) if f.name != "name"}
 
 
-def build_profile(model_name: str, gpu_name: str, tp: int) -> dict[str, Any]:
+def profile_dict(
+    model: ModelShape,
+    gpu: GpuSpec,
+    tp: int,
+    eff: Efficiency,
+    name: str,
+    provenance: dict[str, Any],
+) -> dict[str, Any]:
     """The JSON object of one analytic profile: inputs, coefficients, memory, provenance."""
-    model = load_models()[model_name]
-    gpu = load_gpus()[gpu_name]
-    eff = load_efficiencies()[gpu_name]
     cost = derive_step_cost(model, gpu, tp, eff)
     return {
-        "name": profile_name(model_name, gpu_name, tp),
+        "name": name,
         "cost_model_version": COST_MODEL_VERSION,
-        "provenance": {
-            "method": "analytic roofline",
-            "generator": "pipeline.sim.profiles",
-            "generator_version": GENERATOR_VERSION,
-        },
-        "model": {"name": model_name, **_without_name(model)},
-        "gpu": {"name": gpu_name, **_without_name(gpu)},
+        "provenance": provenance,
+        "model": {"name": model.name, **_without_name(model)},
+        "gpu": {"name": gpu.name, **_without_name(gpu)},
         "tensor_parallel": tp,
         "efficiency": _without_name(eff),
         "coefficients": cost.to_dict(),
@@ -272,15 +364,33 @@ def build_profile(model_name: str, gpu_name: str, tp: int) -> dict[str, Any]:
         "derived": {
             "params_total": model.params_total,
             "params_nonembedding": model.params_nonembedding,
-            "flop_per_token": 2 * (model.params_nonembedding + model.params_lm_head),
+            "active_params_nonembedding": model.active_params_nonembedding,
+            "flop_per_token": 2 * (model.active_params_nonembedding + model.params_lm_head),
         },
     }
+
+
+def build_profile(model_name: str, gpu_name: str, tp: int) -> dict[str, Any]:
+    """A shipped profile: a model of _models.json on a GPU of _gpus.json."""
+    provenance = {
+        "method": "analytic roofline",
+        "generator": "pipeline.sim.profiles",
+        "generator_version": GENERATOR_VERSION,
+    }
+    return profile_dict(
+        load_models()[model_name],
+        load_gpus()[gpu_name],
+        tp,
+        load_efficiencies()[gpu_name],
+        profile_name(model_name, gpu_name, tp),
+        provenance,
+    )
 
 
 def expected_profiles() -> dict[str, dict[str, Any]]:
     """Every profile of PROFILE_MATRIX on every GPU, by name."""
     out = {}
-    for gpu_name in load_gpus():
+    for gpu_name in PROFILE_GPUS:
         for model_name, tps in PROFILE_MATRIX:
             for tp in tps:
                 profile = build_profile(model_name, gpu_name, tp)
@@ -305,6 +415,117 @@ def generate_profiles(out_dir: Path = PROFILE_DIR) -> list[Path]:
         path.write_text(render(profile))
         written.append(path)
     return written
+
+
+def read_json_object(path: Path) -> dict[str, Any]:
+    """A JSON file holding one object.
+
+    Raises:
+        ConfigError: unreadable, not JSON (the line is named) or not an object.
+    """
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from exc
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: not a JSON object")
+    return data
+
+
+def resolve_gpu(name: str) -> tuple[GpuSpec, Efficiency]:
+    """A GPU of the built-in table (_gpus.json) by name or alias, with its efficiencies.
+
+    Raises:
+        ConfigError: unknown name (the message lists the known ones).
+    """
+    key = GPU_ALIASES.get(name, name)
+    gpus = load_gpus()
+    if key not in gpus:
+        known = sorted([*gpus, *GPU_ALIASES])
+        raise ConfigError(
+            f"--gpu {name!r}: unknown GPU; built in: {', '.join(known)} "
+            "(or describe yours with --gpu-spec FILE.json)"
+        )
+    return gpus[key], load_efficiencies()[key]
+
+
+def read_gpu_spec(path: Path, name: str | None = None) -> tuple[GpuSpec, Efficiency]:
+    """A GPU described in a JSON file: the GpuSpec fields (peak_flops, hbm_bytes_per_s,
+    memory_bytes, nvlink_bytes_per_s; optional peak_flops_fp8, name, source), plus optional
+    ``like`` (a built-in GPU whose efficiencies to start from; default h100-80gb) and
+    ``efficiency`` (an object overriding some of them).
+
+    Raises:
+        ConfigError: unreadable file, bad JSON, a missing, unknown or non-numeric key.
+    """
+    path = Path(path)
+    data = read_json_object(path)
+    spec_keys = {f.name for f in fields(GpuSpec)}
+    required = ("peak_flops", "hbm_bytes_per_s", "memory_bytes", "nvlink_bytes_per_s")
+    for key in required:
+        if key not in data:
+            raise ConfigError(f"{path}: missing key {key!r} (needs {', '.join(required)})")
+    unknown = sorted(set(data) - spec_keys - {"like", "efficiency"})
+    if unknown:
+        raise ConfigError(
+            f"{path}: unknown key {unknown[0]!r}; allowed: "
+            + ", ".join(sorted(spec_keys | {"like", "efficiency"}))
+        )
+    for key in (*required, "peak_flops_fp8"):
+        value = data.get(key, 0)
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+            raise ConfigError(f"{path}: key {key!r} must be a number >= 0, got {value!r}")
+    gpu_name = str(name or data.get("name") or path.stem)
+    gpu = GpuSpec(
+        name=gpu_name,
+        peak_flops=float(data["peak_flops"]),
+        hbm_bytes_per_s=float(data["hbm_bytes_per_s"]),
+        memory_bytes=int(data["memory_bytes"]),
+        nvlink_bytes_per_s=float(data["nvlink_bytes_per_s"]),
+        peak_flops_fp8=float(data.get("peak_flops_fp8", 0.0)),
+        source=str(data.get("source", f"user GPU spec {path.name}")),
+    )
+    _, base = resolve_gpu(str(data.get("like", "h100-80gb")))
+    overrides = data.get("efficiency", {})
+    eff_keys = {f.name for f in fields(Efficiency)} - {"name"}
+    if not isinstance(overrides, dict) or set(overrides) - eff_keys:
+        raise ConfigError(f"{path}: efficiency must be an object of: {', '.join(sorted(eff_keys))}")
+    values = {**_without_name(base), **overrides}
+    values["source"] = f"{base.source} Overridden by {path.name}: {sorted(overrides) or 'nothing'}."
+    return gpu, Efficiency(name=gpu_name, **values)
+
+
+def new_profile(model: ModelShape, gpu: GpuSpec, eff: Efficiency, tp: int) -> dict[str, Any]:
+    """An analytic v2 profile for any model shape on any GPU (``tracereplay profile new``)."""
+    provenance = {
+        "method": "analytic roofline",
+        "generator": "tracereplay profile new",
+        "generator_version": GENERATOR_VERSION,
+        "model_source": model.source,
+        "gpu_source": gpu.source,
+    }
+    name = profile_name(model.name.replace("/", "_").lower(), gpu.name, tp)
+    return profile_dict(model, gpu, tp, eff, name, provenance)
+
+
+def describe_profiles() -> list[dict[str, Any]]:
+    """One row per shipped profile: name, model, gpu, tp, cost model version, method."""
+    rows = []
+    for name in list_profiles():
+        data = json.loads((PROFILE_DIR / f"{name}.json").read_text())
+        rows.append(
+            {
+                "name": name,
+                "model": data.get("model", {}).get("name", "?"),
+                "gpu": data.get("gpu", {}).get("name", "?"),
+                "tp": data.get("tensor_parallel", "?"),
+                "cost_model_version": data.get("cost_model_version", 1),
+                "method": data.get("provenance", {}).get("method", "?"),
+            }
+        )
+    return rows
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,123 @@
+"""``tracereplay profile``: step-cost profiles: build one for any model and GPU, list shipped."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from pipeline.cli.sweep import render_table
+from pipeline.errors import ConfigError
+from pipeline.sim.cost_model import StepCost
+from pipeline.sim.model_config import DTYPE_BYTES, read_model_config
+from pipeline.sim.profiles import (
+    describe_profiles,
+    new_profile,
+    read_gpu_spec,
+    render,
+    resolve_gpu,
+)
+
+
+@click.group()
+def profile() -> None:
+    """Step-cost profiles: the time an engine step takes for a model on a GPU.
+
+    \b
+    Example:
+      tracereplay profile list
+      tracereplay profile new --model-config config.json --gpu h100-sxm --tp 4 -o my.json
+    """
+
+
+@profile.command("new")
+@click.option(
+    "--model-config",
+    "model_config",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The model's Hugging Face config.json.",
+)
+@click.option(
+    "--gpu", help="A built-in GPU (see the error for the list), or the name of --gpu-spec."
+)
+@click.option(
+    "--gpu-spec",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="A JSON file describing the GPU (peak_flops, hbm_bytes_per_s, ...) instead.",
+)
+@click.option(
+    "--tp", type=click.IntRange(min=1), default=1, show_default=True, help="Tensor parallel GPUs."
+)
+@click.option("--dtype", type=click.Choice(sorted(DTYPE_BYTES)), default="bf16", show_default=True)
+@click.option(
+    "--kv-dtype", type=click.Choice(sorted(DTYPE_BYTES)), help="KV cache dtype [default: --dtype]."
+)
+@click.option(
+    "--max-model-len", type=click.IntRange(min=1), help="[default: max_position_embeddings]"
+)
+@click.option("--name", help="Model name in the profile [default: the config's directory name].")
+@click.option(
+    "-o",
+    "--output",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Profile JSON to write.",
+)
+def new(
+    model_config: Path,
+    gpu: str | None,
+    gpu_spec: Path | None,
+    tp: int,
+    dtype: str,
+    kv_dtype: str | None,
+    max_model_len: int | None,
+    name: str | None,
+    output: Path,
+) -> None:
+    """An analytic cost-model-v2 profile for a decoder-only model on a GPU.
+
+    \b
+    Example:
+      tracereplay profile new --model-config Llama-3-70B/config.json \
+        --gpu h100-sxm --tp 4 -o l70.json
+      tracereplay replay ... --profile l70.json
+    """
+    if gpu_spec is not None:
+        spec, eff = read_gpu_spec(gpu_spec, gpu)
+    elif gpu is not None:
+        spec, eff = resolve_gpu(gpu)
+    else:
+        raise ConfigError("give --gpu NAME or --gpu-spec FILE.json")
+    model = read_model_config(model_config, name, dtype, kv_dtype, max_model_len)
+    data = new_profile(model, spec, eff, tp)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(render(data))
+    derived, mem, gib = data["derived"], data["memory"], 2**30
+    click.echo(
+        f"wrote {output}: {data['name']}, {derived['params_total'] / 1e9:.2f}e9 parameters "
+        f"({derived['active_params_nonembedding'] / 1e9:.2f}e9 active non-embedding), "
+        f"weights {mem['weight_bytes'] / gib:.1f} GiB of {mem['gpu_memory_bytes'] / gib:.1f} GiB; "
+        f"decode step (batch 1) {_decode_ms(data['coefficients']):.2f} ms"
+    )
+
+
+def _decode_ms(c: dict[str, float]) -> float:
+    return StepCost.from_dict(c).decode_step_s(1, 1000) * 1e3
+
+
+@profile.command("list")
+def list_() -> None:
+    """The shipped profiles (use a name with --profile).
+
+    \b
+    Example:
+      tracereplay profile list
+    """
+    rows = describe_profiles()
+    headers = ["name", "model", "gpu", "tp", "cost model", "method"]
+    cells = [
+        [r["name"], r["model"], r["gpu"], str(r["tp"]), f"v{r['cost_model_version']}", r["method"]]
+        for r in rows
+    ]
+    click.echo(render_table(headers, cells))
