@@ -5,6 +5,7 @@ Stage data flow:
     replay   REQUESTS     -> SIM_REQUESTS, SIM_STEPS, SCENARIOS, RUNS
     sweep    REQUESTS     -> SIM_REQUESTS, SIM_STEPS, SCENARIOS, RUNS (many scenarios, one run)
     capacity REQUESTS     -> CAPACITY_SEARCH, and what a sweep writes for every probe
+    calibrate REQUESTS    -> CALIBRATION, RUNS (observed against replayed latencies)
     report   all of them  -> one HTML file (through sql/*.sql, read-only)
 
 Column names carry their unit: *_s seconds, *_tokens token counts, num_* counts.
@@ -287,9 +288,43 @@ CAPACITY_SEARCH = _contract(
     partition_by=("run_id",),
 )
 
+CALIBRATION = _contract(
+    "calibration",
+    1,
+    "One row per calibrate-observed run, metric and statistic: observed vs simulated latency.",
+    [
+        _c("run_id", pa.string(), "calibration run (partition)"),
+        _c("scenario", pa.string(), "the production scenario replayed"),
+        _c("profile", pa.string(), "the profile it started from"),
+        _c("calibrated_profile", pa.string(), "the calibrated profile JSON written"),
+        _c("metric", pa.string(), "ttft or tpot"),
+        _c("statistic", pa.string(), "p50, p90 or p99 over the requests"),
+        _c("num_requests", pa.int64(), "requests with both an observed and a simulated value"),
+        _c("observed_s", pa.float64(), "the statistic of the logged latencies"),
+        _c("before_s", pa.float64(), "the statistic simulated with the starting profile"),
+        _c("after_s", pa.float64(), "the statistic simulated with the calibrated profile"),
+        _c("before_error", pa.float64(), "before_s / observed_s - 1"),
+        _c("after_error", pa.float64(), "after_s / observed_s - 1"),
+        _c("scale", pa.float64(), "fitted factor on the metric's side (ttft: prefill)"),
+        _c("iterations", pa.int32(), "replays after the first"),
+    ],
+    nullable={"observed_s", "before_s", "after_s", "before_error", "after_error"},
+    primary_key=("metric", "statistic"),
+    partition_by=("run_id",),
+)
+
 CONTRACTS: dict[str, Contract] = {
     c.name: c
-    for c in (REQUESTS, QUARANTINE, RUNS, SIM_REQUESTS, SIM_STEPS, SCENARIOS, CAPACITY_SEARCH)
+    for c in (
+        REQUESTS,
+        QUARANTINE,
+        RUNS,
+        SIM_REQUESTS,
+        SIM_STEPS,
+        SCENARIOS,
+        CAPACITY_SEARCH,
+        CALIBRATION,
+    )
 }
 
 

@@ -35,3 +35,8 @@ CREATE OR REPLACE VIEW capacity_search AS
 SELECT * FROM read_parquet('capacity_search/*/*.parquet',
     hive_partitioning = true, hive_types = {'run_id': VARCHAR}, union_by_name = true)
 WHERE run_id <> '_empty';
+
+CREATE OR REPLACE VIEW calibration AS
+SELECT * FROM read_parquet('calibration/*/*.parquet',
+    hive_partitioning = true, hive_types = {'run_id': VARCHAR}, union_by_name = true)
+WHERE run_id <> '_empty';

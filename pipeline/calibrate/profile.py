@@ -91,6 +91,21 @@ def check_matches(m: Measurements, profile: dict[str, Any], profile_name: str) -
             )
 
 
+def derived_profile(
+    like: dict[str, Any], name: str, provenance: dict[str, Any], coefficients: dict[str, float]
+) -> dict[str, Any]:
+    """A profile made from ``like``: its model, GPU, memory and other sections, with new
+    coefficients and provenance. The analytic inputs (efficiency) are left out: they no
+    longer produce the numbers."""
+    out: dict[str, Any] = {"name": name, "cost_model_version": COST_MODEL_VERSION}
+    out["provenance"] = provenance
+    for key, value in like.items():
+        if key not in ("name", "provenance", "cost_model_version", "efficiency", "coefficients"):
+            out[key] = value
+    out["coefficients"] = dict(coefficients)
+    return out
+
+
 def calibrated_profile(
     like: dict[str, Any],
     like_name: str,
@@ -98,12 +113,8 @@ def calibrated_profile(
     result: FitResult,
     m: Measurements,
 ) -> dict[str, Any]:
-    """The calibrated profile: the --like profile's model, GPU and memory, new coefficients.
-
-    The analytic inputs (efficiency) are left out: they no longer produce the numbers.
-    """
-    out: dict[str, Any] = {"name": name, "cost_model_version": COST_MODEL_VERSION}
-    out["provenance"] = {
+    """The profile ``calibrate measurements`` writes."""
+    provenance = {
         "method": METHOD,
         "source_file": str(m.path),
         "source_sha256": m.sha256,
@@ -115,11 +126,7 @@ def calibrated_profile(
         "fit_error": result.error_dict(),
         "like_error": {p: e.to_dict() for p, e in result.like_error.items()},
     }
-    for key, value in like.items():
-        if key not in ("name", "provenance", "cost_model_version", "efficiency", "coefficients"):
-            out[key] = value
-    out["coefficients"] = dict(result.coefficients)
-    return out
+    return derived_profile(like, name, provenance, result.coefficients)
 
 
 def write_profile(profile: dict[str, Any], path: Path) -> Path:

@@ -44,6 +44,16 @@ def coefficient_table(start: dict[str, float], fitted: dict[str, float]) -> str:
     return render_table(["coefficient", "like", "fitted", "change"], rows)
 
 
+profile_output = click.option(
+    "-o",
+    "--output",
+    "output",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Where to write the calibrated profile JSON.",
+)
+
+
 @click.group(name="calibrate")
 def calibrate() -> None:
     """Fit a step-cost profile to measured step times or to production latencies."""
@@ -57,14 +67,7 @@ def calibrate() -> None:
     required=True,
     help="Profile to start from (shipped name or JSON path): its model, GPU and memory.",
 )
-@click.option(
-    "-o",
-    "--output",
-    "output",
-    required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Where to write the calibrated profile JSON.",
-)
+@profile_output
 @click.option(
     "--cv",
     "cv",
@@ -114,3 +117,130 @@ def measurements_command(
         click.echo(error_table(columns))
         click.echo(coefficient_table(r.start, r.coefficients))
     click.echo(f"wrote {cal.output}")
+
+
+@calibrate.command(name="observed")
+@opt.warehouse
+@opt.config_file
+@opt.requests_selection
+@click.option(
+    "--scenario",
+    "scenario_file",
+    required=True,
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="The production scenario TOML (policy, caps, replicas, profile).",
+)
+@click.option(
+    "--set",
+    "sets",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override a scenario key (repeatable), e.g. --set max_num_seqs=128.",
+)
+@profile_output
+@click.option(
+    "--iterations",
+    "max_iterations",
+    type=click.IntRange(min=1, max=50),
+    default=12,
+    show_default=True,
+    help="Replays after the first, at most.",
+)
+@opt.output
+def observed_command(
+    warehouse: Path | None,
+    config_file: Path | None,
+    requests_file: Path | None,
+    date_from: Any,
+    date_to: Any,
+    scenario_file: Path,
+    sets: tuple[str, ...],
+    output: Path,
+    max_iterations: int,
+    quiet: bool,
+    as_json: bool,
+) -> None:
+    """Scale the scenario's profile until replayed TTFT and TPOT match the logged ones.
+
+    Replays the requests that carry observed latencies (gateway and OTel logs)
+    at their logged arrival times through the production scenario, and scales
+    the profile's prefill-side terms until the typical observed/simulated TTFT
+    is 1 and its decode-side terms until the typical TPOT ratio is 1. Prints
+    observed against simulated p50/p90/p99 TTFT and TPOT before and after,
+    writes the calibrated profile, and a calibration table (the report's
+    "Simulated vs measured" section).
+
+    Example:
+
+    \b
+        tracereplay calibrate observed --scenario prod.toml \\
+            --from 2024-05-01 --to 2024-05-07 -o prod-calibrated.json
+    """
+    from pipeline.calibrate.observed import calibrate_observed, statistics
+    from pipeline.config import load_config, warehouse_path
+    from pipeline.sim.profiles import DEFAULT_PROFILE
+    from pipeline.sim.scenario import read_scenario_file, resolve_scenarios
+
+    cfg = load_config(config_file)
+    wh = warehouse_path(str(warehouse) if warehouse else None, cfg)
+    defaults = dict(cfg.sections.get("replay", {}))
+    flags = opt.parse_sets(sets)
+    (scenario,) = resolve_scenarios([scenario_file], flags, defaults)
+    raw = {**defaults, **read_scenario_file(scenario_file), **flags}
+    cal = calibrate_observed(
+        wh,
+        scenario,
+        str(raw.get("profile") or DEFAULT_PROFILE),
+        output,
+        requests_file=requests_file,
+        date_from=date_from.date() if date_from else None,
+        date_to=date_to.date() if date_to else None,
+        max_iterations=max_iterations,
+    )
+    rows = statistics(cal)
+    if as_json:
+        out = {
+            "run_id": cal.run_id,
+            "output": str(cal.output),
+            "scales": cal.after.scales,
+            "iterations": len(cal.stages) - 1,
+            "converged": cal.converged,
+            "statistics": rows,
+            "profile": cal.profile,
+        }
+        click.echo(json.dumps(out, indent=2))
+        return
+    if not quiet:
+        click.echo(
+            f"{cal.num_requests:,} requests replayed through {scenario.name} "
+            f"({scenario.policy}, {cal.like_name}); with observed TTFT: "
+            f"{cal.num_observed['ttft']:,}, TPOT: {cal.num_observed['tpot']:,}"
+        )
+        table = [
+            [
+                f"{r['metric']} {r['statistic']}",
+                _ms(r["observed_s"]),
+                _ms(r["before_s"]),
+                pct_signed(r["before_error"]),
+                _ms(r["after_s"]),
+                pct_signed(r["after_error"]),
+            ]
+            for r in rows
+        ]
+        headers = ["", "observed", "before", "error", "after", "error"]
+        click.echo(render_table(headers, table))
+        s = cal.after.scales
+        state = "converged" if cal.converged else "not converged"
+        click.echo(
+            f"scales: prefill side x{s['prefill']:.3f}, decode side x{s['decode']:.3f} "
+            f"({len(cal.stages) - 1} iterations, {state})"
+        )
+    click.echo(f"run {cal.run_id}: wrote {cal.output} and the calibration table to {wh}")
+
+
+def _ms(x: float | None) -> str:
+    return "-" if x is None else f"{x * 1e3:,.1f} ms"
+
+
+def pct_signed(x: float | None) -> str:
+    return "-" if x is None else f"{x:+.1%}"

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from pipeline.cli.profile_check import check_command
 from pipeline.cli.sweep import render_table
 from pipeline.errors import ConfigError
 from pipeline.sim.cost_model import StepCost
@@ -121,3 +122,6 @@ def list_() -> None:
         for r in rows
     ]
     click.echo(render_table(headers, cells))
+
+
+profile.add_command(check_command)  # tracereplay profile check (pipeline/cli/profile_check.py)

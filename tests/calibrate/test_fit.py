@@ -21,15 +21,28 @@ from pipeline.calibrate.fit import (
     predict,
 )
 from pipeline.calibrate.measurements import Measurements
-from pipeline.calibrate.profile import read_profile_json
 from pipeline.calibrate.synthetic import design_grid, measure, profile_truth_s, table_truth_s
 from pipeline.sim.cost_model import StepCost, step_time
 
-LIKE = "llama-3-70b_h100-80gb_tp4"
+# A Llama-3-70B-on-4-H100-like v2 profile, written out so that the test does not move
+# when the shipped defaults are re-derived.
+LIKE: dict[str, float] = {
+    "fixed_s": 0.0033,
+    "comm_s_fixed": 0.0016,
+    "seq_s": 6e-5,
+    "flop_s_per_token": 6.39e-05,
+    "flop_tokens_half": 32.0,
+    "flop_s_per_attn": 1.2e-09,
+    "mem_s_weights": 0.0122,
+    "mem_s_per_kv_token": 2.88e-08,
+    "mem_s_per_token": 7.34e-06,
+    "comm_s_per_token": 1.165e-05,
+    "overlap": 0.1,
+}
 
 
 def like_coefficients() -> dict[str, float]:
-    return dict(read_profile_json(LIKE)[0]["coefficients"])
+    return dict(LIKE)
 
 
 def true_coefficients() -> dict[str, float]:
@@ -128,6 +141,9 @@ def marginal_costs(c: npt.NDArray[np.float64]) -> dict[str, float]:
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_recovers_a_known_profile_from_noisy_measurements_with_outliers(seed: int) -> None:
+    """Over 30 noise seeds (bench/calibrate_speed.py prints the figures) the worst
+    prediction p90 was 2.0%, the worst marginal cost 8.7% off and seq_s 9.4% off;
+    attention, ~10% of the longest prefills, is the least pinned (worst 38%)."""
     true = true_coefficients()
     frame = measure(design_grid(5), profile_truth_s(true), noise=0.05, outliers=5, seed=seed)
     m = as_measurements(frame)
@@ -136,19 +152,18 @@ def test_recovers_a_known_profile_from_noisy_measurements_with_outliers(seed: in
     # predictions over the designed steps: within 2% of the true profile's
     grid = step_features(as_measurements(measure(design_grid(1), profile_truth_s(true))))
     err = np.abs(predict(fitted, grid) / predict(truth, grid) - 1)
-    assert np.median(err) <= 0.01 and np.percentile(err, 90) <= 0.02, err
+    assert np.median(err) <= 0.015 and np.percentile(err, 90) <= 0.02, err
     # the LIKE profile it started from was far off
     start = np.abs(predict(as_vector(like_coefficients()), grid) / predict(truth, grid) - 1)
     assert np.median(start) > 0.2
-    # the costs that set step times, within a few %
+    # the costs that set step times
     got, want = marginal_costs(fitted), marginal_costs(truth)
     for name in want:
-        assert got[name] == pytest.approx(want[name], rel=0.06), name
+        assert got[name] == pytest.approx(want[name], rel=0.1), name
     # coefficients of their own: the per-sequence cost (seen apart from the per-token
-    # cost only in prefills, where it is under 1% of a step) and attention (~10% of the
-    # longest prefills): 5% noise pins them less tightly
-    assert result.coefficients["seq_s"] == pytest.approx(true["seq_s"], rel=0.15)
-    assert result.coefficients["flop_s_per_attn"] == pytest.approx(true["flop_s_per_attn"], rel=0.2)
+    # cost only in prefills, where it is under 1% of a step) and attention
+    assert result.coefficients["seq_s"] == pytest.approx(true["seq_s"], rel=0.1)
+    assert result.coefficients["flop_s_per_attn"] == pytest.approx(true["flop_s_per_attn"], rel=0.4)
     # the fit error reported is the noise, not a misfit
     for phase in ("prefill", "decode"):
         assert 0.02 <= result.fit_error[phase].median <= 0.05
@@ -184,6 +199,8 @@ def holdout_split(frame: pl.DataFrame) -> tuple[npt.NDArray[np.int64], npt.NDArr
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_holdout_on_an_engine_that_is_not_our_formula(seed: int) -> None:
+    """Over 30 noise seeds the medians stayed under 9.3%; one seed in 30 reached a decode
+    p90 of 24%: batch 128 lies past the table's knee, which batches <= 32 cannot show."""
     frame = measure(design_grid(1), table_truth_s, noise=0.05, seed=seed)
     train, test = holdout_split(frame)
     m = as_measurements(frame)
