@@ -227,3 +227,24 @@ def test_refuses_requests_without_observed_latencies(tmp_path: Path) -> None:
               "-o", str(tmp_path / "o.json")],
     )  # fmt: skip
     assert r.exit_code == 1 and "use arrivals = 'trace' with time_scale = 1" in r.output
+
+
+def test_sql_and_report_show_the_calibration(production: dict[str, Any]) -> None:
+    from pipeline.report import build_report
+    from pipeline.report.sql import query
+
+    wh: Warehouse = production["wh"]
+    df = query(wh.connect(), "calibration")
+    stats = production["result"]["statistics"]
+    assert df["metric"].to_list() == ["ttft"] * 3 + ["tpot"] * 3
+    assert df["statistic"].to_list() == ["p50", "p90", "p99"] * 2
+    by_key = {(r["metric"], r["statistic"]): r for r in stats}
+    for row in df.to_dicts():
+        want = by_key[(row["metric"], row["statistic"])]
+        for col in ("observed_s", "before_s", "after_s", "after_error", "scale"):
+            assert row[col] == pytest.approx(want[col], rel=1e-12), col
+    html = build_report(wh, output=wh.root / "review.html").read_text()
+    assert "Observed vs simulated latency, before and after calibration" in html
+    assert "No calibration results in this warehouse" not in html
+    p50 = by_key[("ttft", "p50")]
+    assert f"{p50['after_error'] * 100:.1f}%" in html

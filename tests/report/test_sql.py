@@ -26,6 +26,8 @@ Rows = list[dict[str, Any]]
 CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any], Rows]] = {
     # the tiny warehouse has no capacity run; tests/capacity checks this query's rows
     "capacity_search_without_a_search": ("capacity_search", {}, {}, []),
+    # nor a calibration; tests/calibrate/test_observed.py checks this query's rows
+    "calibration_without_a_calibration": ("calibration", {}, {}, []),
     "replay_runs": ("replay_runs", {}, {}, [
         {"run_id": R2, "num_scenarios": 4, "num_sim_requests": 16, "version": "0.1.0",
          "scenario_names": "static-4, vllm-2, vllm-4, vllm-4-fast"},
