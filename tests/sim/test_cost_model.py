@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pipeline.errors import ScenarioError
 from pipeline.sim.cost_model import (
     V2_COEFFICIENTS,
     StepCost,
@@ -18,6 +19,8 @@ from pipeline.sim.cost_model import (
     load_step_cost,
     step_time,
 )
+from pipeline.sim.profiles import DEFAULT_PROFILE, PROFILE_DIR, load_profile
+from pipeline.sim.scenario import build_scenario
 
 coef = st.sampled_from([0.0, 1e-9, 3e-7, 2e-5, 1e-3])
 half = st.sampled_from([0.0, 1.0, 64.0, 300.0, 5000.0])
@@ -165,3 +168,39 @@ def test_bad_coefficients_are_refused(name: str, value: float, message: str) -> 
     good = StepCost(1e-3, 1e-6, 1e-9, 5e-3, 1e-7, 1e-8, 1e-5, 1e-8).to_dict()
     with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
         StepCost.from_dict({**good, name: value})
+
+
+V1_TABLE = {
+    "fixed_s": 1e-3,
+    "flop_s_per_token": 2e-5,
+    "flop_s_per_attn": 1e-10,
+    "mem_s_weights": 6e-3,
+    "mem_s_per_kv_token": 1e-7,
+    "mem_s_per_token": 1e-6,
+    "comm_s_fixed": 0.0,
+    "comm_s_per_token": 0.0,
+}
+
+
+def test_a_scenario_cost_table_may_leave_out_the_v2_terms() -> None:
+    sc = build_scenario({"cost": V1_TABLE, "num_gpu_blocks": 100})
+    assert all(getattr(sc.cost, n) == 0.0 for n in V2_COEFFICIENTS)
+    v2 = {**V1_TABLE, "seq_s": 4e-4, "flop_tokens_half": 128.0, "overlap": 0.2}
+    assert build_scenario({"cost": v2, "num_gpu_blocks": 100}).cost.overlap == 0.2
+
+
+def test_a_scenario_cost_table_refuses_overlap_above_one() -> None:
+    with pytest.raises(ScenarioError, match=r"cost.overlap must be in \[0, 1\], got 1.5"):
+        build_scenario({"cost": {**V1_TABLE, "overlap": 1.5}, "num_gpu_blocks": 100})
+
+
+def test_a_profile_from_a_newer_cost_model_is_refused(tmp_path: Path) -> None:
+    data = json.loads((PROFILE_DIR / f"{DEFAULT_PROFILE}.json").read_text())
+    data["cost_model_version"] = 3
+    path = tmp_path / "future.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ScenarioError, match="cost_model_version 3 is not known"):
+        load_profile(path)
+    data.pop("cost_model_version")  # no version: a v1 profile, loads
+    path.write_text(json.dumps(data))
+    assert load_profile(path).cost_model_version == 1
