@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from pipeline.calibrate.features import step_features
+from pipeline.calibrate.features import StepFeatures, step_features
 from pipeline.calibrate.fit import as_vector, predict
 from pipeline.calibrate.measurements import Measurements
 
@@ -27,6 +27,58 @@ PREFILL_BATCHES = (1, 2, 4, 8)
 DECODE_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128)
 DECODE_CONTEXTS = (256, 1024, 2048, 4096, 8192)
 MAX_PREFILL_BATCH_TOKENS = 16384
+
+# A Llama-3-70B-on-4-H100-like v2 profile to start fits from, written out so that the
+# tests and benchmarks do not move when the shipped defaults are re-derived.
+EXAMPLE_LIKE: dict[str, float] = {
+    "fixed_s": 0.0033,
+    "comm_s_fixed": 0.0016,
+    "seq_s": 6e-5,
+    "flop_s_per_token": 6.39e-05,
+    "flop_tokens_half": 32.0,
+    "flop_s_per_attn": 1.2e-09,
+    "mem_s_weights": 0.0122,
+    "mem_s_per_kv_token": 2.88e-08,
+    "mem_s_per_token": 7.34e-06,
+    "comm_s_per_token": 1.165e-05,
+    "overlap": 0.1,
+}
+
+
+def true_coefficients() -> dict[str, float]:
+    """The engine a recovery check measures: EXAMPLE_LIKE with every term the fit must
+    find moved (3x the per-step overhead, 2.5x the attention cost, a 0.4 ms per-sequence
+    cost, ...)."""
+    c = dict(EXAMPLE_LIKE)
+    for name, factor in {
+        "fixed_s": 3.0,
+        "flop_s_per_token": 1.3,
+        "flop_s_per_attn": 2.5,
+        "mem_s_weights": 1.2,
+        "mem_s_per_kv_token": 1.4,
+    }.items():
+        c[name] *= factor
+    c.update(seq_s=4e-4, flop_tokens_half=96.0, overlap=0.15)
+    return c
+
+
+def marginal_costs(c: F64) -> dict[str, float]:
+    """What sets step times: a short prefill, a batch-1 decode, the cost of one more
+    prefill token, decode KV token or decode sequence (seconds)."""
+
+    def t(p: float, a: float, n: float, d: float, ctx: float) -> float:
+        one = StepFeatures(*[np.array([float(v)]) for v in (p, a, n, d, ctx)])
+        return float(predict(c, one)[0])
+
+    p, a = 2048.0, 2048.0 * 2049 / 2
+    return {
+        "prefill 128 tokens": t(128, 128 * 129 / 2, 1, 0, 0),
+        "prefill per token": (t(p + 256, a, 1, 0, 0) - t(p, a, 1, 0, 0)) / 256,
+        "decode batch 1": t(0, 0, 1, 1, 2048),
+        "decode per KV token": (t(0, 0, 32, 32, 32 * 4096) - t(0, 0, 32, 32, 32 * 2048))
+        / (32 * 2048),
+        "decode per sequence": (t(0, 0, 64, 64, 64 * 2048) - t(0, 0, 32, 32, 64 * 2048)) / 32,
+    }
 
 
 def design_grid(replicates: int = 1) -> pl.DataFrame:
@@ -45,8 +97,10 @@ def design_grid(replicates: int = 1) -> pl.DataFrame:
     )
 
 
-def _as_measurements(frame: pl.DataFrame) -> Measurements:
+def as_measurements(frame: pl.DataFrame) -> Measurements:
+    """A measurements frame (``design_grid`` columns, ``time_ms`` if measured) as rows."""
     n = frame.height
+    time_s = frame["time_ms"].to_numpy() / 1000.0 if "time_ms" in frame.columns else np.ones(n)
     return Measurements(
         path=Path("<synthetic>"),
         sha256="",
@@ -54,14 +108,14 @@ def _as_measurements(frame: pl.DataFrame) -> Measurements:
         batch_size=frame["batch_size"].to_numpy().astype(np.float64),
         prompt_tokens=frame["prompt_tokens"].to_numpy().astype(np.float64),
         context_tokens=frame["context_tokens"].to_numpy().astype(np.float64),
-        time_s=np.ones(n),
+        time_s=time_s,
     )
 
 
 def profile_truth_s(coefficients: Mapping[str, float]) -> Callable[[pl.DataFrame], F64]:
     """Step seconds of a cost-model profile's coefficients."""
     c = as_vector(coefficients)
-    return lambda frame: predict(c, step_features(_as_measurements(frame)))
+    return lambda frame: predict(c, step_features(as_measurements(frame)))
 
 
 def table_truth_s(frame: pl.DataFrame) -> F64:

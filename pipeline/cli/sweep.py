@@ -10,24 +10,13 @@ from typing import Any
 import click
 
 from pipeline.cli import options as opt
+from pipeline.cli.text import render_table  # noqa: F401 - also imported from here
 from pipeline.config import load_config, warehouse_path
 from pipeline.grid import load_grid
 from pipeline.slo import parse_slos
 from pipeline.sweep import SweepResult
 from pipeline.sweep import sweep as run_sweep
 from pipeline.tasks import TaskOutcome
-
-
-def render_table(headers: list[str], rows: list[list[str]]) -> str:
-    """Columns padded to their widest cell; the first left-aligned, the rest right."""
-    widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
-
-    def line(cells: list[str]) -> str:
-        first = cells[0].ljust(widths[0])
-        rest = [c.rjust(w) for c, w in zip(cells[1:], widths[1:], strict=True)]
-        return "  ".join([first, *rest]).rstrip()
-
-    return "\n".join([line(headers), *(line(r) for r in rows)])
 
 
 def seconds(x: float | None) -> str:

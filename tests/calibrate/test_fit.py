@@ -20,58 +20,21 @@ from pipeline.calibrate.fit import (
     phase_errors,
     predict,
 )
-from pipeline.calibrate.measurements import Measurements
-from pipeline.calibrate.synthetic import design_grid, measure, profile_truth_s, table_truth_s
+from pipeline.calibrate.synthetic import (
+    EXAMPLE_LIKE,
+    as_measurements,
+    design_grid,
+    marginal_costs,
+    measure,
+    profile_truth_s,
+    table_truth_s,
+    true_coefficients,
+)
 from pipeline.sim.cost_model import StepCost, step_time
-
-# A Llama-3-70B-on-4-H100-like v2 profile, written out so that the test does not move
-# when the shipped defaults are re-derived.
-LIKE: dict[str, float] = {
-    "fixed_s": 0.0033,
-    "comm_s_fixed": 0.0016,
-    "seq_s": 6e-5,
-    "flop_s_per_token": 6.39e-05,
-    "flop_tokens_half": 32.0,
-    "flop_s_per_attn": 1.2e-09,
-    "mem_s_weights": 0.0122,
-    "mem_s_per_kv_token": 2.88e-08,
-    "mem_s_per_token": 7.34e-06,
-    "comm_s_per_token": 1.165e-05,
-    "overlap": 0.1,
-}
 
 
 def like_coefficients() -> dict[str, float]:
-    return dict(LIKE)
-
-
-def true_coefficients() -> dict[str, float]:
-    """A v2 profile unlike LIKE: every term the fit must find is moved."""
-    c = like_coefficients()
-    for name, factor in {
-        "fixed_s": 3.0,
-        "flop_s_per_token": 1.3,
-        "flop_s_per_attn": 2.5,
-        "mem_s_weights": 1.2,
-        "mem_s_per_kv_token": 1.4,
-    }.items():
-        c[name] *= factor
-    c.update(seq_s=4e-4, flop_tokens_half=96.0, overlap=0.15)
-    return c
-
-
-def as_measurements(frame: pl.DataFrame) -> Measurements:
-    from pathlib import Path
-
-    return Measurements(
-        path=Path("synthetic.csv"),
-        sha256="",
-        is_prefill=(frame["phase"] == "prefill").to_numpy(),
-        batch_size=frame["batch_size"].to_numpy().astype(np.float64),
-        prompt_tokens=frame["prompt_tokens"].to_numpy().astype(np.float64),
-        context_tokens=frame["context_tokens"].to_numpy().astype(np.float64),
-        time_s=frame["time_ms"].to_numpy() / 1000.0,
-    )
+    return dict(EXAMPLE_LIKE)
 
 
 def random_features(rng: np.random.Generator, n: int) -> StepFeatures:
@@ -119,24 +82,6 @@ def test_jacobian_matches_finite_differences() -> None:
         down[k] -= h
         numeric = (predict(up, f) - predict(down, f)) / (2 * h)
         assert j[:, k] == pytest.approx(numeric, rel=1e-5, abs=1e-9), COEFFICIENTS[k]
-
-
-def marginal_costs(c: npt.NDArray[np.float64]) -> dict[str, float]:
-    """What sets step times: a short prefill, the cost of one more token / pair / sequence."""
-
-    def t(p: float, a: float, n: float, d: float, ctx: float) -> float:
-        one = StepFeatures(*[np.array([float(v)]) for v in (p, a, n, d, ctx)])
-        return float(predict(c, one)[0])
-
-    p, a = 2048.0, 2048.0 * 2049 / 2
-    return {
-        "prefill 128 tokens": t(128, 128 * 129 / 2, 1, 0, 0),
-        "prefill per token": (t(p + 256, a, 1, 0, 0) - t(p, a, 1, 0, 0)) / 256,
-        "decode batch 1": t(0, 0, 1, 1, 2048),
-        "decode per KV token": (t(0, 0, 32, 32, 32 * 4096) - t(0, 0, 32, 32, 32 * 2048))
-        / (32 * 2048),
-        "decode per sequence": (t(0, 0, 64, 64, 64 * 2048) - t(0, 0, 32, 32, 64 * 2048)) / 32,
-    }
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
