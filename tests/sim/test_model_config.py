@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from pipeline.sim.model_config import read_model_config
 from pipeline.sim.profiles import (
     PROFILE_DIR,
     list_profiles,
+    load_models,
     load_profile,
     resolve_gpu,
 )
@@ -72,6 +74,12 @@ def test_shipped_model_shapes_agree_with_their_configs() -> None:
             "tie_word_embeddings",
         ):
             assert shipped[key] == getattr(m, key), (name, key)
+
+
+def test_the_validation_only_mixtral_shape_is_its_config() -> None:
+    shipped = load_models()["mixtral-8x7b"]
+    m = read_model_config(CONFIGS / "mixtral-8x7b.json", name="mixtral-8x7b")
+    assert dataclasses.replace(m, source=shipped.source, kv_dtype_bytes=0) == shipped
 
 
 def _write(tmp_path: Path, cfg: dict[str, object]) -> Path:

@@ -5,7 +5,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.calibrate.published import PublishedStep, predict_ms, published_rows
+from pipeline.calibrate.published import (
+    HELD_OUT,
+    HeldOut,
+    PublishedStep,
+    held_out_ms,
+    predict_ms,
+    published_rows,
+)
 from pipeline.errors import ScenarioError
 from pipeline.sim.cost_model import StepCost, load_step_cost
 from pipeline.sim.profiles import (
@@ -252,3 +259,15 @@ def test_generate_profiles_writes_and_prunes(tmp_path: Path) -> None:
     assert (tmp_path / f"{DEFAULT_PROFILE}.json").read_bytes() == (
         PROFILE_DIR / f"{DEFAULT_PROFILE}.json"
     ).read_bytes()
+
+
+@pytest.mark.parametrize("h", HELD_OUT, ids=lambda h: h.label)
+def test_held_out_published_latencies(h: HeldOut) -> None:
+    # never fitted to: vLLM's end-to-end latency tests on H200 (a GPU whose efficiencies
+    # are copied from H100) within 15%; TensorRT-LLM's fp8 first tokens on H100 come out
+    # fast, the documented direction (fp8 GEMMs run below the bf16 efficiency)
+    error = held_out_ms(h) / h.measured_ms - 1
+    if h.dtype == "bf16":
+        assert abs(error) <= 0.15
+    else:
+        assert -0.5 < error < 0
