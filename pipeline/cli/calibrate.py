@@ -56,7 +56,13 @@ profile_output = click.option(
 
 @click.group(name="calibrate")
 def calibrate() -> None:
-    """Fit a step-cost profile to measured step times or to production latencies."""
+    """Fit a step-cost profile to measured step times or to production latencies.
+
+    \b
+    Example:
+      tracereplay calibrate measurements bench.csv --like llama-3-70b_h100-80gb_tp4 -o my.json
+      tracereplay calibrate observed --scenario prod.toml -o prod-calibrated.json
+    """
 
 
 @calibrate.command(name="measurements")
