@@ -146,6 +146,17 @@ def table_truth_s(frame: pl.DataFrame) -> F64:
     return np.where(pre, prefill, decode)
 
 
+def scaled_table_truth(prefill: float, decode: float) -> Callable[[pl.DataFrame], F64]:
+    """``table_truth_s`` with its prefill and decode times scaled: another GPU / TP group
+    (slower GPUs and lower TP are slower on both, by different factors)."""
+
+    def truth(frame: pl.DataFrame) -> F64:
+        pre = (frame["phase"] == "prefill").to_numpy()
+        return table_truth_s(frame) * np.where(pre, prefill, decode)
+
+    return truth
+
+
 def measure(
     grid: pl.DataFrame,
     truth_s: Callable[[pl.DataFrame], F64],
