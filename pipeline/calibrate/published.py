@@ -118,6 +118,7 @@ HELD_OUT: tuple[HeldOut, ...] = (
             1, 109.0, "trtllm-0.5"),
 )  # fmt: skip
 
+
 def held_out_ms(h: HeldOut) -> float:
     """The latency the defaults predict for one held-out figure: the prefill step of the
     batch, then (output - 1) decode steps in closed form (context grows by one each)."""
