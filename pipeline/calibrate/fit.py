@@ -25,11 +25,12 @@ How the fit works:
 * Terms the data cannot tell apart (fixed_s and comm_s_fixed are both per step; the
   weights' memory time hides behind compute in prefill-only data) are held at the
   ``--like`` value by a weak pull of every x_k toward its start (1 for a term the
-  profile has). The pull is REGULARISATION * sqrt(rows) per term, so it matters only
-  where the data are silent.
+  profile has, 0 for a v2 term it lacks). The pull is REGULARISATION * sqrt(rows) per
+  term, so it matters only where the data are silent.
 * The start is the ``--like`` profile with every time coefficient scaled by the median
-  of measured / predicted; a second start with half the overlap and a token floor of
-  ``PRIOR_SCALE`` guards against the kink of the max; the better fit wins.
+  of measured / predicted; a second start with overlap 0.5 and at least the prior token
+  floor guards against the kink of the max. From both, plain least squares (which
+  converges fast and sure); from the better of the two, the robust fit.
 """
 
 from __future__ import annotations
@@ -261,7 +262,6 @@ def fit_coefficients(
             max_nfev=500,
         )
 
-    # plain least squares first (it converges fast and sure), then the robust loss from there
     best = min((solve(x0, "linear") for x0 in (start, second)), key=lambda r: r.cost)
     nfev = int(best.nfev)
     if LOSS != "linear":
