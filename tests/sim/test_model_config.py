@@ -35,6 +35,7 @@ CONFIGS = Path(__file__).resolve().parents[1] / "fixtures" / "model_configs"
         ("gemma-2-9b", 9.24e9, None),
         ("mixtral-8x7b", 46.7e9, 12.9e9),
         ("qwen3-30b-a3b", 30.5e9, 3.3e9),
+        ("qwen1.5-moe-a2.7b", 14.3e9, 2.7e9),  # Qwen2-MoE: a shared expert beside 60 routed
     ],
 )
 def test_parameter_counts_match_published(model: str, total: float, active: float | None) -> None:
