@@ -222,3 +222,16 @@ def test_profile_list_shows_every_shipped_profile_as_v2() -> None:
     lines = r.output.strip().splitlines()
     assert len(lines) == 1 + len(list_profiles())
     assert all(" v2 " in line for line in lines[1:])
+
+
+def test_a_config_json_is_named_after_its_directory(tmp_path: Path) -> None:
+    folder = tmp_path / "Meta-Llama-3-8B"
+    folder.mkdir()
+    (folder / "config.json").write_text((CONFIGS / "llama-3-8b.json").read_text())
+    out = tmp_path / "p.json"
+    args = ["profile", "new", "--model-config", str(folder / "config.json"), "--gpu", "l4"]
+    r = CliRunner().invoke(cli, [*args, "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    data = json.loads(out.read_text())
+    assert data["name"] == "meta-llama-3-8b_l4_tp1"
+    assert str(tmp_path) not in json.dumps(data)  # no local paths in the profile
