@@ -4,8 +4,9 @@ The step time (cost model v2, docs/cost_model.md), with T = P + D:
 
     compute = flop_s_per_token * (T + flop_tokens_half) + flop_s_per_attn * (A + C)
     memory  = mem_s_weights + mem_s_per_kv_token * C + mem_s_per_token * T
-    step    = fixed_s + comm_s_fixed + seq_s * N + max(compute, memory)
-              + overlap * min(compute, memory) + comm_s_per_token * T      (0 when T = 0)
+    step    = fixed_s + comm_s_fixed + seq_s * N + prefill_fixed_s * [P > 0]
+              + max(compute, memory) + overlap * min(compute, memory)
+              + comm_s_per_token * T                                      (0 when T = 0)
 
 ``predict`` evaluates it for a whole array of steps at once (tests check that it equals
 the simulator's ``cost_model.step_time`` row by row); ``jacobian`` gives its exact
@@ -17,8 +18,9 @@ How the fit works:
   derived coefficients (coefficient_k = x_k * like_k), so the fit starts from the
   model and GPU and moves each term by a factor. ``overlap`` is fitted as it is, in
   [0, 1]. A term the profile has at 0 is fitted on a scale of its own (``PRIOR_SCALE``)
-  if the model can use it (``seq_s``, ``flop_tokens_half``, ``overlap``), else it stays
-  0 (the all-reduce terms of a TP 1 profile: there is no all-reduce).
+  if the model can use it (``seq_s``, ``flop_tokens_half``, ``overlap``,
+  ``prefill_fixed_s``), else it stays 0 (the all-reduce terms of a TP 1 profile: there
+  is no all-reduce).
 * It minimises the relative error pred / measured - 1 of every row under a robust loss
   (soft L1 with a 5% scale: a row that is off by far more counts linearly, so a few
   outliers do not drag the fit), with scipy's bounded trust-region least squares.
@@ -59,6 +61,7 @@ COEFFICIENTS = (
     "mem_s_per_token",
     "comm_s_per_token",
     "overlap",
+    "prefill_fixed_s",
 )
 (
     I_FIXED,
@@ -72,11 +75,17 @@ COEFFICIENTS = (
     I_MEM_TOK,
     I_COMM_TOK,
     I_OVERLAP,
+    I_PREFILL_STEP,
 ) = range(len(COEFFICIENTS))
 
 # Scale of a v2 term that the --like profile has at 0 (a v1 profile): its fitted value is
 # x * scale and the pull is toward 0.
-PRIOR_SCALE = {"seq_s": 1e-4, "flop_tokens_half": 64.0, "overlap": 1.0}
+PRIOR_SCALE = {
+    "seq_s": 1e-4,
+    "flop_tokens_half": 64.0,
+    "overlap": 1.0,
+    "prefill_fixed_s": 1e-3,
+}
 # Coefficients that are not times (they are not scaled by the starting time ratio).
 NOT_TIMES = ("flop_tokens_half", "overlap")
 REGULARISATION = 0.0001
@@ -110,6 +119,7 @@ def predict(c: F64, f: StepFeatures) -> F64:
         + np.maximum(compute, memory)
         + c[I_OVERLAP] * np.minimum(compute, memory)
         + c[I_COMM_TOK] * t
+        + c[I_PREFILL_STEP] * (f.P > 0)
     )
     return np.where(t > 0, out, 0.0)
 
@@ -135,6 +145,7 @@ def jacobian(c: F64, f: StepFeatures) -> F64:
     j[:, I_MEM_TOK] = t * w_memory
     j[:, I_COMM_TOK] = t
     j[:, I_OVERLAP] = np.minimum(compute, memory)
+    j[:, I_PREFILL_STEP] = f.P > 0
     j[t <= 0] = 0.0
     return j
 

@@ -48,7 +48,7 @@ EXAMPLE_LIKE: dict[str, float] = {
 def true_coefficients() -> dict[str, float]:
     """The engine a recovery check measures: EXAMPLE_LIKE with every term the fit must
     find moved (3x the per-step overhead, 2.5x the attention cost, a 0.4 ms per-sequence
-    cost, ...)."""
+    cost, a 4 ms prefill launch cost, ...)."""
     c = dict(EXAMPLE_LIKE)
     for name, factor in {
         "fixed_s": 3.0,
@@ -58,7 +58,7 @@ def true_coefficients() -> dict[str, float]:
         "mem_s_per_kv_token": 1.4,
     }.items():
         c[name] *= factor
-    c.update(seq_s=4e-4, flop_tokens_half=96.0, overlap=0.15)
+    c.update(seq_s=4e-4, flop_tokens_half=96.0, overlap=0.15, prefill_fixed_s=4e-3)
     return c
 
 
@@ -153,6 +153,19 @@ def scaled_table_truth(prefill: float, decode: float) -> Callable[[pl.DataFrame]
     def truth(frame: pl.DataFrame) -> F64:
         pre = (frame["phase"] == "prefill").to_numpy()
         return table_truth_s(frame) * np.where(pre, prefill, decode)
+
+    return truth
+
+
+def prefill_floor_truth(extra_s: float) -> Callable[[pl.DataFrame], F64]:
+    """``table_truth_s`` with ``extra_s`` more on every prefill step, whatever its size: an
+    engine that replays decode steps from CUDA graphs and launches prefills kernel by kernel
+    (a 128-token prefill then costs about twice a batch-1 decode, as measured 70B tables at
+    TP 4 and 8 show)."""
+
+    def truth(frame: pl.DataFrame) -> F64:
+        pre = (frame["phase"] == "prefill").to_numpy()
+        return table_truth_s(frame) + np.where(pre, extra_s, 0.0)
 
     return truth
 

@@ -16,7 +16,7 @@ and the step time is an explicit roofline with overheads, with T = P + D:
 
     compute_s = flop_s_per_token * (T + flop_tokens_half) + flop_s_per_attn * (A + C)
     memory_s  = mem_s_weights + mem_s_per_kv_token * C + mem_s_per_token * T
-    step_s    = fixed_s + comm_s_fixed + seq_s * N
+    step_s    = fixed_s + comm_s_fixed + seq_s * N + prefill_fixed_s * [P > 0]
                 + max(compute_s, memory_s) + overlap * min(compute_s, memory_s)
                 + comm_s_per_token * T
 
@@ -24,7 +24,11 @@ and the step time is an explicit roofline with overheads, with T = P + D:
 peak efficiency (efficiency(T) = T / (T + half)), a smooth floor for short prefills
 and small batches; ``overlap`` in [0, 1] is the share of the smaller of compute and
 memory that does not hide behind the larger; ``seq_s`` is the per-sequence cost
-(scheduling, sampling, per-request kernels). With those three at 0 this is the v1
+(scheduling, sampling, per-request kernels); ``prefill_fixed_s`` is what a step that
+computes prompt tokens costs on top of a decode-only step, whatever its size: engines
+replay decode-only steps from captured CUDA graphs but launch prefill steps kernel by
+kernel, and set up variable-length attention for them; it is the floor that short
+prefills show where decode steps are cheap. With those four at 0 this is the v1
 model, so a v1 profile (no ``cost_model_version``) loads and gives its v1 times.
 
 Every coefficient is a plain number in a readable JSON profile, so a calibrated
@@ -66,10 +70,11 @@ COST_MODEL_VERSION = 2
     SEQ_S,
     FLOP_HALF,
     OVERLAP,
-) = range(11)
+    PREFILL_STEP,
+) = range(12)
 
 # Coefficients added by v2; a profile without them (v1) gets 0, which is the v1 model.
-V2_COEFFICIENTS = ("seq_s", "flop_tokens_half", "overlap")
+V2_COEFFICIENTS = ("seq_s", "flop_tokens_half", "overlap", "prefill_fixed_s")
 
 
 @dataclass(frozen=True)
@@ -87,6 +92,7 @@ class StepCost:
     seq_s: float = 0.0  # per sequence in the step (prefill chunk or decode)
     flop_tokens_half: float = 0.0  # tokens at which GEMM efficiency is half its peak
     overlap: float = 0.0  # share of min(compute, memory) not hidden behind the max, [0, 1]
+    prefill_fixed_s: float = 0.0  # per step that computes prompt tokens (prefill launch costs)
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -162,7 +168,8 @@ def step_time(
     memory = c[MEM_W] + c[MEM_KV] * ctx + c[MEM_TOK] * tok
     # v1 terms first, in v1 order, so that a v1 profile gives bit-identical times
     v1 = c[FIXED_S] + max(compute, memory) + c[COMM_FIXED] + c[COMM_TOK] * tok
-    return v1 + c[SEQ_S] * n + c[OVERLAP] * min(compute, memory)
+    v2 = v1 + c[SEQ_S] * n + c[OVERLAP] * min(compute, memory)
+    return v2 + c[PREFILL_STEP] if p > 0 else v2
 
 
 @njit(cache=True)

@@ -26,6 +26,7 @@ from pipeline.calibrate.synthetic import (
     design_grid,
     marginal_costs,
     measure,
+    prefill_floor_truth,
     profile_truth_s,
     scaled_table_truth,
     true_coefficients,
@@ -87,8 +88,9 @@ def test_jacobian_matches_finite_differences() -> None:
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_recovers_a_known_profile_from_noisy_measurements_with_outliers(seed: int) -> None:
     """Over 30 noise seeds (bench/calibrate_speed.py prints the figures) the worst
-    prediction p90 was 2.0%, the worst marginal cost 8.7% off and seq_s 9.4% off;
-    attention, ~10% of the longest prefills, is the least pinned (worst 38%)."""
+    prediction p90 was 2.0%; with the prefill launch cost free as well, single terms are
+    pinned less tightly (a marginal cost up to ~12% off, seq_s ~15%); attention, ~10% of
+    the longest prefills, is the least pinned."""
     true = true_coefficients()
     frame = measure(design_grid(5), profile_truth_s(true), noise=0.05, outliers=5, seed=seed)
     m = as_measurements(frame)
@@ -104,10 +106,10 @@ def test_recovers_a_known_profile_from_noisy_measurements_with_outliers(seed: in
     # the costs that set step times
     got, want = marginal_costs(fitted), marginal_costs(truth)
     for name in want:
-        assert got[name] == pytest.approx(want[name], rel=0.1), name
+        assert got[name] == pytest.approx(want[name], rel=0.15), name
     # coefficients of their own: the per-sequence cost (seen apart from the per-token
     # cost only in prefills, where it is under 1% of a step) and attention
-    assert result.coefficients["seq_s"] == pytest.approx(true["seq_s"], rel=0.1)
+    assert result.coefficients["seq_s"] == pytest.approx(true["seq_s"], rel=0.2)
     assert result.coefficients["flop_s_per_attn"] == pytest.approx(true["flop_s_per_attn"], rel=0.4)
     # the fit error reported is the noise, not a misfit
     for phase in ("prefill", "decode"):
@@ -143,7 +145,9 @@ def holdout_split(frame: pl.DataFrame) -> tuple[npt.NDArray[np.int64], npt.NDArr
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-@pytest.mark.parametrize("group", [(1.0, 1.0), (1.8, 1.4)], ids=["h100-tp4", "a100-tp2"])
+@pytest.mark.parametrize(
+    "group", [(1.0, 1.0), (1.8, 1.4), (1.0, 0.0)], ids=["h100-tp4", "a100-tp2", "prefill-floor"]
+)
 def test_holdout_on_an_engine_that_is_not_our_formula(
     group: tuple[float, float], seed: int
 ) -> None:
@@ -151,8 +155,11 @@ def test_holdout_on_an_engine_that_is_not_our_formula(
     decode (as an A100 at lower TP is), fitted from the same starting profile. Over 30
     noise seeds per group (bench/calibrate_speed.py), 57 of 60 fits met both bounds; the
     misses: decode p90 of 24-25% (batch 128 lies past the table's knee, which batches up
-    to 32 cannot show) and one prefill median of 11.7% in the slower group."""
-    frame = measure(design_grid(1), scaled_table_truth(*group), noise=0.05, seed=seed)
+    to 32 cannot show) and one prefill median of 11.7% in the slower group. The third group
+    adds 40 ms to every prefill step (a 128-token prefill ~2.6x a batch-1 decode): only
+    ``prefill_fixed_s`` lets a fit on batch-1 prefills predict batched ones there."""
+    truth = prefill_floor_truth(0.04) if group[1] == 0.0 else scaled_table_truth(*group)
+    frame = measure(design_grid(1), truth, noise=0.05, seed=seed)
     train, test = holdout_split(frame)
     m = as_measurements(frame)
     fit = calibrate(m.subset(train), step_features(m.subset(train)), like_coefficients())

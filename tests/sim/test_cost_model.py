@@ -26,7 +26,9 @@ coef = st.sampled_from([0.0, 1e-9, 3e-7, 2e-5, 1e-3])
 half = st.sampled_from([0.0, 1.0, 64.0, 300.0, 5000.0])
 overlap = st.sampled_from([0.0, 0.1, 0.5, 1.0])
 v1_costs = st.builds(StepCost, coef, coef, coef, coef, coef, coef, coef, coef)
-v2_costs = st.builds(StepCost, coef, coef, coef, coef, coef, coef, coef, coef, coef, half, overlap)
+v2_costs = st.builds(
+    StepCost, coef, coef, coef, coef, coef, coef, coef, coef, coef, half, overlap, coef
+)
 
 
 def _step_by_step(arr: npt.NDArray[np.float64], d: int, ctx0: int, k: int) -> float:

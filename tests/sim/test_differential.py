@@ -92,6 +92,7 @@ def _case(draw: Any, policy: str, *, caching: bool | None = None) -> tuple[SimIn
         cost["seq_s"] = rng.uniform(0, 1e-3)
         cost["flop_tokens_half"] = rng.uniform(0, 300)
         cost["overlap"] = rng.uniform(0, 1)
+        cost["prefill_fixed_s"] = rng.uniform(0, 5e-3)
     max_model_len = int((prompt + output).max()) + int(rng.integers(0, 50))
     values: dict[str, Any] = {
         "policy": policy,
