@@ -57,6 +57,7 @@ from pipeline.sim.cost_model import (
 )
 from pipeline.sim.kv import blocks_needed, release
 from pipeline.sim.policies import orca, sarathi, sglang, static, tgi, vllm
+from pipeline.sim.prefix import extend_keys
 from pipeline.sim.routing import PREFIX_AWARE, ROUND_ROBIN, least_outstanding, prefix_aware
 from pipeline.sim.state import (
     C_BLOCK_SIZE,
@@ -114,6 +115,7 @@ from pipeline.sim.state import (
     R_PROMPT,
     R_QDEPTH,
     R_REPLICA,
+    R_SETTLED,
     R_SHARED,
     R_STATUS,
     R_TOTAL,
@@ -430,6 +432,11 @@ def _step(
             rp[r, P_FREE] -= total
         else:
             take(rp, r, total, kc)
+        if code == vllm.CODE and cfg[C_CACHING] != 0:  # what steps 2..k commit
+            for j in range(n):
+                i = sq[j]
+                if rq[i, R_SETTLED] < rq[i, R_NUNITS]:
+                    commit(rq, rp, i, r, rq[i, R_COMPUTED], False, kc)
         if code == sglang.CODE:
             sglang.decay(cfgf, rpf, r, k - 1)
         elif code == tgi.CODE:
@@ -644,6 +651,8 @@ def simulate(
     if inp.priority is not None:
         rq[:, R_PRIORITY] = inp.priority
     pk = inp.prefix if caching and inp.prefix is not None else PrefixKeys.empty(n)
+    if caching and eng.get(C_POLICY) == vllm.CODE:  # vLLM caches generated blocks too
+        pk = extend_keys(pk, inp.prompt_tokens, inp.output_tokens)
     rq[:, R_HOFF] = pk.offsets[:-1]
     rq[:, R_NUNITS] = np.diff(pk.offsets)
     rq[:, R_UNIT_TOK] = pk.unit_tokens

@@ -24,7 +24,16 @@ block (the hashes are chained, so it names the whole prefix):
 Only full trace blocks inside the prompt are used (Mooncake lists a hash for
 the partial last block too; the engines never cache a partial block). Keys mix
 in U so units of different sizes never match. Requests without hashes get no
-units and are never looked up.
+units and are never looked up; a request of a hashed trace whose prompt is
+shorter than one unit has a unit size but no units: it is looked up (and
+counted in the hit rates, as vLLM counts every request) and never hits.
+
+vLLM also caches the full blocks of generated tokens (their hashes chain on
+from the prompt's). ``extend_keys`` gives each request's units beyond its
+prompt's full units (the prompt's partial last unit and its output) keys
+derived from the request's own chain and its index: unique to the request, so
+another request never hits them, while the request itself does when it is
+resumed after a preemption, and they take their place in the eviction order.
 """
 
 from __future__ import annotations
@@ -67,7 +76,8 @@ def build_keys(
     lens = pc.fill_null(pc.list_value_length(hashes), 0).to_numpy().astype(np.int64)
     flat = pc.list_flatten(hashes).to_numpy(zero_copy_only=False).astype(np.uint64)
     starts = np.concatenate([[0], np.cumsum(lens)[:-1]]) if n else np.zeros(0, dtype=np.int64)
-    tb = np.where(lens > 0, np.maximum(trace_block, 0), 0).astype(np.int64)
+    has = pc.fill_null(pc.is_valid(hashes), False).to_numpy(zero_copy_only=False)
+    tb = np.where(has, np.maximum(trace_block, 0), 0).astype(np.int64)
     units = np.zeros(n, dtype=np.int64)
     utok = np.zeros(n, dtype=np.int64)
     per_unit = np.ones(n, dtype=np.int64)  # trace blocks per unit
@@ -76,9 +86,8 @@ def build_keys(
         u = unit_tokens(int(t), engine_block)
         full = np.minimum(lens[rows], prompt_tokens[rows] // t)  # full blocks inside the prompt
         units[rows] = full // (u // t)
-        utok[rows] = np.where(units[rows] > 0, u, 0)
+        utok[rows] = u  # also for a prompt shorter than one unit: looked up, never hits
         per_unit[rows] = u // t
-    utok[units == 0] = 0
     offsets = np.concatenate([[0], np.cumsum(units)]).astype(np.int64)
     total = int(offsets[-1])
     owner = np.repeat(np.arange(n), units)
@@ -87,6 +96,47 @@ def build_keys(
     mix = (utok[owner].astype(np.uint64) * np.uint64(_GOLDEN)).astype(np.uint64)
     keys = flat[pick] ^ mix if total else np.zeros(0, dtype=np.uint64)
     return PrefixKeys(offsets, keys.astype(np.uint64), utok)
+
+
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+
+
+def extend_keys(
+    prefix: PrefixKeys,
+    prompt_tokens: npt.NDArray[np.int64],
+    output_tokens: npt.NDArray[np.int64],
+) -> PrefixKeys:
+    """``prefix`` plus, per request with units, keys for its units beyond the prompt's.
+
+    A request computes at most ``prompt + output - 1`` tokens, so it has
+    ``(prompt + output - 1) // U`` full units; those past its prompt units get
+    keys chained from its last prompt key (or from its index when it has none)
+    through splitmix64, unique to the request.
+    """
+    n = len(prefix)
+    old = np.diff(prefix.offsets)
+    u = prefix.unit_tokens
+    total = np.where(u > 0, (prompt_tokens + output_tokens - 1) // np.maximum(u, 1), 0)
+    total = np.maximum(total, old).astype(np.int64)
+    offsets = np.concatenate([[0], np.cumsum(total)]).astype(np.int64)
+    owner = np.repeat(np.arange(n), total)
+    k = np.arange(int(offsets[-1])) - offsets[:-1][owner]  # unit index within its request
+    prompt_unit = k < old[owner]
+    keys = np.zeros(len(k), dtype=np.uint64)
+    keys[prompt_unit] = prefix.keys[prefix.offsets[:-1][owner[prompt_unit]] + k[prompt_unit]]
+    # the request's own chain: its last prompt key (or its index), then splitmix64
+    j = np.arange(n, dtype=np.uint64)
+    last = prefix.keys[np.maximum(prefix.offsets[1:] - 1, 0)] if len(prefix.keys) else j
+    tail = ~prompt_unit
+    t = owner[tail]
+    with np.errstate(over="ignore"):  # uint64 arithmetic wraps, as the hash wants
+        seed = np.where(old > 0, last, j * np.uint64(_GOLDEN)) ^ ((j + np.uint64(1)) * _MIX1)
+        x = seed[t] + (k[tail] - old[t] + 1).astype(np.uint64) * np.uint64(_GOLDEN)
+        x = (x ^ (x >> np.uint64(30))) * _MIX1
+        x = (x ^ (x >> np.uint64(27))) * _MIX2
+    keys[tail] = x ^ (x >> np.uint64(31))
+    return PrefixKeys(offsets, keys, u.copy())
 
 
 def describe(

@@ -25,6 +25,7 @@ import numpy as np
 
 from pipeline.sim.cost_model import step_time
 from pipeline.sim.policies import orca, sarathi, sglang, static, vllm
+from pipeline.sim.prefix import extend_keys
 from pipeline.sim.reference_engines import EngineSchedulers
 from pipeline.sim.reference_kv import Replica, Req, Scheduled
 from pipeline.sim.scenario import Scenario
@@ -90,6 +91,8 @@ class ReferenceLoop(EngineSchedulers):
         by_priority = p.scheduling_policy == "priority"
         budget = p.max_num_batched_tokens
         threshold = p.long_prefill_token_threshold
+        if len(rep.running) + rep.num_waiting <= 1:  # vLLM: a lone request is not capped
+            threshold = 0
         scheduled: Scheduled = []
         preempted = 0
         i = 0
@@ -118,6 +121,8 @@ class ReferenceLoop(EngineSchedulers):
                     ok = False
                     break
             if not ok:
+                if by_priority:  # vLLM goes on with the (higher-priority) requests after it
+                    continue
                 break
             if self.caching:
                 self.commit(rep, req, req.computed + new, False)
@@ -143,6 +148,8 @@ class ReferenceLoop(EngineSchedulers):
             new = min(new, budget)
             keep_free = watermark if scheduled else 0
             need = self.blocks_for(req.computed + hit + new) - len(hits) * req.unit_blocks
+            if p.scheduler_reserve_full_isl:  # allocate_slots(full_sequence_must_fit=True)
+                need = self.blocks_for(req.num_tokens) - len(hits) * req.unit_blocks
             if need + idle + keep_free > rep.cache.capacity:
                 break
             self.use_hits(rep, req, hits)
@@ -360,6 +367,8 @@ class ReferenceLoop(EngineSchedulers):
         ]
         prefix = inp.prefix if self.caching and inp.prefix is not None else None
         self.prefix = prefix if prefix is not None else PrefixKeys.empty(len(inp))
+        if self.caching and self.sc.policy == "vllm":  # generated blocks are cached too
+            self.prefix = extend_keys(self.prefix, inp.prompt_tokens, inp.output_tokens)
         off = self.prefix.offsets
         for k, req in enumerate(reqs):
             if inp.priority is not None:

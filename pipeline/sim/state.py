@@ -141,7 +141,8 @@ C_MAX_WAIT_TOK = 16  # tgi max_waiting_tokens
 C_BAL_ABS = 17  # prefix_aware router: balance_abs_threshold
 C_SEED = 18  # seed of the replicas' random generators (sglang schedule_policy random)
 C_MAX_BATCH = 19  # tgi max_batch_size (0 = none); C_MAX_SEQS is then only an array bound
-NCFG = 20
+C_FULL_ISL = 20  # vllm scheduler_reserve_full_isl: admission needs the whole sequence's blocks
+NCFG = 21
 CF_MAX_WAIT_S = 0  # static: longest the oldest request waits for a batch to fill
 CF_RATIO_INIT = 1  # sglang: initial new_token_ratio
 CF_RATIO_MIN = 2  # sglang: its floor

@@ -14,13 +14,14 @@ numpy's default and DuckDB's quantile_cont):
 - KV peak usage: the most blocks in use on one replica at the end of a step,
   over the replica's usable blocks. Cached blocks that no running request
   references count as free (vLLM's ``kv_cache_usage_perc``).
-- Prefix cache (requests with prefix hashes only; a request's first lookup,
-  like vLLM's ``prefix_cache_queries`` / ``prefix_cache_hits`` counters; the
-  lookups of resumed preempted requests are counted apart):
-  token hit rate = hit tokens / prompt tokens looked up, summed over every
-  replica (weighted by tokens, never an average of rates); request hit rate =
-  share of those requests with at least one token found; evictions = KV blocks
-  evicted from the cache over the replay.
+- Prefix cache (every request of a trace with prefix hashes, prompts shorter
+  than one cache unit included; a request's first lookup, like vLLM's
+  ``prefix_cache_queries`` / ``prefix_cache_hits`` counters, which count every
+  request and every prompt token; the lookups of resumed preempted requests
+  are counted apart): token hit rate = hit tokens / prompt tokens looked up,
+  summed over every replica (weighted by tokens, never an average of rates);
+  request hit rate = share of those requests with at least one token found;
+  evictions = KV blocks evicted from the cache over the replay.
 """
 
 from __future__ import annotations

@@ -121,6 +121,7 @@ def _case(draw: Any, policy: str, *, caching: bool | None = None) -> tuple[SimIn
             "long_prefill_token_threshold": draw(st.sampled_from([0, 0, 17, 64])),
             "watermark": draw(st.sampled_from([0.0, 0.0, 0.05])),
             "scheduling_policy": draw(st.sampled_from(["fcfs", "fcfs", "priority"])),
+            "scheduler_reserve_full_isl": draw(st.booleans()),
         }
         if not values["enable_chunked_prefill"]:
             values["max_num_batched_tokens"] = max(values["max_num_batched_tokens"], max_model_len)

@@ -94,12 +94,16 @@ def test_hit_rate_never_falls_as_the_cache_grows(mooncake: pl.DataFrame, policy:
 
 
 def test_sglang_queues_where_vllm_preempts(mooncake: pl.DataFrame) -> None:
-    # 256k tokens of KV: vLLM admits on the step's needs and preempts when decodes outgrow
-    # the pool; SGLang reserves the expected decodes and keeps requests waiting instead
-    both = {p: replay(mooncake, policy=p, block_size=16, num_gpu_blocks=16_001) for p in
-            ("vllm", "sglang")}  # fmt: skip
+    # 256k tokens of KV: vLLM without the full-sequence check admits on the step's needs and
+    # preempts when decodes outgrow the pool; SGLang reserves the expected decodes and keeps
+    # requests waiting instead; vLLM's default full-sequence check preempts less
+    both = {p: replay(mooncake, policy=p, block_size=16, num_gpu_blocks=16_001,
+                      **({"scheduler_reserve_full_isl": False} if p == "vllm" else {}))
+            for p in ("vllm", "sglang")}  # fmt: skip
     (v_res, vllm), (s_res, sglang) = both["vllm"], both["sglang"]
     assert vllm["num_preemptions"] > 10 * max(sglang["num_preemptions"], 1)
+    full = replay(mooncake, policy="vllm", block_size=16, num_gpu_blocks=16_001)[1]
+    assert full["num_preemptions"] < vllm["num_preemptions"]
     v_queue = float(np.mean(request_metrics(v_res)["queue_s"]))
     s_queue = float(np.mean(request_metrics(s_res)["queue_s"]))
     assert s_queue > v_queue

@@ -66,10 +66,36 @@ def test_vllm_long_prefill_threshold_caps_one_request_per_step() -> None:
         "vllm", max_num_batched_tokens=256, max_num_seqs=4, long_prefill_token_threshold=50
     )
     res = run_both(make_input([0.0, 0.0], [120, 30], [1, 1]), sc)
-    # step 1: 50 of the long prompt, then the whole short one beside it
-    assert list(res.st[:1, S_PREFILL]) == [80]
+    # step 1: 50 of the long prompt, then the whole short one beside it; the short one is
+    # done, so in step 2 the long one is alone and is not capped: its other 70 tokens
+    assert list(res.st[:2, S_PREFILL]) == [80, 70]
     assert res.rqf[1, F_FIRST_TOKEN] == 1.0
-    assert res.rq[0, R_CHUNKS] == 3
+    assert res.rq[0, R_CHUNKS] == 2
+
+
+def test_vllm_long_prefill_threshold_leaves_a_lone_request_alone() -> None:
+    # vLLM applies the threshold only when running + waiting > 1 at the start of the step
+    sc = make_scenario(
+        "vllm", max_num_batched_tokens=4096, max_num_seqs=4, long_prefill_token_threshold=512
+    )
+    res = run_both(make_input([0.0], [3000], [2]), sc)
+    assert res.rq[0, R_CHUNKS] == 1 and times(res, 0) == (0.0, 1.0, 2.0)
+    # a second request waiting makes it long again: 512 + 512 + ...
+    res = run_both(make_input([0.0, 0.0], [3000, 10], [2, 2]), sc)
+    assert list(res.st[:1, S_PREFILL]) == [522]
+
+
+def test_vllm_admission_needs_the_whole_sequence_to_fit() -> None:
+    # 27 usable blocks of 16 tokens; one request holds 10 (13 at its end); a 320-token prompt needs
+    # 20 blocks in all, but its first 64-token chunk only 4. vLLM 0.33 (reserve_full_isl)
+    # keeps it waiting until 20 fit; with the switch off it is admitted at once.
+    base = {"max_num_batched_tokens": 64, "max_num_seqs": 4, "num_gpu_blocks": 28}
+    inp = make_input([0.0, 1.0], [160, 320], [40, 2])
+    full = run_both(inp, make_scenario("vllm", **base))
+    chunk = run_both(inp, make_scenario("vllm", scheduler_reserve_full_isl=False, **base))
+    assert chunk.rqf[1, F_FIRST_SCHED] == 2.0  # beside the end of the first prompt
+    assert full.rqf[1, F_FIRST_SCHED] > chunk.rqf[1, F_FIRST_SCHED]
+    assert full.st[:, S_PREEMPT].sum() == 0 < chunk.st[:, S_PREEMPT].sum()
 
 
 def test_vllm_without_chunking_a_prompt_waits_for_a_budget_it_fits() -> None:

@@ -242,3 +242,63 @@ def test_bad_cache_and_engine_keys_list_the_allowed_values(
     with pytest.raises(ScenarioError, match=message):
         build_scenario({"cost": make_scenario("vllm").cost.to_dict(), "num_gpu_blocks": 100,
                         **values})  # fmt: skip
+
+
+def test_vllm_caches_generated_blocks_and_evicts_them_in_lru_order() -> None:
+    # 20 usable 4-token blocks. X (2 prompt blocks) finishes first: its blocks go to the LRU.
+    # A computes 2 prompt and 2 generated blocks: vLLM caches all 4, so they sit in the LRU
+    # behind X's instead of being free. C then needs 15 blocks: 14 are free, so X's deepest
+    # block is evicted and Y, sharing X's prompt, finds only X's first block (with hashless
+    # generated blocks 16 would be free and Y would find both). C's 15 blocks are cached too
+    # (keys unique to it), so Y's 2 new blocks are evicted from the LRU as well.
+    sc = make_scenario(
+        "vllm",
+        block_size=4,
+        num_gpu_blocks=21,
+        max_num_batched_tokens=256,
+        max_num_seqs=4,
+        max_model_len=64,
+    )
+    hashes = [chain(9, 9), chain(1, 2), [], chain(9, 9, 5)]
+    inp = with_prefix(
+        make_input([0.0, 10.0, 30.0, 50.0], [8, 8, 60, 12], [1, 9, 1, 1]), hashes, 4, 4
+    )
+    res = run_both(inp, sc)
+    assert res.st[:, S_EVICTED].tolist() == [0, 0, 0, 1, 2]  # X, A (2 rows), C, Y
+    assert res.rq[3, R_CACHED] == 4
+
+
+def test_vllm_a_resumed_request_hits_its_own_generated_blocks() -> None:
+    # B (one prompt block) is preempted after it generated several full blocks; they stay
+    # cached (unique to it), and its lookup on resumption finds them with its prompt block
+    sc = make_scenario(
+        "vllm",
+        block_size=4,
+        num_gpu_blocks=11,
+        max_num_batched_tokens=64,
+        max_num_seqs=4,
+        max_model_len=64,
+    )
+    hashes = [chain(1, 2), chain(3)]
+    inp = with_prefix(make_input([0.0, 0.0], [8, 4], [20, 20]), hashes, 4, 4)
+    res = run_both(inp, sc)
+    assert res.rq[1, R_PREEMPT] >= 1
+    assert res.rq[1, R_HITS] - res.rq[1, R_CACHED] > 4  # more than its prompt's block
+
+
+def test_request_hit_rate_counts_prompts_shorter_than_a_unit() -> None:
+    # 64-token units: the 40-token prompt has no unit, is looked up and never hits; it counts
+    # in both hit rates (as vLLM's prefix_cache_queries / hits do)
+    keys = build_keys(
+        np.array([200, 200, 40]),
+        np.array([64, 64, 64]),
+        pa.array([chain(1, 2, 3), chain(1, 2, 3), []], pa.list_(pa.uint64())),
+        16,
+    )
+    assert keys.unit_tokens.tolist() == [64, 64, 64]
+    sc = make_scenario("vllm", num_gpu_blocks=100)
+    inp = SimInput(np.array([0.0, 5.0, 10.0]), np.array([200, 200, 40]), np.array([1, 1, 1]),
+                   prefix=keys)  # fmt: skip
+    s = summarize(run_both(inp, sc))
+    assert s["prefix_request_hit_rate"] == pytest.approx(1 / 3)
+    assert (s["prefix_query_tokens"], s["prefix_hit_tokens"]) == (440, 192)

@@ -6,7 +6,9 @@ One step:
 2. RUNNING loop, in running-list (admission) order, while budget is left: a
    request asks for ``num_tokens - num_computed`` tokens (1 for a decode, the
    rest of the prompt for a request in chunked prefill), capped at
-   ``long_prefill_token_threshold`` (if > 0) and at the budget. Its KV blocks
+   ``long_prefill_token_threshold`` (if > 0, and only when more than one
+   request is running or waiting at the start of the step: a lone request
+   starves nobody) and at the budget. Its KV blocks
    are grown just in time for the tokens of this step. If the pool is short,
    a victim is preempted (recompute: its blocks are freed, its progress
    forgotten) until the allocation fits: under ``fcfs`` the **last** request of
@@ -14,7 +16,8 @@ One step:
    ``priority`` the running request with the largest (priority, arrival), back
    into the priority queue (if it was already scheduled this step, its tokens
    go back into the budget). If the victim is the request itself, the RUNNING
-   loop stops there.
+   loop stops there under ``fcfs``; under ``priority`` it goes on with the
+   next running request (they have higher priority and may still fit).
 3. WAITING loop, only if nothing was preempted this step, while
    ``len(running) < max_num_seqs`` and budget is left, taking the head of the
    waiting queue: FCFS, or under ``priority`` the smallest (priority, arrival)
@@ -23,7 +26,10 @@ One step:
    capped at the threshold; without chunked prefill a head that does not fit
    the remaining budget stops the loop, with it the chunk is cut to the budget.
    Its new blocks, plus the blocks of its hits that sat unreferenced in the
-   cache, must fit in the free and evictable blocks, with
+   cache, must fit in the free and evictable blocks; with
+   ``scheduler_reserve_full_isl`` (the default since vLLM 0.33) its new blocks
+   are those of its whole ``num_tokens`` (prompt, plus what it generated
+   before a preemption), not only of this step's chunk; with
    ``watermark * num_gpu_blocks`` to spare when something is already scheduled
    this step; otherwise the loop stops: **head-of-line blocking**, nothing
    behind it is tried. No preemption is made for a higher-priority arrival.
@@ -35,7 +41,11 @@ prompt recomputes its last unit); hit tokens count as computed, so they are
 neither charged to the budget nor computed. Full units are committed to the
 cache when they are **scheduled** (so a later request of the same step can
 hit them); an identical unit computed by two requests stays private to the
-second. A preempted request looks up again when it is resumed.
+second. Blocks of generated tokens are cached too, as vLLM does (their keys
+are unique to the request, ``prefix.extend_keys``: they are never hit by
+another request, but a resumed request hits its own, and they take their
+place in the eviction order). A preempted request looks up again when it is
+resumed.
 
 One block of the pool is vLLM's null block, so ``num_gpu_blocks - 1`` are usable.
 """
@@ -70,6 +80,7 @@ from pipeline.sim.state import (
     C_BUDGET,
     C_CACHING,
     C_CHUNKED,
+    C_FULL_ISL,
     C_MAX_SEQS,
     C_QUEUE,
     C_THRESHOLD,
@@ -116,6 +127,13 @@ class Params:
     scheduling_policy: str = field(
         default="fcfs",
         metadata={"help": "fcfs | priority (lower value first, arrival breaks ties)"},
+    )
+    scheduler_reserve_full_isl: bool = field(
+        default=True,
+        metadata={
+            "help": "admit a waiting request only if the blocks of its whole sequence fit "
+            "(vLLM >= 0.33 default); false: only those of its first chunk"
+        },
     )
 
 
@@ -166,6 +184,7 @@ class VllmPolicy(Policy):
                 C_CHUNKED: int(p.enable_chunked_prefill),
                 C_THRESHOLD: p.long_prefill_token_threshold,
                 C_WM_BLOCKS: int(p.watermark * mem.num_gpu_blocks),
+                C_FULL_ISL: int(p.scheduler_reserve_full_isl),
             },
             {},
         )
@@ -213,6 +232,8 @@ def schedule(
 ) -> tuple[int, int, int]:
     bs = cfg[C_BLOCK_SIZE]
     threshold = cfg[C_THRESHOLD]
+    if rp[r, P_RUN_N] + rp[r, P_WQ_LEN] <= 1:  # a lone request: nobody to starve
+        threshold = 0
     budget = cfg[C_BUDGET]
     caching = cfg[C_CACHING] != 0
     by_priority = cfg[C_QUEUE] == Q_PRIORITY
@@ -261,8 +282,10 @@ def schedule(
                 scheduled = False
                 break
         if not scheduled:
+            if by_priority:  # it left the list; the requests after it may still fit
+                continue
             break
-        if caching and rq[i, R_SETTLED] < rq[i, R_NUNITS]:
+        if caching and rq[i, R_SETTLED] < rq[i, R_NUNITS]:  # prompt and generated blocks
             commit(rq, rp, i, r, rq[i, R_COMPUTED] + new, False, kc)
         n = add_scheduled(sched_q, sched_t, n, i, new)
         budget -= new
@@ -289,7 +312,10 @@ def schedule(
             new = budget
         keep_free = cfg[C_WM_BLOCKS] if n > 0 else 0
         need = cdiv(rq[i, R_COMPUTED] + hit + new, bs) - h * rq[i, R_UNIT_BLK]
-        if need + idle + keep_free > rp[r, P_FREE] + rp[r, P_EVICTABLE]:
+        gate = need  # blocks that must fit for it to be admitted
+        if cfg[C_FULL_ISL] != 0:  # the whole sequence, not only this chunk
+            gate = cdiv(num_tokens(rq, i), bs) - h * rq[i, R_UNIT_BLK]
+        if gate + idle + keep_free > rp[r, P_FREE] + rp[r, P_EVICTABLE]:
             if idle > 0:  # evicting its idle hits could let it in: decode runs must not evict
                 rp[r, P_STABLE] = 2
             break

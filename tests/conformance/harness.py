@@ -1,0 +1,615 @@
+"""Drive vLLM's own V1 scheduler and the simulator's ``vllm`` policy on the same requests.
+
+vLLM side: the real ``vllm.v1.core.sched.scheduler.Scheduler`` (synchronous),
+built from a local ``config.json`` (no hub access) with ``DeviceConfig("cpu")``
+and one full-attention KV group of ``num_blocks`` blocks. There is no model:
+after each ``schedule()`` a fake runner samples one token for every scheduled
+request whose computed tokens reach its length (``SamplingParams(max_tokens=
+output, ignore_eos=True)`` ends it), and a simulated clock advances by the
+step cost of the batch vLLM chose. Every request samples the same token id,
+its own (``1 + index``), so generated blocks never match another request's.
+
+Simulator side: the reference loop (recording what each step scheduled and
+preempted) and the fast loop, on the same requests, with the scenario's cost
+model. ``step_cost`` (a plain callable of a batch) times vLLM's steps; the
+default, ``cost_function``, is the simulator's own ``cost_model.step_time`` on
+the batch's features, whichever signature it has.
+
+A batch is a list of ``(computed_before, tokens, is_decode)``, one per scheduled
+request; a request decodes when its prompt (or recompute after a preemption)
+is done, exactly the simulator's definition.
+"""
+
+from __future__ import annotations
+
+import csv
+import inspect
+import json
+import math
+import os
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.ingest.hashing import prefix_hashes
+from pipeline.sim.cost_model import step_time
+from pipeline.sim.loop import simulate
+from pipeline.sim.reference import ReferenceLoop
+from pipeline.sim.reference_kv import Replica, Req, Scheduled
+from pipeline.sim.scenario import Scenario, build_scenario
+from pipeline.sim.state import (
+    F_FINISH,
+    F_FIRST_TOKEN,
+    S_NUM_STEPS,
+    S_PREEMPT,
+    PrefixKeys,
+    SimInput,
+)
+
+Batch = list[tuple[int, int, bool]]
+StepCost = Callable[[Batch], float]
+
+REPO = Path(__file__).resolve().parents[2]
+AZURE_SAMPLE = REPO / "traces" / "azure_conv.csv"
+BLOCK = 16
+PROFILE = "llama-3-8b_h100-80gb_tp1"
+VOCAB = 32000
+
+
+@dataclass
+class Request:
+    arrival_s: float
+    prompt: list[int]  # token ids
+    output: int
+    priority: int = 0
+
+
+@dataclass
+class Config:
+    """One conformance configuration: requests and the engine settings both sides get."""
+
+    name: str
+    requests: list[Request]
+    num_blocks: int  # vLLM's num_blocks (the simulator's num_gpu_blocks): null block included
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    enable_chunked_prefill: bool = True
+    long_prefill_token_threshold: int = 0
+    watermark: float = 0.0
+    scheduling_policy: str = "fcfs"
+    enable_prefix_caching: bool = False
+    scheduler_reserve_full_isl: bool = True
+    max_model_len: int = 8192
+    what: str = ""  # one line for the docs
+    sim_values: dict[str, Any] = field(default_factory=dict)  # simulator-only overrides
+
+    def scenario(self) -> Scenario:
+        return build_scenario(
+            self.sim_values
+            | {
+                "policy": "vllm",
+                "profile": PROFILE,
+                "block_size": BLOCK,
+                "num_gpu_blocks": self.num_blocks,
+                "max_model_len": self.max_model_len,
+                "enable_prefix_caching": self.enable_prefix_caching,
+                "max_num_seqs": self.max_num_seqs,
+                "max_num_batched_tokens": self.max_num_batched_tokens,
+                "enable_chunked_prefill": self.enable_chunked_prefill,
+                "long_prefill_token_threshold": self.long_prefill_token_threshold,
+                "watermark": self.watermark,
+                "scheduling_policy": self.scheduling_policy,
+                "scheduler_reserve_full_isl": self.scheduler_reserve_full_isl,
+            }
+            | self.sim_values
+        )
+
+
+@dataclass
+class Step:
+    start: float
+    duration: float
+    scheduled: dict[int, int]  # request index -> tokens
+    preempted: list[int]  # request indices, sorted
+
+
+@dataclass
+class Run:
+    steps: list[Step] = field(default_factory=list)
+    first_token: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    finish: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+    @property
+    def preemptions(self) -> int:
+        return sum(len(s.preempted) for s in self.steps)
+
+
+def cost_function(cost: np.ndarray) -> StepCost:
+    """The simulator's ``step_time`` on a batch's features (P, A, [N,] D, C)."""
+    fn = getattr(step_time, "py_func", step_time)
+    with_n = len(inspect.signature(fn).parameters) == 6  # cost model v2 counts sequences
+
+    def batch_cost(batch: Batch) -> float:
+        p = a = d = c = 0
+        for c0, t, decode in batch:
+            if decode:
+                d += 1
+                c += c0 + 1
+            else:
+                p += t
+                a += t * c0 + t * (t + 1) // 2
+        if with_n:
+            return float(step_time(cost, p, a, len(batch), d, c))  # type: ignore[call-arg]
+        return float(step_time(cost, p, a, d, c))
+
+    return batch_cost
+
+
+# --- the simulator side ------------------------------------------------------------
+
+
+class _Recording(ReferenceLoop):
+    """The reference loop, noting what each step scheduled and preempted."""
+
+    def __init__(self, scenario: Scenario) -> None:
+        super().__init__(scenario)
+        self.log: list[tuple[dict[int, int], list[int]]] = []
+        self._pre: list[int] = []
+
+    def preempt(self, rep: Replica, req: Req) -> None:
+        self._pre.append(req.index)
+        super().preempt(rep, req)
+
+    def schedule_vllm(self, rep: Replica) -> tuple[Scheduled, int, int]:
+        self._pre = []
+        out = super().schedule_vllm(rep)
+        self.log.append(({req.index: t for req, t in out[0]}, sorted(self._pre)))
+        return out
+
+
+def sim_input(cfg: Config) -> SimInput:
+    reqs = cfg.requests
+    prefix = None
+    if cfg.enable_prefix_caching:
+        keys = [prefix_hashes(r.prompt, BLOCK) for r in reqs]
+        counts = np.array([len(k) for k in keys], dtype=np.int64)
+        prefix = PrefixKeys(
+            np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
+            np.concatenate([*keys, np.zeros(0, np.uint64)]).astype(np.uint64),
+            np.full(len(reqs), BLOCK, dtype=np.int64),
+        )
+    return SimInput(
+        np.array([r.arrival_s for r in reqs], dtype=np.float64),
+        np.array([len(r.prompt) for r in reqs], dtype=np.int64),
+        np.array([r.output for r in reqs], dtype=np.int64),
+        prefix=prefix,
+        priority=np.array([r.priority for r in reqs], dtype=np.int64),
+    )
+
+
+def run_simulator(cfg: Config) -> tuple[Run, Run]:
+    """(reference loop with per-step records, fast loop with per-request times)."""
+    sc = cfg.scenario()
+    inp = sim_input(cfg)
+    ref_loop = _Recording(sc)
+    ref = ref_loop.run(inp)
+    steps = [
+        Step(float(ref.stf[k, 0]), float(ref.stf[k, 1]), sched, pre)
+        for k, (sched, pre) in enumerate(ref_loop.log)
+    ]
+    fast = simulate(inp, sc.engine())
+    fast_run = Run(first_token=fast.rqf[:, F_FIRST_TOKEN], finish=fast.rqf[:, F_FINISH])
+    # the fast loop compresses decode runs: expand its step and preemption counts
+    fast_run.steps = [
+        Step(0.0, 0.0, {}, [-1] * int(row[S_PREEMPT]) if j == 0 else [])
+        for row in fast.st
+        for j in range(int(row[S_NUM_STEPS]))
+    ]
+    return Run(steps, ref.rqf[:, F_FIRST_TOKEN], ref.rqf[:, F_FINISH]), fast_run
+
+
+# --- the vLLM side -----------------------------------------------------------------
+
+
+def vllm_version() -> str:
+    import vllm
+
+    return str(vllm.__version__)
+
+
+def _model_dir(max_model_len: int) -> str:
+    d = tempfile.mkdtemp(prefix="conformance-model-")
+    config = {  # a tiny Llama: the scheduler reads only lengths and the architecture
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "num_hidden_layers": 1,
+        "vocab_size": VOCAB,
+        "max_position_embeddings": max_model_len,
+        "torch_dtype": "float32",
+        "rms_norm_eps": 1e-5,
+    }
+    Path(d, "config.json").write_text(json.dumps(config))
+    return d
+
+
+def build_scheduler(cfg: Config) -> Any:
+    """vLLM's own synchronous V1 scheduler for ``cfg``, on CPU, no model, no hub."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("PYTHONHASHSEED", "0")  # vLLM's NONE_HASH seed, as our hashing
+    import torch
+    from vllm.config import (
+        CacheConfig,
+        DeviceConfig,
+        ModelConfig,
+        SchedulerConfig,
+        VllmConfig,
+    )
+    from vllm.v1.core.sched.scheduler import Scheduler
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    model = ModelConfig(
+        model=_model_dir(cfg.max_model_len),
+        skip_tokenizer_init=True,
+        max_model_len=cfg.max_model_len,
+        dtype="float32",
+        seed=0,
+    )
+    sched = SchedulerConfig(
+        max_num_seqs=cfg.max_num_seqs,
+        max_num_batched_tokens=cfg.max_num_batched_tokens,
+        max_model_len=cfg.max_model_len,
+        enable_chunked_prefill=cfg.enable_chunked_prefill,
+        long_prefill_token_threshold=cfg.long_prefill_token_threshold,
+        watermark=cfg.watermark,
+        policy=cfg.scheduling_policy,
+        scheduler_reserve_full_isl=cfg.scheduler_reserve_full_isl,
+        is_encoder_decoder=False,
+    )
+    cache = CacheConfig(block_size=BLOCK, enable_prefix_caching=cfg.enable_prefix_caching)
+    vllm_config = VllmConfig(
+        model_config=model,
+        scheduler_config=sched,
+        cache_config=cache,
+        device_config=DeviceConfig("cpu"),
+    )
+    spec = FullAttentionSpec(block_size=BLOCK, num_kv_heads=1, head_size=1, dtype=torch.float32)
+    kv = KVCacheConfig(
+        num_blocks=cfg.num_blocks,
+        kv_cache_tensors=[],
+        kv_cache_groups=[KVCacheGroupSpec(["layer.0"], spec)],
+    )
+    cache.num_gpu_blocks = cfg.num_blocks
+    return Scheduler(
+        vllm_config=vllm_config,
+        kv_cache_config=kv,
+        structured_output_manager=StructuredOutputManager(vllm_config),
+        log_stats=True,
+        block_size=BLOCK,
+    )
+
+
+def run_vllm(cfg: Config, step_cost: StepCost) -> Run:
+    """Replay ``cfg`` through vLLM's scheduler, one step at a time on a simulated clock."""
+    from vllm.sampling_params import SamplingParams
+    from vllm.utils.hashing import sha256
+    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+    from vllm.v1.outputs import ModelRunnerOutput
+    from vllm.v1.request import Request as VRequest
+
+    sched = build_scheduler(cfg)
+    init_none_hash(sha256)
+    hasher = get_request_block_hasher(BLOCK, sha256)
+    n = len(cfg.requests)
+    reqs: dict[str, Any] = {}
+    index: dict[str, int] = {}
+    pf_end: dict[str, int] = {}  # num_tokens when last admitted: below it, a prefill
+    run = Run(first_token=np.full(n, math.nan), finish=np.full(n, math.nan))
+    clock = 0.0
+    nxt = 0
+    done = 0
+    while done < n:
+        while nxt < n and cfg.requests[nxt].arrival_s <= clock:
+            r = cfg.requests[nxt]
+            rid = f"{nxt:06d}"
+            vr = VRequest(
+                request_id=rid,
+                prompt_token_ids=list(r.prompt),
+                sampling_params=SamplingParams(max_tokens=r.output, ignore_eos=True),
+                pooling_params=None,
+                arrival_time=r.arrival_s,
+                priority=r.priority,
+                block_hasher=hasher if cfg.enable_prefix_caching else None,
+            )
+            reqs[rid] = vr
+            index[rid] = nxt
+            sched.add_request(vr)
+            nxt += 1
+        if sched.get_num_unfinished_requests() == 0:  # idle until the next arrival
+            clock = max(clock, cfg.requests[nxt].arrival_s)
+            continue
+        out = sched.schedule()
+        if out.total_num_scheduled_tokens == 0 and not out.preempted_req_ids:
+            raise RuntimeError(f"{cfg.name}: vLLM scheduled nothing at {clock} s")
+        admitted = {r.req_id for r in out.scheduled_new_reqs}
+        admitted |= set(out.scheduled_cached_reqs.resumed_req_ids)
+        batch: Batch = []
+        sampled: list[list[int]] = []
+        ids = list(out.num_scheduled_tokens)
+        for rid in ids:
+            vr = reqs[rid]
+            t = out.num_scheduled_tokens[rid]
+            c0 = vr.num_computed_tokens - t  # schedule() already counted them
+            if rid in admitted:
+                pf_end[rid] = vr.num_tokens
+            batch.append((c0, t, c0 >= pf_end[rid]))
+            sampled.append(
+                [1 + index[rid] % (VOCAB - 1)] if vr.num_computed_tokens >= vr.num_tokens else []
+            )
+        duration = step_cost(batch)
+        run.steps.append(
+            Step(
+                clock,
+                duration,
+                {index[rid]: out.num_scheduled_tokens[rid] for rid in ids},
+                sorted(index[rid] for rid in (out.preempted_req_ids or ())),
+            )
+        )
+        clock += duration
+        result = ModelRunnerOutput(
+            req_ids=ids,
+            req_id_to_index={rid: k for k, rid in enumerate(ids)},
+            sampled_token_ids=sampled,
+        )
+        sched.update_from_output(out, result)
+        for rid, toks in zip(ids, sampled, strict=True):
+            if not toks:
+                continue
+            i = index[rid]
+            vr = reqs[rid]
+            if math.isnan(run.first_token[i]):
+                run.first_token[i] = clock
+            if vr.is_finished():
+                run.finish[i] = clock
+                done += 1
+    return run
+
+
+# --- comparing ---------------------------------------------------------------------
+
+
+@dataclass
+class Comparison:
+    name: str
+    vllm_steps: int
+    sim_steps: int
+    vllm_preemptions: int
+    sim_preemptions: int
+    first_divergence: int | None  # first step whose schedule differs (None: none)
+    ttft_max_s: float
+    ttft_mean_s: float
+    e2e_max_s: float
+    e2e_mean_s: float
+    fast_equals_reference: bool
+    note: str = ""
+
+    @property
+    def identical(self) -> bool:
+        return (
+            self.first_divergence is None
+            and self.vllm_steps == self.sim_steps
+            and self.ttft_max_s == 0.0
+            and self.e2e_max_s == 0.0
+            and self.fast_equals_reference
+        )
+
+
+def _rel_diff(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """|a - b|, zeroed where within 1e-9 relative (the float sums may differ in rounding)."""
+    d = np.abs(a - b)
+    return np.where(d <= 1e-9 * np.maximum(np.abs(a), np.abs(b)), 0.0, d)
+
+
+def compare(cfg: Config, step_cost: StepCost | None = None) -> Comparison:
+    """Run both sides on ``cfg`` and measure how far apart they are."""
+    if step_cost is None:
+        step_cost = cost_function(cfg.scenario().cost.as_array())
+    ref, fast = run_simulator(cfg)
+    v = run_vllm(cfg, step_cost)
+    first = None
+    for k, (a, b) in enumerate(zip(v.steps, ref.steps, strict=False)):
+        late = _rel_diff(np.array([a.start, a.duration]), np.array([b.start, b.duration]))
+        if a.scheduled != b.scheduled or a.preempted != b.preempted or late.any():
+            first = k
+            break
+    if first is None and len(v.steps) != len(ref.steps):
+        first = min(len(v.steps), len(ref.steps))
+    arrival = np.array([r.arrival_s for r in cfg.requests])
+    ttft = _rel_diff(v.first_token - arrival, ref.first_token - arrival)
+    e2e = _rel_diff(v.finish - arrival, ref.finish - arrival)
+    same_fast = (
+        len(fast.steps) == len(ref.steps)
+        and fast.preemptions == ref.preemptions
+        and not _rel_diff(fast.first_token, ref.first_token).any()
+        and not _rel_diff(fast.finish, ref.finish).any()
+    )
+    return Comparison(
+        cfg.name,
+        len(v.steps),
+        len(ref.steps),
+        v.preemptions,
+        ref.preemptions,
+        first,
+        float(ttft.max()),
+        float(ttft.mean()),
+        float(e2e.max()),
+        float(e2e.mean()),
+        same_fast,
+    )
+
+
+# --- traces ------------------------------------------------------------------------
+
+
+def azure_requests(
+    n: int, *, time_scale: float = 4.0, path: Path = AZURE_SAMPLE, seed: int = 0
+) -> list[Request]:
+    """The first ``n`` requests of an Azure LLM trace CSV, ``time_scale`` times faster.
+
+    Prompts get random token ids (no two share a block), so prefix caching cannot hit.
+    """
+    rng = np.random.default_rng(seed)
+    out: list[Request] = []
+    t0: datetime | None = None
+    with path.open(newline="") as f:
+        for row in csv.DictReader(f):
+            ts = datetime.fromisoformat(row["TIMESTAMP"].strip()[:26])
+            t0 = t0 or ts
+            prompt = int(row["ContextTokens"])
+            ids = rng.integers(1, VOCAB, prompt).tolist()
+            out.append(
+                Request(
+                    (ts - t0).total_seconds() / time_scale, ids, max(int(row["GeneratedTokens"]), 1)
+                )
+            )
+            if len(out) == n:
+                break
+    return out
+
+
+def shared_prefix_requests(
+    n: int, *, rate: float, seed: int = 0, prefixes: Sequence[int] = (1024, 512, 256, 96)
+) -> list[Request]:
+    """Token-id requests in conversations: each starts with one of a few system prompts,
+    later turns repeat the whole previous turn (prompt and answer) and add a question.
+    Poisson arrivals at ``rate`` per second."""
+    rng = np.random.default_rng(seed)
+    systems = [rng.integers(1, VOCAB, k).tolist() for k in prefixes]
+    history: list[list[int]] = []
+    out: list[Request] = []
+    t = 0.0
+    for _ in range(n):
+        t += float(rng.exponential(1.0 / rate))
+        if history and rng.random() < 0.5:
+            base = history[int(rng.integers(len(history)))]
+        else:
+            base = systems[int(rng.integers(len(systems)))]
+        prompt = base + rng.integers(1, VOCAB, int(rng.integers(20, 400))).tolist()
+        prompt = prompt[:3000]
+        output = int(rng.integers(10, 300))
+        history.append(prompt + rng.integers(1, VOCAB, output).tolist())
+        out.append(Request(t, prompt, output))
+    return out
+
+
+# --- the configurations ------------------------------------------------------------
+
+AZURE_RAW = (
+    REPO.parent / "shared" / "traces_raw" / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv"
+)
+
+
+def configurations(full: bool = False) -> list[Config]:
+    """The conformance configurations; ``full`` uses 2,000 requests of the real Azure
+    conversation trace beside the project (the bundled 599-request sample otherwise)."""
+    if full and not AZURE_RAW.exists():
+        raise FileNotFoundError(
+            f"the full set replays {AZURE_RAW}: the real public traces beside the project"
+        )
+    azure = azure_requests(2000, path=AZURE_RAW) if full else azure_requests(300)
+    rng = np.random.default_rng(1)
+    prio = [Request(r.arrival_s, r.prompt, r.output, int(rng.integers(0, 4))) for r in azure]
+    burst = [Request(0.0, r.prompt, r.output) for r in azure[: 300 if full else 150]]
+    lone = [Request(0.0, np.random.default_rng(2).integers(1, VOCAB, 3000).tolist(), 20)]
+    longp = [
+        Request(0.05 * k, np.random.default_rng(k).integers(1, VOCAB, 3000).tolist(), 30)
+        for k in range(12)
+    ]
+    shared = shared_prefix_requests(400 if full else 150, rate=8.0)
+    tight = 1500 if full else 450
+    return [
+        Config("azure_4x", azure, 20_000, what="Azure conversation at 4x, ample KV, defaults"),
+        Config(
+            "chunked_off",
+            azure,
+            20_000,
+            enable_chunked_prefill=False,
+            max_num_batched_tokens=8192,
+            what="chunked prefill off (a prompt waits for a budget it fits whole)",
+        ),
+        Config("max_num_seqs_8", azure, 20_000, max_num_seqs=8, what="max_num_seqs = 8"),
+        Config(
+            "threshold_512_load",
+            azure,
+            20_000,
+            long_prefill_token_threshold=512,
+            max_num_batched_tokens=2048,
+            what="long_prefill_token_threshold = 512 under load, budget 2048",
+        ),
+        Config(
+            "threshold_512_lone",
+            lone,
+            2_000,
+            long_prefill_token_threshold=512,
+            what="one 3,000-token prompt alone with threshold 512 (not capped)",
+        ),
+        Config(
+            "tight_kv",
+            azure,
+            tight,
+            max_num_batched_tokens=512,
+            what=f"{tight} KV blocks, budget 512: preemptions, full-sequence admission",
+        ),
+        Config(
+            "tight_kv_chunk_admission",
+            azure,
+            tight,
+            max_num_batched_tokens=512,
+            scheduler_reserve_full_isl=False,
+            what="the same with scheduler_reserve_full_isl = false (vLLM < 0.33 admission)",
+        ),
+        Config(
+            "burst_tight_kv",
+            burst,
+            tight,
+            what=f"{len(burst)} requests at once, tight KV",
+        ),
+        Config(
+            "prefix_ample",
+            shared,
+            20_000,
+            enable_prefix_caching=True,
+            what="prefix caching, token ids with shared prefixes (vLLM's own hashes), ample KV",
+        ),
+        Config(
+            "prefix_tight",
+            shared,
+            350,
+            enable_prefix_caching=True,
+            what="prefix caching, shared prefixes, tight KV (evictions, preemptions)",
+        ),
+        Config(
+            "priority",
+            prio,
+            tight,
+            scheduling_policy="priority",
+            what="priority scheduling (priorities 0-3), tight KV",
+        ),
+        Config("watermark", azure, tight, watermark=0.05, what="watermark 0.05, tight KV"),
+        Config(
+            "prompt_over_budget",
+            longp,
+            3_000,
+            max_num_batched_tokens=512,
+            what="3,000-token prompts, budget 512: every prompt in chunks",
+        ),
+    ]
