@@ -25,6 +25,7 @@ import polars as pl
 from pipeline import __version__
 from pipeline.errors import ConfigError, PipelineError
 from pipeline.report import charts, render
+from pipeline.report.layout import Layout, build_layout
 from pipeline.report.sql import load_query, query
 from pipeline.warehouse import Warehouse
 
@@ -257,7 +258,8 @@ def build_report(
                              scoped=trace_run is not None)  # fmt: skip
 
         scenarios = run("run_scenarios", run_id=run_id) if run_id else pl.DataFrame()
-        names = tuple(scenarios["scenario"].to_list()) if run_id else ()
+        layout = _layout(scenarios)
+        names = layout.scenarios
         views = {r[0] for r in con.execute("SELECT view_name FROM duckdb_views()").fetchall()}
 
         specs: dict[str, dict[str, Any]] = {}
@@ -284,7 +286,8 @@ def build_report(
                 items.append(
                     _render_item(item, df, f"chart-{section.id}-{k + 1}", specs,
                                  charts.ChartOptions(title=item.title, scenarios=names,
-                                                     slo_ttft_s=slo_ttft_s, extra=item.options))
+                                                     slo_ttft_s=slo_ttft_s, extra=item.options,
+                                                     layout=layout))
                 )  # fmt: skip
             sections.append({"id": section.id, "title": section.title,
                              "how_to_read": section.how_to_read, "no_data": no_data,
@@ -303,7 +306,9 @@ def build_report(
             "generated_at": datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
             "slo_ms": render.fmt(slo_ttft_s * 1000.0, "float")[0],
             "trace": trace,
-            "scenarios": [_scenario_row(r) for r in scenarios.to_dicts()] if run_id else [],
+            "scenarios": [_scenario_row(r) for r in _natural_rows(scenarios)] if run_id else [],
+            "scenario_names": list(names),
+            "layout_note": _layout_note(layout),
             "sections": sections,
             "specs_json": render.script_json(specs),
         },
@@ -384,13 +389,54 @@ def _trace_facts(summary: dict[str, Any], sources: pl.DataFrame, *, scoped: bool
     )
     requests = (
         f"{n:,} ({render.fmt(summary['mean_requests_per_s'], 'float')[0]} requests/s on average; "
-        f"{summary['num_models']} models, {summary['num_tenants']} tenants; prompt p50/p99 "
+        f"{_count(summary['num_models'], 'model', 'models')}, "
+        f"{_count(summary['num_tenants'], 'tenant', 'tenants')}; prompt p50/p99 "
         f"{render.fmt(summary['p50_prompt_tokens'], 'float')[0]}/"
         f"{render.fmt(summary['p99_prompt_tokens'], 'float')[0]} tokens, output p50/p99 "
         f"{render.fmt(summary['p50_output_tokens'], 'float')[0]}/"
         f"{render.fmt(summary['p99_output_tokens'], 'float')[0]} tokens)"
     )
     return {"description": description, "date_range": date_range, "requests": requests}
+
+
+def _layout(scenarios: pl.DataFrame) -> Layout:
+    """Panels and colours of the run's scenarios, from their resolved configurations."""
+    if scenarios.is_empty():
+        return Layout()
+    configs: dict[str, dict[str, Any]] = {}
+    for r in scenarios.select("scenario", "config_json").to_dicts():
+        try:
+            cfg = json.loads(r["config_json"] or "{}")
+        except json.JSONDecodeError:
+            cfg = {}
+        configs[r["scenario"]] = cfg if isinstance(cfg, dict) else {}
+    policies = dict(zip(scenarios["scenario"], scenarios["policy"], strict=True))
+    return build_layout(scenarios["scenario"].to_list(), configs, policies)
+
+
+def _layout_note(layout: Layout) -> str | None:
+    if not layout.faceted:
+        return None
+    others = [a for a in layout.axes if a != layout.facet_by]
+    return (
+        f"{len(layout.scenarios)} scenarios: charts with one line per scenario are drawn as "
+        f"small multiples, one panel per {layout.facet_by}"
+        + (f", one colour per {', '.join(others)}" if others else "")
+        + "."
+    )
+
+
+def _natural_rows(df: pl.DataFrame) -> list[dict[str, Any]]:
+    from pipeline.report.layout import natural_key
+
+    return sorted(df.to_dicts(), key=lambda r: natural_key(r.get("scenario")))
+
+
+def _count(n: int | None, one: str, many: str) -> str:
+    """'1 model', '3 models', or 'no model recorded'."""
+    if not n:
+        return f"no {one} recorded"
+    return f"{n:,} {one if n == 1 else many}"
 
 
 def _scenario_row(r: dict[str, Any]) -> dict[str, Any]:
