@@ -188,7 +188,14 @@ def arrival_rate(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
     span_s = 0.0
     if df.height > 1:
         span_s = (df["bucket_start"].max() - df["bucket_start"].min()).total_seconds()  # type: ignore[operator,union-attr]
-    label = "%H:%M" if span_s <= 86400 else "%m-%d %H:%M"
+    # NOTE: on a utc scale the format is applied in UTC; adding formatType="utc" makes
+    # Vega-Lite drop the format and fall back to its 12-hour labels.
+    label = "%H:%M:%S" if span_s <= 600 else "%H:%M" if span_s <= 86400 else "%m-%d %H:%M"
+    if df.height:
+        df = df.with_columns(
+            pl.col("bucket_start").dt.convert_time_zone("UTC").dt.strftime("%Y-%m-%d %H:%M:%S UTC")
+            .alias("bucket_start_utc")
+        )  # fmt: skip
     return (
         alt.Chart(values(df), title=opts.title)
         .mark_line(interpolate="step-after")
@@ -197,7 +204,7 @@ def arrival_rate(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
                 "bucket_start:T",
                 title="arrival time (UTC, 24-hour clock)",
                 scale=alt.Scale(type="utc"),
-                axis=alt.Axis(format=label, formatType="utc", labelOverlap=True),
+                axis=alt.Axis(format=label, labelOverlap=True),
             ),
             y=alt.Y("requests_per_s:Q", title="arrivals (requests/s)"),
             tooltip=[
@@ -745,6 +752,58 @@ def slo_capacity(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
     return alt.hconcat(*charts, title=opts.title).resolve_scale(color="independent")
 
 
+def capacity_probes(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
+    """Each capacity search's probes: the measured statistic over its SLO limit (1 is the
+    limit), one colour per SLO, the answer ringed; one panel per search.
+
+    Expects: search, knob, probe, value, scenario, slo, limit_s, measured_s, met,
+    is_answer (the rows of capacity_search.sql).
+    """
+    drawn = df.with_columns(
+        (pl.col("measured_s") / pl.col("limit_s")).alias("share_of_limit"),
+        (pl.col("search") + " (" + pl.col("knob") + ")").alias("panel"),
+    ).filter(pl.col("share_of_limit").is_not_null())
+    y_scale = _scale_for(pl.concat([drawn["share_of_limit"], pl.Series([1.0])]))
+    slos = natural_sorted(set(drawn["slo"].to_list()))
+    base = alt.Chart()
+    pick = alt.selection_point(fields=["slo"], bind="legend", name=LEGEND_PICK)
+    points = (
+        base.mark_point(filled=True, size=60)
+        .encode(
+            x=alt.X("value:Q", title="knob value (cap, requests/s or replicas)",
+                    scale=alt.Scale(type="log")),
+            y=alt.Y("share_of_limit:Q", title=_scale_title("measured / limit", y_scale),
+                    scale=y_scale),
+            color=alt.Color("slo:N", title="SLO", sort=slos, scale=alt.Scale(domain=slos)),
+            shape=alt.Shape("met:N", title="every SLO met",
+                            scale=alt.Scale(domain=[True, False], range=["circle", "cross"])),
+            opacity=alt.condition(pick, alt.value(1.0), alt.value(FADED)),
+            tooltip=[
+                alt.Tooltip("search:N"), alt.Tooltip("probe:Q"), alt.Tooltip("scenario:N"),
+                alt.Tooltip("knob:N"), alt.Tooltip("value:Q", format=",.4~g"),
+                alt.Tooltip("slo:N", title="SLO"),
+                alt.Tooltip("measured_s:Q", title="measured (s)", format=".4~g"),
+                alt.Tooltip("limit_s:Q", title="limit (s)", format=".4~g"),
+                alt.Tooltip("met:N", title="every SLO met"),
+            ],
+        )
+        .add_params(pick)
+    )  # fmt: skip
+    ring = (
+        base.transform_filter("datum.is_answer")
+        .mark_point(size=260, shape="circle", filled=False, strokeWidth=2, color="#222")
+        .encode(x="value:Q", y="share_of_limit:Q")
+    )
+    limit = base.mark_rule(color="#b00", strokeDash=[4, 3]).encode(y=alt.datum(1.0))
+    panels = natural_sorted(set(drawn["panel"].to_list()))
+    return (
+        alt.layer(points, ring, limit, data=values(drawn))
+        .properties(width=WIDTH // 3 - 40, height=HEIGHT - 40)
+        .facet(column=alt.Column("panel:N", title=None, sort=panels), title=opts.title)
+        .resolve_scale(x="independent")
+    )
+
+
 CHARTS: dict[str, Callable[[pl.DataFrame, ChartOptions], AnyChart]] = {
     f.__name__: f
     for f in (
@@ -762,5 +821,6 @@ CHARTS: dict[str, Callable[[pl.DataFrame, ChartOptions], AnyChart]] = {
         prefix_hit_rate_by_cache_size,
         prefix_hit_rate_by_group,
         slo_capacity,
+        capacity_probes,
     )
 }

@@ -100,12 +100,20 @@ def build_layout(
 
     # policy when it varies; else the axis with the fewest values (the coarsest split)
     facet = "policy" if "policy" in axes else min(axes, key=lambda k: (distinct(k), k))
-    others = [k for k in axes if k != facet]
     panel = {n: _label(facet, flat[n].get(facet)) for n in names}
+
+    # the other axes are those that vary inside a panel: keys one policy has and another
+    # lacks (chunk_size against max_num_batched_tokens) vary only across panels
+    def varies_inside(key: str) -> bool:
+        return any(
+            len({flat[n].get(key) for n in names if panel[n] == p}) > 1 for p in set(panel.values())
+        )
+
+    others = [k for k in axes if k != facet and varies_inside(k)]
     series = {n: ", ".join(_label(k, flat[n].get(k)) for k in others) or n for n in names}
     if len(set(series.values())) > MAX_SERIES:
         series = {n: n for n in names}
-    return Layout(tuple(names), tuple(axes), facet, panel, series)
+    return Layout(tuple(names), tuple([facet, *others]), facet, panel, series)
 
 
 __all__ = ["Layout", "build_layout", "natural_key", "natural_sorted", "sweep_axes"]

@@ -206,3 +206,19 @@ def test_an_empty_range_fails_before_running(small_warehouse: Callable[..., Path
     with pytest.raises(ConfigError, match=r"min \(8\) is above max \(4\)"):
         run_capacity(wh, dict(BASE), parse_slos(["ttft_p99=1s"]), [SearchSpec("concurrency", 8, 4)])
     assert not (wh / "runs").exists()
+
+
+def test_capacity_answers_query_gives_one_row_per_search(searched: Any) -> None:
+    wh, result = searched
+    rows = query(Warehouse(wh).connect(), "capacity_answers").to_dicts()
+    assert [r["search"] for r in rows] == ["concurrency", "rate", "replicas"]
+    for row, search in zip(rows, result.searches, strict=True):
+        at = search.answer_probe
+        assert row["knob"] == search.knob and row["answer"] == search.answer
+        assert row["slos"] == "tpot_p99<=40ms, ttft_p99<=500ms"
+        assert row["num_probes"] == len(search.probes)
+        assert row["answer_scenario"] == at.name
+        assert row["replicas"] == at.run.scenario.replicas
+        assert row["goodput"] == pytest.approx(at.slo.goodput)
+        assert row["request_throughput"] == pytest.approx(at.run.summary["request_throughput"])
+    assert rows[2]["replicas"] == result.searches[2].answer

@@ -100,9 +100,17 @@ def test_arrival_axis_is_utc_on_a_24_hour_clock() -> None:
                        "num_requests": [1, 2], "requests_per_s": [0.1, 0.2],
                        "prompt_tokens_per_s": [1.0, 2.0]})  # fmt: skip
     spec = charts.arrival_rate(df, charts.ChartOptions(title="t")).to_dict()
-    axis = spec["encoding"]["x"]["axis"]
-    assert axis == {"format": "%H:%M", "formatType": "utc", "labelOverlap": True}
+    assert spec["encoding"]["x"]["axis"]["format"] == "%H:%M:%S"
     assert spec["data"]["values"][0]["bucket_start"] == "2024-05-01T18:20:00.000Z"
+    assert spec["data"]["values"][0]["bucket_start_utc"] == "2024-05-01 18:20:00 UTC"
+    # drawn (vl-convert, the engine the browser runs): 18:20, never 06:20 or 6 PM
+    import re
+
+    import vl_convert
+
+    svg = vl_convert.vegalite_to_svg(spec)
+    labels = re.findall(r">(\d\d:\d\d:\d\d)</text>", svg)
+    assert labels and labels[0] == "18:20:00" and all(x.startswith("18:") for x in labels)
 
 
 def test_a_one_record_quarantine_bar_is_drawn_and_labelled() -> None:

@@ -26,6 +26,7 @@ Rows = list[dict[str, Any]]
 CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any], Rows]] = {
     # the tiny warehouse has no capacity run; tests/capacity checks this query's rows
     "capacity_search_without_a_search": ("capacity_search", {}, {}, []),
+    "capacity_answers_without_a_search": ("capacity_answers", {}, {}, []),
     # nor a calibration; tests/calibrate/test_observed.py checks this query's rows
     "calibration_without_a_calibration": ("calibration", {}, {}, []),
     "replay_runs": ("replay_runs", {}, {}, [
