@@ -32,7 +32,8 @@ from pipeline.warehouse import Warehouse
 DEFAULT_REPORT = "review"
 DEFAULT_SLO_TTFT_S = 0.2  # p99 TTFT objective of the capacity search and goodput, seconds
 
-_SECTION_KEYS = {"id", "title", "how_to_read", "scope", "requires_view", "empty", "items"}
+_SECTION_KEYS = {"id", "title", "how_to_read", "scope", "requires_view", "requires_param", "empty",
+                 "items"}  # fmt: skip
 _ITEM_KEYS = {"kind", "query", "params", "chart", "title", "options", "columns", "filter",
               "requires", "note", "empty", "max_rows"}  # fmt: skip
 _FORMATS = {"text", "int", "float", "s", "ms", "pct", "time"}
@@ -69,6 +70,8 @@ class Section:
     items: tuple[Item, ...]
     empty: str = "No data."
     requires_view: str | None = None
+    # a report parameter (compare_run_id) without which the section is left out
+    requires_param: str | None = None
 
 
 @dataclass(frozen=True)
@@ -110,6 +113,7 @@ def load_definition(name: str = DEFAULT_REPORT) -> ReportDefinition:
                 items=items,
                 empty=sec.get("empty", "No data."),
                 requires_view=sec.get("requires_view"),
+                requires_param=sec.get("requires_param"),
             )
         )
     return ReportDefinition(
@@ -205,6 +209,7 @@ def build_report(
     png: bool = False,
     slo_ttft_s: float = DEFAULT_SLO_TTFT_S,
     report: str = DEFAULT_REPORT,
+    compare: str | None = None,
 ) -> Path:
     """Write one self-contained HTML report of a replay run (and its trace).
 
@@ -217,6 +222,7 @@ def build_report(
         png: also write one PNG per chart into ``png_dir(output)``.
         slo_ttft_s: the p99 TTFT objective (capacity search, goodput), seconds.
         report: which ``reports/<report>.toml`` to build.
+        compare: a second run to draw beside this one (the comparison section).
 
     Returns:
         The path of the HTML file.
@@ -241,6 +247,10 @@ def build_report(
             known = ", ".join(runs["run_id"].head(5).to_list()) or "none"
             raise PipelineError(f"no replay run {run_id!r} in the warehouse; latest: {known}")
         run_row = runs.filter(pl.col("run_id") == run_id).to_dicts()[0] if run_id else {}
+        if compare is not None and compare not in runs["run_id"].to_list():
+            known = ", ".join(runs["run_id"].head(5).to_list()) or "none"
+            raise PipelineError(f"--compare: no run {compare!r} in the warehouse; latest: {known}")
+        given = {"compare_run_id": compare}
 
         # The trace is what the run replayed; when none of its requests are in the
         # warehouse (generated arrivals) or there is no run, the whole warehouse.
@@ -265,6 +275,8 @@ def build_report(
         specs: dict[str, dict[str, Any]] = {}
         sections = []
         for section in definition.sections:
+            if section.requires_param and given.get(section.requires_param) is None:
+                continue
             no_data = None
             if section.requires_view and section.requires_view not in views:
                 no_data = section.empty
@@ -277,6 +289,7 @@ def build_report(
                 scope = {
                     "run_id": trace_run if section.scope == "trace" else run_id,
                     "slo_ttft_s": slo_ttft_s,
+                    **given,
                 }
                 needed = item.requires
                 if needed and not _any_nonzero(run(needed[0], **scope), needed[1]):
@@ -300,6 +313,7 @@ def build_report(
         {
             "title": definition.title,
             "run_id": run_id,
+            "compare_run_id": compare,
             "run_started": _when(run_row.get("started_at")),
             "run_version": run_row.get("version"),
             "version": __version__,

@@ -125,11 +125,25 @@ def test_report_command(tiny_warehouse: Warehouse, tmp_path: Path) -> None:
     r = CliRunner().invoke(
         cli,
         ["report", R2, "--warehouse", str(tiny_warehouse.root), "-o", str(out), "--json",
-         "--slo-ttft-ms", "500"],
+         "--slo", "ttft_p99=500ms"],
     )  # fmt: skip
     assert r.exit_code == 0, r.output
-    summary = json.loads(r.output)
+    summary = json.loads(r.stdout)
     assert summary["html"] == str(out) and summary["bytes"] == out.stat().st_size
     assert "500.0 ms (p99)" in out.read_text()
     r = CliRunner().invoke(cli, ["report", "nope", "--warehouse", str(tiny_warehouse.root)])
     assert r.exit_code == 1 and "no replay run 'nope'" in r.output
+
+
+def test_report_slo_syntax_and_deprecated_flag(tiny_warehouse: Warehouse, tmp_path: Path) -> None:
+    out = tmp_path / "r.html"
+    base = ["report", R2, "--warehouse", str(tiny_warehouse.root), "-o", str(out)]
+    r = CliRunner().invoke(cli, [*base, "--slo-ttft-ms", "250", "--quiet"])
+    assert r.exit_code == 0, r.output
+    assert r.stdout.strip() == str(out)  # --quiet: the path alone
+    assert "deprecated; use --slo ttft_p99=<N>ms" in r.stderr
+    assert "250.0 ms (p99)" in out.read_text()
+    r = CliRunner().invoke(cli, [*base, "--slo", "tpot_p99=40ms"])
+    assert r.exit_code == 1 and "draws a p99 TTFT objective only" in r.output
+    r = CliRunner().invoke(cli, [*base, "--slo", "ttft_p99=200"])
+    assert r.exit_code == 1 and "give a unit" in r.output

@@ -27,6 +27,13 @@ CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any], Rows]] = {
     # the tiny warehouse has no capacity run; tests/capacity checks this query's rows
     "capacity_search_without_a_search": ("capacity_search", {}, {}, []),
     "capacity_answers_without_a_search": ("capacity_answers", {}, {}, []),
+    # vllm-2's TTFTs 0.1 0.2 0.3 0.5: p99 = 0.3 + 0.97 * 0.2; R1 has no vllm-2
+    # (tests/report/test_compare.py checks pairing and changes)
+    "compare_runs": ("compare_runs", {"run_id": R2, "compare_run_id": R1},
+                     {"scenario": "vllm-2", "metric": "p99_ttft_s"}, [
+        {"run_a": R2, "run_b": R1, "scenario_b": None, "value_a": 0.494, "value_b": None,
+         "change": None, "relative_change": None, "metric_order": 6},
+    ]),
     # nor a calibration; tests/calibrate/test_observed.py checks this query's rows
     "calibration_without_a_calibration": ("calibration", {}, {}, []),
     "replay_runs": ("replay_runs", {}, {}, [
