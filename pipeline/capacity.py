@@ -41,6 +41,7 @@ from pipeline.errors import ConfigError, ScenarioError
 from pipeline.knobs import concurrency_knob
 from pipeline.progress import progress
 from pipeline.search import SearchResult, highest_float, highest_int, lowest_int
+from pipeline.selection import RequestFilter
 from pipeline.sim.loop import warm_up
 from pipeline.sim.replay import prepare, read_requests, select_request_files
 from pipeline.sim.scenario import Scenario, build_scenario
@@ -243,6 +244,7 @@ def run_capacity(
     summary_only: bool = False,
     quiet: bool = False,
     run_id: str | None = None,
+    selection: RequestFilter | None = None,
 ) -> CapacityResult:
     """Run the capacity searches for one base scenario and write every probe.
 
@@ -271,7 +273,7 @@ def run_capacity(
     files = select_request_files(
         wh, requests_file=requests_file, date_from=date_from, date_to=date_to
     )
-    frame = read_requests(files)
+    frame = read_requests(files, selection)
     base_rate = offered_rate(prepare(frame, base).inp.arrival_s)
     plans = [_plan(spec, base, base_values, base_rate) for spec in specs]
     wh.init()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -208,8 +207,11 @@ def capacity_command(
     warehouse: Path | None,
     config_file: Path | None,
     requests_file: Path | None,
-    date_from: datetime | None,
-    date_to: datetime | None,
+    date_from: opt.Moment | None,
+    date_to: opt.Moment | None,
+    models: tuple[str, ...],
+    tenants: tuple[str, ...],
+    where: str | None,
     slo_items: tuple[str, ...],
     kinds: tuple[str, ...],
     scenario_file: Path | None,
@@ -261,8 +263,7 @@ def capacity_command(
         list(slos.values()),
         _specs(file_specs, kinds, target_rate, max_concurrency, max_replicas),
         requests_file=requests_file,
-        date_from=date_from.date() if date_from else None,
-        date_to=date_to.date() if date_to else None,
+        **opt.selection_kwargs(date_from, date_to, models, tenants, where),
         summary_only=summary_only,
         quiet=quiet,
     )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -154,8 +153,11 @@ def replay_command(
     warehouse: Path | None,
     config_file: Path | None,
     requests_file: Path | None,
-    date_from: datetime | None,
-    date_to: datetime | None,
+    date_from: opt.Moment | None,
+    date_to: opt.Moment | None,
+    models: tuple[str, ...],
+    tenants: tuple[str, ...],
+    where: str | None,
     scenario_files: tuple[Path, ...],
     sets: tuple[str, ...],
     quiet: bool,
@@ -188,8 +190,7 @@ def replay_command(
         wh,
         scenarios,
         requests_file=requests_file,
-        date_from=date_from.date() if date_from else None,
-        date_to=date_to.date() if date_to else None,
+        **opt.selection_kwargs(date_from, date_to, models, tenants, where),
         quiet=quiet,
     )
     if as_json:

@@ -29,6 +29,7 @@ from pipeline import __version__
 from pipeline.contracts import REQUESTS, RUNS, SCENARIOS, SIM_REQUESTS, SIM_STEPS, check_file
 from pipeline.errors import ConfigError, ScenarioError
 from pipeline.progress import progress
+from pipeline.selection import RequestFilter, check_request_columns
 from pipeline.sim.arrivals import make_arrivals
 from pipeline.sim.loop import simulate, warm_up
 from pipeline.sim.prefix import build_keys, describe
@@ -119,11 +120,14 @@ def select_request_files(
 ) -> list[Path]:
     """The requests files to replay: one given file, or the warehouse's in a date range."""
     if requests_file is not None:
-        check_file(Path(requests_file), REQUESTS)
+        # any Parquet with the requests columns (e.g. from `tracereplay sql --format parquet`)
+        check_request_columns(Path(requests_file))
         return [Path(requests_file)]
     files = []
+    days: set[str] = set()
     for values, path in iter_partitions(wh.files(REQUESTS)):
         day = values.get("date", "")
+        days.add(day)
         if date_from is not None and day < date_from.isoformat():
             continue
         if date_to is not None and day > date_to.isoformat():
@@ -133,6 +137,10 @@ def select_request_files(
         where = (
             f" between {date_from or '...'} and {date_to or '...'}" if date_from or date_to else ""
         )
+        held = sorted(d for d in days if d)
+        if held:
+            shown = ", ".join(held[:10]) + (f" and {len(held) - 10} more" if len(held) > 10 else "")
+            raise ConfigError(f"no requests in warehouse {wh.root}{where}; it holds days {shown}")
         raise ConfigError(
             f"no requests in warehouse {wh.root}{where}; run `tracereplay ingest` first or "
             "pass --requests FILE"
@@ -142,14 +150,18 @@ def select_request_files(
     return files
 
 
-def read_requests(files: list[Path]) -> pl.DataFrame:
+def read_requests(files: list[Path], selection: RequestFilter | None = None) -> pl.DataFrame:
     """The requests of ``files``, sorted by arrival (ties by request id), with arrival_s.
 
+    ``selection`` keeps some of them (models, tenants, a predicate, a time window).
     ``arrival_s`` is recomputed here: seconds from the earliest selected request.
     """
+    if selection is not None and selection.active:
+        source = pl.from_arrow(selection.read(files)).lazy()  # type: ignore[union-attr]
+    else:
+        source = pl.scan_parquet([str(p) for p in files], hive_partitioning=False)
     frame = (
-        pl.scan_parquet([str(p) for p in files], hive_partitioning=False)
-        .select(REQUEST_COLUMNS)
+        source.select(REQUEST_COLUMNS)
         .with_columns(pl.col("arrival_time").dt.epoch("us").alias("_us"))
         .sort(["_us", "request_id"])
         .collect()
@@ -321,6 +333,7 @@ def replay(
     date_to: date | None = None,
     quiet: bool = False,
     run_id: str | None = None,
+    selection: RequestFilter | None = None,
 ) -> ReplayResult:
     """Replay the selected requests through every scenario and write the results.
 
@@ -332,6 +345,7 @@ def replay(
         date_from, date_to: inclusive range of request days (warehouse only).
         quiet: no progress bar.
         run_id: the run id to write under (default: a new one).
+        selection: which of those requests (models, tenants, predicate, time window).
 
     Returns:
         The run id, the inputs and each scenario's summary and files.
@@ -346,7 +360,7 @@ def replay(
     files = select_request_files(
         wh, requests_file=requests_file, date_from=date_from, date_to=date_to
     )
-    frame = read_requests(files)
+    frame = read_requests(files, selection)
     prepared = [prepare(frame, sc) for sc in scenarios]  # every check before any run
     wh.init()
     runs: list[ScenarioRun] = []
