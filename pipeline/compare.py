@@ -13,6 +13,7 @@ from typing import Any
 import polars as pl
 
 from pipeline.errors import PipelineError
+from pipeline.pricing import prices_json
 from pipeline.report.sql import query
 from pipeline.warehouse import Warehouse
 
@@ -28,6 +29,9 @@ METRICS: dict[str, tuple[str, float, str, bool]] = {
     "p99_tpot_s": ("p99 TPOT", 1000.0, " ms", False),
     "num_preemptions": ("preemptions", 1.0, "", False),
     "prefix_hit_rate": ("prefix-cache hit rate", 100.0, "%", True),
+    "usd_per_hour": ("$/hour", 1.0, "", False),
+    "usd_per_1m_output_tokens": ("$ per 1M output tokens", 1.0, "", False),
+    "usd_per_1m_total_tokens": ("$ per 1M total tokens", 1.0, "", False),
     "capacity_concurrency": ("capacity: highest cap", 1.0, "", True),
     "capacity_rate": ("capacity: highest rate", 1.0, " req/s", True),
     "capacity_replicas": ("capacity: fewest replicas", 1.0, "", False),
@@ -47,7 +51,9 @@ def known_runs(wh: Warehouse) -> list[str]:
     return [r[0] for r in rows]
 
 
-def compare_runs(wh: Warehouse, run_a: str, run_b: str) -> pl.DataFrame:
+def compare_runs(
+    wh: Warehouse, run_a: str, run_b: str, prices: dict[str, float] | None = None
+) -> pl.DataFrame:
     """The rows of ``sql/compare_runs.sql`` for run A (baseline) against run B.
 
     Raises:
@@ -62,7 +68,8 @@ def compare_runs(wh: Warehouse, run_a: str, run_b: str) -> pl.DataFrame:
             raise PipelineError(f"no run {rid!r} in {wh.root}; latest runs: {latest}")
     con = wh.connect()
     try:
-        return query(con, "compare_runs", run_id=run_a, compare_run_id=run_b)
+        return query(con, "compare_runs", run_id=run_a, compare_run_id=run_b,
+                     prices_json=prices_json(prices or {}))  # fmt: skip
     finally:
         con.close()
 

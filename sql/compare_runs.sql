@@ -1,9 +1,11 @@
 -- compare_runs.sql
 -- How does run B differ from run A: throughput, TTFT/TPOT percentiles, preemptions,
 -- prefix-cache hits and capacity answers, scenario by scenario, with signed changes?
--- Reads:   sim_requests, capacity_search
+-- Reads:   sim_requests, scenarios, capacity_search
 -- Params:  run_id          VARCHAR  run A, the baseline (NULL: the latest run)
 --          compare_run_id  VARCHAR  run B (NULL: the latest run before run A)
+--          prices_json     VARCHAR  dollars per GPU-hour per GPU kind, as for cost.sql
+--                                   (NULL: no price, so no cost metrics)
 -- Grain:   one row per scenario and metric; scenarios pair by name, and two runs of one
 --          scenario each pair whatever their names; capacity answers come as scenario
 --          '(capacity)' and metric capacity_<search>
@@ -33,14 +35,29 @@ per_scenario AS (
         quantile_cont(ttft_s, [0.50, 0.90, 0.99])                        AS ttft_q,
         quantile_cont(tpot_s, [0.50, 0.99])                              AS tpot_q,
         sum(num_preemptions)::DOUBLE                                     AS num_preemptions,
-        sum(cached_tokens) / nullif(sum(prompt_tokens), 0)               AS prefix_hit_rate
+        sum(cached_tokens) / nullif(sum(prompt_tokens), 0)               AS prefix_hit_rate,
+        sum(prompt_tokens + output_tokens) / nullif(max(finished_s) - min(arrival_s), 0)
+                                                                         AS total_tokens_per_s
     FROM sim_requests
     WHERE run_id IN ((SELECT run_id FROM a), (SELECT run_id FROM b))
     GROUP BY run_id, scenario
 ),
+priced AS (
+    SELECT
+        run_id, scenario,
+        replicas * coalesce(TRY_CAST(nullif(regexp_extract(profile, '_tp(\d+)$', 1), '')
+                                     AS INTEGER), 1)
+        * coalesce(
+            TRY_CAST(getvariable('prices_json')::JSON
+                     ->> nullif(regexp_extract(profile, '_([a-z0-9][a-z0-9-]*)_tp(\d+)$', 1), '')
+                     AS DOUBLE),
+            TRY_CAST(getvariable('prices_json')::JSON ->> '*' AS DOUBLE)) AS usd_per_hour
+    FROM scenarios
+    WHERE run_id IN ((SELECT run_id FROM a), (SELECT run_id FROM b))
+),
 long AS (
     SELECT run_id, scenario, metric, value, metric_order
-    FROM per_scenario,
+    FROM per_scenario LEFT JOIN priced USING (run_id, scenario),
     LATERAL (VALUES
         ('num_requests', num_requests, 1),
         ('requests_per_s', requests_per_s, 2),
@@ -51,11 +68,16 @@ long AS (
         ('p50_tpot_s', tpot_q[1], 7),
         ('p99_tpot_s', tpot_q[2], 8),
         ('num_preemptions', num_preemptions, 9),
-        ('prefix_hit_rate', prefix_hit_rate, 10)
+        ('prefix_hit_rate', prefix_hit_rate, 10),
+        ('usd_per_hour', usd_per_hour, 11),
+        ('usd_per_1m_output_tokens',
+         usd_per_hour / nullif(output_tokens_per_s * 3600, 0) * 1e6, 12),
+        ('usd_per_1m_total_tokens', usd_per_hour / nullif(total_tokens_per_s * 3600, 0) * 1e6, 13)
     ) AS m(metric, value, metric_order)
+    WHERE metric NOT LIKE 'usd%' OR getvariable('prices_json') IS NOT NULL
     UNION ALL
     SELECT run_id, '(capacity)', 'capacity_' || search, any_value(answer),
-           10 + CASE search WHEN 'concurrency' THEN 1 WHEN 'rate' THEN 2 ELSE 3 END
+           20 + CASE search WHEN 'concurrency' THEN 1 WHEN 'rate' THEN 2 ELSE 3 END
     FROM capacity_search
     WHERE run_id IN ((SELECT run_id FROM a), (SELECT run_id FROM b))
     GROUP BY run_id, search

@@ -20,6 +20,7 @@ from pipeline.capacity import (
 from pipeline.cli import options as opt
 from pipeline.cli.sweep import number, render_table, seconds
 from pipeline.config import load_config, warehouse_path
+from pipeline.pricing import deployment_cost, format_cost, gpu_prices
 from pipeline.sim.policies import POLICIES
 from pipeline.sim.scenario import read_scenario_file
 from pipeline.slo import Slo, parse_slos
@@ -31,7 +32,21 @@ def _value(search: SearchOutcome, x: float | None) -> str:
     return f"{x:,.3g} req/s" if search.spec.kind == "rate" else f"{int(x):,}"
 
 
-def format_search(search: SearchOutcome, slos: list[Slo], base_rate: float | None) -> str:
+def answer_cost(search: SearchOutcome, prices: dict[str, float]) -> dict[str, Any] | None:
+    """The deployment's cost at the search's answer (None: no answer or no price)."""
+    at = search.answer_probe
+    if at is None or at.run is None:
+        return None
+    sc = at.run.scenario
+    return deployment_cost(prices, sc.profile, sc.replicas, at.run.summary)
+
+
+def format_search(
+    search: SearchOutcome,
+    slos: list[Slo],
+    base_rate: float | None,
+    prices: dict[str, float] | None = None,
+) -> str:
     kind = search.spec.kind
     rate = search.spec.rate or base_rate
     head = {
@@ -48,6 +63,9 @@ def format_search(search: SearchOutcome, slos: list[Slo], base_rate: float | Non
             f"{number(s['output_token_throughput'], 0)} output tok/s, "
             f"goodput {number(at.slo.goodput)} req/s ({at.name})"
         )
+        cost = format_cost(answer_cost(search, prices or {}))
+        if cost:
+            lines.append(f"  {cost}")
     if search.note:
         lines.append(f"  note: {search.note}")
     headers = ["probe", search.knob, *[s.key for s in slos], "met", "req/s", "goodput", "preempt"]
@@ -71,18 +89,20 @@ def format_search(search: SearchOutcome, slos: list[Slo], base_rate: float | Non
     return "\n".join(lines)
 
 
-def format_capacity(result: CapacityResult) -> str:
+def format_capacity(result: CapacityResult, prices: dict[str, float] | None = None) -> str:
     b = result.base
     out = [
         f"base {b.name} ({b.policy}, {b.profile}, {b.replicas} replica(s)): "
         f"{result.num_requests_read:,} requests offered at {number(result.base_rate)} req/s",
         "SLOs: " + ", ".join(str(s) for s in result.slos),
     ]
-    out += [format_search(s, result.slos, result.base_rate) for s in result.searches]
+    out += [format_search(s, result.slos, result.base_rate, prices) for s in result.searches]
     return "\n".join(out)
 
 
-def result_dict(result: CapacityResult, warehouse: Path) -> dict[str, Any]:
+def result_dict(
+    result: CapacityResult, warehouse: Path, prices: dict[str, float] | None = None
+) -> dict[str, Any]:
     def probe(value: float, met: bool, o: Any) -> dict[str, Any]:
         return {
             "value": value,
@@ -107,6 +127,7 @@ def result_dict(result: CapacityResult, warehouse: Path) -> dict[str, Any]:
                 "range": [s.lo, s.hi],
                 "rate": s.spec.rate or (result.base_rate if s.spec.kind != "rate" else None),
                 "answer": s.answer,
+                "cost": answer_cost(s, prices or {}),
                 "monotone": s.result.monotone,
                 "note": s.note,
                 "probes": [
@@ -201,6 +222,7 @@ def _specs(
     is_flag=True,
     help="Write each probe's summary and the search, not its sim_requests and sim_steps.",
 )
+@opt.gpu_hour_price
 @opt.output
 def capacity_command(
     capacity_file: Path | None,
@@ -222,6 +244,7 @@ def capacity_command(
     max_concurrency: int | None,
     max_replicas: int | None,
     summary_only: bool,
+    gpu_hour_price: float | None,
     quiet: bool,
     as_json: bool,
 ) -> None:
@@ -267,10 +290,11 @@ def capacity_command(
         summary_only=summary_only,
         quiet=quiet,
     )
+    prices = gpu_prices(cfg, gpu_hour_price)
     if as_json:
-        click.echo(json.dumps(result_dict(result, wh), indent=2))
+        click.echo(json.dumps(result_dict(result, wh, prices), indent=2))
         return
-    click.echo(format_capacity(result))
+    click.echo(format_capacity(result, prices))
     click.echo(
         f"run {result.run_id}: {result.num_replays} replays in {result.wall_s:.1f} s, "
         f"written to {wh}"

@@ -17,12 +17,14 @@ from pipeline.warehouse import Warehouse
 @click.argument("run_b", nargs=-1, required=True)
 @opt.warehouse
 @opt.config_file
+@opt.gpu_hour_price
 @opt.output
 def compare(
     run_a: str,
     run_b: tuple[str, ...],
     warehouse: Path | None,
     config_file: Path | None,
+    gpu_hour_price: float | None,
     quiet: bool,
     as_json: bool,
 ) -> None:
@@ -30,8 +32,9 @@ def compare(
 
     Per scenario (paired by name; two one-scenario runs pair whatever their
     names): throughput, TTFT and TPOT percentiles, preemptions, the
-    prefix-cache hit rate, and each capacity search's answer, with the signed
-    change B - A and the relative change.
+    prefix-cache hit rate, the cost ($/hour, $ per 1M tokens; with a price in
+    [gpu_prices] or --gpu-hour-price) and each capacity search's answer, with
+    the signed change B - A and the relative change.
 
     Example:
 
@@ -40,9 +43,12 @@ def compare(
         tracereplay compare RUN_A RUN_B RUN_C --json
     """
     from pipeline.compare import compare_runs, comparison_dict, format_comparison
+    from pipeline.pricing import gpu_prices
 
-    wh = Warehouse(warehouse_path(str(warehouse) if warehouse else None, load_config(config_file)))
-    frames = [compare_runs(wh, run_a, b) for b in run_b]
+    cfg = load_config(config_file)
+    wh = Warehouse(warehouse_path(str(warehouse) if warehouse else None, cfg))
+    prices = gpu_prices(cfg, gpu_hour_price)
+    frames = [compare_runs(wh, run_a, b, prices) for b in run_b]
     if as_json:
         out = [comparison_dict(df) for df in frames]
         click.echo(json.dumps(out[0] if len(out) == 1 else out, indent=2))

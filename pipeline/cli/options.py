@@ -149,3 +149,13 @@ def output(f: F) -> F:
     f = click.option("--quiet", "-q", is_flag=True, help="No progress bar, summary only.")(f)
     f = click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")(f)
     return f
+
+
+def gpu_hour_price(f: F) -> F:
+    return click.option(
+        "--gpu-hour-price",
+        type=click.FloatRange(min=0, min_open=True),
+        default=None,
+        metavar="USD",
+        help="Dollars per GPU-hour for every GPU kind [default: the config's [gpu_prices]].",
+    )(f)

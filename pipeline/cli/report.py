@@ -66,6 +66,7 @@ def report_slo_s(items: tuple[str, ...], slo_ttft_ms: float | None) -> float:
     metavar="RUN_B",
     help="Draw this run beside RUN_ID: a comparison section (metrics of both, signed changes).",
 )
+@opt.gpu_hour_price
 @click.option(
     "--report",
     "report_name",
@@ -83,6 +84,7 @@ def report(
     slo_items: tuple[str, ...],
     slo_ttft_ms: float | None,
     compare_run: str | None,
+    gpu_hour_price: float | None,
     report_name: str,
     quiet: bool,
     as_json: bool,
@@ -102,7 +104,10 @@ def report(
         tracereplay report 20240501T020000Z-1a2b -o review.html --png --slo ttft_p99=500ms
         tracereplay report RUN_A --compare RUN_B     # both runs, and what changed
     """
-    wh = Warehouse(warehouse_path(str(warehouse) if warehouse else None, load_config(config_file)))
+    from pipeline.pricing import gpu_prices
+
+    cfg = load_config(config_file)
+    wh = Warehouse(warehouse_path(str(warehouse) if warehouse else None, cfg))
     slo_s = report_slo_s(slo_items, slo_ttft_ms)
     html = build_report(
         wh,
@@ -112,6 +117,7 @@ def report(
         slo_ttft_s=slo_s,
         report=report_name,
         compare=compare_run,
+        gpu_prices=gpu_prices(cfg, gpu_hour_price),
     )
     pngs = sorted(str(p) for p in png_dir(html).glob("*.png")) if png else []
     if as_json:

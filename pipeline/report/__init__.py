@@ -24,6 +24,7 @@ import polars as pl
 
 from pipeline import __version__
 from pipeline.errors import ConfigError, PipelineError
+from pipeline.pricing import prices_json
 from pipeline.report import charts, render
 from pipeline.report.layout import Layout, build_layout
 from pipeline.report.sql import load_query, query
@@ -210,6 +211,7 @@ def build_report(
     slo_ttft_s: float = DEFAULT_SLO_TTFT_S,
     report: str = DEFAULT_REPORT,
     compare: str | None = None,
+    gpu_prices: dict[str, float] | None = None,
 ) -> Path:
     """Write one self-contained HTML report of a replay run (and its trace).
 
@@ -223,6 +225,7 @@ def build_report(
         slo_ttft_s: the p99 TTFT objective (capacity search, goodput), seconds.
         report: which ``reports/<report>.toml`` to build.
         compare: a second run to draw beside this one (the comparison section).
+        gpu_prices: dollars per GPU-hour per GPU kind (``pipeline.pricing``): the costs.
 
     Returns:
         The path of the HTML file.
@@ -250,7 +253,7 @@ def build_report(
         if compare is not None and compare not in runs["run_id"].to_list():
             known = ", ".join(runs["run_id"].head(5).to_list()) or "none"
             raise PipelineError(f"--compare: no run {compare!r} in the warehouse; latest: {known}")
-        given = {"compare_run_id": compare}
+        given = {"compare_run_id": compare, "prices_json": prices_json(gpu_prices or {})}
 
         # The trace is what the run replayed; when none of its requests are in the
         # warehouse (generated arrivals) or there is no run, the whole warehouse.
@@ -314,6 +317,7 @@ def build_report(
             "title": definition.title,
             "run_id": run_id,
             "compare_run_id": compare,
+            "gpu_prices": ", ".join(f"{k} ${v:g}" for k, v in sorted((gpu_prices or {}).items())),
             "run_started": _when(run_row.get("started_at")),
             "run_version": run_row.get("version"),
             "version": __version__,

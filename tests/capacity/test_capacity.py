@@ -222,3 +222,14 @@ def test_capacity_answers_query_gives_one_row_per_search(searched: Any) -> None:
         assert row["goodput"] == pytest.approx(at.slo.goodput)
         assert row["request_throughput"] == pytest.approx(at.run.summary["request_throughput"])
     assert rows[2]["replicas"] == result.searches[2].answer
+    assert all(r["usd_per_hour"] is None for r in rows)  # no price given
+    # BASE has a [cost] table, no profile: only a price for any GPU applies
+    priced = query(Warehouse(wh).connect(), "capacity_answers", prices_json='{"*": 2.5}')
+    for row, search in zip(priced.to_dicts(), result.searches, strict=True):
+        at = search.answer_probe
+        assert row["gpus"] == at.run.scenario.replicas
+        assert row["usd_per_hour"] == pytest.approx(2.5 * at.run.scenario.replicas)
+        per_hour_tokens = at.run.summary["output_token_throughput"] * 3600
+        assert row["usd_per_1m_output_tokens"] == pytest.approx(
+            2.5 * at.run.scenario.replicas / per_hour_tokens * 1e6
+        )

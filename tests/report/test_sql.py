@@ -29,6 +29,17 @@ CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any], Rows]] = {
     "capacity_answers_without_a_search": ("capacity_answers", {}, {}, []),
     # vllm-2's TTFTs 0.1 0.2 0.3 0.5: p99 = 0.3 + 0.97 * 0.2; R1 has no vllm-2
     # (tests/report/test_compare.py checks pairing and changes)
+    # static-4: 2 replicas of 'tiny' (no GPU kind: only the "*" price applies) at $2:
+    # $4/hour; 36 output tokens over 4 s = 9/s -> 4 / (9 x 3600) x 1e6; 1536 tokens / 4 s
+    "cost": ("cost", {"prices_json": '{"*": 2.0, "h100-80gb": 9.0}'}, {"scenario": "static-4"}, [
+        {"profile": "tiny", "gpu": None, "gpus": 2, "usd_per_gpu_hour": 2.0,
+         "usd_per_hour": 4.0, "output_tokens_per_s": 9.0, "total_tokens_per_s": 384.0,
+         "usd_per_1m_output_tokens": 4 / (9 * 3600) * 1e6,
+         "usd_per_1m_total_tokens": 4 / (384 * 3600) * 1e6},
+    ]),
+    "cost_without_prices": ("cost", {}, {"scenario": "vllm-2"}, [
+        {"gpus": 2, "usd_per_hour": None, "usd_per_1m_output_tokens": None},
+    ]),
     "compare_runs": ("compare_runs", {"run_id": R2, "compare_run_id": R1},
                      {"scenario": "vllm-2", "metric": "p99_ttft_s"}, [
         {"run_a": R2, "run_b": R1, "scenario_b": None, "value_a": 0.494, "value_b": None,
