@@ -18,6 +18,7 @@ from pipeline.capacity import (
     run_capacity,
 )
 from pipeline.cli import options as opt
+from pipeline.cli.replay import replay_command
 from pipeline.cli.sweep import number, render_table, seconds
 from pipeline.config import load_config, warehouse_path
 from pipeline.pricing import deployment_cost, format_cost, gpu_prices
@@ -191,6 +192,7 @@ def _specs(
     help="Base scenario TOML file (over the capacity file's [base]).",
 )
 @click.option("--policy", type=click.Choice(sorted(POLICIES)), default=None, help="Base policy.")
+# every other flag of `replay` (--router, --replicas, --max-num-seqs, ...) is added below
 @click.option("--profile", default=None, help="Base step-cost profile.")
 @click.option(
     "--set",
@@ -247,6 +249,7 @@ def capacity_command(
     gpu_hour_price: float | None,
     quiet: bool,
     as_json: bool,
+    **scenario_flags: Any,
 ) -> None:
     """Find the highest cap, the highest rate and the fewest replicas within SLOs.
 
@@ -276,7 +279,7 @@ def capacity_command(
         base.update(file_base)
     if scenario_file is not None:
         base.update(read_scenario_file(scenario_file))
-    flags = {"policy": policy, "profile": profile, **opt.parse_sets(sets)}
+    flags = {"policy": policy, "profile": profile, **scenario_flags, **opt.parse_sets(sets)}
     base.update({k: v for k, v in flags.items() if v is not None})
     slos = {s.key: s for s in file_slos}
     slos.update({s.key: s for s in parse_slos(slo_items)})
@@ -300,5 +303,15 @@ def capacity_command(
         f"written to {wh}"
     )
 
+
+# The base scenario takes the same flags as `replay` (--router, --replicas, --max-num-seqs,
+# ...): the replay command's own options, so the two never drift apart.
+_NOT_SCENARIO_KEYS = {"warehouse", "config_file", "requests_file", "date_from", "date_to",
+                      "models", "tenants", "where", "scenario_files", "sets", "quiet", "as_json",
+                      "gpu_hour_price", "name"}  # fmt: skip
+_have = {p.name for p in capacity_command.params}
+capacity_command.params.extend(
+    p for p in replay_command.params if p.name not in _NOT_SCENARIO_KEYS | _have
+)
 
 capacity = capacity_command

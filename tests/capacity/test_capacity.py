@@ -233,3 +233,19 @@ def test_capacity_answers_query_gives_one_row_per_search(searched: Any) -> None:
         assert row["usd_per_1m_output_tokens"] == pytest.approx(
             2.5 * at.run.scenario.replicas / per_hour_tokens * 1e6
         )
+
+
+def test_capacity_takes_the_scenario_flags_of_replay(small_warehouse: Callable[..., Path]) -> None:
+    wh = small_warehouse(60)
+    r = CliRunner().invoke(cli, [
+        "capacity", "--warehouse", str(wh), "--slo", "ttft_p99=30s", "--search", "concurrency",
+        "--max-concurrency", "4", "--router", "least_outstanding", "--replicas", "2",
+        "--max-num-batched-tokens", "4096", "--summary-only", "--json",
+    ])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    base = json.loads(r.stdout)["base"]
+    assert base["router"] == "least_outstanding" and base["replicas"] == 2
+    assert base["max_num_batched_tokens"] == 4096
+    r = CliRunner().invoke(cli, ["capacity", "--help"])
+    for flag in ("--router", "--replicas", "--max-num-seqs", "--time-scale", "--gpu-hour-price"):
+        assert flag in r.output

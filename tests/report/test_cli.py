@@ -147,3 +147,17 @@ def test_report_slo_syntax_and_deprecated_flag(tiny_warehouse: Warehouse, tmp_pa
     assert r.exit_code == 1 and "draws a p99 TTFT objective only" in r.output
     r = CliRunner().invoke(cli, [*base, "--slo", "ttft_p99=200"])
     assert r.exit_code == 1 and "give a unit" in r.output
+
+
+def test_sql_says_what_it_wrote_and_takes_json_and_quiet(
+    tiny_warehouse: Warehouse, tmp_path: Path
+) -> None:
+    target = tmp_path / "t.csv"
+    code, out = run(tiny_warehouse, "-f", "throughput", "-o", str(target))
+    assert code == 0 and out.strip() == f"wrote 4 rows (csv) to {target}"
+    code, out = run(tiny_warehouse, "-f", "throughput", "-o", str(target), "--quiet")
+    assert code == 0 and out == ""
+    code, out = run(tiny_warehouse, "-f", "latency_percentiles", "--json")
+    assert code == 0 and [r["scenario"] for r in json.loads(out)][:2] == ["static-4", "vllm-2"]
+    code, out = run(tiny_warehouse, "-f", "throughput", "--json", "--format", "csv")
+    assert code == 1 and "--json and --format csv disagree" in out
