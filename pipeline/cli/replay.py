@@ -16,6 +16,7 @@ from pipeline.sim.replay import ReplayResult, ScenarioRun
 from pipeline.sim.replay import replay as replay_requests
 from pipeline.sim.routing import ROUTERS
 from pipeline.sim.scenario import ARRIVALS, resolve_scenarios
+from pipeline.sim.trace_prefix import no_hashes_warning, observed_line
 
 
 def _fmt(x: float | None, unit: str = "s", scale: float = 1.0, digits: int = 3) -> str:
@@ -43,7 +44,11 @@ def format_run(run: ScenarioRun, prices: dict[str, float] | None = None) -> str:
             f"({s['kv_peak_blocks']:,} of {s['num_kv_blocks']:,} blocks)   "
             f"{s['num_steps']:,} steps, simulated in {run.sim_s:.2f} s",
             *_prefix_lines(s),
-            *([f"  {cost}"] if cost else []),
+            *[
+                f"  {x}"
+                for x in (observed_line(s), no_hashes_warning(sc.prefix_caching, s), cost)
+                if x
+            ],
         ]
     )
 

@@ -64,6 +64,7 @@ from pipeline.sim.state import (
     SimResult,
 )
 from pipeline.sim.summary import request_metrics, summarize
+from pipeline.sim.trace_prefix import trace_prefix_facts
 from pipeline.warehouse import Warehouse, iter_partitions, new_run_id
 
 REQUEST_COLUMNS = [
@@ -76,6 +77,7 @@ REQUEST_COLUMNS = [
     "prefix_hashes",
     "priority",
     "tenant",
+    "cached_tokens",
 ]
 
 
@@ -209,6 +211,7 @@ def prepare(frame: pl.DataFrame, scenario: Scenario) -> Prepared:
             trace_block = np.zeros(n, dtype=np.int64)
             prefix = PrefixKeys.empty(n)
         info = describe(prefix, trace_block, engine_block)
+    info.update(trace_prefix_facts(frame, rows))
     priority = None
     if scenario.by_priority:
         priority = _priorities(frame, rows, scenario.tenant_priority or {})

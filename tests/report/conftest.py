@@ -3,6 +3,8 @@
 Every figure the SQL tests expect is worked out by hand from these rows (see
 test_sql.py). The latest run, R2, replays r1..r4 through four scenarios:
 
+The gateway logged cached_tokens for r1 (50 of 100) and r3 (100 of 400).
+
     scenario     policy  cap  time_scale  ttft_s of r1..r4      queue depth met
     static-4     static   4   1.0         0.5 0.4 0.3 0.2       0 1 2 3
     vllm-2       vllm     2   1.0         0.1 0.2 0.3 0.5       0 0 1 9
@@ -81,6 +83,7 @@ def config(name: str, policy: str, cap: int, time_scale: float = 1.0) -> str:
             "time_scale": time_scale,
             "num_kv_blocks": 100,
             "block_size": 16,
+            "enable_prefix_caching": policy != "static",
         }
     )
 
@@ -139,9 +142,9 @@ def build(root: Path) -> Warehouse:
     wh = Warehouse(root)
     hashes = {"prefix_hashes": [1, 2], "block_size": 16}
     day1 = [
-        request("r1", 0, 100, 10, model="m-a", tenant="t1", **hashes),
+        request("r1", 0, 100, 10, model="m-a", tenant="t1", cached_tokens=50, **hashes),
         request("r2", 1, 200, 20, model="m-a", tenant="t2", **hashes),
-        request("r3", 2, 400, 5, model="m-b", tenant="t1"),
+        request("r3", 2, 400, 5, model="m-b", tenant="t1", cached_tokens=100),
         request("r4", 3, 800, 1, source_file="b.csv", source_format="azure"),
     ]
     day2 = [request("r5", 86400, 50, 2, source_file="b.csv", source_format="azure")]

@@ -40,6 +40,16 @@ CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any], Rows]] = {
     "cost_without_prices": ("cost", {}, {"scenario": "vllm-2"}, [
         {"gpus": 2, "usd_per_hour": None, "usd_per_1m_output_tokens": None},
     ]),
+    # r1 and r3 logged 50 + 100 cached of 100 + 400 prompt tokens; vllm-4 simulated
+    # 100 + 300 of 1500; r1 and r2 carry hashes; static batching has no prefix cache
+    "prefix_cache_observed": ("prefix_cache_observed", {}, {}, [
+        {"scenario": "static-4", "prefix_caching": False, "num_requests": 4,
+         "hashed_requests": 2, "simulated_cached_share": 0.0, "observed_requests": 2,
+         "observed_cached_share": 0.3, "warning": None},
+        {"scenario": "vllm-2", "prefix_caching": True, "observed_cached_share": 0.3},
+        {"scenario": "vllm-4", "simulated_cached_share": 400 / 1500, "warning": None},
+        {"scenario": "vllm-4-fast"},
+    ]),
     "compare_runs": ("compare_runs", {"run_id": R2, "compare_run_id": R1},
                      {"scenario": "vllm-2", "metric": "p99_ttft_s"}, [
         {"run_a": R2, "run_b": R1, "scenario_b": None, "value_a": 0.494, "value_b": None,
