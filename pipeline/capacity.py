@@ -33,6 +33,7 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
+import polars as pl
 import pyarrow as pa
 
 from pipeline.contracts import CAPACITY_SEARCH
@@ -40,6 +41,7 @@ from pipeline.errors import ConfigError, ScenarioError
 from pipeline.knobs import concurrency_knob
 from pipeline.progress import progress
 from pipeline.search import SearchResult, highest_float, highest_int, lowest_int
+from pipeline.selection import RequestFilter
 from pipeline.sim.loop import warm_up
 from pipeline.sim.replay import prepare, read_requests, select_request_files
 from pipeline.sim.scenario import Scenario, build_scenario
@@ -52,6 +54,7 @@ from pipeline.tasks import (
     write_run_row,
     write_scenarios,
 )
+from pipeline.unloaded import explain_none
 from pipeline.warehouse import Warehouse, new_run_id
 
 SEARCHES = ("concurrency", "rate", "replicas")
@@ -87,6 +90,8 @@ class SearchOutcome:
     hi: float
     result: SearchResult
     probes: list[TaskOutcome]  # in probe order, aligned with result.probes
+    # nothing meets: the failing SLOs' unloaded values and what sets them (unloaded.py)
+    explanation: str | None = None
 
     @property
     def answer(self) -> float | None:
@@ -108,6 +113,8 @@ class SearchOutcome:
             notes.append(
                 f"no {self.knob} in [{_fmt(self.lo)}, {_fmt(self.hi)}]{unit} meets every SLO"
             )
+            if self.explanation:
+                notes.append(self.explanation)
         elif self.result.at_range_end:
             notes.append(
                 f"the top of the range ({_fmt(self.hi)}{unit}) meets every SLO: raise the "
@@ -237,6 +244,7 @@ def run_capacity(
     summary_only: bool = False,
     quiet: bool = False,
     run_id: str | None = None,
+    selection: RequestFilter | None = None,
 ) -> CapacityResult:
     """Run the capacity searches for one base scenario and write every probe.
 
@@ -265,7 +273,7 @@ def run_capacity(
     files = select_request_files(
         wh, requests_file=requests_file, date_from=date_from, date_to=date_to
     )
-    frame = read_requests(files)
+    frame = read_requests(files, selection)
     base_rate = offered_rate(prepare(frame, base).inp.arrival_s)
     plans = [_plan(spec, base, base_values, base_rate) for spec in specs]
     wh.init()
@@ -312,7 +320,8 @@ def run_capacity(
                     return out.slo.all_met
 
                 found = _search(spec, measure, lo, hi, base_rate)
-                result.searches.append(SearchOutcome(spec, knob, lo, hi, found, probes))
+                why = _why_none(base, frame, slos, probes) if found.answer is None else None
+                result.searches.append(SearchOutcome(spec, knob, lo, hi, found, probes, why))
         write_scenarios(wh, run_id, [o.run for o in outcomes if o.run is not None])
         wh.write(CAPACITY_SEARCH, capacity_table(result), {"run_id": run_id}, "capacity_search")
         status = "ok"
@@ -338,6 +347,20 @@ def run_capacity(
             },
         )
     return result
+
+
+def _why_none(
+    base: Scenario, frame: pl.DataFrame, slos: list[Slo], probes: list[TaskOutcome]
+) -> str | None:
+    """For a search where nothing meets: the unloaded value of each SLO no probe met (or,
+    when each was met somewhere, of every SLO that failed) and what sets it."""
+    failed = [s for s in slos if not any(p.slo is not None and p.slo.met[s.key] for p in probes)]
+    if not failed:
+        failed = [s for s in slos if any(p.slo is not None and not p.slo.met[s.key]
+                                         for p in probes)]  # fmt: skip
+    if not failed:
+        return None
+    return explain_none(base, frame, failed)
 
 
 def _plan(

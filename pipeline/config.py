@@ -13,6 +13,9 @@ The config file is TOML: ``--config FILE``, else ``$TRACEREPLAY_CONFIG``, else
     tokenizer = ""              # tokenizer.json for logs that carry only text
 
     [replay]                    # see pipeline/sim/scenario.py
+
+    [gpu_prices]                # dollars per GPU-hour, per GPU kind (pipeline/pricing.py)
+    h100-80gb = 2.49
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ KNOWN: dict[str, set[str]] = {
     "warehouse": {"path"},
     "ingest": {"block_size", "hash_salt", "trace_start", "tokenizer"},
     "replay": set(),  # validated by the scenario loader
+    "gpu_prices": set(),  # GPU kind = dollars per GPU-hour (pipeline/pricing.py checks them)
 }
 
 

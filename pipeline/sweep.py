@@ -26,6 +26,7 @@ from typing import Any
 from pipeline.executor import default_jobs, run_tasks
 from pipeline.grid import Grid
 from pipeline.progress import progress
+from pipeline.selection import RequestFilter
 from pipeline.sim.loop import warm_up
 from pipeline.sim.replay import Prepared, ScenarioRun, prepare, read_requests, select_request_files
 from pipeline.slo import Slo
@@ -82,6 +83,7 @@ def sweep(
     date_to: date | None = None,
     quiet: bool = False,
     run_id: str | None = None,
+    selection: RequestFilter | None = None,
 ) -> SweepResult:
     """Replay the selected requests through every scenario of ``grid``, in parallel.
 
@@ -109,7 +111,7 @@ def sweep(
     files = select_request_files(
         wh, requests_file=requests_file, date_from=date_from, date_to=date_to
     )
-    frame = read_requests(files)
+    frame = read_requests(files, selection)
     scenarios = grid.scenarios
     prepared: list[Prepared] | None = [prepare(frame, sc) for sc in scenarios]
     if sum(len(p.inp) for p in prepared or []) > KEEP_PREPARED:

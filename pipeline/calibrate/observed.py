@@ -44,6 +44,7 @@ from pipeline import __version__
 from pipeline.calibrate.profile import derived_profile, read_profile_json, write_profile
 from pipeline.contracts import CALIBRATION
 from pipeline.errors import ConfigError, ScenarioError
+from pipeline.selection import RequestFilter
 from pipeline.sim.cost_model import StepCost
 from pipeline.sim.loop import simulate
 from pipeline.sim.replay import prepare, read_requests, select_request_files
@@ -207,6 +208,7 @@ def calibrate_observed(
     date_to: date | None = None,
     max_iterations: int = 12,
     run_id: str | None = None,
+    selection: RequestFilter | None = None,
 ) -> ObservedCalibration:
     """Fit a prefill and a decode scale of ``scenario``'s profile to the observed latencies.
 
@@ -234,7 +236,7 @@ def calibrate_observed(
     files = select_request_files(
         wh, requests_file=requests_file, date_from=date_from, date_to=date_to
     )
-    frame = read_requests(files)
+    frame = read_requests(files, selection)
     prep = prepare(frame, scenario)
     observed = _observed(frame, files, prep.request_ids)
     have = {k: int(np.isfinite(observed.of(k)).sum()) for k in PHASE_METRIC.values()}

@@ -22,6 +22,7 @@ class CliState:
 COMMANDS = {
     "calibrate": "pipeline.cli.calibrate:calibrate",
     "capacity": "pipeline.cli.capacity:capacity",
+    "compare": "pipeline.cli.compare:compare",
     "ingest": "pipeline.cli.ingest:ingest",
     "profile": "pipeline.cli.profile:profile",
     "replay": "pipeline.cli.replay:replay",

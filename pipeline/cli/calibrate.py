@@ -157,8 +157,11 @@ def observed_command(
     warehouse: Path | None,
     config_file: Path | None,
     requests_file: Path | None,
-    date_from: Any,
-    date_to: Any,
+    date_from: opt.Moment | None,
+    date_to: opt.Moment | None,
+    models: tuple[str, ...],
+    tenants: tuple[str, ...],
+    where: str | None,
     scenario_file: Path,
     sets: tuple[str, ...],
     output: Path,
@@ -199,8 +202,7 @@ def observed_command(
         str(raw.get("profile") or DEFAULT_PROFILE),
         output,
         requests_file=requests_file,
-        date_from=date_from.date() if date_from else None,
-        date_to=date_to.date() if date_to else None,
+        **opt.selection_kwargs(date_from, date_to, models, tenants, where),
         max_iterations=max_iterations,
     )
     rows = statistics(cal)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +18,10 @@ from pipeline.capacity import (
     run_capacity,
 )
 from pipeline.cli import options as opt
+from pipeline.cli.replay import replay_command
 from pipeline.cli.sweep import number, render_table, seconds
 from pipeline.config import load_config, warehouse_path
+from pipeline.pricing import deployment_cost, format_cost, gpu_prices
 from pipeline.sim.policies import POLICIES
 from pipeline.sim.scenario import read_scenario_file
 from pipeline.slo import Slo, parse_slos
@@ -32,7 +33,21 @@ def _value(search: SearchOutcome, x: float | None) -> str:
     return f"{x:,.3g} req/s" if search.spec.kind == "rate" else f"{int(x):,}"
 
 
-def format_search(search: SearchOutcome, slos: list[Slo], base_rate: float | None) -> str:
+def answer_cost(search: SearchOutcome, prices: dict[str, float]) -> dict[str, Any] | None:
+    """The deployment's cost at the search's answer (None: no answer or no price)."""
+    at = search.answer_probe
+    if at is None or at.run is None:
+        return None
+    sc = at.run.scenario
+    return deployment_cost(prices, sc.profile, sc.replicas, at.run.summary)
+
+
+def format_search(
+    search: SearchOutcome,
+    slos: list[Slo],
+    base_rate: float | None,
+    prices: dict[str, float] | None = None,
+) -> str:
     kind = search.spec.kind
     rate = search.spec.rate or base_rate
     head = {
@@ -49,6 +64,9 @@ def format_search(search: SearchOutcome, slos: list[Slo], base_rate: float | Non
             f"{number(s['output_token_throughput'], 0)} output tok/s, "
             f"goodput {number(at.slo.goodput)} req/s ({at.name})"
         )
+        cost = format_cost(answer_cost(search, prices or {}))
+        if cost:
+            lines.append(f"  {cost}")
     if search.note:
         lines.append(f"  note: {search.note}")
     headers = ["probe", search.knob, *[s.key for s in slos], "met", "req/s", "goodput", "preempt"]
@@ -72,18 +90,20 @@ def format_search(search: SearchOutcome, slos: list[Slo], base_rate: float | Non
     return "\n".join(lines)
 
 
-def format_capacity(result: CapacityResult) -> str:
+def format_capacity(result: CapacityResult, prices: dict[str, float] | None = None) -> str:
     b = result.base
     out = [
         f"base {b.name} ({b.policy}, {b.profile}, {b.replicas} replica(s)): "
         f"{result.num_requests_read:,} requests offered at {number(result.base_rate)} req/s",
         "SLOs: " + ", ".join(str(s) for s in result.slos),
     ]
-    out += [format_search(s, result.slos, result.base_rate) for s in result.searches]
+    out += [format_search(s, result.slos, result.base_rate, prices) for s in result.searches]
     return "\n".join(out)
 
 
-def result_dict(result: CapacityResult, warehouse: Path) -> dict[str, Any]:
+def result_dict(
+    result: CapacityResult, warehouse: Path, prices: dict[str, float] | None = None
+) -> dict[str, Any]:
     def probe(value: float, met: bool, o: Any) -> dict[str, Any]:
         return {
             "value": value,
@@ -108,6 +128,7 @@ def result_dict(result: CapacityResult, warehouse: Path) -> dict[str, Any]:
                 "range": [s.lo, s.hi],
                 "rate": s.spec.rate or (result.base_rate if s.spec.kind != "rate" else None),
                 "answer": s.answer,
+                "cost": answer_cost(s, prices or {}),
                 "monotone": s.result.monotone,
                 "note": s.note,
                 "probes": [
@@ -171,6 +192,7 @@ def _specs(
     help="Base scenario TOML file (over the capacity file's [base]).",
 )
 @click.option("--policy", type=click.Choice(sorted(POLICIES)), default=None, help="Base policy.")
+# every other flag of `replay` (--router, --replicas, --max-num-seqs, ...) is added below
 @click.option("--profile", default=None, help="Base step-cost profile.")
 @click.option(
     "--set",
@@ -202,14 +224,18 @@ def _specs(
     is_flag=True,
     help="Write each probe's summary and the search, not its sim_requests and sim_steps.",
 )
+@opt.gpu_hour_price
 @opt.output
 def capacity_command(
     capacity_file: Path | None,
     warehouse: Path | None,
     config_file: Path | None,
     requests_file: Path | None,
-    date_from: datetime | None,
-    date_to: datetime | None,
+    date_from: opt.Moment | None,
+    date_to: opt.Moment | None,
+    models: tuple[str, ...],
+    tenants: tuple[str, ...],
+    where: str | None,
     slo_items: tuple[str, ...],
     kinds: tuple[str, ...],
     scenario_file: Path | None,
@@ -220,8 +246,10 @@ def capacity_command(
     max_concurrency: int | None,
     max_replicas: int | None,
     summary_only: bool,
+    gpu_hour_price: float | None,
     quiet: bool,
     as_json: bool,
+    **scenario_flags: Any,
 ) -> None:
     """Find the highest cap, the highest rate and the fewest replicas within SLOs.
 
@@ -251,7 +279,7 @@ def capacity_command(
         base.update(file_base)
     if scenario_file is not None:
         base.update(read_scenario_file(scenario_file))
-    flags = {"policy": policy, "profile": profile, **opt.parse_sets(sets)}
+    flags = {"policy": policy, "profile": profile, **scenario_flags, **opt.parse_sets(sets)}
     base.update({k: v for k, v in flags.items() if v is not None})
     slos = {s.key: s for s in file_slos}
     slos.update({s.key: s for s in parse_slos(slo_items)})
@@ -261,19 +289,29 @@ def capacity_command(
         list(slos.values()),
         _specs(file_specs, kinds, target_rate, max_concurrency, max_replicas),
         requests_file=requests_file,
-        date_from=date_from.date() if date_from else None,
-        date_to=date_to.date() if date_to else None,
+        **opt.selection_kwargs(date_from, date_to, models, tenants, where),
         summary_only=summary_only,
         quiet=quiet,
     )
+    prices = gpu_prices(cfg, gpu_hour_price)
     if as_json:
-        click.echo(json.dumps(result_dict(result, wh), indent=2))
+        click.echo(json.dumps(result_dict(result, wh, prices), indent=2))
         return
-    click.echo(format_capacity(result))
+    click.echo(format_capacity(result, prices))
     click.echo(
         f"run {result.run_id}: {result.num_replays} replays in {result.wall_s:.1f} s, "
         f"written to {wh}"
     )
 
+
+# The base scenario takes the same flags as `replay` (--router, --replicas, --max-num-seqs,
+# ...): the replay command's own options, so the two never drift apart.
+_NOT_SCENARIO_KEYS = {"warehouse", "config_file", "requests_file", "date_from", "date_to",
+                      "models", "tenants", "where", "scenario_files", "sets", "quiet", "as_json",
+                      "gpu_hour_price", "name"}  # fmt: skip
+_have = {p.name for p in capacity_command.params}
+capacity_command.params.extend(
+    p for p in replay_command.params if p.name not in _NOT_SCENARIO_KEYS | _have
+)
 
 capacity = capacity_command

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -32,29 +34,101 @@ def config_file(f: F) -> F:
     )(f)
 
 
+@dataclass(frozen=True)
+class Moment:
+    """A --from/--to value: a UTC day, with or without a time of day."""
+
+    at: datetime
+    has_time: bool
+
+
+class MomentType(click.ParamType):
+    name = "DAY[THH:MM[:SS]]"
+    FORMATS = ("%Y-%m-%d", "%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M", "%Y-%m-%dT%H:%M:%S",
+               "%Y-%m-%d %H:%M:%S")  # fmt: skip
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, Moment):
+            return value
+        text = str(value).strip().removesuffix("Z")
+        for i, form in enumerate(self.FORMATS):
+            try:
+                return Moment(datetime.strptime(text, form).replace(tzinfo=UTC), i > 0)
+            except ValueError:
+                continue
+        self.fail(
+            f"{value!r} is not a day or a time: write 2024-05-01 or 2024-05-01T18:00 (UTC)",
+            param,
+            ctx,
+        )
+
+
 def requests_selection(f: F) -> F:
-    """--requests FILE, or --from/--to days of the warehouse: which requests to replay."""
+    """--requests FILE, or --from/--to days (optionally with a time of day) of the warehouse,
+    and --model, --tenant, --where: which requests to replay."""
+    f = click.option(
+        "--where",
+        "where",
+        default=None,
+        metavar="PREDICATE",
+        help="Only requests matching this SQL predicate on the requests columns, e.g. "
+        "\"prompt_tokens > 4000 AND tenant <> 'batch'\".",
+    )(f)
+    f = click.option(
+        "--tenant", "tenants", multiple=True, help="Only this tenant's requests (repeatable)."
+    )(f)
+    f = click.option(
+        "--model", "models", multiple=True, help="Only this model's requests (repeatable)."
+    )(f)
     f = click.option(
         "--to",
         "date_to",
-        type=click.DateTime(["%Y-%m-%d"]),
+        type=MomentType(),
         default=None,
-        help="Last request day (UTC, inclusive).",
+        help="Last request day (UTC, inclusive), or a time (exclusive), e.g. 2024-05-01T19:00.",
     )(f)
     f = click.option(
         "--from",
         "date_from",
-        type=click.DateTime(["%Y-%m-%d"]),
+        type=MomentType(),
         default=None,
-        help="First request day (UTC, inclusive).",
+        help="First request day (UTC), or a time of day, e.g. 2024-05-01T18:00.",
     )(f)
     return click.option(
         "--requests",
         "requests_file",
         type=click.Path(dir_okay=False, exists=True, path_type=Path),
         default=None,
-        help="Replay one requests Parquet file instead of the warehouse.",
+        help="Replay one Parquet file with the requests columns instead of the warehouse "
+        "(e.g. written by `tracereplay sql --format parquet`).",
     )(f)
+
+
+def selection_kwargs(
+    date_from: Moment | None,
+    date_to: Moment | None,
+    models: tuple[str, ...] = (),
+    tenants: tuple[str, ...] = (),
+    where: str | None = None,
+) -> dict[str, Any]:
+    """date_from, date_to (the days whose partitions are read) and selection (the rest)."""
+    from pipeline.selection import RequestFilter
+
+    start = date_from.at if date_from is not None and date_from.has_time else None
+    end = date_to.at if date_to is not None and date_to.has_time else None
+    if start is not None and end is not None and not start < end:
+        from pipeline.errors import ConfigError
+
+        raise ConfigError(f"--from {start:%Y-%m-%dT%H:%M} is not before --to {end:%Y-%m-%dT%H:%M}")
+    last_day = date_to.at.date() if date_to is not None else None
+    if end is not None and end.time() == datetime.min.time():  # up to midnight: the day before
+        last_day = (end - timedelta(days=1)).date()
+    selection = RequestFilter(tuple(models), tuple(tenants), where or None, start, end)
+    return {
+        "date_from": date_from.at.date() if date_from is not None else None,
+        "date_to": last_day,
+        "selection": selection if selection.active else None,
+    }
 
 
 def parse_sets(pairs: tuple[str, ...]) -> dict[str, Any]:
@@ -75,3 +149,13 @@ def output(f: F) -> F:
     f = click.option("--quiet", "-q", is_flag=True, help="No progress bar, summary only.")(f)
     f = click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")(f)
     return f
+
+
+def gpu_hour_price(f: F) -> F:
+    return click.option(
+        "--gpu-hour-price",
+        type=click.FloatRange(min=0, min_open=True),
+        default=None,
+        metavar="USD",
+        help="Dollars per GPU-hour for every GPU kind [default: the config's [gpu_prices]].",
+    )(f)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -11,19 +10,22 @@ import click
 
 from pipeline.cli import options as opt
 from pipeline.config import load_config, warehouse_path
+from pipeline.pricing import deployment_cost, format_cost, gpu_prices
 from pipeline.sim.policies import POLICIES
 from pipeline.sim.replay import ReplayResult, ScenarioRun
 from pipeline.sim.replay import replay as replay_requests
 from pipeline.sim.routing import ROUTERS
 from pipeline.sim.scenario import ARRIVALS, resolve_scenarios
+from pipeline.sim.trace_prefix import no_hashes_warning, observed_line
 
 
 def _fmt(x: float | None, unit: str = "s", scale: float = 1.0, digits: int = 3) -> str:
     return "n/a" if x is None else f"{x * scale:,.{digits}f} {unit}"
 
 
-def format_run(run: ScenarioRun) -> str:
+def format_run(run: ScenarioRun, prices: dict[str, float] | None = None) -> str:
     sc, s = run.scenario, run.summary
+    cost = format_cost(deployment_cost(prices or {}, sc.profile, sc.replicas, s))
     replicas = f"{sc.replicas} replica" + ("s" if sc.replicas > 1 else "")
     dropped = f", {run.num_dropped:,} dropped (too long)" if run.num_dropped else ""
     return "\n".join(
@@ -42,6 +44,11 @@ def format_run(run: ScenarioRun) -> str:
             f"({s['kv_peak_blocks']:,} of {s['num_kv_blocks']:,} blocks)   "
             f"{s['num_steps']:,} steps, simulated in {run.sim_s:.2f} s",
             *_prefix_lines(s),
+            *[
+                f"  {x}"
+                for x in (observed_line(s), no_hashes_warning(sc.prefix_caching, s), cost)
+                if x
+            ],
         ]
     )
 
@@ -60,14 +67,22 @@ def _prefix_lines(s: dict[str, Any]) -> list[str]:
     return lines
 
 
-def result_dict(result: ReplayResult, warehouse: Path) -> dict[str, Any]:
+def result_dict(
+    result: ReplayResult, warehouse: Path, prices: dict[str, float] | None = None
+) -> dict[str, Any]:
     return {
         "run_id": result.run_id,
         "warehouse": str(warehouse),
         "num_requests_read": result.num_requests_read,
         "inputs": result.inputs,
         "scenarios": {
-            r.scenario.name: {"config": r.scenario.to_dict(), "summary": r.summary}
+            r.scenario.name: {
+                "config": r.scenario.to_dict(),
+                "summary": r.summary,
+                "cost": deployment_cost(
+                    prices or {}, r.scenario.profile, r.scenario.replicas, r.summary
+                ),
+            }
             for r in result.runs
         },
     }
@@ -149,15 +164,20 @@ def result_dict(result: ReplayResult, warehouse: Path) -> dict[str, Any]:
     metavar="KEY=VALUE",
     help="Any scenario key (repeatable), e.g. --set drop_too_long=true.",
 )
+@opt.gpu_hour_price
 @opt.output
 def replay_command(
     warehouse: Path | None,
     config_file: Path | None,
     requests_file: Path | None,
-    date_from: datetime | None,
-    date_to: datetime | None,
+    date_from: opt.Moment | None,
+    date_to: opt.Moment | None,
+    models: tuple[str, ...],
+    tenants: tuple[str, ...],
+    where: str | None,
     scenario_files: tuple[Path, ...],
     sets: tuple[str, ...],
+    gpu_hour_price: float | None,
     quiet: bool,
     as_json: bool,
     **flags: Any,
@@ -188,15 +208,15 @@ def replay_command(
         wh,
         scenarios,
         requests_file=requests_file,
-        date_from=date_from.date() if date_from else None,
-        date_to=date_to.date() if date_to else None,
+        **opt.selection_kwargs(date_from, date_to, models, tenants, where),
         quiet=quiet,
     )
+    prices = gpu_prices(cfg, gpu_hour_price)
     if as_json:
-        click.echo(json.dumps(result_dict(result, wh), indent=2))
+        click.echo(json.dumps(result_dict(result, wh, prices), indent=2))
         return
     for run in result.runs:
-        click.echo(format_run(run))
+        click.echo(format_run(run, prices))
     click.echo(f"run {result.run_id}: {len(result.runs)} scenario(s) written to {wh}")
 
 

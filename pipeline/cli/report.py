@@ -13,6 +13,26 @@ from pipeline.report import DEFAULT_REPORT, DEFAULT_SLO_TTFT_S, build_report, pn
 from pipeline.warehouse import Warehouse
 
 
+def report_slo_s(items: tuple[str, ...], slo_ttft_ms: float | None) -> float:
+    """The report's p99 TTFT objective from --slo (capacity's syntax) or the old flag."""
+    from pipeline.errors import ConfigError
+    from pipeline.slo import parse_slos
+
+    if slo_ttft_ms is not None:
+        if items:
+            raise ConfigError("give --slo ttft_p99=... or the deprecated --slo-ttft-ms, not both")
+        click.echo("warning: --slo-ttft-ms is deprecated; use --slo ttft_p99=<N>ms", err=True)
+        return slo_ttft_ms / 1000.0
+    slos = parse_slos(items, where="--slo")
+    other = [str(s) for s in slos if s.key != "ttft_p99"]
+    if other:
+        raise ConfigError(
+            f"--slo {other[0]}: the report draws a p99 TTFT objective only; give --slo "
+            "ttft_p99=<limit> (capacity runs show their own SLOs in the capacity section)"
+        )
+    return slos[0].limit_s if slos else DEFAULT_SLO_TTFT_S
+
+
 @click.command()
 @click.argument("run_id", required=False)
 @opt.warehouse
@@ -26,12 +46,27 @@ from pipeline.warehouse import Warehouse
 )
 @click.option("--png", is_flag=True, help="Also write one PNG per chart (beside the HTML).")
 @click.option(
+    "--slo",
+    "slo_items",
+    multiple=True,
+    metavar="KEY=LIMIT",
+    help="The p99 TTFT objective of goodput and the sweeps' capacity, as for capacity: "
+    "--slo ttft_p99=200ms [default: 200ms].",
+)
+@click.option(
     "--slo-ttft-ms",
     type=click.FloatRange(min=0, min_open=True),
-    default=DEFAULT_SLO_TTFT_S * 1000,
-    show_default=True,
-    help="The p99 TTFT objective, in ms, of the capacity search and goodput.",
+    default=None,
+    help="Deprecated: use --slo ttft_p99=<ms>ms.",
 )
+@click.option(
+    "--compare",
+    "compare_run",
+    default=None,
+    metavar="RUN_B",
+    help="Draw this run beside RUN_ID: a comparison section (metrics of both, signed changes).",
+)
+@opt.gpu_hour_price
 @click.option(
     "--report",
     "report_name",
@@ -39,15 +74,19 @@ from pipeline.warehouse import Warehouse
     show_default=True,
     help="Report definition: reports/<name>.toml.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print what was written as JSON.")
+@opt.output
 def report(
     run_id: str | None,
     warehouse: Path | None,
     config_file: Path | None,
     output: Path | None,
     png: bool,
-    slo_ttft_ms: float,
+    slo_items: tuple[str, ...],
+    slo_ttft_ms: float | None,
+    compare_run: str | None,
+    gpu_hour_price: float | None,
     report_name: str,
+    quiet: bool,
     as_json: bool,
 ) -> None:
     """Write the HTML report of a replay run (RUN_ID, default: the latest run).
@@ -62,21 +101,31 @@ def report(
 
     \b
         tracereplay report                          # latest run -> warehouse/reports/
-        tracereplay report 20240501T020000Z-1a2b -o review.html --png --slo-ttft-ms 500
+        tracereplay report 20240501T020000Z-1a2b -o review.html --png --slo ttft_p99=500ms
+        tracereplay report RUN_A --compare RUN_B     # both runs, and what changed
     """
-    wh = Warehouse(warehouse_path(str(warehouse) if warehouse else None, load_config(config_file)))
+    from pipeline.pricing import gpu_prices
+
+    cfg = load_config(config_file)
+    wh = Warehouse(warehouse_path(str(warehouse) if warehouse else None, cfg))
+    slo_s = report_slo_s(slo_items, slo_ttft_ms)
     html = build_report(
         wh,
         run_id,
         output=output,
         png=png,
-        slo_ttft_s=slo_ttft_ms / 1000.0,
+        slo_ttft_s=slo_s,
         report=report_name,
+        compare=compare_run,
+        gpu_prices=gpu_prices(cfg, gpu_hour_price),
     )
     pngs = sorted(str(p) for p in png_dir(html).glob("*.png")) if png else []
     if as_json:
         out = {"html": str(html), "bytes": html.stat().st_size, "pngs": pngs}
         click.echo(json.dumps(out, indent=2))
+        return
+    if quiet:
+        click.echo(str(html))
         return
     click.echo(f"report: {html} ({html.stat().st_size / 1e6:.1f} MB)")
     if png:

@@ -146,6 +146,7 @@ def _write_text(text: str, output: Path | None) -> None:
 @click.option("--views", is_flag=True, help="Print the SQL that creates the views and exit.")
 @opt.warehouse
 @opt.config_file
+@opt.output
 def sql(
     sql: str | None,
     file: str | None,
@@ -156,6 +157,8 @@ def sql(
     views: bool,
     warehouse: Path | None,
     config_file: Path | None,
+    quiet: bool,
+    as_json: bool,
 ) -> None:
     """Run a read-only SQL query against the warehouse views (requests, quarantine,
     runs, sim_requests, sim_steps, scenarios, capacity_search).
@@ -170,7 +173,8 @@ def sql(
     \b
         tracereplay sql "SELECT scenario, count(*) FROM sim_requests GROUP BY ALL"
         tracereplay sql -f sql/slo_capacity.sql --param slo_ttft_s=0.5
-        tracereplay sql -f throughput --format csv -o throughput.csv
+        tracereplay sql -f throughput --format csv -o throughput.csv   # says what it wrote
+        tracereplay sql -f latency_percentiles --json                  # = --format json
         tracereplay sql --views > views.sql && duckdb -init views.sql
     """
     root = warehouse_path(str(warehouse) if warehouse else None, load_config(config_file))
@@ -187,6 +191,10 @@ def sql(
                 f"{where} has no parameter {', '.join(unknown)}; "
                 f"it takes: {', '.join(header.params)}"
             )
+    if as_json and fmt not in (None, "json"):
+        raise QueryError(f"--json and --format {fmt} disagree: give one of them")
+    if as_json:  # the same as --format json
+        fmt = "json"
     if fmt is None:
         suffix = output.suffix.lstrip(".").lower() if output else ""
         fmt = suffix if suffix in FORMATS else "table"
@@ -213,3 +221,5 @@ def sql(
         click.echo("(no result)", err=True)
         return
     _emit(df, fmt, output, max_rows)
+    if output is not None and not quiet:
+        click.echo(f"wrote {df.height:,} rows ({fmt}) to {output}")

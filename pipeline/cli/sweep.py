@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -129,8 +128,11 @@ def sweep_command(
     warehouse: Path | None,
     config_file: Path | None,
     requests_file: Path | None,
-    date_from: datetime | None,
-    date_to: datetime | None,
+    date_from: opt.Moment | None,
+    date_to: opt.Moment | None,
+    models: tuple[str, ...],
+    tenants: tuple[str, ...],
+    where: str | None,
     jobs: int | None,
     ray_address: str | None,
     slo_items: tuple[str, ...],
@@ -171,8 +173,7 @@ def sweep_command(
         jobs=jobs,
         ray_address=ray_address,
         requests_file=requests_file,
-        date_from=date_from.date() if date_from else None,
-        date_to=date_to.date() if date_to else None,
+        **opt.selection_kwargs(date_from, date_to, models, tenants, where),
         quiet=quiet,
     )
     if as_json:

@@ -24,14 +24,17 @@ import polars as pl
 
 from pipeline import __version__
 from pipeline.errors import ConfigError, PipelineError
+from pipeline.pricing import prices_json
 from pipeline.report import charts, render
+from pipeline.report.layout import Layout, build_layout
 from pipeline.report.sql import load_query, query
 from pipeline.warehouse import Warehouse
 
 DEFAULT_REPORT = "review"
 DEFAULT_SLO_TTFT_S = 0.2  # p99 TTFT objective of the capacity search and goodput, seconds
 
-_SECTION_KEYS = {"id", "title", "how_to_read", "scope", "requires_view", "empty", "items"}
+_SECTION_KEYS = {"id", "title", "how_to_read", "scope", "requires_view", "requires_param", "empty",
+                 "items"}  # fmt: skip
 _ITEM_KEYS = {"kind", "query", "params", "chart", "title", "options", "columns", "filter",
               "requires", "note", "empty", "max_rows"}  # fmt: skip
 _FORMATS = {"text", "int", "float", "s", "ms", "pct", "time"}
@@ -68,6 +71,8 @@ class Section:
     items: tuple[Item, ...]
     empty: str = "No data."
     requires_view: str | None = None
+    # a report parameter (compare_run_id) without which the section is left out
+    requires_param: str | None = None
 
 
 @dataclass(frozen=True)
@@ -109,6 +114,7 @@ def load_definition(name: str = DEFAULT_REPORT) -> ReportDefinition:
                 items=items,
                 empty=sec.get("empty", "No data."),
                 requires_view=sec.get("requires_view"),
+                requires_param=sec.get("requires_param"),
             )
         )
     return ReportDefinition(
@@ -204,6 +210,8 @@ def build_report(
     png: bool = False,
     slo_ttft_s: float = DEFAULT_SLO_TTFT_S,
     report: str = DEFAULT_REPORT,
+    compare: str | None = None,
+    gpu_prices: dict[str, float] | None = None,
 ) -> Path:
     """Write one self-contained HTML report of a replay run (and its trace).
 
@@ -216,6 +224,8 @@ def build_report(
         png: also write one PNG per chart into ``png_dir(output)``.
         slo_ttft_s: the p99 TTFT objective (capacity search, goodput), seconds.
         report: which ``reports/<report>.toml`` to build.
+        compare: a second run to draw beside this one (the comparison section).
+        gpu_prices: dollars per GPU-hour per GPU kind (``pipeline.pricing``): the costs.
 
     Returns:
         The path of the HTML file.
@@ -240,6 +250,10 @@ def build_report(
             known = ", ".join(runs["run_id"].head(5).to_list()) or "none"
             raise PipelineError(f"no replay run {run_id!r} in the warehouse; latest: {known}")
         run_row = runs.filter(pl.col("run_id") == run_id).to_dicts()[0] if run_id else {}
+        if compare is not None and compare not in runs["run_id"].to_list():
+            known = ", ".join(runs["run_id"].head(5).to_list()) or "none"
+            raise PipelineError(f"--compare: no run {compare!r} in the warehouse; latest: {known}")
+        given = {"compare_run_id": compare, "prices_json": prices_json(gpu_prices or {})}
 
         # The trace is what the run replayed; when none of its requests are in the
         # warehouse (generated arrivals) or there is no run, the whole warehouse.
@@ -257,12 +271,15 @@ def build_report(
                              scoped=trace_run is not None)  # fmt: skip
 
         scenarios = run("run_scenarios", run_id=run_id) if run_id else pl.DataFrame()
-        names = tuple(scenarios["scenario"].to_list()) if run_id else ()
+        layout = _layout(scenarios)
+        names = layout.scenarios
         views = {r[0] for r in con.execute("SELECT view_name FROM duckdb_views()").fetchall()}
 
         specs: dict[str, dict[str, Any]] = {}
         sections = []
         for section in definition.sections:
+            if section.requires_param and given.get(section.requires_param) is None:
+                continue
             no_data = None
             if section.requires_view and section.requires_view not in views:
                 no_data = section.empty
@@ -275,6 +292,7 @@ def build_report(
                 scope = {
                     "run_id": trace_run if section.scope == "trace" else run_id,
                     "slo_ttft_s": slo_ttft_s,
+                    **given,
                 }
                 needed = item.requires
                 if needed and not _any_nonzero(run(needed[0], **scope), needed[1]):
@@ -284,7 +302,8 @@ def build_report(
                 items.append(
                     _render_item(item, df, f"chart-{section.id}-{k + 1}", specs,
                                  charts.ChartOptions(title=item.title, scenarios=names,
-                                                     slo_ttft_s=slo_ttft_s, extra=item.options))
+                                                     slo_ttft_s=slo_ttft_s, extra=item.options,
+                                                     layout=layout))
                 )  # fmt: skip
             sections.append({"id": section.id, "title": section.title,
                              "how_to_read": section.how_to_read, "no_data": no_data,
@@ -297,13 +316,17 @@ def build_report(
         {
             "title": definition.title,
             "run_id": run_id,
+            "compare_run_id": compare,
+            "gpu_prices": ", ".join(f"{k} ${v:g}" for k, v in sorted((gpu_prices or {}).items())),
             "run_started": _when(run_row.get("started_at")),
             "run_version": run_row.get("version"),
             "version": __version__,
             "generated_at": datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
             "slo_ms": render.fmt(slo_ttft_s * 1000.0, "float")[0],
             "trace": trace,
-            "scenarios": [_scenario_row(r) for r in scenarios.to_dicts()] if run_id else [],
+            "scenarios": [_scenario_row(r) for r in _natural_rows(scenarios)] if run_id else [],
+            "scenario_names": list(names),
+            "layout_note": _layout_note(layout),
             "sections": sections,
             "specs_json": render.script_json(specs),
         },
@@ -384,13 +407,54 @@ def _trace_facts(summary: dict[str, Any], sources: pl.DataFrame, *, scoped: bool
     )
     requests = (
         f"{n:,} ({render.fmt(summary['mean_requests_per_s'], 'float')[0]} requests/s on average; "
-        f"{summary['num_models']} models, {summary['num_tenants']} tenants; prompt p50/p99 "
+        f"{_count(summary['num_models'], 'model', 'models')}, "
+        f"{_count(summary['num_tenants'], 'tenant', 'tenants')}; prompt p50/p99 "
         f"{render.fmt(summary['p50_prompt_tokens'], 'float')[0]}/"
         f"{render.fmt(summary['p99_prompt_tokens'], 'float')[0]} tokens, output p50/p99 "
         f"{render.fmt(summary['p50_output_tokens'], 'float')[0]}/"
         f"{render.fmt(summary['p99_output_tokens'], 'float')[0]} tokens)"
     )
     return {"description": description, "date_range": date_range, "requests": requests}
+
+
+def _layout(scenarios: pl.DataFrame) -> Layout:
+    """Panels and colours of the run's scenarios, from their resolved configurations."""
+    if scenarios.is_empty():
+        return Layout()
+    configs: dict[str, dict[str, Any]] = {}
+    for r in scenarios.select("scenario", "config_json").to_dicts():
+        try:
+            cfg = json.loads(r["config_json"] or "{}")
+        except json.JSONDecodeError:
+            cfg = {}
+        configs[r["scenario"]] = cfg if isinstance(cfg, dict) else {}
+    policies = dict(zip(scenarios["scenario"], scenarios["policy"], strict=True))
+    return build_layout(scenarios["scenario"].to_list(), configs, policies)
+
+
+def _layout_note(layout: Layout) -> str | None:
+    if not layout.faceted:
+        return None
+    others = [a for a in layout.axes if a != layout.facet_by]
+    return (
+        f"{len(layout.scenarios)} scenarios: charts with one line per scenario are drawn as "
+        f"small multiples, one panel per {layout.facet_by}"
+        + (f", one colour per {', '.join(others)}" if others else "")
+        + "."
+    )
+
+
+def _natural_rows(df: pl.DataFrame) -> list[dict[str, Any]]:
+    from pipeline.report.layout import natural_key
+
+    return sorted(df.to_dicts(), key=lambda r: natural_key(r.get("scenario")))
+
+
+def _count(n: int | None, one: str, many: str) -> str:
+    """'1 model', '3 models', or 'no model recorded'."""
+    if not n:
+        return f"no {one} recorded"
+    return f"{n:,} {one if n == 1 else many}"
 
 
 def _scenario_row(r: dict[str, Any]) -> dict[str, Any]:

@@ -16,10 +16,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import altair as alt
 import polars as pl
+
+from pipeline.report.layout import Layout, natural_key, natural_sorted
 
 AnyChart = alt.Chart | alt.LayerChart | alt.HConcatChart | alt.VConcatChart | alt.FacetChart
 
@@ -35,6 +37,14 @@ class ChartOptions:
     scenarios: tuple[str, ...] = ()  # every scenario of the run, for stable colours
     slo_ttft_s: float = 0.2  # drawn as a rule on TTFT-against-something charts
     extra: dict[str, Any] = field(default_factory=dict)  # chart-specific settings
+    layout: Layout | None = None  # panels and colours of many scenarios (layout.py)
+
+    @property
+    def grid(self) -> Layout:
+        """The run's layout; without one, one colour per scenario and one panel."""
+        if self.layout is not None:
+            return self.layout
+        return Layout(self.scenarios, series={n: n for n in self.scenarios})
 
 
 def values(df: pl.DataFrame) -> alt.Data:
@@ -67,6 +77,94 @@ def _scenario_color(opts: ChartOptions, field_name: str = "scenario") -> alt.Col
     return alt.Color(f"{field_name}:N", title="scenario", scale=scale)
 
 
+# Clicking a legend entry highlights its series (the others fade); the page's scenario
+# selector sets FOCUS on every chart that declares it, with the same effect.
+LEGEND_PICK = "legend_pick"
+FOCUS = "focus"
+FADED = 0.12
+
+
+def with_layout(df: pl.DataFrame, opts: ChartOptions) -> pl.DataFrame:
+    """The frame with the ``series`` (colour) and ``panel`` (small multiple) of each row."""
+    grid = opts.grid
+    sc = pl.col("scenario").cast(pl.String)
+    series = sc.replace_strict(grid.series, default=sc) if grid.series else sc
+    panel = sc.replace_strict(grid.panel, default="") if grid.panel else pl.lit("")
+    return df.with_columns(series.alias("series"), panel.alias("panel"))
+
+
+def _series_color(opts: ChartOptions) -> alt.Color:
+    names = opts.grid.series_names
+    title = "scenario" if not opts.grid.faceted else ", ".join(
+        a for a in opts.grid.axes if a != opts.grid.facet_by) or "scenario"  # fmt: skip
+    return alt.Color(
+        "series:N",
+        title=title,
+        sort=names,
+        scale=alt.Scale(domain=names, scheme="tableau10" if len(names) <= 10 else "tableau20"),
+        legend=alt.Legend(symbolLimit=0, labelLimit=320, columns=1 if len(names) <= 24 else 2),
+    )
+
+
+def _highlight_opacity() -> dict[str, Any]:
+    test = {"and": [{"param": LEGEND_PICK, "empty": True},
+                    f"{FOCUS} === '' || datum.scenario === {FOCUS}"]}  # fmt: skip
+    return {"condition": {"test": test, "value": 1}, "value": FADED}
+
+
+def _interactive(chart: alt.Chart) -> alt.Chart:
+    """Bind a legend-click selection of ``series`` and the page's FOCUS to ``chart``."""
+    pick = alt.selection_point(fields=["series"], bind="legend", name=LEGEND_PICK)
+    return chart.add_params(pick, alt.param(name=FOCUS, value=""))
+
+
+def _faceted(
+    chart: AnyChart, opts: ChartOptions, title: str, **resolve: Literal["independent", "shared"]
+) -> AnyChart:
+    """Small multiples by the layout's panel, or the chart as it is when there is one panel."""
+    grid = opts.grid
+    if not grid.faceted:
+        return chart.properties(title=title)
+    out = chart.facet(
+        facet=alt.Facet("panel:N", title=None, sort=grid.panels,
+                        header=alt.Header(labelFontWeight="bold", labelFontSize=12)),
+        columns=2 if len(grid.panels) > 1 else 1,
+        title=title,
+    )  # fmt: skip
+    return out.resolve_scale(**resolve) if resolve else out
+
+
+def _scale_for(series: pl.Series, *, zero_ok: bool = False) -> alt.Scale:
+    """Log scale when the positive values span more than 1.5 decades, else linear."""
+    s = series.drop_nulls()
+    if s.dtype.is_float():
+        s = s.drop_nans()
+    s = s.filter(s > 0)
+    if s.len() >= 2 and float(s.max()) / float(s.min()) > 10**1.5:  # type: ignore[operator,arg-type]
+        return alt.Scale(type="log")
+    return alt.Scale(type="linear", zero=zero_ok)
+
+
+def _scale_title(label: str, scale: alt.Scale) -> str:
+    return f"{label}, log scale" if scale.type == "log" else label
+
+
+def _panel_size(opts: ChartOptions) -> tuple[int, int]:
+    if opts.grid.faceted and len(opts.grid.panels) > 1:
+        return WIDTH // 2 - 60, HEIGHT - 40
+    return WIDTH, HEIGHT
+
+
+def _min_visible(df: pl.DataFrame, column: str, share: float = 0.008) -> pl.DataFrame:
+    """Add ``<column>_drawn``: the value, but at least ``share`` of the largest, so that
+    a one-record bar beside a 10,000-record one still shows; labels give the true value."""
+    top = df[column].max() if df.height else 0
+    floor = float(top or 0) * share  # type: ignore[arg-type]
+    return df.with_columns(
+        pl.max_horizontal(pl.col(column).cast(pl.Float64), pl.lit(floor)).alias(f"{column}_drawn")
+    )
+
+
 def _slo_rule(opts: ChartOptions) -> alt.Chart:
     return (
         alt.Chart(alt.Data(values=[{"slo_ttft_s": opts.slo_ttft_s}]))
@@ -75,27 +173,53 @@ def _slo_rule(opts: ChartOptions) -> alt.Chart:
     )
 
 
+def _slo_rule_datum(opts: ChartOptions) -> alt.Chart:
+    """The SLO as a rule in a layer that shares its chart's data (so it can be faceted)."""
+    return (
+        alt.Chart().mark_rule(color="#b00", strokeDash=[4, 3]).encode(y=alt.datum(opts.slo_ttft_s))
+    )
+
+
 def arrival_rate(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
-    """Requests per second over wall-clock time.
+    """Requests per second over wall-clock time, labelled in UTC on a 24-hour clock.
 
     Expects: bucket_start (UTC), bucket_s, num_requests, requests_per_s, prompt_tokens_per_s.
     """
+    span_s = 0.0
+    if df.height > 1:
+        span_s = (df["bucket_start"].max() - df["bucket_start"].min()).total_seconds()  # type: ignore[operator,union-attr]
+    # NOTE: on a utc scale the format is applied in UTC; adding formatType="utc" makes
+    # Vega-Lite drop the format and fall back to its 12-hour labels.
+    label = "%H:%M:%S" if span_s <= 600 else "%H:%M" if span_s <= 86400 else "%m-%d %H:%M"
+    if df.height:
+        df = df.with_columns(
+            pl.col("bucket_start").dt.convert_time_zone("UTC").dt.strftime("%Y-%m-%d %H:%M:%S UTC")
+            .alias("bucket_start_utc")
+        )  # fmt: skip
     return (
         alt.Chart(values(df), title=opts.title)
         .mark_line(interpolate="step-after")
         .encode(
-            x=alt.X("bucket_start:T", title="arrival time (UTC)", scale=alt.Scale(type="utc")),
+            x=alt.X(
+                "bucket_start:T",
+                title="arrival time (UTC, 24-hour clock)",
+                scale=alt.Scale(type="utc"),
+                axis=alt.Axis(format=label, labelOverlap=True),
+            ),
             y=alt.Y("requests_per_s:Q", title="arrivals (requests/s)"),
             tooltip=[
                 alt.Tooltip(
-                    "bucket_start:T", title="bucket start (UTC)", format="%Y-%m-%d %H:%M:%S"
+                    "bucket_start:T",
+                    title="bucket start (UTC)",
+                    format="%Y-%m-%d %H:%M:%S",
+                    formatType="utc",
                 ),
                 alt.Tooltip("bucket_s:Q", title="bucket (s)"),
                 alt.Tooltip("num_requests:Q", title="requests", format=","),
                 alt.Tooltip("requests_per_s:Q", title="requests/s", format=".3~f"),
                 alt.Tooltip("prompt_tokens_per_s:Q", title="prompt tokens/s", format=",.0f"),
             ],
-        )
+        )  # fmt: skip
         .properties(width=WIDTH, height=HEIGHT)
     )
 
@@ -141,25 +265,31 @@ def length_histogram(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
 
 
 def trace_groups(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
-    """Requests per model and per tenant, side by side.
+    """Requests per model and per tenant, side by side; every bar visible, counts labelled.
 
     Expects: dimension (model | tenant), group_name, num_requests, prompt_tokens, share.
     """
+    parts = df.partition_by("dimension", maintain_order=True) if df.height else []
+    drawn = pl.concat([_min_visible(p, "num_requests") for p in parts]) if parts else df
+    base = alt.Chart(width=WIDTH // 2 - 80).encode(
+        y=alt.Y("group_name:N", title=None, sort="-x", axis=alt.Axis(labelLimit=200)),
+        x=alt.X("num_requests_drawn:Q", title="requests"),
+    )
+    bars = base.mark_bar().encode(
+        color=alt.Color("dimension:N", legend=None),
+        tooltip=[
+            alt.Tooltip("dimension:N"),
+            alt.Tooltip("group_name:N", title="group"),
+            alt.Tooltip("num_requests:Q", title="requests", format=","),
+            alt.Tooltip("share:Q", title="share of requests", format=".1%"),
+            alt.Tooltip("prompt_tokens:Q", title="prompt tokens", format=","),
+        ],
+    )
+    labels = base.mark_text(align="left", dx=3, fontSize=10, color="#333").encode(
+        text=alt.Text("num_requests:Q", format=",")
+    )
     return (
-        alt.Chart(values(df), width=WIDTH // 2 - 80)
-        .mark_bar()
-        .encode(
-            y=alt.Y("group_name:N", title=None, sort="-x", axis=alt.Axis(labelLimit=200)),
-            x=alt.X("num_requests:Q", title="requests"),
-            color=alt.Color("dimension:N", legend=None),
-            tooltip=[
-                alt.Tooltip("dimension:N"),
-                alt.Tooltip("group_name:N", title="group"),
-                alt.Tooltip("num_requests:Q", title="requests", format=","),
-                alt.Tooltip("share:Q", title="share of requests", format=".1%"),
-                alt.Tooltip("prompt_tokens:Q", title="prompt tokens", format=","),
-            ],
-        )
+        alt.layer(bars, labels, data=values(drawn))
         .facet(column=alt.Column("dimension:N", title=None, header=alt.Header(
             labelExpr="'per ' + datum.value")), title=opts.title)
         .resolve_scale(y="independent", x="independent")
@@ -167,71 +297,103 @@ def trace_groups(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
 
 
 def quarantine_reasons(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
-    """Rejected input records by reason.
+    """Rejected input records by reason; a one-record reason still shows a bar, and each
+    bar is labelled with its count.
 
     Expects: reason, source_format, num_records.
     """
-    return (
-        alt.Chart(values(df), title=opts.title)
-        .mark_bar()
-        .encode(
-            y=alt.Y("reason:N", title="reason", sort="-x", axis=alt.Axis(labelLimit=360)),
-            x=alt.X("sum(num_records):Q", title="records rejected"),
-            color=alt.Color("source_format:N", title="log format"),
-            tooltip=[
-                alt.Tooltip("reason:N"),
-                alt.Tooltip("source_format:N", title="log format"),
-                alt.Tooltip("num_records:Q", title="records", format=","),
-            ],
-        )
-        .properties(width=WIDTH - 200)
+    per = df.group_by("reason", "source_format", maintain_order=True).agg(
+        pl.col("num_records").sum()
+    ) if df.height else df  # fmt: skip
+    drawn = _min_visible(per, "num_records")
+    base = alt.Chart(values(drawn)).encode(
+        y=alt.Y("reason:N", title="reason", sort="-x", axis=alt.Axis(labelLimit=360)),
     )
+    bars = base.mark_bar().encode(
+        x=alt.X("num_records_drawn:Q", title="records rejected", stack=True),
+        color=alt.Color("source_format:N", title="log format"),
+        tooltip=[
+            alt.Tooltip("reason:N"),
+            alt.Tooltip("source_format:N", title="log format"),
+            alt.Tooltip("num_records:Q", title="records", format=","),
+        ],
+    )
+    labels = base.mark_text(align="left", dx=3, fontSize=10, color="#333").encode(
+        x=alt.X("sum(num_records_drawn):Q"), text=alt.Text("sum(num_records):Q", format=",")
+    )
+    return alt.layer(bars, labels, title=opts.title).properties(width=WIDTH - 200)
 
 
 def throughput(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
-    """Requests/s and tokens/s per scenario, coloured static vs continuous batching.
+    """Requests/s and tokens/s per scenario as horizontal bars (names stay readable at 100
+    scenarios), coloured static vs continuous batching, scenarios in natural order.
 
     Expects: scenario, batching, requests_per_s, output_tokens_per_s, total_tokens_per_s.
     """
-    panels = [
-        ("requests_per_s", "throughput (requests/s)"),
-        ("output_tokens_per_s", "output tokens/s"),
-        ("total_tokens_per_s", "prompt + output tokens/s"),
-    ]
-    data = values(df)
-    charts = [
-        alt.Chart(data, width=WIDTH // 3 - 30, height=HEIGHT)
+    panels = {
+        "requests_per_s": "throughput (requests/s)",
+        "output_tokens_per_s": "output tokens/s",
+        "total_tokens_per_s": "prompt + output tokens/s",
+    }
+    long = with_layout(df, opts).unpivot(
+        index=["scenario", "batching", "series"], on=list(panels), variable_name="measure",
+        value_name="per_s",
+    ).with_columns(pl.col("measure").replace_strict(panels))  # fmt: skip
+    order = list(opts.grid.scenarios) or sorted(df["scenario"].to_list())
+    pick = alt.selection_point(fields=["batching"], bind="legend", name=LEGEND_PICK)
+    bars = (
+        alt.Chart(values(long), width=WIDTH // 3 - 60,
+                  height=alt.Step(14 if len(order) > 12 else 20))
         .mark_bar()
         .encode(
-            x=alt.X("scenario:N", title="scenario", sort=list(opts.scenarios) or "ascending"),
-            y=alt.Y(f"{col}:Q", title=label),
-            color=alt.Color(
-                "batching:N", title="batching", scale=alt.Scale(domain=["static", "continuous"])
-            ),
+            y=alt.Y("scenario:N", title=None, sort=order, axis=alt.Axis(labelLimit=220)),
+            x=alt.X("per_s:Q", title=None),
+            color=alt.Color("batching:N", title="batching",
+                            scale=alt.Scale(domain=["static", "continuous"])),
+            opacity={"condition": {"test": {"and": [{"param": LEGEND_PICK, "empty": True},
+                     f"{FOCUS} === '' || datum.scenario === {FOCUS}"]}, "value": 1},
+                     "value": FADED},
             tooltip=[
                 alt.Tooltip("scenario:N"),
                 alt.Tooltip("batching:N"),
-                alt.Tooltip(f"{col}:Q", title=label, format=",.2f"),
+                alt.Tooltip("measure:N"),
+                alt.Tooltip("per_s:Q", title="per second", format=",.2f"),
             ],
-        )  # fmt: skip
-        for col, label in panels
-    ]
-    return alt.hconcat(*charts, title=opts.title)
+        )
+        .add_params(pick, alt.param(name=FOCUS, value=""))
+    )  # fmt: skip
+    return bars.facet(
+        column=alt.Column("measure:N", title=None, sort=list(panels.values())), title=opts.title
+    ).resolve_scale(x="independent")
 
 
 def ttft_by_queue_depth(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
-    """p50 (dashed) and p99 TTFT by the queue depth met on arrival, one colour per scenario.
+    """p50 (dashed) and p99 TTFT by the queue depth met on arrival, one colour per series,
+    small multiples when the run has many scenarios.
 
     Expects: scenario, queue_depth_lo, queue_depth_hi, num_requests, p50_ttft_s, p99_ttft_s.
     """
-    long = df.unpivot(
-        index=["scenario", "queue_depth_lo", "queue_depth_hi", "num_requests"],
-        on=["p50_ttft_s", "p99_ttft_s"],
-        variable_name="percentile",
-        value_name="ttft_s",
-    ).with_columns(pl.col("percentile").replace({"p50_ttft_s": "p50", "p99_ttft_s": "p99"}))
-    lines = (
-        alt.Chart(values(long))
+    long = (
+        with_layout(df, opts)
+        .unpivot(
+            index=[
+                "scenario",
+                "series",
+                "panel",
+                "queue_depth_lo",
+                "queue_depth_hi",
+                "num_requests",
+            ],
+            on=["p50_ttft_s", "p99_ttft_s"],
+            variable_name="percentile",
+            value_name="ttft_s",
+        )
+        .with_columns(pl.col("percentile").replace({"p50_ttft_s": "p50", "p99_ttft_s": "p99"}))
+    )
+    y_scale = _scale_for(pl.concat([long["ttft_s"], pl.Series([opts.slo_ttft_s])]))
+    width, height = _panel_size(opts)
+    lines = _interactive(
+        alt.Chart()
         .mark_line(point=True)
         .encode(
             x=alt.X(
@@ -239,8 +401,10 @@ def ttft_by_queue_depth(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
                 title="queue depth met on arrival (requests waiting)",
                 scale=alt.Scale(type="symlog"),
             ),
-            y=alt.Y("ttft_s:Q", title="TTFT (s, log scale)", scale=alt.Scale(type="log")),
-            color=_scenario_color(opts),
+            y=alt.Y("ttft_s:Q", title=_scale_title("TTFT (s)", y_scale), scale=y_scale),
+            color=_series_color(opts),
+            detail="scenario:N",
+            opacity=_highlight_opacity(),
             strokeDash=alt.StrokeDash(
                 "percentile:N",
                 title="percentile",
@@ -257,18 +421,26 @@ def ttft_by_queue_depth(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
             ],
         )  # fmt: skip
     )
-    return alt.layer(lines, _slo_rule(opts), title=opts.title).properties(
-        width=WIDTH, height=HEIGHT
+    chart = alt.layer(lines, _slo_rule_datum(opts), data=values(long)).properties(
+        width=width, height=height
     )
+    return _faceted(chart, opts, opts.title)
 
 
 def ttft_vs_concurrency_cap(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
-    """p99 TTFT against the concurrency cap, one point per scenario, lines per policy.
+    """p99 TTFT against the concurrency cap, one point per scenario, one line (and colour)
+    per policy and offered rate, so that a 1x and a 4x sweep never share a colour.
 
     Expects: scenario, policy, max_concurrency, offered_requests_per_s, p99_ttft_s.
     """
-    points = (
-        alt.Chart(values(df))
+    drawn = df.with_columns(
+        (pl.col("policy") + " at " + pl.col("offered_requests_per_s").round_sig_figs(3)
+         .cast(pl.String) + " req/s").fill_null(pl.col("policy")).alias("series")
+    ) if df.height else df.with_columns(pl.lit("").alias("series"))  # fmt: skip
+    names = sorted(set(drawn["series"].to_list()), key=natural_key)
+    y_scale = _scale_for(pl.concat([drawn["p99_ttft_s"], pl.Series([opts.slo_ttft_s])]))
+    points = _interactive(
+        alt.Chart()
         .mark_line(point=alt.OverlayMarkDef(size=70))
         .encode(
             x=alt.X(
@@ -276,9 +448,17 @@ def ttft_vs_concurrency_cap(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
                 title="concurrency cap (max_num_seqs / max_batch_size)",
                 scale=alt.Scale(type="log", base=2),
             ),
-            y=alt.Y("p99_ttft_s:Q", title="p99 TTFT (s, log scale)", scale=alt.Scale(type="log")),
-            color=alt.Color("policy:N", title="policy"),
-            detail="offered_requests_per_s:Q",
+            y=alt.Y("p99_ttft_s:Q", title=_scale_title("p99 TTFT (s)", y_scale), scale=y_scale),
+            color=alt.Color(
+                "series:N",
+                title="policy at offered load",
+                sort=names,
+                scale=alt.Scale(
+                    domain=names, scheme="tableau20" if len(names) > 10 else "tableau10"
+                ),
+                legend=alt.Legend(symbolLimit=0, labelLimit=320),
+            ),
+            opacity=_highlight_opacity(),
             tooltip=[
                 alt.Tooltip("scenario:N"),
                 alt.Tooltip("policy:N"),
@@ -290,29 +470,33 @@ def ttft_vs_concurrency_cap(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
             ],
         )  # fmt: skip
     )
-    return alt.layer(points, _slo_rule(opts), title=opts.title).properties(
-        width=WIDTH, height=HEIGHT
-    )
+    return alt.layer(points, _slo_rule_datum(opts), data=values(drawn), title=opts.title
+                     ).properties(width=WIDTH, height=HEIGHT)  # fmt: skip
 
 
 def latency_cdf(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
-    """Empirical CDF of one latency metric per scenario, log time axis.
+    """Empirical CDF of one latency metric per scenario, log or linear time axis (by the
+    spread of the values), small multiples when the run has many scenarios.
 
     Expects: scenario, metric, value_s, num_requests, fraction; ``opts.extra["metric"]``
     picks the metric (ttft_s or tpot_s) and ``opts.extra["axis"]`` labels the time axis.
     """
     metric = opts.extra.get("metric", "ttft_s")
     axis = opts.extra.get("axis", "time (s)")
-    drawn = df.filter(pl.col("metric") == metric)
-    return (
-        alt.Chart(values(drawn), title=opts.title)
+    drawn = with_layout(df.filter(pl.col("metric") == metric), opts)
+    x_scale = _scale_for(drawn["value_s"])
+    width, height = _panel_size(opts)
+    chart = _interactive(
+        alt.Chart(values(drawn))
         .mark_line()
         .encode(
-            x=alt.X("value_s:Q", title=f"{axis}, log scale", scale=alt.Scale(type="log")),
+            x=alt.X("value_s:Q", title=_scale_title(axis, x_scale), scale=x_scale),
             y=alt.Y(
                 "fraction:Q", title="fraction of requests at or below", axis=alt.Axis(format="%")
             ),
-            color=_scenario_color(opts),
+            color=_series_color(opts),
+            detail="scenario:N",
+            opacity=_highlight_opacity(),
             tooltip=[
                 alt.Tooltip("scenario:N"),
                 alt.Tooltip("value_s:Q", title=f"{axis}, at most", format=".4~g"),
@@ -320,44 +504,68 @@ def latency_cdf(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
                 alt.Tooltip("num_requests:Q", title="requests", format=","),
             ],
         )  # fmt: skip
-        .properties(width=WIDTH, height=HEIGHT)
+        .properties(width=width, height=height)
     )
+    return _faceted(chart, opts, opts.title)
 
 
 def engine_timeline(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
-    """KV usage, running, waiting and preemptions over simulated time, stacked panels.
+    """KV usage, running, waiting and preemptions over simulated time: one row of panels per
+    measure, one column per panel of the layout.
+
+    The time axis ends where most scenarios end: when a few run far longer (a capacity
+    search's slowest rate), it stops at four times the median scenario's span and the
+    title says how many run on.
 
     Expects: scenario, bucket_start_s, bucket_s, kv_usage, mean_running, mean_waiting,
     max_waiting, num_preemptions.
     """
-    data = values(df)
-    x = alt.X("bucket_start_s:Q", title="simulated time (s)")
-    tip = [alt.Tooltip("scenario:N"), alt.Tooltip("bucket_start_s:Q", title="bucket start (s)")]
-
-    def panel(col: str, label: str, fmt: str, mark: str = "line") -> alt.Chart:
-        chart = alt.Chart(data, width=WIDTH, height=HEIGHT // 2 + 20)
-        enc: dict[str, Any] = {
-            "x": x,
-            "y": alt.Y(f"{col}:Q", title=label, axis=alt.Axis(format=fmt)),
-            "color": _scenario_color(opts),
-            "tooltip": [*tip, alt.Tooltip(f"{col}:Q", title=label, format=fmt)],
-        }
-        if mark == "bar":  # a bar spans its bucket
-            chart = chart.transform_calculate(
-                bucket_end_s="datum.bucket_start_s + datum.bucket_s"
-            ).mark_bar(opacity=0.8)
-            enc["x2"] = "bucket_end_s:Q"
-        else:
-            chart = chart.mark_line(interpolate="step-after")
-        return chart.encode(**enc)
-
-    return alt.vconcat(
-        panel("kv_usage", "KV cache used (share of blocks)", ".0%"),
-        panel("mean_running", "running requests (mean)", ",.1f"),
-        panel("mean_waiting", "waiting requests (mean)", ",.1f"),
-        panel("num_preemptions", "preemptions (per bucket)", ",d", mark="bar"),
-        title=opts.title,
+    measures = {
+        "kv_usage": "KV cache used (share of blocks)",
+        "mean_running": "running requests (mean)",
+        "mean_waiting": "waiting requests (mean)",
+        "num_preemptions": "preemptions (per bucket)",
+    }
+    title = opts.title
+    ends = df.group_by("scenario").agg((pl.col("bucket_start_s") + pl.col("bucket_s")).max())
+    if ends.height:
+        end = ends[:, 1]
+        clip = 4.0 * float(end.median())  # type: ignore[arg-type]
+        longer = int((end > clip).sum())
+        if longer:
+            df = df.filter(pl.col("bucket_start_s") <= clip)
+            title = (f"{title} (time axis cut at {clip:,.0f} s; {longer} scenario"
+                     f"{'s' if longer != 1 else ''} run longer)")  # fmt: skip
+    long = with_layout(df, opts).unpivot(
+        index=["scenario", "series", "panel", "bucket_start_s", "bucket_s"],
+        on=list(measures), variable_name="measure", value_name="value",
+    ).with_columns(pl.col("measure").replace_strict(measures))  # fmt: skip
+    grid = opts.grid
+    width = WIDTH if not grid.faceted else max(180, WIDTH // max(1, len(grid.panels)) - 40)
+    chart = _interactive(
+        alt.Chart(values(long), width=width, height=HEIGHT // 2)
+        .mark_line(interpolate="step-after")
+        .encode(
+            x=alt.X("bucket_start_s:Q", title="simulated time (s)"),
+            y=alt.Y("value:Q", title=None),
+            color=_series_color(opts),
+            detail="scenario:N",
+            opacity=_highlight_opacity(),
+            tooltip=[
+                alt.Tooltip("scenario:N"),
+                alt.Tooltip("measure:N"),
+                alt.Tooltip("bucket_start_s:Q", title="bucket start (s)", format=",.1f"),
+                alt.Tooltip("value:Q", format=",.3~f"),
+            ],
+        )  # fmt: skip
     )
+    row = alt.Row("measure:N", title=None, sort=list(measures.values()),
+                  header=alt.Header(labelAngle=0, labelAlign="left", labelLimit=140))  # fmt: skip
+    if grid.faceted:
+        return chart.facet(
+            row=row, column=alt.Column("panel:N", title=None, sort=grid.panels), title=title
+        ).resolve_scale(y="independent")
+    return chart.facet(row=row, title=title).resolve_scale(y="independent")
 
 
 def prefix_hit_rate_overall(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
@@ -365,19 +573,21 @@ def prefix_hit_rate_overall(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
 
     Expects: scenario, hit_rate, query_tokens, hit_tokens.
     """
-    drawn = df.filter(pl.col("hit_rate").is_not_null())
-    return (
+    drawn = with_layout(df.filter(pl.col("hit_rate").is_not_null()), opts)
+    order = list(opts.grid.scenarios) or "ascending"
+    return _interactive(
         alt.Chart(values(drawn), title=opts.title)
         .mark_bar()
         .encode(
-            y=alt.Y("scenario:N", title="scenario", sort=list(opts.scenarios) or "ascending"),
+            y=alt.Y("scenario:N", title="scenario", sort=order, axis=alt.Axis(labelLimit=220)),
             x=alt.X(
                 "hit_rate:Q",
                 title="prefix-cache hit rate (hit tokens / looked-up tokens)",
                 axis=alt.Axis(format="%"),
                 scale=alt.Scale(domain=[0, 1]),
             ),
-            color=_scenario_color(opts),
+            color=_series_color(opts),
+            opacity=_highlight_opacity(),
             tooltip=[
                 alt.Tooltip("scenario:N"),
                 alt.Tooltip("hit_rate:Q", title="hit rate", format=".2%"),
@@ -385,7 +595,7 @@ def prefix_hit_rate_overall(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
                 alt.Tooltip("query_tokens:Q", title="looked-up tokens", format=","),
             ],
         )  # fmt: skip
-        .properties(width=WIDTH - 160)
+        .properties(width=WIDTH - 200, height=alt.Step(14 if drawn.height > 12 else 20))
     )
 
 
@@ -394,8 +604,9 @@ def prefix_hit_rate_over_time(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
 
     Expects: scenario, bucket_start_s, query_tokens, hit_tokens, hit_rate.
     """
-    return (
-        alt.Chart(values(df), title=opts.title)
+    width, height = _panel_size(opts)
+    chart = _interactive(
+        alt.Chart(values(with_layout(df, opts)))
         .mark_line(interpolate="step-after")
         .encode(
             x=alt.X("bucket_start_s:Q", title="simulated time (s)"),
@@ -405,7 +616,9 @@ def prefix_hit_rate_over_time(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
                 axis=alt.Axis(format="%"),
                 scale=alt.Scale(domain=[0, 1]),
             ),
-            color=_scenario_color(opts),
+            color=_series_color(opts),
+            detail="scenario:N",
+            opacity=_highlight_opacity(),
             tooltip=[
                 alt.Tooltip("scenario:N"),
                 alt.Tooltip("bucket_start_s:Q", title="bucket start (s)"),
@@ -413,8 +626,9 @@ def prefix_hit_rate_over_time(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
                 alt.Tooltip("query_tokens:Q", title="looked-up tokens", format=","),
             ],
         )  # fmt: skip
-        .properties(width=WIDTH, height=HEIGHT)
+        .properties(width=width, height=height)
     )
+    return _faceted(chart, opts, opts.title)
 
 
 def prefix_hit_rate_by_cache_size(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
@@ -460,7 +674,7 @@ def prefix_hit_rate_by_group(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
         .mark_bar()
         .encode(
             y=alt.Y("group_name:N", title=None, sort="-x", axis=alt.Axis(labelLimit=200)),
-            yOffset=alt.YOffset("scenario:N", sort=list(opts.scenarios) or "ascending"),
+            yOffset=alt.YOffset("scenario:N", sort=list(opts.grid.scenarios) or "ascending"),
             x=alt.X(
                 "hit_rate:Q",
                 title="cached / prompt tokens",
@@ -504,15 +718,19 @@ def slo_capacity(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
         )
         if part.is_empty():
             continue
+        names = natural_sorted(set(part["sweep_name"].to_list()))
         title, scale = axis[kind]
         x_scale = alt.Scale(type="log", base=2) if scale == "log" else alt.Scale(zero=False)
         base = alt.Chart(values(part))
         line = base.mark_line(point=alt.OverlayMarkDef(size=60)).encode(
             x=alt.X("value:Q", title=title, scale=x_scale),
             y=alt.Y("ttft_q_s:Q", title="tail TTFT (s, log scale)", scale=alt.Scale(type="log")),
-            color=alt.Color("sweep_name:N", title="sweep (what it holds fixed)",
+            color=alt.Color("sweep_name:N", title=f"{kind} sweep (what it holds fixed)",
+                            sort=names,
+                            scale=alt.Scale(domain=names, scheme="tableau20" if len(names) > 10
+                                            else "tableau10"),
                             legend=alt.Legend(orient="bottom", direction="vertical",
-                                              labelLimit=WIDTH)),
+                                              labelLimit=WIDTH, symbolLimit=0)),
             tooltip=[
                 alt.Tooltip("sweep_name:N", title="sweep"),
                 alt.Tooltip("scenario:N"),
@@ -531,7 +749,95 @@ def slo_capacity(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
                 width=WIDTH // 2 - 30, height=HEIGHT, title=f"{kind} sweeps"
             )
         )
-    return alt.hconcat(*charts, title=opts.title)
+    return alt.hconcat(*charts, title=opts.title).resolve_scale(color="independent")
+
+
+def capacity_probes(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
+    """Each capacity search's probes: the measured statistic over its SLO limit (1 is the
+    limit), one colour per SLO, the answer ringed; one panel per search.
+
+    Expects: search, knob, probe, value, scenario, slo, limit_s, measured_s, met,
+    is_answer (the rows of capacity_search.sql).
+    """
+    drawn = df.with_columns(
+        (pl.col("measured_s") / pl.col("limit_s")).alias("share_of_limit"),
+        (pl.col("search") + " (" + pl.col("knob") + ")").alias("panel"),
+    ).filter(pl.col("share_of_limit").is_not_null())
+    y_scale = _scale_for(pl.concat([drawn["share_of_limit"], pl.Series([1.0])]))
+    slos = natural_sorted(set(drawn["slo"].to_list()))
+    base = alt.Chart()
+    pick = alt.selection_point(fields=["slo"], bind="legend", name=LEGEND_PICK)
+    points = (
+        base.mark_point(filled=True, size=60)
+        .encode(
+            x=alt.X("value:Q", title="knob value (cap, requests/s or replicas)",
+                    scale=alt.Scale(type="log")),
+            y=alt.Y("share_of_limit:Q", title=_scale_title("measured / limit", y_scale),
+                    scale=y_scale),
+            color=alt.Color("slo:N", title="SLO", sort=slos, scale=alt.Scale(domain=slos)),
+            shape=alt.Shape("met:N", title="every SLO met",
+                            scale=alt.Scale(domain=[True, False], range=["circle", "cross"])),
+            opacity=alt.condition(pick, alt.value(1.0), alt.value(FADED)),
+            tooltip=[
+                alt.Tooltip("search:N"), alt.Tooltip("probe:Q"), alt.Tooltip("scenario:N"),
+                alt.Tooltip("knob:N"), alt.Tooltip("value:Q", format=",.4~g"),
+                alt.Tooltip("slo:N", title="SLO"),
+                alt.Tooltip("measured_s:Q", title="measured (s)", format=".4~g"),
+                alt.Tooltip("limit_s:Q", title="limit (s)", format=".4~g"),
+                alt.Tooltip("met:N", title="every SLO met"),
+            ],
+        )
+        .add_params(pick)
+    )  # fmt: skip
+    ring = (
+        base.transform_filter("datum.is_answer")
+        .mark_point(size=260, shape="circle", filled=False, strokeWidth=2, color="#222")
+        .encode(x="value:Q", y="share_of_limit:Q")
+    )
+    limit = base.mark_rule(color="#b00", strokeDash=[4, 3]).encode(y=alt.datum(1.0))
+    panels = natural_sorted(set(drawn["panel"].to_list()))
+    return (
+        alt.layer(points, ring, limit, data=values(drawn))
+        .properties(width=WIDTH // 3 - 40, height=HEIGHT - 40)
+        .facet(column=alt.Column("panel:N", title=None, sort=panels), title=opts.title)
+        .resolve_scale(x="independent")
+    )
+
+
+def compare_runs(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
+    """Run A's and run B's value of each metric per scenario, side by side, one panel per
+    metric (its own scale).
+
+    Expects: run_a, run_b, scenario, metric, value_a, value_b, change, metric_order.
+    """
+    names = {"value_a": f"A: {df['run_a'][0]}", "value_b": f"B: {df['run_b'][0]}"}
+    long = df.unpivot(
+        index=["scenario", "metric", "metric_order", "change"],
+        on=["value_a", "value_b"],
+        variable_name="run",
+        value_name="value",
+    ).with_columns(pl.col("run").replace_strict(names))
+    metrics = df.select("metric", "metric_order").unique().sort("metric_order")["metric"].to_list()
+    order = natural_sorted(set(df["scenario"].to_list()))
+    pick = alt.selection_point(fields=["run"], bind="legend", name=LEGEND_PICK)
+    return (
+        alt.Chart(values(long), width=WIDTH // 3 - 50, height=alt.Step(10))
+        .mark_bar()
+        .encode(
+            y=alt.Y("scenario:N", title=None, sort=order, axis=alt.Axis(labelLimit=160)),
+            yOffset=alt.YOffset("run:N"),
+            x=alt.X("value:Q", title=None),
+            color=alt.Color("run:N", title="run", legend=alt.Legend(labelLimit=320)),
+            opacity=alt.condition(pick, alt.value(1.0), alt.value(FADED)),
+            tooltip=[alt.Tooltip("scenario:N"), alt.Tooltip("metric:N"), alt.Tooltip("run:N"),
+                     alt.Tooltip("value:Q", format=",.4~g"),
+                     alt.Tooltip("change:Q", title="B - A", format="+,.4~g")],
+        )
+        .add_params(pick)
+        .facet(facet=alt.Facet("metric:N", title=None, sort=metrics), columns=3,
+               title=opts.title)
+        .resolve_scale(x="independent", y="independent")
+    )  # fmt: skip
 
 
 CHARTS: dict[str, Callable[[pl.DataFrame, ChartOptions], AnyChart]] = {
@@ -551,5 +857,7 @@ CHARTS: dict[str, Callable[[pl.DataFrame, ChartOptions], AnyChart]] = {
         prefix_hit_rate_by_cache_size,
         prefix_hit_rate_by_group,
         slo_capacity,
+        capacity_probes,
+        compare_runs,
     )
 }

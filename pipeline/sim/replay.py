@@ -29,6 +29,7 @@ from pipeline import __version__
 from pipeline.contracts import REQUESTS, RUNS, SCENARIOS, SIM_REQUESTS, SIM_STEPS, check_file
 from pipeline.errors import ConfigError, ScenarioError
 from pipeline.progress import progress
+from pipeline.selection import RequestFilter, check_request_columns
 from pipeline.sim.arrivals import make_arrivals
 from pipeline.sim.loop import simulate, warm_up
 from pipeline.sim.prefix import build_keys, describe
@@ -63,6 +64,7 @@ from pipeline.sim.state import (
     SimResult,
 )
 from pipeline.sim.summary import request_metrics, summarize
+from pipeline.sim.trace_prefix import trace_prefix_facts
 from pipeline.warehouse import Warehouse, iter_partitions, new_run_id
 
 REQUEST_COLUMNS = [
@@ -75,6 +77,7 @@ REQUEST_COLUMNS = [
     "prefix_hashes",
     "priority",
     "tenant",
+    "cached_tokens",
 ]
 
 
@@ -119,11 +122,14 @@ def select_request_files(
 ) -> list[Path]:
     """The requests files to replay: one given file, or the warehouse's in a date range."""
     if requests_file is not None:
-        check_file(Path(requests_file), REQUESTS)
+        # any Parquet with the requests columns (e.g. from `tracereplay sql --format parquet`)
+        check_request_columns(Path(requests_file))
         return [Path(requests_file)]
     files = []
+    days: set[str] = set()
     for values, path in iter_partitions(wh.files(REQUESTS)):
         day = values.get("date", "")
+        days.add(day)
         if date_from is not None and day < date_from.isoformat():
             continue
         if date_to is not None and day > date_to.isoformat():
@@ -133,6 +139,10 @@ def select_request_files(
         where = (
             f" between {date_from or '...'} and {date_to or '...'}" if date_from or date_to else ""
         )
+        held = sorted(d for d in days if d)
+        if held:
+            shown = ", ".join(held[:10]) + (f" and {len(held) - 10} more" if len(held) > 10 else "")
+            raise ConfigError(f"no requests in warehouse {wh.root}{where}; it holds days {shown}")
         raise ConfigError(
             f"no requests in warehouse {wh.root}{where}; run `tracereplay ingest` first or "
             "pass --requests FILE"
@@ -142,14 +152,18 @@ def select_request_files(
     return files
 
 
-def read_requests(files: list[Path]) -> pl.DataFrame:
+def read_requests(files: list[Path], selection: RequestFilter | None = None) -> pl.DataFrame:
     """The requests of ``files``, sorted by arrival (ties by request id), with arrival_s.
 
+    ``selection`` keeps some of them (models, tenants, a predicate, a time window).
     ``arrival_s`` is recomputed here: seconds from the earliest selected request.
     """
+    if selection is not None and selection.active:
+        source = pl.from_arrow(selection.read(files)).lazy()  # type: ignore[union-attr]
+    else:
+        source = pl.scan_parquet([str(p) for p in files], hive_partitioning=False)
     frame = (
-        pl.scan_parquet([str(p) for p in files], hive_partitioning=False)
-        .select(REQUEST_COLUMNS)
+        source.select(REQUEST_COLUMNS)
         .with_columns(pl.col("arrival_time").dt.epoch("us").alias("_us"))
         .sort(["_us", "request_id"])
         .collect()
@@ -197,6 +211,7 @@ def prepare(frame: pl.DataFrame, scenario: Scenario) -> Prepared:
             trace_block = np.zeros(n, dtype=np.int64)
             prefix = PrefixKeys.empty(n)
         info = describe(prefix, trace_block, engine_block)
+    info.update(trace_prefix_facts(frame, rows))
     priority = None
     if scenario.by_priority:
         priority = _priorities(frame, rows, scenario.tenant_priority or {})
@@ -321,6 +336,7 @@ def replay(
     date_to: date | None = None,
     quiet: bool = False,
     run_id: str | None = None,
+    selection: RequestFilter | None = None,
 ) -> ReplayResult:
     """Replay the selected requests through every scenario and write the results.
 
@@ -332,6 +348,7 @@ def replay(
         date_from, date_to: inclusive range of request days (warehouse only).
         quiet: no progress bar.
         run_id: the run id to write under (default: a new one).
+        selection: which of those requests (models, tenants, predicate, time window).
 
     Returns:
         The run id, the inputs and each scenario's summary and files.
@@ -346,7 +363,7 @@ def replay(
     files = select_request_files(
         wh, requests_file=requests_file, date_from=date_from, date_to=date_to
     )
-    frame = read_requests(files)
+    frame = read_requests(files, selection)
     prepared = [prepare(frame, sc) for sc in scenarios]  # every check before any run
     wh.init()
     runs: list[ScenarioRun] = []

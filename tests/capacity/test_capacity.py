@@ -206,3 +206,46 @@ def test_an_empty_range_fails_before_running(small_warehouse: Callable[..., Path
     with pytest.raises(ConfigError, match=r"min \(8\) is above max \(4\)"):
         run_capacity(wh, dict(BASE), parse_slos(["ttft_p99=1s"]), [SearchSpec("concurrency", 8, 4)])
     assert not (wh / "runs").exists()
+
+
+def test_capacity_answers_query_gives_one_row_per_search(searched: Any) -> None:
+    wh, result = searched
+    rows = query(Warehouse(wh).connect(), "capacity_answers").to_dicts()
+    assert [r["search"] for r in rows] == ["concurrency", "rate", "replicas"]
+    for row, search in zip(rows, result.searches, strict=True):
+        at = search.answer_probe
+        assert row["knob"] == search.knob and row["answer"] == search.answer
+        assert row["slos"] == "tpot_p99<=40ms, ttft_p99<=500ms"
+        assert row["num_probes"] == len(search.probes)
+        assert row["answer_scenario"] == at.name
+        assert row["replicas"] == at.run.scenario.replicas
+        assert row["goodput"] == pytest.approx(at.slo.goodput)
+        assert row["request_throughput"] == pytest.approx(at.run.summary["request_throughput"])
+    assert rows[2]["replicas"] == result.searches[2].answer
+    assert all(r["usd_per_hour"] is None for r in rows)  # no price given
+    # BASE has a [cost] table, no profile: only a price for any GPU applies
+    priced = query(Warehouse(wh).connect(), "capacity_answers", prices_json='{"*": 2.5}')
+    for row, search in zip(priced.to_dicts(), result.searches, strict=True):
+        at = search.answer_probe
+        assert row["gpus"] == at.run.scenario.replicas
+        assert row["usd_per_hour"] == pytest.approx(2.5 * at.run.scenario.replicas)
+        per_hour_tokens = at.run.summary["output_token_throughput"] * 3600
+        assert row["usd_per_1m_output_tokens"] == pytest.approx(
+            2.5 * at.run.scenario.replicas / per_hour_tokens * 1e6
+        )
+
+
+def test_capacity_takes_the_scenario_flags_of_replay(small_warehouse: Callable[..., Path]) -> None:
+    wh = small_warehouse(60)
+    r = CliRunner().invoke(cli, [
+        "capacity", "--warehouse", str(wh), "--slo", "ttft_p99=30s", "--search", "concurrency",
+        "--max-concurrency", "4", "--router", "least_outstanding", "--replicas", "2",
+        "--max-num-batched-tokens", "4096", "--summary-only", "--json",
+    ])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    base = json.loads(r.stdout)["base"]
+    assert base["router"] == "least_outstanding" and base["replicas"] == 2
+    assert base["max_num_batched_tokens"] == 4096
+    r = CliRunner().invoke(cli, ["capacity", "--help"])
+    for flag in ("--router", "--replicas", "--max-num-seqs", "--time-scale", "--gpu-hour-price"):
+        assert flag in r.output

@@ -3,6 +3,8 @@
 Every figure the SQL tests expect is worked out by hand from these rows (see
 test_sql.py). The latest run, R2, replays r1..r4 through four scenarios:
 
+The gateway logged cached_tokens for r1 (50 of 100) and r3 (100 of 400).
+
     scenario     policy  cap  time_scale  ttft_s of r1..r4      queue depth met
     static-4     static   4   1.0         0.5 0.4 0.3 0.2       0 1 2 3
     vllm-2       vllm     2   1.0         0.1 0.2 0.3 0.5       0 0 1 9
@@ -81,6 +83,7 @@ def config(name: str, policy: str, cap: int, time_scale: float = 1.0) -> str:
             "time_scale": time_scale,
             "num_kv_blocks": 100,
             "block_size": 16,
+            "enable_prefix_caching": policy != "static",
         }
     )
 
@@ -139,9 +142,9 @@ def build(root: Path) -> Warehouse:
     wh = Warehouse(root)
     hashes = {"prefix_hashes": [1, 2], "block_size": 16}
     day1 = [
-        request("r1", 0, 100, 10, model="m-a", tenant="t1", **hashes),
+        request("r1", 0, 100, 10, model="m-a", tenant="t1", cached_tokens=50, **hashes),
         request("r2", 1, 200, 20, model="m-a", tenant="t2", **hashes),
-        request("r3", 2, 400, 5, model="m-b", tenant="t1"),
+        request("r3", 2, 400, 5, model="m-b", tenant="t1", cached_tokens=100),
         request("r4", 3, 800, 1, source_file="b.csv", source_format="azure"),
     ]
     day2 = [request("r5", 86400, 50, 2, source_file="b.csv", source_format="azure")]
@@ -284,3 +287,46 @@ def replayed_warehouse(tmp_path_factory: pytest.TempPathFactory) -> Warehouse:
 @pytest.fixture(scope="session")
 def tiny_warehouse(tmp_path_factory: pytest.TempPathFactory) -> Warehouse:
     return build(tmp_path_factory.mktemp("tiny") / "wh")
+
+
+SWEEP_POLICIES = ("vllm", "sarathi")
+SWEEP_CAPS = (4, 8, 16, 32, 64)
+SWEEP_SCALES = (1.0, 0.5, 0.25)
+
+
+def build_sweep(root: Path, logs: Path) -> tuple[Warehouse, str, str, str]:
+    """30 scenarios (2 policies x 5 caps x 3 time scales) and two capacity runs: one whose
+    searches all answer, one whose SLO nothing meets. Returns (warehouse, sweep run id,
+    capacity run id, 'none' capacity run id)."""
+    from pipeline.capacity import SearchSpec, run_capacity
+    from pipeline.ingest import IngestOptions, ingest_logs
+    from pipeline.sim.replay import replay
+    from pipeline.sim.scenario import build_scenario
+    from pipeline.slo import parse_slos
+
+    logs.mkdir(parents=True, exist_ok=True)
+    wh = Warehouse(root)
+    result = ingest_logs([str(gateway_log(logs / "gateway.jsonl", n=300, seed=11))], wh,
+                         IngestOptions(quiet=True))  # fmt: skip
+    assert result.ok
+    base = {"profile": "llama-3-8b_h100-80gb_tp1", "num_gpu_blocks": 2000, "drop_too_long": True}
+    scenarios = [
+        build_scenario({**base, "policy": p, "name": f"{p}-{c}-x{int(1 / s)}",
+                        "max_num_seqs": c, "time_scale": s})
+        for p in SWEEP_POLICIES for c in SWEEP_CAPS for s in SWEEP_SCALES
+    ]  # fmt: skip
+    sweep_id = replay(root, scenarios, quiet=True).run_id
+    specs = [SearchSpec("concurrency", hi=64), SearchSpec("rate", tolerance=0.1),
+             SearchSpec("replicas", rate_scale=4.0, hi=8)]  # fmt: skip
+    ok = run_capacity(root, {**base, "policy": "vllm", "name": "cap"},
+                      parse_slos(["ttft_p99=2s", "tpot_p99=100ms"]), specs, quiet=True)  # fmt: skip
+    none = run_capacity(root, {**base, "policy": "vllm", "name": "tight"},
+                        parse_slos(["ttft_p99=5ms"]), [SearchSpec("concurrency", hi=8)],
+                        quiet=True)  # fmt: skip
+    return wh, sweep_id, ok.run_id, none.run_id
+
+
+@pytest.fixture(scope="session")
+def sweep_warehouse(tmp_path_factory: pytest.TempPathFactory) -> tuple[Warehouse, str, str, str]:
+    tmp = tmp_path_factory.mktemp("sweep")
+    return build_sweep(tmp / "wh", tmp / "logs")

@@ -79,3 +79,95 @@ def test_report_renders_offline_in_chromium(replayed_warehouse: Warehouse, tmp_p
     # The hostile names are shown as text, not interpreted.
     assert shown_model >= 1 and shown_file >= 1
     assert EVIL_TENANT not in body or "onerror" in body
+
+
+FADED_PATHS = """(id) => Array.from(document.querySelectorAll('#' + id + ' g.role-mark path'))
+    .map(p => p.getAttribute('opacity') || getComputedStyle(p).opacity)
+    .filter(o => Math.abs(parseFloat(o) - 0.12) < 1e-6).length"""
+ALL_PATHS = "(id) => document.querySelectorAll('#' + id + ' g.role-mark path').length"
+
+
+def _open(page, url: str) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    page.goto(url)
+    page.wait_for_function(
+        "() => { const d = document.documentElement.dataset;"
+        " return d.chartsTotal !== undefined && d.chartsDone === d.chartsTotal; }",
+        timeout=120_000,
+    )
+    return page.evaluate("() => ({...document.documentElement.dataset})")  # type: ignore[no-any-return]
+
+
+def test_a_30_scenario_sweep_and_capacity_report_in_chromium(
+    sweep_warehouse: tuple[Warehouse, str, str, str], tmp_path: Path
+) -> None:
+    """Every chart renders, a legend click and the scenario selector highlight one series,
+    no console error, no request; screenshots land in out/test-artifacts/."""
+    if not CHROMIUM.exists():
+        pytest.fail(f"{CHROMIUM} is missing: scripts/test.sh installs Debian's chromium")
+    from playwright.sync_api import sync_playwright
+
+    wh, sweep_id, cap_id, _ = sweep_warehouse
+    sweep_html = build_report(wh, sweep_id, output=tmp_path / "sweep.html")
+    cap_html = build_report(wh, cap_id, output=tmp_path / "capacity.html")
+    urls = {sweep_html.resolve().as_uri(), cap_html.resolve().as_uri()}
+    errors: list[str] = []
+    requests: list[str] = []
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=FLAGS, headless=True)
+        try:
+            context = browser.new_context(offline=True, viewport={"width": 1200, "height": 900})
+            context.route(
+                "**/*",
+                lambda route: route.continue_() if route.request.url in urls else route.abort(),
+            )
+            page = context.new_page()
+            page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.on("request", lambda r: r.url not in urls and requests.append(r.url))
+
+            data = _open(page, sweep_html.resolve().as_uri())
+            marks = page.evaluate(COUNT_MARKS)
+            page.screenshot(path=str(ARTIFACTS / "report_sweep30.png"), full_page=True)
+            # the TTFT CDF: small multiples, 30 lines; click the first legend entry
+            cdf = "chart-latency-1"
+            total = page.evaluate(ALL_PATHS, cdf)
+            before = page.evaluate(FADED_PATHS, cdf)
+            page.locator(f"#{cdf} g.role-legend-label text").first.click()
+            page.wait_for_timeout(300)
+            after = page.evaluate(FADED_PATHS, cdf)
+            page.locator(f"#{cdf}").screenshot(path=str(ARTIFACTS / "report_sweep30_legend.png"))
+            # the selector: one scenario, every chart that has the parameter
+            page.locator(f"#{cdf} g.role-legend-label text").first.click()  # toggle off
+            page.select_option("#focus-scenario", "vllm-16-x2")
+            page.wait_for_timeout(300)
+            picked = page.evaluate(FADED_PATHS, "chart-queueing-1")
+            queue_total = page.evaluate(ALL_PATHS, "chart-queueing-1")
+            page.locator("#chart-queueing-1").screenshot(
+                path=str(ARTIFACTS / "report_sweep30_selector.png")
+            )
+            toc_sticky = page.evaluate(
+                "() => getComputedStyle(document.querySelector('nav.toc')).position"
+            )
+
+            cap_data = _open(page, cap_html.resolve().as_uri())
+            cap_marks = page.evaluate(COUNT_MARKS)
+            page.screenshot(path=str(ARTIFACTS / "report_capacity.png"), full_page=True)
+            page.locator("#capacity").screenshot(
+                path=str(ARTIFACTS / "report_capacity_section.png")
+            )
+            cap_text = page.inner_text("#capacity")
+        finally:
+            browser.close()
+
+    for d, m in ((data, marks), (cap_data, cap_marks)):
+        assert d["chartsFailed"] == "0"
+        assert len(m) == int(d["chartsTotal"]) >= 8
+        assert [x["id"] for x in m if x["marks"] == 0] == []
+    assert errors == [] and requests == []
+    assert total >= 30 and before == 0
+    assert 0 < after < total  # the clicked series stays, the others fade
+    assert 0 < picked < queue_total
+    assert toc_sticky == "sticky"
+    assert "What each capacity search found" in cap_text
+    assert "ttft_p99<=2s" in cap_text and "concurrency" in cap_text and "replicas" in cap_text

@@ -125,11 +125,39 @@ def test_report_command(tiny_warehouse: Warehouse, tmp_path: Path) -> None:
     r = CliRunner().invoke(
         cli,
         ["report", R2, "--warehouse", str(tiny_warehouse.root), "-o", str(out), "--json",
-         "--slo-ttft-ms", "500"],
+         "--slo", "ttft_p99=500ms"],
     )  # fmt: skip
     assert r.exit_code == 0, r.output
-    summary = json.loads(r.output)
+    summary = json.loads(r.stdout)
     assert summary["html"] == str(out) and summary["bytes"] == out.stat().st_size
     assert "500.0 ms (p99)" in out.read_text()
     r = CliRunner().invoke(cli, ["report", "nope", "--warehouse", str(tiny_warehouse.root)])
     assert r.exit_code == 1 and "no replay run 'nope'" in r.output
+
+
+def test_report_slo_syntax_and_deprecated_flag(tiny_warehouse: Warehouse, tmp_path: Path) -> None:
+    out = tmp_path / "r.html"
+    base = ["report", R2, "--warehouse", str(tiny_warehouse.root), "-o", str(out)]
+    r = CliRunner().invoke(cli, [*base, "--slo-ttft-ms", "250", "--quiet"])
+    assert r.exit_code == 0, r.output
+    assert r.stdout.strip() == str(out)  # --quiet: the path alone
+    assert "deprecated; use --slo ttft_p99=<N>ms" in r.stderr
+    assert "250.0 ms (p99)" in out.read_text()
+    r = CliRunner().invoke(cli, [*base, "--slo", "tpot_p99=40ms"])
+    assert r.exit_code == 1 and "draws a p99 TTFT objective only" in r.output
+    r = CliRunner().invoke(cli, [*base, "--slo", "ttft_p99=200"])
+    assert r.exit_code == 1 and "give a unit" in r.output
+
+
+def test_sql_says_what_it_wrote_and_takes_json_and_quiet(
+    tiny_warehouse: Warehouse, tmp_path: Path
+) -> None:
+    target = tmp_path / "t.csv"
+    code, out = run(tiny_warehouse, "-f", "throughput", "-o", str(target))
+    assert code == 0 and out.strip() == f"wrote 4 rows (csv) to {target}"
+    code, out = run(tiny_warehouse, "-f", "throughput", "-o", str(target), "--quiet")
+    assert code == 0 and out == ""
+    code, out = run(tiny_warehouse, "-f", "latency_percentiles", "--json")
+    assert code == 0 and [r["scenario"] for r in json.loads(out)][:2] == ["static-4", "vllm-2"]
+    code, out = run(tiny_warehouse, "-f", "throughput", "--json", "--format", "csv")
+    assert code == 1 and "--json and --format csv disagree" in out

@@ -26,6 +26,35 @@ Rows = list[dict[str, Any]]
 CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any], Rows]] = {
     # the tiny warehouse has no capacity run; tests/capacity checks this query's rows
     "capacity_search_without_a_search": ("capacity_search", {}, {}, []),
+    "capacity_answers_without_a_search": ("capacity_answers", {}, {}, []),
+    # vllm-2's TTFTs 0.1 0.2 0.3 0.5: p99 = 0.3 + 0.97 * 0.2; R1 has no vllm-2
+    # (tests/report/test_compare.py checks pairing and changes)
+    # static-4: 2 replicas of 'tiny' (no GPU kind: only the "*" price applies) at $2:
+    # $4/hour; 36 output tokens over 4 s = 9/s -> 4 / (9 x 3600) x 1e6; 1536 tokens / 4 s
+    "cost": ("cost", {"prices_json": '{"*": 2.0, "h100-80gb": 9.0}'}, {"scenario": "static-4"}, [
+        {"profile": "tiny", "gpu": None, "gpus": 2, "usd_per_gpu_hour": 2.0,
+         "usd_per_hour": 4.0, "output_tokens_per_s": 9.0, "total_tokens_per_s": 384.0,
+         "usd_per_1m_output_tokens": 4 / (9 * 3600) * 1e6,
+         "usd_per_1m_total_tokens": 4 / (384 * 3600) * 1e6},
+    ]),
+    "cost_without_prices": ("cost", {}, {"scenario": "vllm-2"}, [
+        {"gpus": 2, "usd_per_hour": None, "usd_per_1m_output_tokens": None},
+    ]),
+    # r1 and r3 logged 50 + 100 cached of 100 + 400 prompt tokens; vllm-4 simulated
+    # 100 + 300 of 1500; r1 and r2 carry hashes; static batching has no prefix cache
+    "prefix_cache_observed": ("prefix_cache_observed", {}, {}, [
+        {"scenario": "static-4", "prefix_caching": False, "num_requests": 4,
+         "hashed_requests": 2, "simulated_cached_share": 0.0, "observed_requests": 2,
+         "observed_cached_share": 0.3, "warning": None},
+        {"scenario": "vllm-2", "prefix_caching": True, "observed_cached_share": 0.3},
+        {"scenario": "vllm-4", "simulated_cached_share": 400 / 1500, "warning": None},
+        {"scenario": "vllm-4-fast"},
+    ]),
+    "compare_runs": ("compare_runs", {"run_id": R2, "compare_run_id": R1},
+                     {"scenario": "vllm-2", "metric": "p99_ttft_s"}, [
+        {"run_a": R2, "run_b": R1, "scenario_b": None, "value_a": 0.494, "value_b": None,
+         "change": None, "relative_change": None, "metric_order": 6},
+    ]),
     # nor a calibration; tests/calibrate/test_observed.py checks this query's rows
     "calibration_without_a_calibration": ("calibration", {}, {}, []),
     "replay_runs": ("replay_runs", {}, {}, [

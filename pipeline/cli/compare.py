@@ -1,0 +1,56 @@
+"""``tracereplay compare``: what changed from one run to another."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from pipeline.cli import options as opt
+from pipeline.config import load_config, warehouse_path
+from pipeline.warehouse import Warehouse
+
+
+@click.command()
+@click.argument("run_a")
+@click.argument("run_b", nargs=-1, required=True)
+@opt.warehouse
+@opt.config_file
+@opt.gpu_hour_price
+@opt.output
+def compare(
+    run_a: str,
+    run_b: tuple[str, ...],
+    warehouse: Path | None,
+    config_file: Path | None,
+    gpu_hour_price: float | None,
+    quiet: bool,
+    as_json: bool,
+) -> None:
+    """Compare RUN_B (and any further runs) against RUN_A, the baseline.
+
+    Per scenario (paired by name; two one-scenario runs pair whatever their
+    names): throughput, TTFT and TPOT percentiles, preemptions, the
+    prefix-cache hit rate, the cost ($/hour, $ per 1M tokens; with a price in
+    [gpu_prices] or --gpu-hour-price) and each capacity search's answer, with
+    the signed change B - A and the relative change.
+
+    Example:
+
+    \b
+        tracereplay compare 20240501T020000Z-1a2b 20240502T020000Z-3c4d
+        tracereplay compare RUN_A RUN_B RUN_C --json
+    """
+    from pipeline.compare import compare_runs, comparison_dict, format_comparison
+    from pipeline.pricing import gpu_prices
+
+    cfg = load_config(config_file)
+    wh = Warehouse(warehouse_path(str(warehouse) if warehouse else None, cfg))
+    prices = gpu_prices(cfg, gpu_hour_price)
+    frames = [compare_runs(wh, run_a, b, prices) for b in run_b]
+    if as_json:
+        out = [comparison_dict(df) for df in frames]
+        click.echo(json.dumps(out[0] if len(out) == 1 else out, indent=2))
+        return
+    click.echo("\n\n".join(format_comparison(df) for df in frames))

@@ -1,0 +1,140 @@
+"""Compare replay or capacity runs: the summary of run B against run A, with signed changes.
+
+The figures come from ``sql/compare_runs.sql`` (the same query the report's
+comparison section draws): per scenario, throughput, TTFT and TPOT percentiles,
+preemptions and the prefix-cache hit rate, and each capacity search's answer.
+Scenarios pair by name; two runs of one scenario each pair whatever their names.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from pipeline.errors import PipelineError
+from pipeline.pricing import prices_json
+from pipeline.report.sql import query
+from pipeline.warehouse import Warehouse
+
+# how each metric reads: (label, unit scale, unit, higher is better)
+METRICS: dict[str, tuple[str, float, str, bool]] = {
+    "num_requests": ("requests", 1.0, "", True),
+    "requests_per_s": ("throughput", 1.0, " req/s", True),
+    "output_tokens_per_s": ("output tokens/s", 1.0, "", True),
+    "p50_ttft_s": ("p50 TTFT", 1000.0, " ms", False),
+    "p90_ttft_s": ("p90 TTFT", 1000.0, " ms", False),
+    "p99_ttft_s": ("p99 TTFT", 1000.0, " ms", False),
+    "p50_tpot_s": ("p50 TPOT", 1000.0, " ms", False),
+    "p99_tpot_s": ("p99 TPOT", 1000.0, " ms", False),
+    "num_preemptions": ("preemptions", 1.0, "", False),
+    "prefix_hit_rate": ("prefix-cache hit rate", 100.0, "%", True),
+    "usd_per_hour": ("$/hour", 1.0, "", False),
+    "usd_per_1m_output_tokens": ("$ per 1M output tokens", 1.0, "", False),
+    "usd_per_1m_total_tokens": ("$ per 1M total tokens", 1.0, "", False),
+    "capacity_concurrency": ("capacity: highest cap", 1.0, "", True),
+    "capacity_rate": ("capacity: highest rate", 1.0, " req/s", True),
+    "capacity_replicas": ("capacity: fewest replicas", 1.0, "", False),
+}
+
+
+def known_runs(wh: Warehouse) -> list[str]:
+    """Every run with simulated requests or a capacity search, newest first."""
+    con = wh.connect()
+    try:
+        rows = con.execute(
+            "SELECT DISTINCT run_id FROM sim_requests UNION "
+            "SELECT DISTINCT run_id FROM capacity_search ORDER BY run_id DESC"
+        ).fetchall()
+    finally:
+        con.close()
+    return [r[0] for r in rows]
+
+
+def compare_runs(
+    wh: Warehouse, run_a: str, run_b: str, prices: dict[str, float] | None = None
+) -> pl.DataFrame:
+    """The rows of ``sql/compare_runs.sql`` for run A (baseline) against run B.
+
+    Raises:
+        PipelineError: no warehouse, or a run id it does not hold (the latest are named).
+    """
+    if not wh.root.is_dir():
+        raise PipelineError(f"no warehouse at {wh.root}: run `tracereplay ingest` first")
+    runs = known_runs(wh)
+    for rid in (run_a, run_b):
+        if rid not in runs:
+            latest = ", ".join(runs[:5]) or "none"
+            raise PipelineError(f"no run {rid!r} in {wh.root}; latest runs: {latest}")
+    con = wh.connect()
+    try:
+        return query(con, "compare_runs", run_id=run_a, compare_run_id=run_b,
+                     prices_json=prices_json(prices or {}))  # fmt: skip
+    finally:
+        con.close()
+
+
+def signed(x: float | None, scale: float = 1.0, unit: str = "") -> str:
+    """+12.5 ms, -3, 0: a change with its sign."""
+    if x is None:
+        return "\u2014"
+    v = x * scale
+    text = f"{v:+,.4g}" if abs(v) < 1e4 else f"{v:+,.0f}"
+    return text + unit
+
+
+def _plain(x: float | None, scale: float, unit: str) -> str:
+    if x is None:
+        return "\u2014"
+    v = x * scale
+    return (f"{v:,.4g}" if abs(v) < 1e4 else f"{v:,.0f}") + unit
+
+
+def comparison_dict(df: pl.DataFrame) -> dict[str, Any]:
+    """The diff as JSON-able data: per scenario, per metric, a, b, change, relative change."""
+    out: dict[str, Any] = {
+        "run_a": df["run_a"][0] if df.height else None,
+        "run_b": df["run_b"][0] if df.height else None,
+        "scenarios": {},
+    }
+    for row in df.to_dicts():
+        entry = out["scenarios"].setdefault(
+            row["scenario"], {"scenario_b": row["scenario_b"], "metrics": {}}
+        )
+        entry["metrics"][row["metric"]] = {
+            "a": row["value_a"],
+            "b": row["value_b"],
+            "change": row["change"],
+            "relative_change": row["relative_change"],
+        }
+    return out
+
+
+def format_comparison(df: pl.DataFrame) -> str:
+    """A text table per scenario: metric, A, B, signed change and relative change."""
+    from pipeline.cli.text import render_table
+
+    if df.is_empty():
+        return "nothing to compare: neither run has simulated requests or capacity searches"
+    lines = [f"A = {df['run_a'][0]}", f"B = {df['run_b'][0]}"]
+    for (scenario,), part in df.group_by("scenario", maintain_order=True):
+        other = part["scenario_b"][0]
+        head = str(scenario) if other in (None, scenario) else f"{scenario} (B: {other})"
+        rows = []
+        for r in part.to_dicts():
+            label, scale, unit, better_up = METRICS.get(r["metric"], (r["metric"], 1.0, "", True))
+            rel = r["relative_change"]
+            verdict = ""
+            if r["change"]:
+                verdict = "better" if (r["change"] > 0) == better_up else "worse"
+            a, b = _plain(r["value_a"], scale, unit), _plain(r["value_b"], scale, unit)
+            pct = "\u2014" if rel is None else f"{rel * 100:+.1f}%"
+            rows.append([label, a, b, signed(r["change"], scale, unit), pct, verdict])
+        lines.append("")
+        lines.append(head)
+        table = render_table(["metric", "A", "B", "B - A", "change", ""], rows)
+        lines += ["  " + line for line in table.splitlines()]
+    return "\n".join(lines)
+
+
+__all__ = ["METRICS", "compare_runs", "comparison_dict", "format_comparison", "known_runs"]

@@ -1,0 +1,117 @@
+"""What a deployment costs: a price per GPU-hour, per GPU kind.
+
+Prices come from the config file's ``[gpu_prices]`` table (GPU kind as the
+profiles name it, dollars per GPU-hour)::
+
+    [gpu_prices]
+    h100-80gb = 2.49
+    a100-80gb = 1.79
+
+or from ``--gpu-hour-price`` (one price for every GPU, over the table). A
+scenario runs ``replicas x tensor_parallel`` GPUs of its profile's kind (read
+from the profile name, ``<model>_<gpu>_tp<N>``); a profile whose kind has no
+price gets no cost. From the price and a replay's throughput:
+
+- $/hour of the deployment = GPUs x price;
+- $ per 1M output tokens = $/hour / (output tokens/s x 3600) x 1e6;
+- $ per 1M total tokens: the same with prompt + output tokens/s.
+
+The same arithmetic is in ``sql/cost.sql`` and ``sql/capacity_answers.sql``
+(the report), which get the prices as a JSON object (``prices_json``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+from pipeline.config import Config
+from pipeline.errors import ConfigError
+
+ANY_GPU = "*"  # the key --gpu-hour-price sets: every kind
+_PROFILE_RE = re.compile(r"_(?P<gpu>[a-z0-9][a-z0-9-]*)_tp(?P<tp>\d+)$")
+
+
+def gpu_prices(config: Config, override: float | None = None) -> dict[str, float]:
+    """Prices per GPU kind from ``[gpu_prices]``, plus ``--gpu-hour-price`` for any kind.
+
+    Raises:
+        ConfigError: a price that is not a positive number (names the file and key).
+    """
+    out: dict[str, float] = {}
+    for kind, value in config.sections.get("gpu_prices", {}).items():
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+            raise ConfigError(
+                f"{config.path}: gpu_prices.{kind} = {value!r}: give dollars per GPU-hour as a "
+                "positive number, e.g. 2.49"
+            )
+        out[str(kind).lower()] = float(value)
+    if override is not None:
+        out[ANY_GPU] = float(override)
+    return out
+
+
+def gpu_kind(profile: str) -> tuple[str | None, int]:
+    """(GPU kind, tensor parallel) from a profile name like llama-3-8b_h100-80gb_tp1."""
+    m = _PROFILE_RE.search(profile or "")
+    if not m:
+        return None, 1
+    return m["gpu"], int(m["tp"])
+
+
+def price_of(prices: dict[str, float], profile: str) -> float | None:
+    kind, _ = gpu_kind(profile)
+    if kind is not None and kind in prices:
+        return prices[kind]
+    return prices.get(ANY_GPU)
+
+
+def deployment_cost(
+    prices: dict[str, float], profile: str, replicas: int, summary: dict[str, Any]
+) -> dict[str, Any] | None:
+    """$/hour and $ per 1M output and total tokens of one replayed scenario (None: no price)."""
+    price = price_of(prices, profile)
+    if price is None:
+        return None
+    kind, tp = gpu_kind(profile)
+    gpus = replicas * tp
+    per_hour = gpus * price
+
+    def per_million(tokens_per_s: float | None) -> float | None:
+        if not tokens_per_s or not math.isfinite(tokens_per_s):
+            return None
+        return per_hour / (tokens_per_s * 3600.0) * 1e6
+
+    return {
+        "gpu": kind,
+        "gpus": gpus,
+        "usd_per_gpu_hour": price,
+        "usd_per_hour": per_hour,
+        "usd_per_1m_output_tokens": per_million(summary.get("output_token_throughput")),
+        "usd_per_1m_total_tokens": per_million(summary.get("total_token_throughput")),
+    }
+
+
+def format_cost(cost: dict[str, Any] | None) -> str | None:
+    """'cost: $4.98/hour (2 x h100-80gb at $2.49), $1.23 per 1M output tokens, ...'."""
+    if cost is None:
+        return None
+
+    def usd(x: float | None) -> str:
+        return "\u2014" if x is None else f"${x:,.4g}" if x < 1000 else f"${x:,.0f}"
+
+    return (
+        f"cost: {usd(cost['usd_per_hour'])}/hour ({cost['gpus']} x {cost['gpu'] or 'GPU'} at "
+        f"{usd(cost['usd_per_gpu_hour'])}), {usd(cost['usd_per_1m_output_tokens'])} per 1M "
+        f"output tokens, {usd(cost['usd_per_1m_total_tokens'])} per 1M total tokens"
+    )
+
+
+def prices_json(prices: dict[str, float]) -> str | None:
+    """The prices as the JSON object the SQL queries read (None: no price known)."""
+    return json.dumps(prices, sort_keys=True) if prices else None
+
+
+__all__ = ["deployment_cost", "format_cost", "gpu_kind", "gpu_prices", "price_of", "prices_json"]

@@ -1,0 +1,119 @@
+"""How a run's scenarios are ordered and grouped on the page.
+
+A run holds 1 to 100 scenarios. Charts with one line per scenario stay readable
+up to about ten; past that they become small multiples: one panel per value of
+the run's policy or of one of its sweep axes (the configuration keys whose value
+differs between scenarios, read from the ``scenarios`` table), and, inside a
+panel, one colour per combination of the other axes. The same combination has
+the same colour in every panel, so a legend entry names one series everywhere.
+
+Names sort naturally: ``vllm-2, vllm-16, vllm-128``, never ``vllm-128, vllm-16``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+MAX_LINES = 10  # one colour per scenario up to this many
+MAX_SERIES = 20  # colours a panel may use (tableau20)
+# configuration keys that name or describe a scenario rather than set it
+_NOT_AXES = {"name", "description"}
+_NUMBER = re.compile(r"(\d+(?:\.\d+)?)")
+
+
+def natural_key(text: Any) -> tuple[Any, ...]:
+    """A sort key that orders the numbers inside names by value: 1, 2, 10, not 1, 10, 2."""
+    parts = _NUMBER.split("" if text is None else str(text))
+    return tuple((0, float(p), p) if i % 2 else (1, 0.0, p.lower()) for i, p in enumerate(parts))
+
+
+def natural_sorted(names: Iterable[Any]) -> list[Any]:
+    return sorted(names, key=natural_key)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Per scenario: its panel (small multiple) and its series (colour) label."""
+
+    scenarios: tuple[str, ...] = ()  # naturally sorted
+    axes: tuple[str, ...] = ()  # configuration keys that vary across the run
+    facet_by: str | None = None  # the axis the panels split on; None: one panel
+    panel: dict[str, str] = field(default_factory=dict)
+    series: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def panels(self) -> list[str]:
+        return natural_sorted(set(self.panel.values()))
+
+    @property
+    def series_names(self) -> list[str]:
+        return natural_sorted(set(self.series.values()))
+
+    @property
+    def faceted(self) -> bool:
+        return self.facet_by is not None
+
+
+def _flat(config: dict[str, Any], prefix: str = "") -> dict[str, str]:
+    out: dict[str, str] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{name}."))
+        else:
+            out[name] = json.dumps(value) if isinstance(value, list) else str(value)
+    return out
+
+
+def sweep_axes(configs: dict[str, dict[str, Any]]) -> list[str]:
+    """The configuration keys whose values differ between the scenarios, policy first."""
+    flat = {name: _flat(cfg) for name, cfg in configs.items()}
+    keys = {k for cfg in flat.values() for k in cfg} - _NOT_AXES
+    varying = [k for k in keys if len({cfg.get(k) for cfg in flat.values()}) > 1]
+    return sorted(varying, key=lambda k: (k != "policy", k))
+
+
+def _label(key: str, value: str | None) -> str:
+    return f"{key}={value}" if value is not None else f"{key} unset"
+
+
+def build_layout(
+    scenarios: Sequence[str], configs: dict[str, dict[str, Any]], policies: dict[str, str]
+) -> Layout:
+    """Panels and series for a run's scenarios (``configs``: name -> resolved config)."""
+    names = natural_sorted(scenarios)
+    if len(names) <= MAX_LINES:
+        return Layout(scenarios=tuple(names), series={n: n for n in names})
+    full = {n: {**configs.get(n, {}), "policy": policies.get(n) or configs.get(n, {}).get(
+        "policy")} for n in names}  # fmt: skip
+    axes = sweep_axes(full)
+    flat = {n: _flat(full[n]) for n in names}
+    if not axes:
+        return Layout(scenarios=tuple(names), series={n: n for n in names})
+
+    def distinct(key: str) -> int:
+        return len({flat[n].get(key) for n in names})
+
+    # policy when it varies; else the axis with the fewest values (the coarsest split)
+    facet = "policy" if "policy" in axes else min(axes, key=lambda k: (distinct(k), k))
+    panel = {n: _label(facet, flat[n].get(facet)) for n in names}
+
+    # the other axes are those that vary inside a panel: keys one policy has and another
+    # lacks (chunk_size against max_num_batched_tokens) vary only across panels
+    def varies_inside(key: str) -> bool:
+        return any(
+            len({flat[n].get(key) for n in names if panel[n] == p}) > 1 for p in set(panel.values())
+        )
+
+    others = [k for k in axes if k != facet and varies_inside(k)]
+    series = {n: ", ".join(_label(k, flat[n].get(k)) for k in others) or n for n in names}
+    if len(set(series.values())) > MAX_SERIES:
+        series = {n: n for n in names}
+    return Layout(tuple(names), tuple([facet, *others]), facet, panel, series)
+
+
+__all__ = ["Layout", "build_layout", "natural_key", "natural_sorted", "sweep_axes"]

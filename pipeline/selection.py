@@ -1,0 +1,160 @@
+"""Which requests a replay, sweep or capacity search reads: models, tenants, a predicate,
+a time window.
+
+The warehouse's day partitions are picked first (``--from``/``--to`` days);
+this module narrows the requests inside them: ``--model`` and ``--tenant``
+(repeatable, exact names), ``--where`` (any DuckDB predicate on the requests
+columns, e.g. ``prompt_tokens > 4000 AND tenant <> 'batch'``) and a time of
+day on ``--from`` (inclusive) and ``--to`` (exclusive when it has a time; a bare
+day on ``--to`` means the whole day). Arrival seconds are then counted from the
+first selected request, as for a whole day.
+
+``--requests FILE`` accepts any Parquet file with the requests columns (for
+example one written by ``tracereplay sql --format parquet``): its columns are
+checked, not its footer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline.contracts import REQUESTS
+from pipeline.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class RequestFilter:
+    """Rows of the requests files to keep (every field optional)."""
+
+    models: tuple[str, ...] = ()
+    tenants: tuple[str, ...] = ()
+    where: str | None = None  # a DuckDB predicate on the requests columns
+    start: datetime | None = None  # arrival_time >= start (UTC)
+    end: datetime | None = None  # arrival_time < end (UTC)
+
+    @property
+    def active(self) -> bool:
+        return bool(self.models or self.tenants or self.where or self.start or self.end)
+
+    def describe(self) -> str:
+        parts = []
+        if self.models:
+            parts.append(f"model in ({', '.join(self.models)})")
+        if self.tenants:
+            parts.append(f"tenant in ({', '.join(self.tenants)})")
+        if self.start:
+            parts.append(f"arrival >= {self.start:%Y-%m-%d %H:%M:%S} UTC")
+        if self.end:
+            parts.append(f"arrival < {self.end:%Y-%m-%d %H:%M:%S} UTC")
+        if self.where:
+            parts.append(f"({self.where})")
+        return " and ".join(parts) or "every request"
+
+    def read(self, files: list[Path]) -> pa.Table:
+        """The kept rows of ``files`` (every column).
+
+        Raises:
+            ConfigError: a predicate DuckDB cannot run (with the columns it may use), or
+                nothing left (with the models, tenants and days the files hold).
+        """
+        clauses: list[str] = []
+        params: list[object] = []
+        if self.models:
+            clauses.append(f"model IN ({', '.join('?' for _ in self.models)})")
+            params += list(self.models)
+        if self.tenants:
+            clauses.append(f"tenant IN ({', '.join('?' for _ in self.tenants)})")
+            params += list(self.tenants)
+        if self.start:
+            clauses.append("arrival_time >= ?")
+            params.append(self.start)
+        if self.end:
+            clauses.append("arrival_time < ?")
+            params.append(self.end)
+        if self.where:
+            clauses.append(f"({self.where})")
+        source = f"read_parquet({[str(f) for f in files]!r}, hive_partitioning = false)"
+        con = duckdb.connect()
+        try:
+            con.execute("SET TimeZone = 'UTC'")
+            try:
+                table: pa.Table = con.sql(
+                    f"SELECT * FROM {source} WHERE {' AND '.join(clauses) or 'true'}", params=params
+                ).to_arrow_table()
+            except duckdb.Error as exc:
+                first = str(exc).strip().splitlines()[0]
+                cols = ", ".join(REQUESTS.file_columns)
+                raise ConfigError(
+                    f"--where {self.where!r}: {first}; the predicate may use: {cols}"
+                ) from None
+            if table.num_rows == 0:
+                raise ConfigError(f"no request matches {self.describe()}; {_present(con, source)}")
+        finally:
+            con.close()
+        return table
+
+
+def _present(con: duckdb.DuckDBPyConnection, source: str) -> str:
+    """'the files hold models a, b; tenants t1; days 2024-05-01 to 2024-05-02'."""
+    models, tenants, first, last = con.execute(
+        f"SELECT string_agg(DISTINCT model, ', ' ORDER BY model), "
+        f"string_agg(DISTINCT tenant, ', ' ORDER BY tenant), "
+        f"min(arrival_time)::VARCHAR, max(arrival_time)::VARCHAR FROM {source}"
+    ).fetchone() or (None, None, None, None)
+    return (
+        f"the selected files hold models: {models or 'none recorded'}; tenants: "
+        f"{tenants or 'none recorded'}; arrivals from {first} to {last}"
+    )
+
+
+def check_request_columns(path: Path) -> None:
+    """A requests file from anywhere: every requests column present with a usable type.
+
+    Raises:
+        ConfigError: unreadable, or a column missing or of a type that cannot be cast,
+            naming the file and the column and how to make one.
+    """
+    try:
+        schema = pq.read_schema(path)
+    except (OSError, pa.ArrowInvalid) as exc:
+        raise ConfigError(f"{path}: not a readable Parquet file ({exc})") from None
+    how = (
+        "write one with `tracereplay sql --format parquet -o FILE "
+        '"SELECT * FROM requests WHERE ..."`'
+    )
+    for name, want in REQUESTS.columns:
+        if name in REQUESTS.partition_by:
+            continue
+        if name not in schema.names:
+            raise ConfigError(f"{path}: column {name!r} is missing; {how}")
+        got = schema.field(name).type
+        if not _compatible(got, want):
+            raise ConfigError(f"{path}: column {name!r} has type {got}, expected {want}; {how}")
+
+
+def _compatible(got: pa.DataType, want: pa.DataType) -> bool:
+    """Same kind of value: any integer width for an integer, any string, any timestamp."""
+    t = pa.types
+    if t.is_integer(want):
+        return bool(t.is_integer(got))
+    if t.is_floating(want):
+        return bool(t.is_floating(got) or t.is_integer(got))
+    if t.is_timestamp(want):
+        return bool(t.is_timestamp(got))
+    if t.is_string(want) or t.is_large_string(want):
+        return bool(t.is_string(got) or t.is_large_string(got))
+    if t.is_list(want):
+        return bool(
+            (t.is_list(got) or t.is_large_list(got))
+            and _compatible(got.value_type, want.value_type)
+        )
+    return bool(got.equals(want))
+
+
+__all__ = ["RequestFilter", "check_request_columns"]

@@ -1,0 +1,145 @@
+"""Report layout for many scenarios: natural order, small multiples, interactive legends."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import polars as pl
+
+from pipeline.report import charts
+from pipeline.report.layout import build_layout, natural_sorted, sweep_axes
+
+
+def test_natural_sort_orders_numbers_by_value() -> None:
+    names = ["vllm-128", "vllm-16", "vllm-2", "static-4", "vllm-2.5", "10: b", "1: a", "11: c"]
+    assert natural_sorted(names) == [
+        "1: a", "10: b", "11: c", "static-4", "vllm-2", "vllm-2.5", "vllm-16", "vllm-128"
+    ]  # fmt: skip
+
+
+def _sweep(policies: list[str], caps: list[int], rates: list[float]) -> dict[str, Any]:
+    configs = {}
+    for p in policies:
+        for c in caps:
+            for r in rates:
+                name = f"{p}-c{c}-r{r}"
+                configs[name] = {"name": name, "policy": p, "max_num_seqs": c, "rate": r,
+                                 "block_size": 16}  # fmt: skip
+    return configs
+
+
+def test_axes_are_the_keys_that_vary_policy_first() -> None:
+    assert sweep_axes(_sweep(["vllm", "sglang"], [16, 64], [1.0])) == ["policy", "max_num_seqs"]
+
+
+def test_few_scenarios_one_colour_each_no_panels() -> None:
+    configs = _sweep(["vllm"], [16, 64, 128], [1.0])
+    layout = build_layout(list(configs), configs, {n: "vllm" for n in configs})
+    assert not layout.faceted
+    assert layout.series == {n: n for n in configs}
+    assert list(layout.scenarios) == ["vllm-c16-r1.0", "vllm-c64-r1.0", "vllm-c128-r1.0"]
+
+
+def test_thirty_scenarios_facet_by_policy_colour_by_the_other_axes() -> None:
+    configs = _sweep(["vllm", "sglang", "tgi"], [8, 16, 32, 64, 128], [1.0, 4.0])
+    policies = {n: c["policy"] for n, c in configs.items()}
+    layout = build_layout(list(configs), configs, policies)
+    assert len(layout.scenarios) == 30
+    assert layout.facet_by == "policy"
+    assert layout.panels == ["policy=sglang", "policy=tgi", "policy=vllm"]
+    # ten series, each the same combination (so the same colour) in every panel
+    assert len(layout.series_names) == 10
+    assert layout.series["vllm-c16-r4.0"] == layout.series["tgi-c16-r4.0"]
+    assert layout.series["vllm-c16-r4.0"] == "max_num_seqs=16, rate=4.0"
+    assert layout.series_names[:2] == ["max_num_seqs=8, rate=1.0", "max_num_seqs=8, rate=4.0"]
+
+
+def test_one_policy_facets_by_the_coarsest_axis() -> None:
+    configs = _sweep(["vllm"], [8, 16, 32, 64, 128, 256], [1.0, 4.0])
+    layout = build_layout(list(configs), configs, {n: "vllm" for n in configs})
+    assert layout.facet_by == "rate"
+    assert len(layout.panels) == 2 and len(layout.series_names) == 6
+
+
+def _cdf(names: list[str]) -> pl.DataFrame:
+    rows = [{"scenario": n, "metric": "ttft_s", "value_s": v, "num_requests": 1,
+             "fraction": f} for n in names for v, f in ((0.01, 0.5), (5.0, 1.0))]  # fmt: skip
+    return pl.DataFrame(rows)
+
+
+def test_many_scenarios_become_small_multiples_with_a_legend_selection() -> None:
+    configs = _sweep(["vllm", "sglang", "tgi"], [8, 16, 32, 64, 128], [1.0, 4.0])
+    layout = build_layout(list(configs), configs, {n: c["policy"] for n, c in configs.items()})
+    opts = charts.ChartOptions(title="t", scenarios=layout.scenarios, layout=layout,
+                               extra={"metric": "ttft_s"})  # fmt: skip
+    spec = charts.latency_cdf(_cdf(list(configs)), opts).to_dict()
+    assert spec["facet"]["field"] == "panel" and spec["columns"] == 2
+    params = {p["name"]: p for p in spec["params"]}
+    assert params[charts.LEGEND_PICK]["bind"] == "legend"
+    assert params[charts.FOCUS]["value"] == ""
+    enc = spec["spec"]["encoding"]
+    assert enc["color"]["scale"]["scheme"] == "tableau10"  # ten series: ten distinct colours
+    assert enc["color"]["scale"]["domain"] == layout.series_names
+    assert enc["opacity"]["value"] == charts.FADED
+    # values spanning 2.7 decades get a log axis, and it says so
+    assert enc["x"]["scale"]["type"] == "log" and "log scale" in enc["x"]["title"]
+
+
+def test_narrow_values_get_a_linear_axis() -> None:
+    df = _cdf(["a", "b"]).with_columns(pl.col("value_s") / 5.0 + 0.1)
+    spec = charts.latency_cdf(df, charts.ChartOptions(title="t", scenarios=("a", "b"))).to_dict()
+    assert spec["encoding"]["x"]["scale"]["type"] == "linear"
+    assert "facet" not in spec
+
+
+def test_arrival_axis_is_utc_on_a_24_hour_clock() -> None:
+    t0 = datetime(2024, 5, 1, 18, 20, tzinfo=UTC)
+    df = pl.DataFrame({"bucket_start": [t0, t0 + timedelta(minutes=10)], "bucket_s": [600.0] * 2,
+                       "num_requests": [1, 2], "requests_per_s": [0.1, 0.2],
+                       "prompt_tokens_per_s": [1.0, 2.0]})  # fmt: skip
+    spec = charts.arrival_rate(df, charts.ChartOptions(title="t")).to_dict()
+    assert spec["encoding"]["x"]["axis"]["format"] == "%H:%M:%S"
+    assert spec["data"]["values"][0]["bucket_start"] == "2024-05-01T18:20:00.000Z"
+    assert spec["data"]["values"][0]["bucket_start_utc"] == "2024-05-01 18:20:00 UTC"
+    # drawn (vl-convert, the engine the browser runs): 18:20, never 06:20 or 6 PM
+    import re
+
+    import vl_convert
+
+    svg = vl_convert.vegalite_to_svg(spec)
+    labels = re.findall(r">(\d\d:\d\d:\d\d)</text>", svg)
+    assert labels and labels[0] == "18:20:00" and all(x.startswith("18:") for x in labels)
+
+
+def test_a_one_record_quarantine_bar_is_drawn_and_labelled() -> None:
+    df = pl.DataFrame({"reason": ["bad time", "rare"], "source_format": ["gateway"] * 2,
+                       "num_records": [10_000, 1]})  # fmt: skip
+    spec = charts.quarantine_reasons(df, charts.ChartOptions(title="t")).to_dict()
+    rows = {r["reason"]: r for r in spec["data"]["values"]}
+    assert rows["rare"]["num_records"] == 1
+    assert rows["rare"]["num_records_drawn"] >= 0.005 * 10_000  # visible beside the big one
+    texts = [layer for layer in spec["layer"] if layer["mark"]["type"] == "text"]
+    assert texts[0]["encoding"]["text"]["field"] == "num_records"
+
+
+def test_engine_axis_is_cut_where_most_scenarios_end() -> None:
+    rows = []
+    for name, end in (("a", 100.0), ("b", 120.0), ("c", 110.0), ("probe-slow", 6_000_000.0)):
+        step = end / 10
+        for i in range(10):
+            rows.append({"scenario": name, "bucket_start_s": i * step, "bucket_s": step,
+                         "kv_usage": 0.5, "mean_running": 1.0, "mean_waiting": 0.0,
+                         "max_waiting": 0, "num_preemptions": 0})  # fmt: skip
+    spec = charts.engine_timeline(pl.DataFrame(rows), charts.ChartOptions(title="t")).to_dict()
+    assert max(v["bucket_start_s"] for v in spec["data"]["values"]) <= 4 * 115.0
+    assert "1 scenario run longer" in json.dumps(spec["title"])
+
+
+def test_header_counts_say_one_model_or_none_recorded() -> None:
+    from pipeline.report import _count
+
+    assert _count(1, "model", "models") == "1 model"
+    assert _count(3, "model", "models") == "3 models"
+    assert _count(0, "tenant", "tenants") == "no tenant recorded"
