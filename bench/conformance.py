@@ -5,7 +5,8 @@
 
 Prints one markdown row per configuration (see docs/conformance.md): steps and
 preemptions on each side, the largest and mean TTFT / E2E difference per
-request, and the wall time of the vLLM side. Needs the ``conformance`` extra
+request, and the wall time of both sides (after a warm-up that imports vLLM
+and compiles the simulator). Needs the ``conformance`` extra
 and vLLM (``--no-deps``), as ``scripts/test.sh`` installs them.
 """
 
@@ -17,11 +18,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.conformance.harness import compare, configurations, vllm_version  # noqa: E402
+from tests.conformance.harness import (  # noqa: E402
+    Config,
+    Request,
+    compare,
+    configurations,
+    vllm_version,
+)
 
 
 def main() -> None:
     full = "--full" in sys.argv[1:]
+    compare(Config("warm-up", [Request(0.0, [1] * 40, 3)], 100))  # import vLLM, compile numba
     print(f"vLLM {vllm_version()}, {'full' if full else 'test-suite'} set, {time.strftime('%F')}")
     print()
     print(
