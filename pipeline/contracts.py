@@ -5,6 +5,7 @@ Stage data flow:
     replay   REQUESTS     -> SIM_REQUESTS, SIM_STEPS, SCENARIOS, RUNS
     sweep    REQUESTS     -> SIM_REQUESTS, SIM_STEPS, SCENARIOS, RUNS (many scenarios, one run)
     capacity REQUESTS     -> CAPACITY_SEARCH, and what a sweep writes for every probe
+    live     REQUESTS     -> LIVE_REQUESTS, LIVE_METRICS, RUNS (a real engine, not the simulator)
     report   all of them  -> one HTML file (through sql/*.sql, read-only)
 
 Column names carry their unit: *_s seconds, *_tokens token counts, num_* counts.
@@ -287,9 +288,73 @@ CAPACITY_SEARCH = _contract(
     partition_by=("run_id",),
 )
 
+LIVE_REQUESTS = _contract(
+    "live_requests",
+    1,
+    "One row per request replayed through a live engine (in-process or over HTTP).",
+    [
+        _c("run_id", pa.string(), "live run (partition)"),
+        _c("request_id", pa.string(), "requests.request_id"),
+        _c("engine", pa.string(), "inprocess or http"),
+        _c("arrival_s", pa.float64(), "scheduled send time, seconds from replay start"),
+        _c("sent_s", pa.float64(), "when it left the client / was added to the engine"),
+        _c("first_scheduled_s", pa.float64(), "engine-side first scheduling, when known"),
+        _c("first_token_s", pa.float64(), "first non-empty chunk (first generated token)"),
+        _c("finished_s", pa.float64(), "last chunk (request finished)"),
+        _c("prompt_tokens", pa.int32(), "prompt tokens sent"),
+        _c("output_tokens", pa.int32(), "output tokens asked for (EOS ignored)"),
+        _c("output_tokens_received", pa.int32(), "output tokens received"),
+        _c("ttft_s", pa.float64(), "first_token_s - arrival_s"),
+        _c("tpot_s", pa.float64(), "(e2e - ttft) / (output_tokens_received - 1); null if <= 1"),
+        _c("e2e_s", pa.float64(), "finished_s - arrival_s"),
+        _c("itl_mean_s", pa.float64(), "mean gap between chunks after the first"),
+        _c("itl_max_s", pa.float64(), "longest gap between chunks after the first"),
+        _c("error", pa.string(), "why it failed; null when it completed"),
+        _c("ok", pa.bool_(), "completed with every token asked for (error is null)"),
+    ],
+    nullable={
+        "sent_s",
+        "first_scheduled_s",
+        "first_token_s",
+        "finished_s",
+        "ttft_s",
+        "tpot_s",
+        "e2e_s",
+        "itl_mean_s",
+        "itl_max_s",
+        "error",
+    },
+    primary_key=("request_id",),
+    partition_by=("run_id",),
+)
+
+LIVE_METRICS = _contract(
+    "live_metrics",
+    1,
+    "The time series of a live run: server metrics scraped from /metrics and client counts.",
+    [
+        _c("run_id", pa.string(), "live run (partition)"),
+        _c("time_s", pa.float64(), "when it was sampled, seconds from replay start"),
+        _c("metric", pa.string(), "num_requests_running, kv_cache_usage, client_in_flight, ..."),
+        _c("value", pa.float64(), "its value then"),
+    ],
+    primary_key=("time_s", "metric"),
+    partition_by=("run_id",),
+)
+
 CONTRACTS: dict[str, Contract] = {
     c.name: c
-    for c in (REQUESTS, QUARANTINE, RUNS, SIM_REQUESTS, SIM_STEPS, SCENARIOS, CAPACITY_SEARCH)
+    for c in (
+        REQUESTS,
+        QUARANTINE,
+        RUNS,
+        SIM_REQUESTS,
+        SIM_STEPS,
+        SCENARIOS,
+        CAPACITY_SEARCH,
+        LIVE_REQUESTS,
+        LIVE_METRICS,
+    )
 }
 
 

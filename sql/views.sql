@@ -35,3 +35,13 @@ CREATE OR REPLACE VIEW capacity_search AS
 SELECT * FROM read_parquet('capacity_search/*/*.parquet',
     hive_partitioning = true, hive_types = {'run_id': VARCHAR}, union_by_name = true)
 WHERE run_id <> '_empty';
+
+CREATE OR REPLACE VIEW live_requests AS
+SELECT * FROM read_parquet('live_requests/*/*.parquet',
+    hive_partitioning = true, hive_types = {'run_id': VARCHAR}, union_by_name = true)
+WHERE run_id <> '_empty';
+
+CREATE OR REPLACE VIEW live_metrics AS
+SELECT * FROM read_parquet('live_metrics/*/*.parquet',
+    hive_partitioning = true, hive_types = {'run_id': VARCHAR}, union_by_name = true)
+WHERE run_id <> '_empty';
