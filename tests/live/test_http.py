@@ -1,0 +1,152 @@
+"""The HTTP engine against a real local server whose tokens leave at known times
+(pipeline.live.token_server, a subprocess): open-loop sending, the in-flight bound, timing,
+timeouts, refused connections and metrics scraping. transformers serve: test_http_server.py."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from pipeline.errors import ConfigError
+from pipeline.live.http import HttpOptions, TextPrompts, run_http
+from pipeline.live.types import LiveBatch
+from tests.live.servers import free_port, make_tokenizer, token_server
+
+TTFT, ITL = 0.05, 0.01
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    with token_server(TTFT, ITL) as url:
+        yield url
+
+
+def batch(arrivals: list[float], prompt: int = 8, output: int = 5) -> LiveBatch:
+    n = len(arrivals)
+    return LiveBatch(
+        [f"r{i}" for i in range(n)],
+        np.asarray(arrivals, dtype=np.float64),
+        np.full(n, prompt, dtype=np.int64),
+        np.full(n, output, dtype=np.int64),
+    )
+
+
+def server_records(url: str) -> dict:  # type: ignore[type-arg]
+    return httpx.get(url + "/stats").json()  # type: ignore[no-any-return]
+
+
+def test_open_loop_sends_at_arrival_times_and_times_tokens(server: str) -> None:
+    before = len(server_records(server)["records"])
+    # 20 requests 20 ms apart, each open ~90 ms: later ones go while earlier ones stream
+    b = batch([0.02 * i for i in range(20)])
+    res = run_http(b, HttpOptions(server, server_kind="vllm", metrics_interval_s=0.05))
+    assert res.error == [None] * 20
+    assert (res.output_tokens_received == 5).all()
+    late = res.sent_s - b.arrival_s
+    assert (late >= 0).all() and np.median(late) < 0.005, late
+    ttft = res.first_token_s - b.arrival_s
+    assert (ttft >= TTFT).all() and np.median(ttft) < TTFT + 0.02, ttft
+    # 4 gaps of 10 ms after the first chunk
+    assert np.allclose(res.itl_mean_s, ITL, atol=0.004), res.itl_mean_s
+    assert (res.itl_max_s >= res.itl_mean_s).all()
+    assert np.allclose(res.finished_s - res.first_token_s, 4 * ITL, atol=0.015)
+    stats = server_records(server)
+    assert len(stats["records"]) - before == 20
+    assert stats["max_open"] >= 3  # open loop: never waited for the earlier ones
+    # the scraper found vLLM-style /metrics and sampled the server's running count
+    assert res.engine_info["server_kind"] == "vllm"
+    m = res.metrics
+    assert len(m["time_s"]) >= 4 and np.all(np.diff(m["time_s"]) > 0)
+    assert np.nanmax(m["num_requests_running"]) >= 2
+    assert np.nanmax(m["client_in_flight"]) >= 2
+
+
+def test_in_flight_bound_holds_on_the_server() -> None:
+    with token_server(0.05, 0.01) as url:  # a fresh server: its max_open is this test's
+        b = batch([0.0] * 12)
+        opts = HttpOptions(url, server_kind="vllm", max_in_flight=3, metrics_interval_s=0.05)
+        res = run_http(b, opts)
+        assert res.error == [None] * 12
+        assert server_records(url)["max_open"] == 3
+    # 12 requests, 3 at a time, ~0.09 s each: four waves; the last wave waited for the first
+    order = np.sort(res.sent_s)
+    assert order[-1] - order[0] >= 3 * 0.09 * 0.9
+    waited = res.sent_s > 0.05
+    assert waited.sum() >= 8
+    assert np.nanmax(res.metrics["client_waiting"]) >= 1
+
+
+def test_timeout_is_recorded_and_the_rest_completes(server: str) -> None:
+    b = LiveBatch(
+        ["quick", "slow"],
+        np.array([0.0, 0.0]),
+        np.array([4, 4], dtype=np.int64),
+        np.array([1, 200], dtype=np.int64),  # 200 tokens take 2 s; the limit is 0.5 s
+    )
+    res = run_http(b, HttpOptions(server, server_kind="vllm", timeout_s=0.5))
+    assert res.error[0] is None and res.output_tokens_received[0] == 1
+    assert res.error[1] is not None and res.error[1].startswith("timeout after 0.5 s")
+    assert 0 < res.output_tokens_received[1] < 200
+    assert not np.isnan(res.first_token_s[1])
+
+
+def test_closed_port_records_every_request_as_failed() -> None:
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    b = batch([0.0, 0.01, 0.02])
+    res = run_http(b, HttpOptions(url, server_kind="vllm"))
+    assert len(res.error) == 3
+    assert all(e is not None and e.startswith("ConnectError") for e in res.error), res.error
+    assert np.isnan(res.first_token_s).all() and (res.output_tokens_received == 0).all()
+    assert not np.isnan(res.sent_s).any()
+    with pytest.raises(ConfigError, match="cannot reach"):
+        run_http(b, HttpOptions(url))  # detection needs the server
+
+
+def test_text_server_without_tokenizer_is_a_config_error(server: str) -> None:
+    with pytest.raises(ConfigError, match="--tokenizer"):
+        run_http(batch([0.0]), HttpOptions(server, server_kind="openai"))
+
+
+def test_text_prompts_to_a_plain_openai_server(server: str, tmp_path: Path) -> None:
+    tok = make_tokenizer(tmp_path)
+    b = batch([0.0, 0.0], prompt=6, output=5)
+    res = run_http(b, HttpOptions(server, server_kind="openai", tokenizer=tok))
+    assert res.error == [None, None]
+    assert res.engine_info["prompts"].startswith("text")
+
+
+def test_short_answers_are_failures() -> None:
+    """A server that stops before max_tokens (EOS it was not told to ignore)."""
+    with token_server(0.01, 0.001, stop_after=3) as url:
+        b = batch([0.0, 0.0], output=5)
+        res = run_http(b, HttpOptions(url, server_kind="vllm"))
+    assert (res.output_tokens_received == 3).all()
+    assert res.error == ["short answer: 3 of 5 tokens (finish_reason stop)"] * 2
+    assert not np.isnan(res.finished_s).any()  # its times are kept
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 17, 64, 300])
+def test_text_prompts_encode_to_the_exact_length(tmp_path: Path, n: int) -> None:
+    from tokenizers import Tokenizer
+
+    path = make_tokenizer(tmp_path)
+    prompts = TextPrompts(path)
+    tok = Tokenizer.from_file(str(path))
+    texts = {prompts.build(seed, n) for seed in range(5)}
+    for text in texts:
+        assert len(tok.encode(text).ids) == n  # BOS included, as a server counts it
+    assert len(texts) == (1 if n == 1 else 5)  # distinct prompts, no shared prefix
+
+
+def test_text_prompts_reject_impossible_lengths(tmp_path: Path) -> None:
+    prompts = TextPrompts(make_tokenizer(tmp_path))
+    with pytest.raises(ConfigError, match="shorter than the 1 special tokens"):
+        prompts.build(0, 0)
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(ConfigError, match="not a tokenizers tokenizer.json"):
+        TextPrompts(bad)
