@@ -22,6 +22,7 @@ class CliState:
 COMMANDS = {
     "capacity": "pipeline.cli.capacity:capacity",
     "ingest": "pipeline.cli.ingest:ingest",
+    "live": "pipeline.cli.live:live",
     "replay": "pipeline.cli.replay:replay",
     "report": "pipeline.cli.report:report",
     "run": "pipeline.cli.run:run",

@@ -26,6 +26,9 @@ Rows = list[dict[str, Any]]
 CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any], Rows]] = {
     # the tiny warehouse has no capacity run; tests/capacity checks this query's rows
     "capacity_search_without_a_search": ("capacity_search", {}, {}, []),
+    # the tiny warehouse has no live run; tests/live/test_live_sql.py checks these queries' rows
+    "live_latency_without_a_run": ("live_latency", {}, {}, []),
+    "live_metrics_without_a_run": ("live_metrics", {}, {}, []),
     "replay_runs": ("replay_runs", {}, {}, [
         {"run_id": R2, "num_scenarios": 4, "num_sim_requests": 16, "version": "0.1.0",
          "scenario_names": "static-4, vllm-2, vllm-4, vllm-4-fast"},
