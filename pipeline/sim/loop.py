@@ -56,7 +56,7 @@ from pipeline.sim.cost_model import (
     step_time,
 )
 from pipeline.sim.kv import blocks_needed, release
-from pipeline.sim.policies import orca, sarathi, sglang, static, tgi, vllm
+from pipeline.sim.policies import orca, sarathi, sglang, static, tgi, transformers, vllm
 from pipeline.sim.routing import PREFIX_AWARE, ROUND_ROBIN, least_outstanding, prefix_aware
 from pipeline.sim.state import (
     C_BLOCK_SIZE,
@@ -165,6 +165,7 @@ _SOURCES = (
     "policies/sarathi.py",
     "policies/sglang.py",
     "policies/tgi.py",
+    "policies/transformers.py",
 )
 
 
@@ -218,6 +219,8 @@ def _schedule(
         return tgi.schedule(r, cfg, cfgf, rq, rqf, rp, rpf, run, wq, sq, stt, now, kc)
     if code == sarathi.CODE:
         return sarathi.schedule(r, cfg, cfgf, rq, rqf, rp, rpf, run, wq, sq, stt, now, kc)
+    if code == transformers.CODE:
+        return transformers.schedule(r, cfg, cfgf, rq, rqf, rp, rpf, run, wq, sq, stt, now, kc)
     if code == orca.CODE:
         return orca.schedule(r, cfg, cfgf, rq, rqf, rp, rpf, run, wq, sq, stt, now, kc)
     return static.schedule(r, cfg, cfgf, rq, rqf, rp, rpf, run, wq, sq, stt, now, kc)
