@@ -20,6 +20,7 @@ class CliState:
 # Commands are imported when used, so `tracereplay ingest` does not pay for
 # compiling the simulator.
 COMMANDS = {
+    "calibrate": "pipeline.cli.calibrate:calibrate",
     "capacity": "pipeline.cli.capacity:capacity",
     "ingest": "pipeline.cli.ingest:ingest",
     "live": "pipeline.cli.live:live",

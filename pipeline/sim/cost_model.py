@@ -1,29 +1,42 @@
-"""Step cost: how long one engine step takes, from what the step computes.
+"""Step cost: how long one engine step takes, from what the step computes (model v2).
 
-A step is described by five features (per replica; tensor parallelism is inside
+A step is described by six features (per replica; tensor parallelism is inside
 the coefficients):
 
     num_prefill_tokens   P  prompt tokens computed this step (all prefill chunks)
     prefill_attn         A  attention work of the prefill chunks, in causal (query, key)
                             pairs: sum over chunks of
                             chunk_len * context_before + chunk_len * (chunk_len + 1) / 2
+    num_seqs             N  sequences in the step: prefill chunks plus decodes
     num_decode_seqs      D  requests computing one decode token
     decode_ctx           C  sum of the context lengths (KV tokens read) of those decodes
     (a fixed overhead)
 
-and the step time is an explicit roofline with overheads:
+and the step time is an explicit roofline with overheads, with T = P + D:
 
-    compute_s = flop_s_per_token * (P + D) + flop_s_per_attn * (A + C)
-    memory_s  = mem_s_weights + mem_s_per_kv_token * C + mem_s_per_token * (P + D)
-    step_s    = fixed_s + max(compute_s, memory_s) + comm_s_fixed + comm_s_per_token * (P + D)
+    compute_s = flop_s_per_token * (T + flop_tokens_half) + flop_s_per_attn * (A + C)
+    memory_s  = mem_s_weights + mem_s_per_kv_token * C + mem_s_per_token * T
+    step_s    = fixed_s + comm_s_fixed + seq_s * N
+                + max(compute_s, memory_s) + overlap * min(compute_s, memory_s)
+                + comm_s_per_token * T
+
+``flop_tokens_half`` is the token count at which the linear layers reach half their
+peak efficiency (efficiency(T) = T / (T + half)), a smooth floor for short prefills
+and small batches; ``overlap`` in [0, 1] is the share of the smaller of compute and
+memory that does not hide behind the larger; ``seq_s`` is the per-sequence cost
+(scheduling, sampling, per-request kernels). With those three at 0 this is the v1
+model, so a v1 profile (no ``cost_model_version``) loads and gives its v1 times.
 
 Every coefficient is a plain number in a readable JSON profile, so a calibrated
 profile (fitted to live measurements) can replace the analytic ones without
-touching the simulator. A step with nothing to do costs nothing.
+touching the simulator. A step with nothing to do costs nothing. With
+non-negative coefficients and overlap in [0, 1] the step time never decreases
+when any feature grows.
 
-``decode_run_s`` sums k consecutive decode-only steps in closed form: D is
+``decode_run_s`` sums k consecutive decode-only steps in closed form: D (= N) is
 fixed and C grows by D every step, so compute_s and memory_s are linear in the
-step index and their max crosses over at most once.
+step index; max + overlap * min = (1 - overlap) * max + overlap * (compute + memory),
+and the max of two lines crosses over at most once.
 """
 
 from __future__ import annotations
@@ -32,13 +45,31 @@ import json
 import math
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 from numba import njit
 
-# Index of each coefficient in the array the compiled loop receives.
-FIXED_S, FLOP_TOK, FLOP_ATTN, MEM_W, MEM_KV, MEM_TOK, COMM_FIXED, COMM_TOK = range(8)
+COST_MODEL_VERSION = 2
+
+# Index of each coefficient in the array the compiled loop receives (v1 first, in v1 order).
+(
+    FIXED_S,
+    FLOP_TOK,
+    FLOP_ATTN,
+    MEM_W,
+    MEM_KV,
+    MEM_TOK,
+    COMM_FIXED,
+    COMM_TOK,
+    SEQ_S,
+    FLOP_HALF,
+    OVERLAP,
+) = range(11)
+
+# Coefficients added by v2; a profile without them (v1) gets 0, which is the v1 model.
+V2_COEFFICIENTS = ("seq_s", "flop_tokens_half", "overlap")
 
 
 @dataclass(frozen=True)
@@ -46,13 +77,24 @@ class StepCost:
     """Coefficients of the step-time function (seconds, per feature unit)."""
 
     fixed_s: float  # scheduler + launch overhead per step, incl. per-layer overheads
-    flop_s_per_token: float  # linear-layer compute per token (2 * params / (peak * eff))
-    flop_s_per_attn: float  # attention compute per (query, key) pair
+    flop_s_per_token: float  # linear-layer compute per token at full GEMM efficiency
+    flop_s_per_attn: float  # attention compute per (query, key) pair, at its own efficiency
     mem_s_weights: float  # reading the weights once per step
     mem_s_per_kv_token: float  # reading one token of KV cache (all layers)
     mem_s_per_token: float  # activation traffic per token
     comm_s_fixed: float  # tensor-parallel all-reduce latency per step (0 at TP 1)
     comm_s_per_token: float  # all-reduce bytes per token over link bandwidth
+    seq_s: float = 0.0  # per sequence in the step (prefill chunk or decode)
+    flop_tokens_half: float = 0.0  # tokens at which GEMM efficiency is half its peak
+    overlap: float = 0.0  # share of min(compute, memory) not hidden behind the max, [0, 1]
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if not math.isfinite(v) or v < 0:
+                raise ValueError(f"coefficient {f.name} must be a finite number >= 0, got {v}")
+        if self.overlap > 1:
+            raise ValueError(f"coefficient overlap must be in [0, 1], got {self.overlap}")
 
     def as_array(self) -> npt.NDArray[np.float64]:
         return np.array([getattr(self, f.name) for f in fields(self)], dtype=np.float64)
@@ -61,54 +103,93 @@ class StepCost:
         self,
         num_prefill_tokens: float,
         prefill_attn: float,
+        num_seqs: float,
         num_decode_seqs: float,
         decode_ctx: float,
     ) -> float:
+        """Seconds of one step with these features (see the module docstring)."""
         return float(
             step_time(
-                self.as_array(), num_prefill_tokens, prefill_attn, num_decode_seqs, decode_ctx
+                self.as_array(),
+                num_prefill_tokens,
+                prefill_attn,
+                num_seqs,
+                num_decode_seqs,
+                decode_ctx,
             )
         )
+
+    def prefill_step_s(self, batch: int, prompt_tokens: int, context_tokens: int = 0) -> float:
+        """One step computing ``prompt_tokens`` for each of ``batch`` sequences that already
+        hold ``context_tokens`` KV tokens (0 for a fresh prompt)."""
+        t = prompt_tokens
+        pairs = t * context_tokens + t * (t + 1) / 2
+        return self.step_s(batch * t, batch * pairs, batch, 0, 0)
+
+    def decode_step_s(self, batch: int, context_tokens: int) -> float:
+        """One decode step of ``batch`` sequences of ``context_tokens`` tokens each (the
+        token computed this step reads context_tokens + 1 KV tokens, itself included)."""
+        return self.step_s(0, 0, batch, batch, batch * (context_tokens + 1))
 
     def to_dict(self) -> dict[str, float]:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, float]) -> StepCost:
-        return cls(**{f.name: float(d[f.name]) for f in fields(cls)})
+    def from_dict(cls, d: dict[str, Any]) -> StepCost:
+        """From a profile's ``coefficients`` object; v2 names missing (a v1 profile) are 0.
+
+        Raises:
+            KeyError: a v1 coefficient is missing.
+            ValueError: a coefficient is negative, not finite, or overlap > 1.
+        """
+        return cls(
+            **{
+                f.name: float(d[f.name] if f.name not in V2_COEFFICIENTS else d.get(f.name, 0.0))
+                for f in fields(cls)
+            }
+        )
 
 
 @njit(cache=True)
-def step_time(c: npt.NDArray[np.float64], p: float, a: float, d: float, ctx: float) -> float:
+def step_time(
+    c: npt.NDArray[np.float64], p: float, a: float, n: float, d: float, ctx: float
+) -> float:
     """Seconds for one step (see the module docstring)."""
     tok = p + d
     if tok <= 0:
         return 0.0
-    compute = c[FLOP_TOK] * tok + c[FLOP_ATTN] * (a + ctx)
+    compute = c[FLOP_TOK] * (tok + c[FLOP_HALF]) + c[FLOP_ATTN] * (a + ctx)
     memory = c[MEM_W] + c[MEM_KV] * ctx + c[MEM_TOK] * tok
-    return c[FIXED_S] + max(compute, memory) + c[COMM_FIXED] + c[COMM_TOK] * tok
+    # v1 terms first, in v1 order, so that a v1 profile gives bit-identical times
+    v1 = c[FIXED_S] + max(compute, memory) + c[COMM_FIXED] + c[COMM_TOK] * tok
+    return v1 + c[SEQ_S] * n + c[OVERLAP] * min(compute, memory)
 
 
 @njit(cache=True)
 def decode_run_s(c: npt.NDArray[np.float64], d: float, ctx0: float, k: int) -> float:
     """Total seconds of k decode-only steps of d sequences starting at total context ctx0.
 
-    Step j (0-based) has context ctx0 + j*d. Equal to summing step_time over the
-    k steps, up to rounding.
+    Step j (0-based) has N = D = d and context ctx0 + j*d. Equal to summing step_time
+    over the k steps, up to rounding.
     """
     if k <= 0 or d <= 0:
         return 0.0
     # compute_j = a0 + a1*j ; memory_j = b0 + b1*j
-    a0 = c[FLOP_TOK] * d + c[FLOP_ATTN] * ctx0
+    a0 = c[FLOP_TOK] * (d + c[FLOP_HALF]) + c[FLOP_ATTN] * ctx0
     a1 = c[FLOP_ATTN] * d
     b0 = c[MEM_W] + c[MEM_KV] * ctx0 + c[MEM_TOK] * d
     b1 = c[MEM_KV] * d
     base = k * (c[FIXED_S] + c[COMM_FIXED] + c[COMM_TOK] * d)
+    ov = c[OVERLAP]
+    w = 1.0 - ov
+    # max + overlap * min = (1 - overlap) * max + overlap * (compute + memory)
+    both = k * (a0 + b0) + (a1 + b1) * k * (k - 1) / 2.0
+    extra = k * c[SEQ_S] * d + ov * both
     # f(j) = compute_j - memory_j is linear, so the steps where compute leads
     # form a prefix or a suffix of [0, k): split there and sum two series.
     if a1 == b1:  # parallel lines: one leads at every step
         lead0, lead1 = (a0, a1) if a0 >= b0 else (b0, b1)
-        return base + k * lead0 + lead1 * k * (k - 1) / 2.0
+        return base + w * (k * lead0) + w * (lead1 * k * (k - 1) / 2.0) + extra
     cross = (b0 - a0) / (a1 - b1)
     if a1 > b1:  # compute leads from ceil(cross) on
         split = min(max(int(math.ceil(cross)), 0), k)
@@ -119,7 +200,7 @@ def decode_run_s(c: npt.NDArray[np.float64], d: float, ctx0: float, k: int) -> f
     n2 = k - split
     s1 = split * p0 + p1 * split * (split - 1) / 2.0
     s2 = n2 * q0 + q1 * (k * (k - 1) - split * (split - 1)) / 2.0
-    return base + s1 + s2
+    return base + w * s1 + w * s2 + extra
 
 
 def load_step_cost(path: Path) -> StepCost:

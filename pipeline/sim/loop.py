@@ -8,13 +8,13 @@
 
 Time and step cost. A step starts when the previous one ends (or when a
 request arrives at an idle replica, or when a static batch's timer fires) and
-lasts ``cost_model.step_time(P, A, D, C)`` where, over the scheduled requests:
+lasts ``cost_model.step_time(P, A, N, D, C)`` where, over the scheduled requests:
 
 - a request is a **decode** if its prompt (or recompute) is done: it computes
   one token with context ``n + 1`` (n = tokens computed before the step, plus
-  the new one): ``D += 1``, ``C += n + 1``;
+  the new one): ``D += 1``, ``C += n + 1``, ``N += 1``;
 - otherwise it computes a **prefill chunk** of ``t`` tokens on top of ``n``:
-  ``P += t``, ``A += t * (n + t)``.
+  ``P += t``, ``A += t * n + t * (t + 1) / 2``, ``N += 1``.
 
 The reference loop (``reference.py``) uses the same definitions.
 
@@ -362,6 +362,7 @@ def _step(
     # first and last tokens are listed in ev and timed once the duration is known.
     p_tok = 0.0
     p_attn = 0.0
+    n_pf = 0  # prefill chunks (sequences) in the step
     d = 0
     ctx = 0.0
     min_left = np.iinfo(np.int64).max
@@ -383,6 +384,7 @@ def _step(
                 n_ev += 1
         else:  # a prefill (or recompute) chunk
             t = stt[j]
+            n_pf += 1
             p_tok += t
             p_attn += t * c0 + t * (t + 1) // 2  # causal (query, key) pairs
             if math.isnan(rqf[i, F_FIRST_SCHED]):
@@ -409,7 +411,7 @@ def _step(
         k = _run_length(cfg, cost, rq, rp, sq, n, r, start, until, d, ctx, min_left)
     code = cfg[C_POLICY]
     if k == 1:
-        duration = step_time(cost, p_tok, p_attn, float(d), ctx)
+        duration = step_time(cost, p_tok, p_attn, float(n_pf + d), float(d), ctx)
     else:  # steps 2..k: the same decodes again
         duration = decode_run_s(cost, d, ctx, k)
         bs = cfg[C_BLOCK_SIZE]

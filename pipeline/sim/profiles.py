@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import ScenarioError
-from pipeline.sim.cost_model import StepCost
+from pipeline.sim.cost_model import COST_MODEL_VERSION, StepCost
 
 GENERATOR_VERSION = 1
 PROFILE_DIR = Path(__file__).with_name("profiles")
@@ -251,6 +251,7 @@ def build_profile(model_name: str, gpu_name: str, tp: int) -> dict[str, Any]:
     cost = derive_step_cost(model, gpu, tp, eff)
     return {
         "name": profile_name(model_name, gpu_name, tp),
+        "cost_model_version": COST_MODEL_VERSION,
         "provenance": {
             "method": "analytic roofline",
             "generator": "pipeline.sim.profiles",
@@ -317,6 +318,7 @@ class Profile:
     gpu_memory_bytes: int  # per replica (per-GPU memory * tp)
     max_model_len: int
     reserve_bytes: int = 0  # per replica: runtime reserve + profiling-pass activations
+    cost_model_version: int = 1  # 1: no seq_s / flop_tokens_half / overlap (they are 0)
 
     def num_gpu_blocks(self, block_size: int, gpu_memory_utilization: float) -> int:
         """KV-cache blocks the replica can hold, as vLLM sizes its cache.
@@ -375,6 +377,12 @@ def load_profile(name_or_path: str | Path) -> Profile:
             )
     try:
         data = json.loads(path.read_text())
+        version = int(data.get("cost_model_version", 1))
+        if not 1 <= version <= COST_MODEL_VERSION:
+            raise ScenarioError(
+                f"profile {path}: cost_model_version {version} is not known to this version "
+                f"(it reads 1 to {COST_MODEL_VERSION}); upgrade tracereplay"
+            )
         memory = data["memory"]
         return Profile(
             name=str(data.get("name", path.stem)),
@@ -384,6 +392,7 @@ def load_profile(name_or_path: str | Path) -> Profile:
             gpu_memory_bytes=int(memory["gpu_memory_bytes"]),
             max_model_len=int(memory["max_model_len"]),
             reserve_bytes=int(memory.get("reserve_bytes", 0)),
+            cost_model_version=version,
         )
     except json.JSONDecodeError as exc:
         raise ScenarioError(f"profile {path}: not valid JSON ({exc})") from exc

@@ -266,16 +266,17 @@ class ReferenceLoop(EngineSchedulers):
         schedule = getattr(self, f"schedule_{self.sc.policy}")
         scheduled, preempted, _ = schedule(rep)
         assert scheduled or preempted, "a step that does nothing"
-        p_tok = p_attn = d = ctx = 0
+        p_tok = p_attn = n_pf = d = ctx = 0
         for req, t in scheduled:
             if req.in_prefill:
+                n_pf += 1
                 p_tok += t
                 p_attn += t * req.computed + t * (t + 1) // 2
             else:
                 assert t == 1
                 d += 1
                 ctx += req.computed + 1
-        duration = float(step_time(self.cost, p_tok, p_attn, d, ctx))
+        duration = float(step_time(self.cost, p_tok, p_attn, n_pf + d, d, ctx))
         end = start + duration
         for req, t in scheduled:
             if math.isnan(req.first_scheduled_s):

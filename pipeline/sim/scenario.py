@@ -35,7 +35,8 @@ flag > scenario file > ``[replay]`` in the config file > default::
     batch = 10                    # (lower first; others keep the trace's priority, else 0)
 
     [cost]                        # instead of a profile: explicit step-cost coefficients
-    fixed_s = 0.004               # (every StepCost field; needs num_gpu_blocks)
+    fixed_s = 0.004               # (every StepCost field; the v2 ones seq_s,
+                                  #  flop_tokens_half, overlap default to 0; needs num_gpu_blocks)
 
 Every key is checked: an unknown key, a parameter of another policy, a bad
 value or an impossible memory configuration raises ScenarioError naming the
@@ -54,7 +55,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pipeline.errors import PipelineError, ScenarioError
-from pipeline.sim.cost_model import StepCost
+from pipeline.sim.cost_model import V2_COEFFICIENTS, StepCost
 from pipeline.sim.policies import POLICIES, Memory
 from pipeline.sim.routing import ROUTER_PARAMS, ROUTERS
 from pipeline.sim.state import (
@@ -478,17 +479,20 @@ def _resolve_cost(
         if not isinstance(table, dict):
             raise ScenarioError(f"{where}: cost must be a table of {', '.join(names)}")
         unknown = sorted(set(table) - set(names))
-        missing = [n for n in names if n not in table]
+        missing = [n for n in names if n not in table and n not in V2_COEFFICIENTS]
         if unknown or missing:
             raise ScenarioError(
-                f"{where}: [cost] needs exactly these keys: {', '.join(names)}"
+                f"{where}: [cost] takes these keys: {', '.join(names)}"
+                + f" ({', '.join(V2_COEFFICIENTS)} optional)"
                 + (f"; unknown: {', '.join(unknown)}" if unknown else "")
                 + (f"; missing: {', '.join(missing)}" if missing else "")
             )
-        coeffs = {n: _convert(f"cost.{n}", table[n], float, where) for n in names}
+        coeffs = {n: _convert(f"cost.{n}", table.get(n, 0.0), float, where) for n in names}
         for n, v in coeffs.items():
             if v < 0:
                 raise ScenarioError(f"{where}: cost.{n} must be >= 0, got {v}")
+        if coeffs["overlap"] > 1:
+            raise ScenarioError(f"{where}: cost.overlap must be in [0, 1], got {coeffs['overlap']}")
         if not got["num_gpu_blocks"]:
             raise ScenarioError(
                 f"{where}: num_gpu_blocks is required with a [cost] table (there is no GPU "

@@ -1,28 +1,70 @@
-"""The step-cost function and its closed-form sum over runs of decode steps."""
+"""The step-cost function (model v2) and its closed-form sum over runs of decode steps."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.sim.cost_model import StepCost, decode_run_s, step_time
+from pipeline.sim.cost_model import (
+    V2_COEFFICIENTS,
+    StepCost,
+    decode_run_s,
+    load_step_cost,
+    step_time,
+)
 
 coef = st.sampled_from([0.0, 1e-9, 3e-7, 2e-5, 1e-3])
+half = st.sampled_from([0.0, 1.0, 64.0, 300.0, 5000.0])
+overlap = st.sampled_from([0.0, 0.1, 0.5, 1.0])
+v1_costs = st.builds(StepCost, coef, coef, coef, coef, coef, coef, coef, coef)
+v2_costs = st.builds(StepCost, coef, coef, coef, coef, coef, coef, coef, coef, coef, half, overlap)
 
 
-@settings(max_examples=300, deadline=None)
+def _step_by_step(arr: npt.NDArray[np.float64], d: int, ctx0: int, k: int) -> float:
+    return sum(step_time(arr, 0.0, 0.0, float(d), float(d), float(ctx0 + j * d)) for j in range(k))
+
+
+@settings(max_examples=600, deadline=None)
 @given(
-    c=st.builds(StepCost, coef, coef, coef, coef, coef, coef, coef, coef),
+    c=st.one_of(v1_costs, v2_costs),  # v2: per-sequence cost, half-efficiency tokens, overlap
     d=st.integers(1, 512),
     ctx0=st.integers(0, 200_000),
     k=st.integers(0, 400),
 )
 def test_closed_form_equals_step_by_step(c: StepCost, d: int, ctx0: int, k: int) -> None:
     arr = c.as_array()
-    ref = sum(step_time(arr, 0.0, 0.0, float(d), float(ctx0 + j * d)) for j in range(k))
+    ref = _step_by_step(arr, d, ctx0, k)
     got = decode_run_s(arr, float(d), float(ctx0), k)
     assert abs(got - ref) <= 1e-9 * abs(ref) + 1e-15
+
+
+def test_closed_form_crosses_over_inside_the_run_with_overlap() -> None:
+    # memory leads at first, compute overtakes at step 39: both halves of the split count
+    c = StepCost(
+        fixed_s=1e-3,
+        flop_s_per_token=1e-5,
+        flop_s_per_attn=1e-5,
+        mem_s_weights=5e-3,
+        mem_s_per_kv_token=0.0,
+        mem_s_per_token=0.0,
+        comm_s_fixed=0.0,
+        comm_s_per_token=0.0,
+        seq_s=4e-4,
+        flop_tokens_half=100.0,
+        overlap=0.3,
+    )
+    arr = c.as_array()
+    d, ctx0, k = 10, 0, 120
+    compute = [1e-5 * (d + 100) + 1e-5 * (ctx0 + j * d) for j in range(k)]
+    assert compute[0] < 5e-3 < compute[-1]
+    ref = _step_by_step(arr, d, ctx0, k)
+    assert decode_run_s(arr, float(d), float(ctx0), k) == pytest.approx(ref, rel=1e-12)
 
 
 def test_equal_slopes_do_not_divide_by_zero() -> None:
@@ -31,6 +73,95 @@ def test_equal_slopes_do_not_divide_by_zero() -> None:
 
 
 def test_an_empty_step_costs_nothing() -> None:
-    c = StepCost(1e-3, 1e-6, 1e-9, 5e-3, 1e-7, 1e-8, 1e-5, 1e-8)
-    assert c.step_s(0, 0, 0, 0) == 0.0
-    assert c.step_s(10, 55, 0, 0) > c.fixed_s
+    c = StepCost(1e-3, 1e-6, 1e-9, 5e-3, 1e-7, 1e-8, 1e-5, 1e-8, 4e-4, 128.0, 0.2)
+    assert c.step_s(0, 0, 0, 0, 0) == 0.0
+    assert c.step_s(10, 55, 1, 0, 0) > c.fixed_s
+
+
+def test_v2_terms_by_hand() -> None:
+    c = StepCost(
+        fixed_s=1e-3,
+        flop_s_per_token=1e-5,
+        flop_s_per_attn=0.0,
+        mem_s_weights=2e-3,
+        mem_s_per_kv_token=0.0,
+        mem_s_per_token=0.0,
+        comm_s_fixed=5e-4,
+        comm_s_per_token=0.0,
+        seq_s=4e-4,
+        flop_tokens_half=100.0,
+        overlap=0.5,
+    )
+    # 4 decodes: compute 1e-5 * 104 = 1.04 ms < memory 2 ms
+    assert c.step_s(0, 0, 4, 4, 400) == pytest.approx(1e-3 + 5e-4 + 4 * 4e-4 + 2e-3 + 0.5 * 1.04e-3)
+    # one 1,000-token prefill: compute 11 ms > memory 2 ms
+    assert c.prefill_step_s(1, 1000) == pytest.approx(1e-3 + 5e-4 + 4e-4 + 11e-3 + 0.5 * 2e-3)
+
+
+steps = st.tuples(
+    st.integers(0, 8192),  # P
+    st.integers(0, 10**7),  # A
+    st.integers(0, 256),  # N
+    st.integers(0, 256),  # D
+    st.integers(0, 10**6),  # C
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(c=v2_costs, base=steps, more=steps)
+def test_more_work_never_makes_a_step_cheaper(
+    c: StepCost, base: tuple[int, ...], more: tuple[int, ...]
+) -> None:
+    # more tokens, more attention pairs, more sequences or more context: never cheaper
+    arr = c.as_array()
+    bigger = tuple(b + m for b, m in zip(base, more, strict=True))
+    assert step_time(arr, *map(float, bigger)) >= step_time(arr, *map(float, base))
+
+
+@settings(max_examples=200, deadline=None)
+@given(c=v2_costs, batch=st.integers(1, 128), ctx=st.integers(0, 32_000))
+def test_another_sequence_never_makes_a_step_cheaper(c: StepCost, batch: int, ctx: int) -> None:
+    assert c.decode_step_s(batch + 1, ctx) >= c.decode_step_s(batch, ctx)
+    assert c.prefill_step_s(batch + 1, 128) >= c.prefill_step_s(batch, 128)
+
+
+@settings(max_examples=200, deadline=None)
+@given(c=v1_costs, p=st.integers(0, 4096), d=st.integers(0, 64), ctx=st.integers(0, 10**5))
+def test_v2_with_zero_new_terms_is_the_v1_formula(c: StepCost, p: int, d: int, ctx: int) -> None:
+    a = p * (p + 1) // 2
+    v1 = 0.0
+    if p + d > 0:
+        compute = c.flop_s_per_token * (p + d) + c.flop_s_per_attn * (a + ctx)
+        memory = c.mem_s_weights + c.mem_s_per_kv_token * ctx + c.mem_s_per_token * (p + d)
+        v1 = c.fixed_s + max(compute, memory) + c.comm_s_fixed + c.comm_s_per_token * (p + d)
+    n = (1 if p else 0) + d  # N does not matter when seq_s is 0
+    assert c.step_s(p, a, n, d, ctx) == v1
+
+
+def test_a_v1_profile_loads_and_gives_the_v1_time(tmp_path: Path) -> None:
+    v1 = {
+        "fixed_s": 1e-3,
+        "flop_s_per_token": 2e-5,
+        "flop_s_per_attn": 1e-10,
+        "mem_s_weights": 6e-3,
+        "mem_s_per_kv_token": 1e-7,
+        "mem_s_per_token": 1e-6,
+        "comm_s_fixed": 0.0,
+        "comm_s_per_token": 0.0,
+    }
+    path = tmp_path / "v1.json"
+    path.write_text(json.dumps({"coefficients": v1}))
+    c = load_step_cost(path)
+    assert all(getattr(c, n) == 0.0 for n in V2_COEFFICIENTS)
+    # decode of 8 at 1,000 context: memory 6 ms + 0.8 ms of KV + 8 us > compute 0.16 ms + 0.8 us
+    assert c.step_s(0, 0, 8, 8, 8000) == pytest.approx(1e-3 + 6e-3 + 8e-4 + 8e-6, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [("seq_s", -1e-3, "seq_s must be"), ("overlap", 1.5, "overlap must be in [0, 1]")],
+)
+def test_bad_coefficients_are_refused(name: str, value: float, message: str) -> None:
+    good = StepCost(1e-3, 1e-6, 1e-9, 5e-3, 1e-7, 1e-8, 1e-5, 1e-8).to_dict()
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        StepCost.from_dict({**good, name: value})

@@ -88,6 +88,10 @@ def _case(draw: Any, policy: str, *, caching: bool | None = None) -> tuple[SimIn
         "comm_s_fixed": rng.uniform(0, 1e-3),
         "comm_s_per_token": rng.uniform(0, 1e-7),
     }
+    if draw(st.booleans()):  # cost model v2 terms
+        cost["seq_s"] = rng.uniform(0, 1e-3)
+        cost["flop_tokens_half"] = rng.uniform(0, 300)
+        cost["overlap"] = rng.uniform(0, 1)
     max_model_len = int((prompt + output).max()) + int(rng.integers(0, 50))
     values: dict[str, Any] = {
         "policy": policy,

@@ -31,11 +31,11 @@ def cost(model: str, gpu: str, tp: int) -> StepCost:
 
 
 def decode_s(c: StepCost, batch: int = 1, ctx: int = 1000) -> float:
-    return c.step_s(0, 0, batch, batch * ctx)
+    return c.step_s(0, 0, batch, batch, batch * ctx)
 
 
 def prefill_s(c: StepCost, tokens: int) -> float:
-    return c.step_s(tokens, tokens * (tokens + 1) / 2, 0, 0)
+    return c.step_s(tokens, tokens * (tokens + 1) / 2, 1, 0, 0)
 
 
 def weight_read_bytes(model: str) -> int:

@@ -1,0 +1,319 @@
+"""Fit the cost-model coefficients to measured step times.
+
+The step time (cost model v2, docs/cost_model.md), with T = P + D:
+
+    compute = flop_s_per_token * (T + flop_tokens_half) + flop_s_per_attn * (A + C)
+    memory  = mem_s_weights + mem_s_per_kv_token * C + mem_s_per_token * T
+    step    = fixed_s + comm_s_fixed + seq_s * N + max(compute, memory)
+              + overlap * min(compute, memory) + comm_s_per_token * T      (0 when T = 0)
+
+``predict`` evaluates it for a whole array of steps at once (tests check that it equals
+the simulator's ``cost_model.step_time`` row by row); ``jacobian`` gives its exact
+derivatives.
+
+How the fit works:
+
+* The unknowns are non-negative multipliers x_k on the ``--like`` profile's physically
+  derived coefficients (coefficient_k = x_k * like_k), so the fit starts from the
+  model and GPU and moves each term by a factor. ``overlap`` is fitted as it is, in
+  [0, 1]. A term the profile has at 0 is fitted on a scale of its own (``PRIOR_SCALE``)
+  if the model can use it (``seq_s``, ``flop_tokens_half``, ``overlap``), else it stays
+  0 (the all-reduce terms of a TP 1 profile: there is no all-reduce).
+* It minimises the relative error pred / measured - 1 of every row under a robust loss
+  (soft L1 with a 5% scale: a row that is off by far more counts linearly, so a few
+  outliers do not drag the fit), with scipy's bounded trust-region least squares.
+* Terms the data cannot tell apart (fixed_s and comm_s_fixed are both per step; the
+  weights' memory time hides behind compute in prefill-only data) are held at the
+  ``--like`` value by a weak pull of every x_k toward its start (1 for a term the
+  profile has). The pull is REGULARISATION * sqrt(rows) per term, so it matters only
+  where the data are silent.
+* The start is the ``--like`` profile with every time coefficient scaled by the median
+  of measured / predicted; a second start with half the overlap and a token floor of
+  ``PRIOR_SCALE`` guards against the kink of the max; the better fit wins.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from pipeline.calibrate.features import StepFeatures
+from pipeline.calibrate.measurements import Measurements
+
+F64 = npt.NDArray[np.float64]
+
+COEFFICIENTS = (
+    "fixed_s",
+    "comm_s_fixed",
+    "seq_s",
+    "flop_s_per_token",
+    "flop_tokens_half",
+    "flop_s_per_attn",
+    "mem_s_weights",
+    "mem_s_per_kv_token",
+    "mem_s_per_token",
+    "comm_s_per_token",
+    "overlap",
+)
+(
+    I_FIXED,
+    I_COMM_FIXED,
+    I_SEQ,
+    I_FLOP,
+    I_HALF,
+    I_ATTN,
+    I_MEM_W,
+    I_MEM_KV,
+    I_MEM_TOK,
+    I_COMM_TOK,
+    I_OVERLAP,
+) = range(len(COEFFICIENTS))
+
+# Scale of a v2 term that the --like profile has at 0 (a v1 profile): its fitted value is
+# x * scale and the pull is toward 0.
+PRIOR_SCALE = {"seq_s": 1e-4, "flop_tokens_half": 64.0, "overlap": 1.0}
+# Coefficients that are not times (they are not scaled by the starting time ratio).
+NOT_TIMES = ("flop_tokens_half", "overlap")
+REGULARISATION = 0.0001
+LOSS = "soft_l1"
+LOSS_SCALE = 0.05  # relative error at which the robust loss turns linear
+
+
+def as_vector(coefficients: Mapping[str, float]) -> F64:
+    """The coefficients in ``COEFFICIENTS`` order (missing v2 terms are 0, as in a v1 file)."""
+    return np.array([float(coefficients.get(n, 0.0)) for n in COEFFICIENTS])
+
+
+def as_dict(vector: F64) -> dict[str, float]:
+    return {n: float(v) for n, v in zip(COEFFICIENTS, vector, strict=True)}
+
+
+def _parts(c: F64, f: StepFeatures) -> tuple[F64, F64, F64]:
+    t = f.P + f.D
+    compute = c[I_FLOP] * (t + c[I_HALF]) + c[I_ATTN] * (f.A + f.C)
+    memory = c[I_MEM_W] + c[I_MEM_KV] * f.C + c[I_MEM_TOK] * t
+    return t, compute, memory
+
+
+def predict(c: F64, f: StepFeatures) -> F64:
+    """Seconds of every step (vectorised v2 ``step_time``)."""
+    t, compute, memory = _parts(c, f)
+    out = (
+        c[I_FIXED]
+        + c[I_COMM_FIXED]
+        + c[I_SEQ] * f.N
+        + np.maximum(compute, memory)
+        + c[I_OVERLAP] * np.minimum(compute, memory)
+        + c[I_COMM_TOK] * t
+    )
+    return np.where(t > 0, out, 0.0)
+
+
+def jacobian(c: F64, f: StepFeatures) -> F64:
+    """d predict / d coefficient, one row per step, one column per ``COEFFICIENTS`` entry.
+
+    At a tie of compute and memory the compute side is taken as the larger.
+    """
+    t, compute, memory = _parts(c, f)
+    lead = compute >= memory
+    w_compute = np.where(lead, 1.0, c[I_OVERLAP])
+    w_memory = np.where(lead, c[I_OVERLAP], 1.0)
+    j = np.empty((len(t), len(COEFFICIENTS)))
+    j[:, I_FIXED] = 1.0
+    j[:, I_COMM_FIXED] = 1.0
+    j[:, I_SEQ] = f.N
+    j[:, I_FLOP] = (t + c[I_HALF]) * w_compute
+    j[:, I_HALF] = c[I_FLOP] * w_compute
+    j[:, I_ATTN] = (f.A + f.C) * w_compute
+    j[:, I_MEM_W] = w_memory
+    j[:, I_MEM_KV] = f.C * w_memory
+    j[:, I_MEM_TOK] = t * w_memory
+    j[:, I_COMM_TOK] = t
+    j[:, I_OVERLAP] = np.minimum(compute, memory)
+    j[t <= 0] = 0.0
+    return j
+
+
+@dataclass(frozen=True)
+class PhaseError:
+    """|predicted / measured - 1| over one phase's rows."""
+
+    rows: int
+    median: float | None
+    p90: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rows": self.rows, "median": self.median, "p90": self.p90}
+
+
+def phase_errors(
+    pred_s: F64, measured_s: F64, is_prefill: npt.NDArray[np.bool_]
+) -> dict[str, PhaseError]:
+    """Median and p90 of the relative error per phase (prefill, decode; only those present)."""
+    err = np.abs(pred_s / measured_s - 1.0)
+    out = {}
+    for phase, mask in (("prefill", is_prefill), ("decode", ~is_prefill)):
+        e = err[mask]
+        if len(e):
+            out[phase] = PhaseError(len(e), float(np.median(e)), float(np.percentile(e, 90)))
+    return out
+
+
+@dataclass
+class FitResult:
+    """Fitted coefficients and how well they reproduce the measurements."""
+
+    coefficients: dict[str, float]
+    start: dict[str, float]  # the --like profile's coefficients
+    fitted: tuple[str, ...]  # coefficients the fit could move (others kept)
+    fit_error: dict[str, PhaseError]
+    like_error: dict[str, PhaseError]  # the --like profile on the same rows
+    cv_error: dict[str, PhaseError] | None = None
+    cv_folds: int | None = None
+    rows: int = 0
+    iterations: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def error_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {p: e.to_dict() for p, e in self.fit_error.items()}
+        if self.cv_error is not None:
+            out["cross_validated"] = {
+                "folds": self.cv_folds,
+                **{p: e.to_dict() for p, e in self.cv_error.items()},
+            }
+        return out
+
+
+def _setup(like: F64) -> tuple[F64, F64, npt.NDArray[np.bool_]]:
+    """(scale, target x, free mask) of every coefficient."""
+    scale = like.copy()
+    free = like > 0
+    for name, prior in PRIOR_SCALE.items():
+        k = COEFFICIENTS.index(name)
+        free[k] = True
+        if like[k] <= 0:
+            scale[k] = prior
+    scale[I_OVERLAP] = 1.0
+    scale = np.where(scale > 0, scale, 1.0)
+    target = np.where(free, like / scale, 0.0)
+    return scale, target, free
+
+
+def fit_coefficients(
+    features: StepFeatures,
+    measured_s: F64,
+    like: Mapping[str, float],
+    *,
+    regularisation: float | None = None,
+) -> tuple[F64, int]:
+    """The fitted coefficient vector and the solver's iterations (see the module docstring)."""
+    from scipy.optimize import least_squares
+
+    like_v = as_vector(like)
+    scale, target, free = _setup(like_v)
+    idx = np.flatnonzero(free)
+    n = len(measured_s)
+    w = (REGULARISATION if regularisation is None else regularisation) * np.sqrt(max(n, 1))
+    inv = 1.0 / measured_s
+
+    def full(x: F64) -> F64:
+        v = like_v.copy()
+        v[idx] = x * scale[idx]
+        return v
+
+    def residuals(x: F64) -> F64:
+        r = predict(full(x), features) * inv - 1.0
+        return np.concatenate([r, w * (x - target[idx])])
+
+    def jac(x: F64) -> F64:
+        j = jacobian(full(x), features)[:, idx] * scale[idx] * inv[:, None]
+        return np.vstack([j, w * np.eye(len(idx))])
+
+    lower = np.zeros(len(idx))
+    upper = np.where(idx == I_OVERLAP, 1.0, np.inf)
+    ratio = float(np.median(measured_s / np.maximum(predict(like_v, features), 1e-12)))
+    ratio = ratio if np.isfinite(ratio) and ratio > 0 else 1.0
+    times = np.array([COEFFICIENTS[k] not in NOT_TIMES for k in idx])
+    start = np.where(times, target[idx] * ratio, target[idx])
+    second = start.copy()  # half the overlap, at least the prior token floor
+    for name, value in (("overlap", 0.5), ("flop_tokens_half", 1.0)):
+        at = np.flatnonzero(idx == COEFFICIENTS.index(name))
+        second[at] = value if name == "overlap" else np.maximum(second[at], value)
+
+    def solve(x0: F64, loss: str) -> Any:
+        x0 = np.clip(x0, lower + 1e-9, np.where(np.isfinite(upper), upper - 1e-9, np.inf))
+        return least_squares(
+            residuals,
+            x0,
+            jac=jac,
+            bounds=(lower, upper),
+            loss=loss,
+            f_scale=LOSS_SCALE,
+            method="trf",
+            x_scale="jac",
+            ftol=1e-10,
+            xtol=1e-10,
+            gtol=1e-10,
+            max_nfev=500,
+        )
+
+    # plain least squares first (it converges fast and sure), then the robust loss from there
+    best = min((solve(x0, "linear") for x0 in (start, second)), key=lambda r: r.cost)
+    nfev = int(best.nfev)
+    if LOSS != "linear":
+        best = solve(best.x, LOSS)
+        nfev += int(best.nfev)
+    return full(best.x), nfev
+
+
+def kfold(n: int, k: int, seed: int = 0) -> list[npt.NDArray[np.int64]]:
+    """k disjoint folds covering 0..n-1, shuffled with ``seed``."""
+    order = np.random.default_rng(seed).permutation(n)
+    return [np.sort(part) for part in np.array_split(order, k)]
+
+
+def calibrate(
+    measurements: Measurements,
+    features: StepFeatures,
+    like: Mapping[str, float],
+    *,
+    cv: int | None = None,
+) -> FitResult:
+    """Fit on every row; with ``cv`` = K also the K-fold cross-validated error.
+
+    Raises:
+        ValueError: cv < 2 or more folds than rows.
+    """
+    measured = measurements.time_s
+    pre = measurements.is_prefill
+    coeffs, nfev = fit_coefficients(features, measured, like)
+    like_v = as_vector(like)
+    _, _, free = _setup(like_v)
+    result = FitResult(
+        coefficients=as_dict(coeffs),
+        start=as_dict(like_v),
+        fitted=tuple(n for n, f in zip(COEFFICIENTS, free, strict=True) if f),
+        fit_error=phase_errors(predict(coeffs, features), measured, pre),
+        like_error=phase_errors(predict(like_v, features), measured, pre),
+        rows=len(measured),
+        iterations=nfev,
+    )
+    if cv is not None:
+        if cv < 2 or cv > len(measured):
+            raise ValueError(f"--cv must be between 2 and the number of rows ({len(measured)})")
+        held = np.empty(len(measured))
+        for fold in kfold(len(measured), cv):
+            train = np.setdiff1d(np.arange(len(measured)), fold)
+            c, _ = fit_coefficients(_take(features, train), measured[train], like)
+            held[fold] = predict(c, _take(features, fold))
+        result.cv_error = phase_errors(held, measured, pre)
+        result.cv_folds = cv
+    return result
+
+
+def _take(f: StepFeatures, idx: npt.NDArray[np.int64]) -> StepFeatures:
+    return StepFeatures(P=f.P[idx], A=f.A[idx], N=f.N[idx], D=f.D[idx], C=f.C[idx])

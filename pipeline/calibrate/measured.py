@@ -1,0 +1,93 @@
+"""``tracereplay calibrate measurements`` and ``tracereplay profile check``, as library calls."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from pipeline.calibrate.features import step_features
+from pipeline.calibrate.fit import (
+    FitResult,
+    PhaseError,
+    as_vector,
+    calibrate,
+    phase_errors,
+    predict,
+)
+from pipeline.calibrate.measurements import Measurements, read_measurements
+from pipeline.calibrate.profile import (
+    calibrated_profile,
+    check_matches,
+    read_profile_json,
+    write_profile,
+)
+
+
+@dataclass
+class Calibration:
+    """What ``calibrate_measurements`` fitted and wrote."""
+
+    result: FitResult
+    profile: dict[str, Any]
+    like_name: str
+    output: Path
+    measurements: Measurements
+
+
+def calibrate_measurements(
+    path: Path, like: str, output: Path, *, cv: int | None = None
+) -> Calibration:
+    """Fit the ``like`` profile's coefficients to the step times in ``path``; write ``output``.
+
+    Raises:
+        MeasurementError: a bad file, or rows of another model, GPU or TP degree.
+        PipelineError: an unknown --like profile.
+        ValueError: a bad number of folds.
+    """
+    like_json, like_name = read_profile_json(like)
+    m = read_measurements(path)
+    check_matches(m, like_json, like_name)
+    result = calibrate(m, step_features(m), like_json["coefficients"], cv=cv)
+    profile = calibrated_profile(like_json, like_name, Path(output).stem, result, m)
+    write_profile(profile, Path(output))
+    return Calibration(result, profile, like_name, Path(output), m)
+
+
+@dataclass
+class ProfileCheck:
+    """Predicted against measured step times, per row and per phase."""
+
+    profile_name: str
+    measurements: Measurements
+    predicted_s: npt.NDArray[np.float64]
+    errors: dict[str, PhaseError]
+
+    def rows(self) -> list[dict[str, Any]]:
+        m = self.measurements
+        err = self.predicted_s / m.time_s - 1.0
+        return [
+            {
+                "row": i + 1,
+                "phase": phase,
+                "batch_size": int(m.batch_size[i]),
+                "prompt_tokens": int(m.prompt_tokens[i]),
+                "context_tokens": int(m.context_tokens[i]),
+                "measured_ms": float(m.time_s[i] * 1000.0),
+                "predicted_ms": float(self.predicted_s[i] * 1000.0),
+                "error": float(err[i]),
+            }
+            for i, phase in enumerate(m.phase)
+        ]
+
+
+def check_profile(profile: str, path: Path) -> ProfileCheck:
+    """How far ``profile``'s step times are from the measured ones in ``path``."""
+    data, name = read_profile_json(profile)
+    m = read_measurements(path)
+    check_matches(m, data, name)
+    pred = predict(as_vector(data["coefficients"]), step_features(m))
+    return ProfileCheck(name, m, pred, phase_errors(pred, m.time_s, m.is_prefill))
