@@ -61,3 +61,25 @@ def test_unsupported_fields_are_recorded_as_http_errors(server: str) -> None:
     res = run_http(b, HttpOptions(server, server_kind="vllm"))
     assert all(e is not None and e.startswith("HTTP 4") for e in res.error), res.error
     assert (res.output_tokens_received == 0).all()
+
+
+def test_live_command_against_transformers_serve(
+    server: str, model_dir: Path, tmp_path: Path
+) -> None:
+    from click.testing import CliRunner
+
+    from pipeline.cli import cli
+    from pipeline.warehouse import Warehouse
+    from tests.live.test_live_stage import requests_file
+
+    reqs = requests_file(tmp_path / "requests.parquet", 6, 0.05)
+    wh = tmp_path / "wh"
+    args = ["live", "--engine", "http", "--base-url", server, "--requests", str(reqs)]
+    args += ["--warehouse", str(wh), "--tokenizer", str(model_dir / "tokenizer.json")]
+    r = CliRunner().invoke(cli, args)
+    assert r.exit_code == 0, r.output
+    assert "live http (transformers at " in r.output
+    assert "6 requests, 6 completed, 0 failed" in r.output
+    rows = Warehouse(wh).connect().sql("SELECT * FROM live_requests").pl()
+    assert rows["prompt_tokens"].to_list() == [8 + i for i in range(6)]
+    assert rows["output_tokens_received"].to_list() == rows["output_tokens"].to_list()

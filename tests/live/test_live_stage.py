@@ -258,3 +258,25 @@ def test_live_command_errors_are_one_line(tmp_path: Path) -> None:
     assert r.exit_code == 1 and "cannot reach http://127.0.0.1:9" in r.output
     runs = pq.read_table(next((tmp_path / "runs").glob("2*.parquet"))).to_pylist()
     assert runs[0]["command"] == "live" and runs[0]["status"] == "failed"
+
+
+def test_live_command_in_process(tmp_path: Path) -> None:
+    """The stage hands its options to the in-process engine and stores what it reports."""
+    pytest.importorskip("transformers", reason="the live extra is not installed")
+    reqs = requests_file(tmp_path / "requests.parquet", 6, 0.05)
+    wh = tmp_path / "wh"
+    args = ["live", "--engine", "inprocess", "--requests", str(reqs), "--warehouse", str(wh)]
+    args += ["--model-config", "tiny", "--num-blocks", "64", "--block-size", "16", "--json"]
+    r = CliRunner().invoke(cli, args)
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["summary"]["completed"] == 6
+    info = out["engine_info"]
+    assert (info["num_blocks"], info["block_size"], info["device"]) == ("64", "16", "cpu")
+    con = Warehouse(wh).connect()
+    got = con.sql(
+        "SELECT output_tokens_received, first_scheduled_s, arrival_s FROM live_requests "
+        "ORDER BY arrival_s"
+    ).fetchall()
+    assert [g[0] for g in got] == [3, 4, 5, 3, 4, 5]
+    assert all(g[1] is not None and g[1] >= g[2] for g in got)  # known in process
