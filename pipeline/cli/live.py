@@ -12,7 +12,7 @@ import click
 from pipeline.cli import options as opt
 from pipeline.config import load_config, warehouse_path
 from pipeline.errors import ConfigError
-from pipeline.live.http import KINDS
+from pipeline.live.http import CLIENTS, KINDS
 from pipeline.live.replay import ENGINES, LiveRun, Selection, run_live
 
 
@@ -82,6 +82,13 @@ def format_live(run: LiveRun) -> str:
 @click.option("--max-in-flight", type=int, default=256, show_default=True, help="http.")
 @click.option("--metrics-interval", type=float, default=0.5, show_default=True, help="http, s.")
 @click.option(
+    "--client",
+    type=click.Choice(CLIENTS),
+    default="asyncio",
+    show_default=True,
+    help="http: the requests' HTTP client (httpx: slower, for comparison).",
+)
+@click.option(
     "--model-config",
     default=None,
     help="inprocess: built-in shape (tiny, small, llama3-8b), config.json or checkpoint dir.",
@@ -117,6 +124,7 @@ def live_command(
     tokenizer: Path | None,
     max_in_flight: int,
     metrics_interval: float,
+    client: str,
     model_config: str | None,
     as_json: bool,
     **inprocess: Any,
@@ -151,6 +159,7 @@ def live_command(
             "max_in_flight": max_in_flight,
             "tokenizer": tokenizer,
             "metrics_interval_s": metrics_interval,
+            "client": client,
         }
         if timeout_s is not None:
             options["timeout_s"] = timeout_s

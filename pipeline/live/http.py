@@ -43,8 +43,11 @@ import numpy as np
 from pipeline.errors import ConfigError
 from pipeline.live.metrics import MetricsParseError, extract
 from pipeline.live.types import LiveBatch, LiveResult
+from pipeline.live.wire import StreamingClient
 
 KINDS = ("auto", "vllm", "sglang", "tgi", "transformers", "openai")
+CLIENTS = ("asyncio", "httpx")
+SPIN_S = 0.0015  # the dispatcher sleeps until this long before a send, then yields until it
 ERROR_BODY_CHARS = 200
 
 
@@ -78,8 +81,11 @@ class HttpOptions:
     timeout_s: float = 600.0
     tokenizer: Path | None = None
     metrics_interval_s: float = 0.5
+    client: str = "asyncio"  # the requests' HTTP client: pipeline.live.wire, or httpx
 
     def __post_init__(self) -> None:
+        if self.client not in CLIENTS:
+            raise ConfigError(f"--client {self.client!r}: expected one of {', '.join(CLIENTS)}")
         if self.server_kind not in KINDS:
             raise ConfigError(
                 f"--server-kind {self.server_kind!r}: expected one of {', '.join(KINDS)}"
@@ -264,44 +270,66 @@ class _Timing:
     usage_prompt_tokens: int | None = None
     finish_reason: str | None = None
     error: str | None = None
+    done: bool = False  # [DONE] seen
+
+    def http_error(self, status: int, body: bytes) -> None:
+        text = body.decode(errors="replace")[:ERROR_BODY_CHARS]
+        self.error = f"HTTP {status}: {' '.join(text.split())}"
+
+    def on_line(self, line: str) -> bool:
+        """Time one line of the event stream (vLLM's benchmark rules); True: stop, it failed."""
+        if not line.startswith("data:") or self.done:
+            return False
+        data = line[5:].strip()
+        if data == "[DONE]":
+            self.done = True  # the body still ends after it, so the connection can be reused
+            return False
+        chunk = json.loads(data)
+        if "error" in chunk:
+            self.error = f"server error: {str(chunk['error'])[:ERROR_BODY_CHARS]}"
+            return True
+        choices = chunk.get("choices") or []
+        if choices:
+            if choices[0].get("text"):
+                now = time.perf_counter()
+                if self.chunks:
+                    gap = now - self.last
+                    self.gap_sum += gap
+                    self.gap_max = max(self.gap_max, gap)
+                else:
+                    self.first = now
+                self.last = now
+                self.chunks += 1
+            self.finish_reason = choices[0].get("finish_reason") or self.finish_reason
+        usage = chunk.get("usage")
+        if usage and usage.get("completion_tokens") is not None:
+            self.usage_tokens = int(usage["completion_tokens"])
+        if usage and usage.get("prompt_tokens") is not None:
+            self.usage_prompt_tokens = int(usage["prompt_tokens"])
+        return False
 
 
-async def _stream(client: Any, body: bytes, t: _Timing) -> None:
-    """Send one request and time its chunks into ``t`` (vLLM's benchmark rules)."""
+async def _stream_wire(client: StreamingClient, body: bytes, t: _Timing) -> None:
+    """Send one request on the asyncio client and time its chunks into ``t``."""
+    async with await client.post("/v1/completions", body, "application/json") as resp:
+        if resp.status != 200:
+            t.http_error(resp.status, await resp.read())
+            return
+        async for line in resp.lines():
+            if t.on_line(line):
+                return
+
+
+async def _stream_httpx(client: Any, body: bytes, t: _Timing) -> None:
+    """The same through httpx (``client="httpx"``: slower, the baseline of the bench)."""
     headers = {"content-type": "application/json"}
     async with client.stream("POST", "/v1/completions", content=body, headers=headers) as resp:
         if resp.status_code != 200:
-            text = (await resp.aread()).decode(errors="replace")[:ERROR_BODY_CHARS]
-            t.error = f"HTTP {resp.status_code}: {' '.join(text.split())}"
+            t.http_error(resp.status_code, await resp.aread())
             return
         async for line in resp.aiter_lines():
-            if not line.startswith("data:"):
-                continue
-            data = line[5:].strip()
-            if data == "[DONE]":
-                break
-            chunk = json.loads(data)
-            if "error" in chunk:
-                t.error = f"server error: {str(chunk['error'])[:ERROR_BODY_CHARS]}"
+            if t.on_line(line):
                 return
-            choices = chunk.get("choices") or []
-            if choices:
-                if choices[0].get("text"):
-                    now = time.perf_counter()
-                    if t.chunks:
-                        gap = now - t.last
-                        t.gap_sum += gap
-                        t.gap_max = max(t.gap_max, gap)
-                    else:
-                        t.first = now
-                    t.last = now
-                    t.chunks += 1
-                t.finish_reason = choices[0].get("finish_reason") or t.finish_reason
-            usage = chunk.get("usage")
-            if usage and usage.get("completion_tokens") is not None:
-                t.usage_tokens = int(usage["completion_tokens"])
-            if usage and usage.get("prompt_tokens") is not None:
-                t.usage_prompt_tokens = int(usage["prompt_tokens"])
 
 
 # --- the replay ------------------------------------------------------------------------
@@ -341,10 +369,12 @@ class _Replay:
             max_connections=opts.max_in_flight, max_keepalive_connections=opts.max_in_flight
         )
         timeout = httpx.Timeout(opts.timeout_s, connect=min(opts.timeout_s, 10.0))
+        wire = StreamingClient(opts.base_url, max_connections=opts.max_in_flight)
         async with (
-            httpx.AsyncClient(base_url=opts.base_url, limits=limits, timeout=timeout) as client,
+            httpx.AsyncClient(base_url=opts.base_url, limits=limits, timeout=timeout) as slow,
             httpx.AsyncClient(base_url=opts.base_url, timeout=5.0) as scraper,
         ):
+            client = wire if opts.client == "asyncio" else slow
             caps = await detect(scraper, opts)
             if not caps.token_prompts:
                 if opts.tokenizer is None:
@@ -359,6 +389,11 @@ class _Replay:
             if pending == 0:
                 self.done.set()
             next_body = self.body(caps, 0) if pending else b""
+            if caps.metrics:  # the first request through httpx is slow: not while replaying
+                try:
+                    await scraper.get("/metrics")
+                except httpx.HTTPError:
+                    pass
             self.t0 = time.perf_counter()
             sampler = asyncio.create_task(self.sample(scraper, caps))
 
@@ -371,9 +406,11 @@ class _Replay:
 
             for i in range(len(self.batch)):
                 body = next_body
-                delay = self.t0 + float(self.batch.arrival_s[i]) - time.perf_counter()
-                if delay > 0:
-                    await asyncio.sleep(delay)
+                due = self.t0 + float(self.batch.arrival_s[i])
+                if due - time.perf_counter() > SPIN_S:
+                    await asyncio.sleep(due - time.perf_counter() - SPIN_S)
+                while time.perf_counter() < due:  # the loop's timers wake up to 1 ms late
+                    await asyncio.sleep(0)
                 task = asyncio.create_task(self.one(client, sem, i, body))
                 tasks.add(task)
                 task.add_done_callback(finished)
@@ -381,6 +418,7 @@ class _Replay:
                     next_body = self.body(caps, i + 1)  # built while waiting for its time
             await self.done.wait()
             await sampler
+            await wire.aclose()
         self.result.metrics = self.metric_arrays()
         self.result.engine_info = {
             "engine": "http",
@@ -391,10 +429,13 @@ class _Replay:
             "exact_output": str(caps.ignore_eos or caps.generation_config).lower(),
             "max_in_flight": str(opts.max_in_flight),
             "timeout_s": str(opts.timeout_s),
+            "client": opts.client,
             "httpx": httpx.__version__,
             # the server's own count of prompt tokens, where it sent one, against ours
             "prompt_length_mismatches": str(len(self.prompt_mismatches)),
             "prompt_length_mismatch_examples": "; ".join(self.prompt_mismatches[:3]),
+            # time.perf_counter() at time 0, to line times up with other clocks of the machine
+            "perf_counter_t0": repr(self.t0),
         }
         return self.result
 
@@ -409,12 +450,13 @@ class _Replay:
             t = _Timing()
             sent = time.perf_counter()
             r.sent_s[i] = sent - t0
+            stream = _stream_wire if isinstance(client, StreamingClient) else _stream_httpx
             try:
                 async with asyncio.timeout(self.opts.timeout_s):
-                    await _stream(client, body, t)
+                    await stream(client, body, t)
             except TimeoutError:
                 t.error = f"timeout after {self.opts.timeout_s:g} s ({t.chunks} chunks received)"
-            except httpx.HTTPError as exc:
+            except (httpx.HTTPError, OSError, asyncio.IncompleteReadError) as exc:
                 t.error = f"{type(exc).__name__}: {exc}".strip(": ") or type(exc).__name__
             except (json.JSONDecodeError, UnicodeDecodeError) as exc:
                 t.error = f"bad stream chunk: {exc}"

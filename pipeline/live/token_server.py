@@ -5,7 +5,8 @@ It measures the HTTP client, not a model: each ``POST /v1/completions`` streams
 ``itl_s`` after that, then a usage chunk and ``[DONE]``. It records, per request, when
 the request was read and when its first chunk was written (``time.perf_counter``, the
 same clock as the client's on one machine), so the client's own overhead is what the
-client measured minus what the server did. ``GET /stats`` returns those records and the
+client measured minus what the server did (a request is known by the start of its
+prompt, ``prompt_head``). ``GET /stats`` returns those records and the
 most requests it held open at once; ``GET /metrics`` answers like vLLM
 (``vllm:num_requests_running``) so the metrics scraper can be exercised.
 
@@ -85,7 +86,9 @@ class TokenServer:
             finish = "length"
         self.open += 1
         self.max_open = max(self.max_open, self.open)
-        record: dict[str, Any] = {"received": received, "tokens": n}
+        prompt = req.get("prompt")
+        head = prompt[:4] if isinstance(prompt, list) else str(prompt)[:32]
+        record: dict[str, Any] = {"received": received, "tokens": n, "prompt_head": head}
         try:
             writer.write(
                 b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
@@ -100,6 +103,7 @@ class TokenServer:
                 if k == 0:
                     record["first_written"] = time.perf_counter()
                 await writer.drain()
+            record["last_token_written"] = time.perf_counter()
             last = {"index": 0, "text": "", "finish_reason": finish}
             self.chunk(writer, {"choices": [last], "usage": {"completion_tokens": n}})
             writer.write(self._frame(b"data: [DONE]\n\n") + b"0\r\n\r\n")

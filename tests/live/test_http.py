@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -39,11 +40,14 @@ def server_records(url: str) -> dict:  # type: ignore[type-arg]
     return httpx.get(url + "/stats").json()  # type: ignore[no-any-return]
 
 
-def test_open_loop_sends_at_arrival_times_and_times_tokens(server: str) -> None:
+@pytest.mark.parametrize("client", ["asyncio", "httpx"])
+def test_open_loop_sends_at_arrival_times_and_times_tokens(server: str, client: str) -> None:
     before = len(server_records(server)["records"])
     # 20 requests 20 ms apart, each open ~90 ms: later ones go while earlier ones stream
     b = batch([0.02 * i for i in range(20)])
-    res = run_http(b, HttpOptions(server, server_kind="vllm", metrics_interval_s=0.05))
+    opts = HttpOptions(server, server_kind="vllm", metrics_interval_s=0.05, client=client)
+    res = run_http(b, opts)
+    assert res.engine_info["client"] == client
     assert res.error == [None] * 20
     assert (res.output_tokens_received == 5).all()
     late = res.sent_s - b.arrival_s
@@ -150,3 +154,37 @@ def test_text_prompts_reject_impossible_lengths(tmp_path: Path) -> None:
     bad.write_text("{not json")
     with pytest.raises(ConfigError, match="not a tokenizers tokenizer.json"):
         TextPrompts(bad)
+
+
+def test_a_server_that_does_not_speak_http_is_a_recorded_failure() -> None:
+    """A listener that answers every request with a line that is not HTTP, then closes."""
+    import asyncio
+    import threading
+
+    ready = threading.Event()
+    port = free_port()
+    held: dict[str, Any] = {}
+
+    async def garbage(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"SSH-2.0-not-http\r\n")
+        await writer.drain()
+        writer.close()
+
+    async def serve() -> None:
+        held["loop"], held["stop"] = asyncio.get_running_loop(), asyncio.Event()
+        async with await asyncio.start_server(garbage, "127.0.0.1", port):
+            ready.set()
+            await held["stop"].wait()
+
+    thread = threading.Thread(target=lambda: asyncio.run(serve()), daemon=True)
+    thread.start()
+    assert ready.wait(10)
+    try:
+        res = run_http(batch([0.0, 0.0]), HttpOptions(f"http://127.0.0.1:{port}", "vllm"))
+    finally:
+        held["loop"].call_soon_threadsafe(held["stop"].set)
+        thread.join(10)
+    assert (
+        res.error == ["ProtocolError: not an HTTP/1.x status line: b'SSH-2.0-not-http\\r\\n'"] * 2
+    )
