@@ -280,29 +280,33 @@ def run_live(
             "selection": sel.__dict__,
             "summary": summary,
         }
-        _write_run_row(wh, run_id, started, status, files, frame.height, len(batch), details)
+        inputs = [str(f) for f in files]
+        n = len(batch)
+        write_run_row(wh, run_id, "live", started, status, inputs, frame.height, n, details)
     return LiveRun(run_id, engine, summary, info, frame.height, paths)
 
 
-def _write_run_row(
+def write_run_row(
     wh: Warehouse,
     run_id: str,
+    command: str,
     started: datetime,
     status: str,
-    files: list[Path],
+    inputs: list[str],
     rows_read: int,
     rows_kept: int,
     details: dict[str, Any],
 ) -> None:
+    """The runs row of a live-engine stage (``live``, ``validate``): ends now."""
     ts = pa.timestamp("us", tz="UTC")
     table = pa.table(
         {
             "run_id": [run_id],
-            "command": ["live"],
+            "command": [command],
             "started_at": pa.array([started], ts),
             "finished_at": pa.array([datetime.now(UTC)], ts),
             "status": [status],
-            "inputs": [json.dumps([str(f) for f in files])],
+            "inputs": [json.dumps(inputs)],
             "rows_read": pa.array([rows_read], pa.int64()),
             "rows_kept": pa.array([rows_kept], pa.int64()),
             "rows_quarantined": pa.array([0], pa.int64()),
