@@ -104,7 +104,7 @@ def format_live(run: LiveRun) -> str:
     default=None,
     help="inprocess: transformers' continuous-batching scheduler.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@opt.output
 def live_command(
     warehouse: Path | None,
     config_file: Path | None,
@@ -126,6 +126,7 @@ def live_command(
     metrics_interval: float,
     client: str,
     model_config: str | None,
+    quiet: bool,
     as_json: bool,
     **inprocess: Any,
 ) -> None:

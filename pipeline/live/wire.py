@@ -1,7 +1,8 @@
 """A small HTTP/1.1 client for streaming POSTs, on asyncio streams: the HTTP engine's hot path.
 
-httpx adds about a millisecond to every request it sends (building the request,
-its connection pool's locks, h11), which is the whole budget of a load client; this
+httpx adds one to several milliseconds to every request it sends on a busy machine
+(building the request, its connection pool's locks, h11), more than the whole budget
+of a load client (bench/http_client_overhead.py); this
 client writes the request in one call and hands back the response's lines as they
 complete. It does only what the engine needs: ``POST`` with a body, keep-alive
 connections (at most ``max_connections``, reused last-in first-out), bodies framed by
