@@ -29,6 +29,7 @@ COMMANDS = {
     "run": "pipeline.cli.run:run",
     "sql": "pipeline.cli.sql:sql",
     "sweep": "pipeline.cli.sweep:sweep",
+    "validate": "pipeline.cli.validate:validate",
 }
 
 

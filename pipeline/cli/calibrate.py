@@ -114,3 +114,12 @@ def measurements_command(
         click.echo(error_table(columns))
         click.echo(coefficient_table(r.start, r.coefficients))
     click.echo(f"wrote {cal.output}")
+
+
+def _attach_live() -> None:
+    from pipeline.cli.calibrate_live import live_command
+
+    calibrate.add_command(live_command)
+
+
+_attach_live()
