@@ -19,7 +19,9 @@ step schedules them together:
 
 The recorded shape of every step is checked against the design (a step that is not the
 shape asked for is an error, never a row). A row's time is the median of its repeats
-(a decode row's context is the middle repeat's). Rows go to a measurements file in the
+(a decode row's context is the middle repeat's); ``rounds`` passes over all the
+shapes interleave the repeats, so that a burst of load on a shared machine does not
+hit every repeat of one shape. Rows go to a measurements file in the
 ``calibrate measurements`` schema, and the profile is fitted with the same fit
 (``fit.calibrate``), starting from a profile derived from the probes themselves (there
 is no datasheet for "this model on this machine"); its provenance names the engine,
@@ -55,6 +57,7 @@ class ProbeDesign:
     repeats: int = 5
     warmup: int = 1
     max_batch_tokens: int = 2048  # prefill shapes above it are left out
+    rounds: int = 3  # passes over all the shapes; a row is the median of every repeat
 
     def prefill_shapes(self) -> list[tuple[int, int]]:
         return [
@@ -89,6 +92,7 @@ DESIGNS: dict[str, ProbeDesign] = {
         repeats=3,
         warmup=1,
         max_batch_tokens=256,
+        rounds=1,
     ),
     # a GPU with a 7-8B model: shapes that fill its compute and memory bandwidth
     "gpu": ProbeDesign(
@@ -99,6 +103,7 @@ DESIGNS: dict[str, ProbeDesign] = {
         repeats=5,
         warmup=2,
         max_batch_tokens=8192,
+        rounds=2,
     ),
 }
 
@@ -217,41 +222,52 @@ def run_probes(
         rec = StepRecorder(manager)
         # warm the engine up on every path once
         _release_together(manager, rec, [rng.integers(1, vocab, 16).tolist()] * 2, 3)
-        for b, p in design.prefill_shapes():
-            times = []
-            for rep in range(design.warmup + design.repeats):
+        prefill_times: dict[tuple[int, int], list[float]] = {}
+        decode_times: dict[tuple[int, int], list[float]] = {}
+        decode_context: dict[tuple[int, int], int] = {}
+        done = 0
+        # rounds interleave the shapes, so that a burst of load on a shared machine
+        # lands on different shapes rather than on every repeat of one
+        for rnd in range(design.rounds):
+            for b, p in design.prefill_shapes():
+                warm = design.warmup if rnd == 0 else 0
+                for rep in range(warm + design.repeats):
+                    rec.steps.clear()
+                    prompts = [rng.integers(1, vocab, p).tolist() for _ in range(b)]
+                    _release_together(manager, rec, prompts, 1)
+                    step = _only_step(rec, [(p, 0)] * b, f"prefill {b} x {p}")
+                    if rep >= warm:
+                        prefill_times.setdefault((b, p), []).append(step.duration_s)
+                done += 1
+                if progress is not None:
+                    progress(done)
+            for b, c in design.decode_shapes():
                 rec.steps.clear()
-                prompts = [rng.integers(1, vocab, p).tolist() for _ in range(b)]
-                _release_together(manager, rec, prompts, 1)
-                step = _only_step(rec, [(p, 0)] * b, f"prefill {b} x {p}")
-                if rep >= design.warmup:
-                    times.append(step.duration_s)
+                want = design.warmup + design.repeats
+                # prompts longer than the budget are prefilled over several steps, and the
+                # first ones done start decoding early: generate enough for want full steps
+                skew = math.ceil(b * (c - 1) / budget)
+                prompts = [rng.integers(1, vocab, c - 1).tolist() for _ in range(b)]
+                _release_together(manager, rec, prompts, 1 + want + skew)
+                decodes = [
+                    s for s in rec.steps if len(s.shape) == b and all(q == 1 for q, _ in s.shape)
+                ]
+                if len(decodes) < want:
+                    raise PipelineError(
+                        f"decode probe {b} x {c}: the engine ran {len(decodes)} decode steps "
+                        f"of all {b} requests, fewer than {want}"
+                    )
+                kept = decodes[design.warmup : want]
+                middle = kept[len(kept) // 2]
+                decode_context[(b, c)] = int(round(np.mean([kv for _, kv in middle.shape]))) + 1
+                decode_times.setdefault((b, c), []).extend(s.duration_s for s in kept)
+                done += 1
+                if progress is not None:
+                    progress(done)
+        for (b, p), times in prefill_times.items():
             rows.append(_row("prefill", b, p, 0, times, model_name, gpu))
-            if progress is not None:
-                progress(len(rows))
-        for b, c in design.decode_shapes():
-            rec.steps.clear()
-            want = design.warmup + design.repeats
-            # prompts longer than the budget are prefilled over several steps, and the
-            # first ones done start decoding early: generate enough for want full steps
-            skew = math.ceil(b * (c - 1) / budget)
-            prompts = [rng.integers(1, vocab, c - 1).tolist() for _ in range(b)]
-            _release_together(manager, rec, prompts, 1 + want + skew)
-            decodes = [
-                s for s in rec.steps if len(s.shape) == b and all(q == 1 for q, _ in s.shape)
-            ]
-            if len(decodes) < want:
-                raise PipelineError(
-                    f"decode probe {b} x {c}: the engine ran {len(decodes)} decode steps of "
-                    f"all {b} requests, fewer than {want}"
-                )
-            kept = decodes[design.warmup : want]
-            middle = kept[len(kept) // 2]
-            context = int(round(np.mean([kv for _, kv in middle.shape]))) + 1
-            times = [s.duration_s for s in kept]
-            rows.append(_row("decode", b, 0, context, times, model_name, gpu))
-            if progress is not None:
-                progress(len(rows))
+        for (b, c), times in decode_times.items():
+            rows.append(_row("decode", b, 0, decode_context[(b, c)], times, model_name, gpu))
     finally:
         manager.stop(block=True, timeout=60)
     return pl.DataFrame(rows)
