@@ -185,6 +185,7 @@ def live_command(
         requests_file=requests_file,
         date_from=date_from.date() if date_from else None,
         date_to=date_to.date() if date_to else None,
+        quiet=quiet,
     )
     if as_json:
         out = {

@@ -34,6 +34,7 @@ import asyncio
 import json
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -338,9 +339,12 @@ async def _stream_httpx(client: Any, body: bytes, t: _Timing) -> None:
 class _Replay:
     """One open-loop replay: the dispatcher, the requests in flight and the sampler."""
 
-    def __init__(self, batch: LiveBatch, opts: HttpOptions) -> None:
+    def __init__(
+        self, batch: LiveBatch, opts: HttpOptions, on_done: Callable[[], None] | None = None
+    ) -> None:
         self.batch = batch
         self.opts = opts
+        self.on_done = on_done
         self.result = LiveResult.empty(len(batch))
         self.in_flight = 0
         self.waiting = 0
@@ -482,6 +486,8 @@ class _Replay:
         if t.error is None and received < want:
             t.error = f"short answer: {received} of {want} tokens (finish_reason {t.finish_reason})"
         r.error[i] = t.error
+        if self.on_done is not None:
+            self.on_done()
 
     async def sample(self, scraper: Any, caps: ServerCaps) -> None:
         """Every interval until the last request ends: client counts and server metrics."""
@@ -518,11 +524,15 @@ class _Replay:
         return out
 
 
-def run_http(batch: LiveBatch, opts: HttpOptions) -> LiveResult:
+def run_http(
+    batch: LiveBatch, opts: HttpOptions, *, on_done: Callable[[], None] | None = None
+) -> LiveResult:
     """Replay ``batch`` against the server at ``opts.base_url`` (see the module doc).
+
+    ``on_done`` is called as each request ends (a progress bar).
 
     Raises:
         ConfigError: the server cannot be reached or detected, or text prompts are
             needed and no usable tokenizer was given.
     """
-    return asyncio.run(_Replay(batch, opts).run())
+    return asyncio.run(_Replay(batch, opts, on_done).run())

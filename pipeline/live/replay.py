@@ -29,6 +29,7 @@ from pipeline import __version__
 from pipeline.contracts import LIVE_METRICS, LIVE_REQUESTS, RUNS
 from pipeline.errors import ConfigError
 from pipeline.live.types import LiveBatch, LiveResult
+from pipeline.progress import progress
 from pipeline.sim.replay import read_requests, select_request_files
 from pipeline.warehouse import Warehouse, new_run_id
 
@@ -210,12 +211,16 @@ def summarize_live(table: pa.Table) -> dict[str, Any]:
     }
 
 
-def run_engine(engine: str, batch: LiveBatch, options: dict[str, Any]) -> LiveResult:
+def run_engine(
+    engine: str, batch: LiveBatch, options: dict[str, Any], *, quiet: bool = True
+) -> LiveResult:
     """Run ``batch`` through the named engine with its options."""
     if engine == "http":
         from pipeline.live.http import HttpOptions, run_http
 
-        return run_http(batch, HttpOptions(**options))
+        opts = HttpOptions(**options)
+        with progress(f"live http {opts.base_url}", total=len(batch), quiet=quiet) as bar:
+            return run_http(batch, opts, on_done=bar.advance)
     if engine == "inprocess":
         from pipeline.live.inprocess import run_inprocess
 
@@ -233,6 +238,7 @@ def run_live(
     date_from: date | None = None,
     date_to: date | None = None,
     run_id: str | None = None,
+    quiet: bool = True,
 ) -> LiveRun:
     """Replay the selected requests through a live engine and write the results.
 
@@ -243,6 +249,7 @@ def run_live(
         options: the engine's keyword options (``HttpOptions`` fields, or
             ``run_inprocess`` keywords), only those the user set.
         selection: which requests and how they are shaped.
+        quiet: no progress bar (there is one over HTTP on a terminal otherwise).
 
     Raises:
         ConfigError: no requests selected, bad options, server unreachable.
@@ -262,7 +269,7 @@ def run_live(
     status, summary, info = "failed", {}, {}
     paths: dict[str, Path] = {}
     try:
-        res = run_engine(engine, batch, options)
+        res = run_engine(engine, batch, options, quiet=quiet)
         info = dict(res.engine_info)
         part = {"run_id": run_id}
         table = live_requests_table(engine, batch, res)
