@@ -17,6 +17,13 @@ step schedules them together:
   ``1 + warmup + repeats`` tokens: after the prefill, the decode steps read contexts
   ``context``, ``context + 1``, ...; the first ``warmup`` are dropped.
 
+* mixed ``decodes x context + prompt``: ``decodes`` requests decoding at about
+  ``context``, then one prompt of ``prompt`` tokens released into them: the step is those
+  decodes plus that prefill. Pure rows cannot tell how a prompt's compute and the decodes'
+  memory traffic add up in one step (the cost model's ``overlap``); mixed rows can. The
+  measurements schema holds pure rows only, so they go to ``<stem>.mixed.csv``
+  (``decode_batch, decode_kv_tokens, prompt_tokens, time_ms``) and join the fit directly.
+
 The recorded shape of every step is checked against the design (a step that is not the
 shape asked for is an error, never a row). A row's time is the median of its repeats
 (a decode row's context is the middle repeat's); ``rounds`` passes over all the
@@ -44,6 +51,7 @@ import polars as pl
 from pipeline.errors import PipelineError
 
 DECODE_CONTEXT_SLACK = 2  # prompt c - 1, then contexts c .. c + warmup + repeats
+MIXED_DECODE_TOKENS = 400  # what the decodes of a mixed probe generate (they outlast it)
 
 
 @dataclass(frozen=True)
@@ -58,6 +66,10 @@ class ProbeDesign:
     warmup: int = 1
     max_batch_tokens: int = 2048  # prefill shapes above it are left out
     rounds: int = 3  # passes over all the shapes; a row is the median of every repeat
+    # mixed steps: decodes of (batch, context) plus one prompt chunk of these sizes
+    mixed_batches: tuple[int, ...] = (1, 4, 16)
+    mixed_contexts: tuple[int, ...] = (128, 512)
+    mixed_prompts: tuple[int, ...] = (32, 128, 512)
 
     def prefill_shapes(self) -> list[tuple[int, int]]:
         return [
@@ -65,6 +77,15 @@ class ProbeDesign:
             for p in self.prefill_tokens
             for b in self.prefill_batches
             if b * p <= self.max_batch_tokens
+        ]
+
+    def mixed_shapes(self) -> list[tuple[int, int, int]]:
+        return [
+            (b, c, p)
+            for b in self.mixed_batches
+            for c in self.mixed_contexts
+            for p in self.mixed_prompts
+            if b + p <= self.max_batch_tokens
         ]
 
     def decode_shapes(self) -> list[tuple[int, int]]:
@@ -77,7 +98,10 @@ class ProbeDesign:
             for b, c in self.decode_shapes()
         )
         prefill = max(b * (p + 1) for b, p in self.prefill_shapes())
-        return max(decode, prefill)
+        mixed = max(
+            (b * (c + MIXED_DECODE_TOKENS) + p + 1 for b, c, p in self.mixed_shapes()), default=0
+        )
+        return max(decode, prefill, mixed)
 
 
 DESIGNS: dict[str, ProbeDesign] = {
@@ -93,6 +117,9 @@ DESIGNS: dict[str, ProbeDesign] = {
         warmup=1,
         max_batch_tokens=256,
         rounds=1,
+        mixed_batches=(2,),
+        mixed_contexts=(32,),
+        mixed_prompts=(16, 64),
     ),
     # a GPU with a 7-8B model: shapes that fill its compute and memory bandwidth
     "gpu": ProbeDesign(
@@ -104,6 +131,9 @@ DESIGNS: dict[str, ProbeDesign] = {
         warmup=2,
         max_batch_tokens=8192,
         rounds=2,
+        mixed_batches=(4, 32),
+        mixed_contexts=(512, 2048),
+        mixed_prompts=(256, 2048),
     ),
 }
 
@@ -157,8 +187,8 @@ class StepRecorder:
         self.bp.update_batch = update
 
 
-def _release_together(manager: Any, rec: StepRecorder, prompts: list[list[int]], out: int) -> None:
-    """Queue ``prompts`` so that the next step schedules all of them, and wait for the results."""
+def _gate(manager: Any, rec: StepRecorder, prompts: list[list[int]], out: int) -> None:
+    """Queue ``prompts`` so that the next step schedules all of them together."""
     scheduler = rec.bp.scheduler
     scheduler.block_new_requests = True
     ids = [f"probe{time.perf_counter_ns()}_{k}" for k in range(len(prompts))]
@@ -174,14 +204,21 @@ def _release_together(manager: Any, rec: StepRecorder, prompts: list[list[int]],
         event = getattr(manager, name, None)
         if isinstance(event, threading.Event):
             event.set()
-    got = 0
-    while got < len(prompts):
+
+
+def _wait_results(manager: Any, n: int) -> None:
+    for _ in range(n):
         res = manager.get_result(timeout=120)
         if res is None:
             raise PipelineError("the engine stopped answering during the probes")
         if res.error:
             raise PipelineError(f"probe request failed in the engine: {res.error}")
-        got += 1
+
+
+def _release_together(manager: Any, rec: StepRecorder, prompts: list[list[int]], out: int) -> None:
+    """Queue ``prompts`` so that the next step schedules all of them, and wait for the results."""
+    _gate(manager, rec, prompts, out)
+    _wait_results(manager, len(prompts))
 
 
 def run_probes(
@@ -191,8 +228,8 @@ def run_probes(
     block_size: int = 32,
     seed: int = 0,
     progress: Any = None,
-) -> pl.DataFrame:
-    """Time every shape of ``design`` on ``loaded``'s model; one row per shape."""
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Time every shape of ``design`` on ``loaded``'s model: (pure rows, mixed rows)."""
     from transformers import GenerationConfig
 
     from pipeline.live.inprocess import cb_config
@@ -215,6 +252,7 @@ def run_probes(
         continuous_batching_config=cbc,
     )
     rows: list[dict[str, Any]] = []
+    mixed_rows: list[dict[str, Any]] = []
     model_name = loaded.name
     gpu = device_name(loaded.device)
     try:
@@ -225,6 +263,8 @@ def run_probes(
         prefill_times: dict[tuple[int, int], list[float]] = {}
         decode_times: dict[tuple[int, int], list[float]] = {}
         decode_context: dict[tuple[int, int], int] = {}
+        mixed_times: dict[tuple[int, int, int], list[float]] = {}
+        mixed_kv: dict[tuple[int, int, int], list[float]] = {}
         done = 0
         # rounds interleave the shapes, so that a burst of load on a shared machine
         # lands on different shapes rather than on every repeat of one
@@ -264,13 +304,61 @@ def run_probes(
                 done += 1
                 if progress is not None:
                     progress(done)
+            for b, c, p in design.mixed_shapes():
+                key = (b, c, p)
+                rec.steps.clear()
+                decoders = [rng.integers(1, vocab, c - 1).tolist() for _ in range(b)]
+                _gate(manager, rec, decoders, MIXED_DECODE_TOKENS)
+                deadline = time.perf_counter() + 120
+                while not any(
+                    len(st.shape) == b and all(q == 1 for q, _ in st.shape) for st in rec.steps
+                ):
+                    if time.perf_counter() > deadline:
+                        raise PipelineError(f"mixed probe {key}: the decodes never ran together")
+                    time.sleep(0.0005)
+                warm = design.warmup if rnd == 0 else 0
+                for rep in range(warm + design.repeats):
+                    rec.steps.clear()
+                    _release_together(manager, rec, [rng.integers(1, vocab, p).tolist()], 1)
+                    steps = [st for st in rec.steps if (p, 0) in st.shape]
+                    decs = [kv for q, kv in steps[0].shape if q == 1 and kv > 0] if steps else []
+                    if len(steps) != 1 or len(steps[0].shape) != b + 1 or len(decs) != b:
+                        raise PipelineError(
+                            f"mixed probe {key}: the engine scheduled "
+                            f"{[st.shape for st in steps]}, not {b} decodes and one chunk of {p}"
+                        )
+                    if rep >= warm:
+                        mixed_times.setdefault(key, []).append(steps[0].duration_s)
+                        mixed_kv.setdefault(key, []).append(float(sum(kv + 1 for kv in decs)))
+                _wait_results(manager, b)
+                done += 1
+                if progress is not None:
+                    progress(done)
+        for (b, c, p), times in mixed_times.items():
+            mixed_rows.append(
+                {
+                    "decode_batch": b,
+                    "decode_kv_tokens": float(np.median(mixed_kv[(b, c, p)])),
+                    "prompt_tokens": p,
+                    "time_ms": float(np.median(times) * 1000.0),
+                }
+            )
         for (b, p), times in prefill_times.items():
             rows.append(_row("prefill", b, p, 0, times, model_name, gpu))
         for (b, c), times in decode_times.items():
             rows.append(_row("decode", b, 0, decode_context[(b, c)], times, model_name, gpu))
     finally:
         manager.stop(block=True, timeout=60)
-    return pl.DataFrame(rows)
+    mixed = pl.DataFrame(
+        mixed_rows,
+        schema={
+            "decode_batch": pl.Int64,
+            "decode_kv_tokens": pl.Float64,
+            "prompt_tokens": pl.Int64,
+            "time_ms": pl.Float64,
+        },
+    )
+    return pl.DataFrame(rows), mixed
 
 
 def _only_step(rec: StepRecorder, want: list[tuple[int, int]], what: str) -> StepRecord:
@@ -294,6 +382,21 @@ def _row(
         "gpu": gpu,
         "tensor_parallel": 1,
     }
+
+
+def mixed_features(mixed: pl.DataFrame) -> Any:
+    """The cost model's step features of the mixed rows: one prompt chunk plus decodes."""
+    from pipeline.calibrate.features import StepFeatures
+
+    p = mixed["prompt_tokens"].to_numpy().astype(np.float64)
+    b = mixed["decode_batch"].to_numpy().astype(np.float64)
+    return StepFeatures(
+        P=p,
+        A=p * (p + 1) / 2.0,
+        N=b + 1.0,
+        D=b,
+        C=mixed["decode_kv_tokens"].to_numpy().astype(np.float64),
+    )
 
 
 def device_name(device: str) -> str:
@@ -389,6 +492,7 @@ class LiveCalibration:
     measurements_path: Path
     output: Path
     rows: pl.DataFrame
+    mixed: pl.DataFrame
     fit: Any  # fit.FitResult
 
 
@@ -409,9 +513,9 @@ def calibrate_live(
     import torch
     import transformers
 
-    from pipeline.calibrate.features import step_features
-    from pipeline.calibrate.fit import calibrate
-    from pipeline.calibrate.measurements import read_measurements
+    from pipeline.calibrate.features import StepFeatures, step_features
+    from pipeline.calibrate.fit import as_vector, calibrate, phase_errors, predict
+    from pipeline.calibrate.measurements import Measurements, read_measurements
     from pipeline.calibrate.profile import calibrated_profile, write_profile
     from pipeline.live.model import load_model
 
@@ -423,16 +527,42 @@ def calibrate_live(
         loaded = load_model(model, device=device, dtype=dtype, seed=seed)
     if loaded.device == "cpu" and cpu_threads is not None:
         torch.set_num_threads(int(cpu_threads))
-    rows = run_probes(loaded, design, block_size=block_size, seed=seed, progress=progress)
+    rows, mixed = run_probes(loaded, design, block_size=block_size, seed=seed, progress=progress)
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
     mpath = output.with_name(f"{output.stem}.measurements.csv")
     rows.write_csv(mpath)
+    mixed_path = output.with_name(f"{output.stem}.mixed.csv")
+    mixed.write_csv(mixed_path)
     m = read_measurements(mpath)
     like = start_profile(loaded, rows, name=f"{output.stem}.start")
-    result = calibrate(m, step_features(m), like["coefficients"], cv=None)
+    fm = mixed_features(mixed)
+    tm = mixed["time_ms"].to_numpy() / 1000.0
+    both = Measurements(
+        path=m.path,
+        sha256=m.sha256,
+        is_prefill=np.concatenate([m.is_prefill, np.ones(len(tm), dtype=bool)]),
+        batch_size=np.concatenate([m.batch_size, fm.N]),
+        prompt_tokens=np.concatenate([m.prompt_tokens, fm.P]),
+        context_tokens=np.concatenate([m.context_tokens, np.zeros(len(tm))]),
+        time_s=np.concatenate([m.time_s, tm]),
+    )
+    pure = step_features(m)
+    features = StepFeatures(
+        *(np.concatenate([getattr(pure, k), getattr(fm, k)]) for k in ("P", "A", "N", "D", "C"))
+    )
+    result = calibrate(both, features, like["coefficients"], cv=None)
+    coeffs = as_vector(result.coefficients)
+    result.fit_error = phase_errors(predict(coeffs, pure), m.time_s, m.is_prefill)
+    result.like_error = phase_errors(
+        predict(as_vector(like["coefficients"]), pure), m.time_s, m.is_prefill
+    )
+    if len(tm):
+        mixed_err = phase_errors(predict(coeffs, fm), tm, np.ones(len(tm), dtype=bool))
+        result.fit_error["mixed"] = mixed_err["prefill"]
     profile = calibrated_profile(like, like["name"], output.stem, result, m)
     profile["provenance"]["method"] = "in-process engine probes (engine steps), fitted"
+    profile["provenance"]["mixed_source_file"] = str(mixed_path)
     profile["provenance"]["engine"] = {
         "engine": "inprocess",
         "transformers": transformers.__version__,
@@ -453,4 +583,4 @@ def calibrate_live(
         },
     }
     write_profile(profile, output)
-    return LiveCalibration(profile, mpath, output, rows, result)
+    return LiveCalibration(profile, mpath, output, rows, mixed, result)
