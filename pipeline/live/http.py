@@ -38,6 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import numpy as np
 
@@ -85,6 +86,14 @@ class HttpOptions:
     client: str = "asyncio"  # the requests' HTTP client: pipeline.live.wire, or httpx
 
     def __post_init__(self) -> None:
+        url = urlsplit(self.base_url)
+        if url.scheme not in ("http", "https") or not url.hostname:
+            raise ConfigError(
+                f"--base-url {self.base_url!r}: expected http://HOST:PORT or https://HOST:PORT"
+            )
+        # the server's root: endpoints are /v1/..., so a URL given with /v1 loses it
+        root = self.base_url.rstrip("/").removesuffix("/v1")
+        object.__setattr__(self, "base_url", root)
         if self.client not in CLIENTS:
             raise ConfigError(f"--client {self.client!r}: expected one of {', '.join(CLIENTS)}")
         if self.server_kind not in KINDS:

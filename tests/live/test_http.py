@@ -188,3 +188,11 @@ def test_a_server_that_does_not_speak_http_is_a_recorded_failure() -> None:
     assert (
         res.error == ["ProtocolError: not an HTTP/1.x status line: b'SSH-2.0-not-http\\r\\n'"] * 2
     )
+
+
+def test_base_url_is_checked_and_may_end_in_v1(server: str) -> None:
+    with pytest.raises(ConfigError, match="expected http://HOST:PORT"):
+        HttpOptions("localhost:8000")
+    assert HttpOptions(server + "/v1/").base_url == server
+    res = run_http(batch([0.0]), HttpOptions(server + "/v1", server_kind="vllm"))
+    assert res.error == [None]
