@@ -25,10 +25,17 @@ from typing import Any
 
 
 class TokenServer:
-    def __init__(self, ttft_s: float, itl_s: float, stop_after: int | None = None) -> None:
+    def __init__(
+        self,
+        ttft_s: float,
+        itl_s: float,
+        stop_after: int | None = None,
+        close_after_answer: bool = False,
+    ) -> None:
         self.ttft_s = ttft_s
         self.itl_s = itl_s
         self.stop_after = stop_after
+        self.close_after_answer = close_after_answer
         self.open = 0
         self.max_open = 0
         self.records: list[dict[str, Any]] = []
@@ -48,6 +55,9 @@ class TokenServer:
                 received = time.perf_counter()
                 if method == "POST" and path == "/v1/completions":
                     await self.complete(writer, json.loads(body), received)
+                    if self.close_after_answer:  # as if its keep-alive timed out
+                        await writer.drain()
+                        break
                 elif path == "/stats":
                     stats = {"max_open": self.max_open, "records": self.records}
                     self.reply(writer, 200, "application/json", json.dumps(stats))
@@ -121,9 +131,14 @@ class TokenServer:
 
 
 async def serve(
-    host: str, port: int, ttft_s: float, itl_s: float, stop_after: int | None = None
+    host: str,
+    port: int,
+    ttft_s: float,
+    itl_s: float,
+    stop_after: int | None = None,
+    close_after_answer: bool = False,
 ) -> None:
-    server = TokenServer(ttft_s, itl_s, stop_after)
+    server = TokenServer(ttft_s, itl_s, stop_after, close_after_answer)
     async with await asyncio.start_server(server.handle, host, port, backlog=1024) as srv:
         print(f"token server on http://{host}:{port}", flush=True)
         await srv.serve_forever()
@@ -136,8 +151,15 @@ def main() -> None:
     p.add_argument("--ttft", type=float, default=0.02, help="seconds to the first chunk")
     p.add_argument("--itl", type=float, default=0.01, help="seconds between chunks")
     p.add_argument("--stop-after", type=int, default=None, help="stop every answer there")
+    p.add_argument(
+        "--close-after-answer",
+        action="store_true",
+        help="close each connection after one answer, without saying so beforehand",
+    )
     args = p.parse_args()
-    asyncio.run(serve(args.host, args.port, args.ttft, args.itl, args.stop_after))
+    asyncio.run(
+        serve(args.host, args.port, args.ttft, args.itl, args.stop_after, args.close_after_answer)
+    )
 
 
 if __name__ == "__main__":

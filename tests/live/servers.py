@@ -60,13 +60,18 @@ def running(cmd: list[str], url: str, ready_path: str, timeout_s: float) -> Iter
 
 @contextmanager
 def token_server(
-    ttft_s: float = 0.02, itl_s: float = 0.01, stop_after: int | None = None
+    ttft_s: float = 0.02,
+    itl_s: float = 0.01,
+    stop_after: int | None = None,
+    close_after_answer: bool = False,
 ) -> Iterator[str]:
     port = free_port()
     cmd = [sys.executable, "-m", "pipeline.live.token_server", "--port", str(port)]
     cmd += ["--ttft", str(ttft_s), "--itl", str(itl_s)]
     if stop_after is not None:
         cmd += ["--stop-after", str(stop_after)]
+    if close_after_answer:
+        cmd.append("--close-after-answer")
     with running(cmd, f"http://127.0.0.1:{port}", "/stats", 30) as url:
         yield url
 

@@ -196,3 +196,12 @@ def test_base_url_is_checked_and_may_end_in_v1(server: str) -> None:
     assert HttpOptions(server + "/v1/").base_url == server
     res = run_http(batch([0.0]), HttpOptions(server + "/v1", server_kind="vllm"))
     assert res.error == [None]
+
+
+def test_a_kept_connection_the_server_closed_is_retried_on_a_new_one() -> None:
+    """One connection at a time; the server drops it after every answer (keep-alive ended)."""
+    with token_server(0.01, 0.001, close_after_answer=True) as url:
+        b = batch([0.0, 0.1, 0.2, 0.3])
+        res = run_http(b, HttpOptions(url, server_kind="vllm", max_in_flight=1))
+        assert res.error == [None] * 4
+        assert len(server_records(url)["records"]) == 4  # each sent once
