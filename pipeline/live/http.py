@@ -244,7 +244,13 @@ async def detect(client: Any, opts: HttpOptions) -> ServerCaps:
         body: dict[str, Any] = {"max_tokens": 1, "stream": False, **extra}
         if model is not None and name != "tf":
             body["model"] = model
-        resp = await client.post("/v1/completions", json=body)
+        try:  # a server's first generation may load or allocate for long: wait as for a request
+            resp = await client.post("/v1/completions", json=body, timeout=opts.timeout_s)
+        except httpx.HTTPError as exc:
+            raise ConfigError(
+                f"{opts.base_url}: a one-token probe of /v1/completions failed "
+                f"({type(exc).__name__}: {exc}); give --server-kind to skip detection"
+            ) from None
         if resp.status_code != 200:
             continue
         if name == "openai-ids":
