@@ -101,6 +101,30 @@ def make_tokenizer(out: Path) -> Path:
     return out / "tokenizer.json"
 
 
+def make_bpe_tokenizer(out: Path) -> Path:
+    """A byte-level BPE (GPT-2 / Llama 3 style, 600 tokens, BOS added) trained here."""
+    import random
+
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    rng = random.Random(0)
+    words = [
+        "".join(rng.choice("abcdefghij") for _ in range(rng.randint(2, 7))) for _ in range(300)
+    ]
+    text = [" ".join(rng.choice(words) for _ in range(50)) for _ in range(200)]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    special = ["<|begin_of_text|>", "<|end_of_text|>"]
+    tok.train_from_iterator(text, trainers.BpeTrainer(vocab_size=600, special_tokens=special))
+    tok.post_processor = processors.TemplateProcessing(
+        single="<|begin_of_text|> $A", special_tokens=[("<|begin_of_text|>", 0)]
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    tok.save(str(out / "tokenizer.json"))
+    return out / "tokenizer.json"
+
+
 def make_tiny_model(out: Path) -> Path:
     """A random 2-layer Llama beside the tokenizer of ``make_tokenizer``, saved to ``out``."""
     import torch

@@ -15,7 +15,7 @@ import pytest
 from pipeline.errors import ConfigError
 from pipeline.live.http import HttpOptions, TextPrompts, run_http
 from pipeline.live.types import LiveBatch
-from tests.live.servers import free_port, make_tokenizer, token_server
+from tests.live.servers import free_port, make_bpe_tokenizer, make_tokenizer, token_server
 
 TTFT, ITL = 0.05, 0.01
 
@@ -133,11 +133,12 @@ def test_short_answers_are_failures() -> None:
     assert not np.isnan(res.finished_s).any()  # its times are kept
 
 
-@pytest.mark.parametrize("n", [1, 2, 3, 17, 64, 300])
-def test_text_prompts_encode_to_the_exact_length(tmp_path: Path, n: int) -> None:
+@pytest.mark.parametrize("kind", ["wordlevel", "bytelevel-bpe"])
+@pytest.mark.parametrize("n", [1, 2, 3, 17, 64, 300, 3000])
+def test_text_prompts_encode_to_the_exact_length(tmp_path: Path, n: int, kind: str) -> None:
     from tokenizers import Tokenizer
 
-    path = make_tokenizer(tmp_path)
+    path = make_tokenizer(tmp_path) if kind == "wordlevel" else make_bpe_tokenizer(tmp_path)
     prompts = TextPrompts(path)
     tok = Tokenizer.from_file(str(path))
     texts = {prompts.build(seed, n) for seed in range(5)}
