@@ -301,6 +301,9 @@ class _Timing:
             self.done = True  # the body still ends after it, so the connection can be reused
             return False
         chunk = json.loads(data)
+        if not isinstance(chunk, dict):
+            self.error = f"bad stream chunk: {data[:ERROR_BODY_CHARS]!r}"
+            return True
         if "error" in chunk:
             self.error = f"server error: {str(chunk['error'])[:ERROR_BODY_CHARS]}"
             return True
@@ -479,6 +482,8 @@ class _Replay:
                 t.error = f"{type(exc).__name__}: {exc}".strip(": ") or type(exc).__name__
             except (json.JSONDecodeError, UnicodeDecodeError) as exc:
                 t.error = f"bad stream chunk: {exc}"
+            except (ValueError, TypeError, AttributeError, KeyError) as exc:  # odd JSON shapes
+                t.error = f"unreadable answer: {type(exc).__name__}: {exc}"
             finally:
                 self.in_flight -= 1
         self._record(i, t)

@@ -5,6 +5,7 @@ timeouts, refused connections and metrics scraping. transformers serve: test_htt
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -157,8 +158,9 @@ def test_text_prompts_reject_impossible_lengths(tmp_path: Path) -> None:
         TextPrompts(bad)
 
 
-def test_a_server_that_does_not_speak_http_is_a_recorded_failure() -> None:
-    """A listener that answers every request with a line that is not HTTP, then closes."""
+@contextmanager
+def canned_server(reply: bytes) -> Iterator[str]:
+    """A listener (in a thread) that answers every request with ``reply``, then closes."""
     import asyncio
     import threading
 
@@ -166,15 +168,15 @@ def test_a_server_that_does_not_speak_http_is_a_recorded_failure() -> None:
     port = free_port()
     held: dict[str, Any] = {}
 
-    async def garbage(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.readuntil(b"\r\n\r\n")
-        writer.write(b"SSH-2.0-not-http\r\n")
+        writer.write(reply)
         await writer.drain()
         writer.close()
 
     async def serve() -> None:
         held["loop"], held["stop"] = asyncio.get_running_loop(), asyncio.Event()
-        async with await asyncio.start_server(garbage, "127.0.0.1", port):
+        async with await asyncio.start_server(answer, "127.0.0.1", port):
             ready.set()
             await held["stop"].wait()
 
@@ -182,13 +184,33 @@ def test_a_server_that_does_not_speak_http_is_a_recorded_failure() -> None:
     thread.start()
     assert ready.wait(10)
     try:
-        res = run_http(batch([0.0, 0.0]), HttpOptions(f"http://127.0.0.1:{port}", "vllm"))
+        yield f"http://127.0.0.1:{port}"
     finally:
         held["loop"].call_soon_threadsafe(held["stop"].set)
         thread.join(10)
-    assert (
-        res.error == ["ProtocolError: not an HTTP/1.x status line: b'SSH-2.0-not-http\\r\\n'"] * 2
-    )
+
+
+def sse(*events: str) -> bytes:
+    body = "".join(f"data: {e}\n\n" for e in events).encode()
+    return b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % len(body) + body
+
+
+@pytest.mark.parametrize(
+    ("reply", "error"),
+    [
+        (b"SSH-2.0-not-http\r\n", "ProtocolError: not an HTTP/1.x status line: b'SSH-2.0-"),
+        (sse("5"), "bad stream chunk: '5'"),
+        (sse('{"choices": "x"}'), "unreadable answer: AttributeError"),
+        (sse("{not json"), "bad stream chunk: Expecting property name"),
+        (sse('{"error": "out of memory"}'), "server error: out of memory"),
+        (b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n", "unreadable"),
+        (b"HTTP/1.1 503 Busy\r\ncontent-length: 9\r\n\r\ntoo  busy", "HTTP 503: too busy"),
+    ],
+)
+def test_odd_answers_are_recorded_failures(reply: bytes, error: str) -> None:
+    with canned_server(reply) as url:
+        res = run_http(batch([0.0, 0.0]), HttpOptions(url, "vllm"))
+    assert all(e is not None and e.startswith(error) for e in res.error), res.error
 
 
 def test_base_url_is_checked_and_may_end_in_v1(server: str) -> None:
