@@ -51,7 +51,7 @@ import polars as pl
 from pipeline.errors import PipelineError
 
 DECODE_CONTEXT_SLACK = 2  # prompt c - 1, then contexts c .. c + warmup + repeats
-MIXED_DECODE_TOKENS = 400  # what the decodes of a mixed probe generate (they outlast it)
+MIXED_DECODE_TOKENS = 120  # what the decodes of a mixed probe generate (they outlast it)
 
 
 @dataclass(frozen=True)
@@ -390,12 +390,29 @@ def mixed_features(mixed: pl.DataFrame) -> Any:
 
     p = mixed["prompt_tokens"].to_numpy().astype(np.float64)
     b = mixed["decode_batch"].to_numpy().astype(np.float64)
+    c = mixed["decode_kv_tokens"].to_numpy().astype(np.float64)
+    return StepFeatures(P=p, A=(p + b) * (p + c) - c, N=b + 1.0, D=b, C=c)
+
+
+def packed_features(m: Any) -> Any:
+    """The features of pure probe rows with the attention of the transformers engine.
+
+    Its attention runs over the packed batch (policies/transformers.py): every query of
+    the step against every key of the step's sequences, A = (P + D) * K - C.
+    """
+    from pipeline.calibrate.features import StepFeatures
+
+    b, p, c = m.batch_size, m.prompt_tokens, m.context_tokens
+    pre = m.is_prefill
+    tokens = np.where(pre, b * p, b)
+    keys = np.where(pre, b * (c + p), b * c)
+    ctx = np.where(pre, 0.0, b * c)
     return StepFeatures(
-        P=p,
-        A=p * (p + 1) / 2.0,
-        N=b + 1.0,
-        D=b,
-        C=mixed["decode_kv_tokens"].to_numpy().astype(np.float64),
+        P=np.where(pre, b * p, 0.0),
+        A=tokens * keys - ctx,
+        N=b.astype(np.float64),
+        D=np.where(pre, 0.0, b),
+        C=ctx,
     )
 
 
@@ -435,7 +452,7 @@ def start_profile(loaded: Any, rows: pl.DataFrame, *, name: str) -> dict[str, An
     pre = (rows["phase"] == "prefill").to_numpy()
     t = rows["time_ms"].to_numpy() / 1000.0
     tokens = np.where(pre, b * p, b)
-    attn = np.where(pre, b * p * (p + 1) / 2.0, 0.0)
+    attn = tokens * np.where(pre, b * p, b * c)  # packed (query, key) pairs
     kv = np.where(pre, 0.0, b * c)
     x = np.column_stack([np.ones_like(t), tokens, attn, kv, b])
     coef, *_ = np.linalg.lstsq(x / t[:, None], np.ones_like(t), rcond=None)  # relative error
@@ -513,7 +530,7 @@ def calibrate_live(
     import torch
     import transformers
 
-    from pipeline.calibrate.features import StepFeatures, step_features
+    from pipeline.calibrate.features import StepFeatures
     from pipeline.calibrate.fit import as_vector, calibrate, phase_errors, predict
     from pipeline.calibrate.measurements import Measurements, read_measurements
     from pipeline.calibrate.profile import calibrated_profile, write_profile
@@ -547,7 +564,7 @@ def calibrate_live(
         context_tokens=np.concatenate([m.context_tokens, np.zeros(len(tm))]),
         time_s=np.concatenate([m.time_s, tm]),
     )
-    pure = step_features(m)
+    pure = packed_features(m)
     features = StepFeatures(
         *(np.concatenate([getattr(pure, k), getattr(fm, k)]) for k in ("P", "A", "N", "D", "C"))
     )
@@ -563,6 +580,8 @@ def calibrate_live(
     profile = calibrated_profile(like, like["name"], output.stem, result, m)
     profile["provenance"]["method"] = "in-process engine probes (engine steps), fitted"
     profile["provenance"]["mixed_source_file"] = str(mixed_path)
+    # A counts (query, key) pairs over the packed batch: a profile for the transformers policy
+    profile["provenance"]["attention"] = "packed (policy transformers)"
     profile["provenance"]["engine"] = {
         "engine": "inprocess",
         "transformers": transformers.__version__,

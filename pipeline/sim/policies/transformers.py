@@ -34,6 +34,16 @@ One step (``prepare_next_batch``):
    the waiting queue to recompute its prompt and the tokens it generated. After a soft
    reset, ``block_new_requests`` holds waiting requests back until a request finishes.
 
+Step cost: the engine's attention (SDPA, or eager, over the packed batch with a dense
+mask: ``ContinuousBatchingIOs`` builds one ``[queries, keys]`` mask for the whole step)
+computes every query of the step against every key of the step's sequences, so the
+attention feature of a step is ``A = (P + D) * K - C`` with ``K`` the KV tokens of all
+scheduled sequences after the step (the cost model adds ``C`` back: its attention term
+is ``flop_s_per_attn * (A + C)``). It grows with the square of the batch, not with the
+per-sequence causal pairs other engines' kernels compute. A pure decode step's cost then
+depends on more than its context sum, so runs of decode steps are not compressed
+(``P_STABLE`` is 0): each step is taken one by one.
+
 Not modelled: prefix sharing (off in the live engine), CPU offloading (off), the
 read-cache budget (``max_tokens_read`` = the whole cache: it cannot bind without
 sharing), parallel sampling (``num_return_sequences``), the decode fast path's padding.
@@ -146,6 +156,12 @@ class TransformersPolicy(Policy):
 
 
 POLICY = TransformersPolicy()
+
+
+@njit(cache=True, error_model="numpy")
+def packed_attention(p_tok: float, d: float, kv_all: float, ctx: float) -> float:
+    """The step's attention feature A over the packed batch (see the module docstring)."""
+    return (p_tok + d) * kv_all - ctx
 
 
 @njit(cache=True, error_model="numpy")
@@ -304,7 +320,7 @@ def schedule(
     now: float,
     kc: tuple,  # type: ignore[type-arg]
 ) -> tuple[int, int, int]:
-    rp[r, P_STABLE] = 1
+    rp[r, P_STABLE] = 0  # packed attention: decode runs are not closed-form (see above)
     if rp[r, P_LAST_DONE] > 0:  # update_batch: a finished request lifts block_new_requests
         rp[r, P_FULL] = 0
     size = rp[r, P_RUN_N] + rp[r, P_WQ_LEN]
