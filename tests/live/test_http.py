@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from pipeline.errors import ConfigError
-from pipeline.live.http import HttpOptions, TextPrompts, run_http
+from pipeline.live.http import HttpOptions, TextPrompts, run_http, token_prompt
 from pipeline.live.types import LiveBatch
 from tests.live.servers import free_port, make_bpe_tokenizer, make_tokenizer, token_server
 
@@ -55,12 +55,20 @@ def test_open_loop_sends_at_arrival_times_and_times_tokens(server: str, client: 
     assert (late >= 0).all() and np.median(late) < 0.005, late
     ttft = res.first_token_s - b.arrival_s
     assert (ttft >= TTFT).all() and np.median(ttft) < TTFT + 0.02, ttft
-    # 4 gaps of 10 ms after the first chunk
-    assert np.allclose(res.itl_mean_s, ITL, atol=0.004), res.itl_mean_s
-    assert (res.itl_max_s >= res.itl_mean_s).all()
-    assert np.allclose(res.finished_s - res.first_token_s, 4 * ITL, atol=0.015)
+    # the client's times against the server's own record of when it wrote each token
+    # (a busy machine delays the server's writes too: compare with what it did)
     stats = server_records(server)
     assert len(stats["records"]) - before == 20
+    by_head = {tuple(r["prompt_head"]): r for r in stats["records"][before:]}
+    t0 = float(res.engine_info["perf_counter_t0"])
+    rec = [by_head[tuple(token_prompt(i, 8)[:4])] for i in range(20)]
+    first_lag = t0 + res.first_token_s - [r["first_written"] for r in rec]
+    last_lag = t0 + res.finished_s - [r["last_token_written"] for r in rec]
+    assert np.median(np.abs(first_lag)) < 0.005 and np.median(np.abs(last_lag)) < 0.005
+    server_span = np.array([r["last_token_written"] - r["first_written"] for r in rec])
+    assert np.allclose(res.itl_mean_s * 4, res.finished_s - res.first_token_s)  # 4 gaps
+    assert np.median(np.abs(res.itl_mean_s * 4 - server_span)) < 0.005
+    assert (res.itl_max_s >= res.itl_mean_s).all()
     assert stats["max_open"] >= 3  # open loop: never waited for the earlier ones
     # the scraper found vLLM-style /metrics and sampled the server's running count
     assert res.engine_info["server_kind"] == "vllm"
