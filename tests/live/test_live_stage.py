@@ -218,8 +218,8 @@ def test_live_command_end_to_end_over_http(tmp_path: Path) -> None:
     assert js.exit_code == 0, js.output
     out = json.loads(js.output)
     s = out["summary"]
-    assert s["completed"] == 10 and s["ttft_p50_s"] >= 0.03 and s["ttft_p50_s"] < 0.06
-    assert s["tpot_p50_s"] == pytest.approx(0.005, abs=0.003)
+    assert s["completed"] == 10 and s["ttft_p50_s"] >= 0.03 and s["ttft_p50_s"] < 0.08
+    assert s["tpot_p50_s"] == pytest.approx(0.005, abs=0.004)
     con = Warehouse(wh).connect()
     rows = con.sql(
         "SELECT request_id, arrival_s, output_tokens, output_tokens_received, ok "
