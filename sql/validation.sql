@@ -1,7 +1,7 @@
 -- validation.sql
 -- How far is the simulator from the live engine: TTFT, TPOT, E2E and throughput errors?
 -- Reads:   validation
--- Params:  run_id  VARCHAR  the validate run (NULL: the latest validate run)
+-- Params:  validation_run  VARCHAR  the validate run (NULL: the latest validate run)
 -- Grain:   one row per metric and statistic
 -- Columns: run_id, live_run_id, metric, stat, live, simulated, error, abs_error
 -- error = simulated / live - 1 (negative: the simulator is faster than the engine).
@@ -10,7 +10,7 @@
 -- completion. Rows come in a fixed order: ttft, tpot, e2e (p50, p90, p99, mean), then
 -- the throughputs.
 WITH run AS (
-    SELECT coalesce(getvariable('run_id')::VARCHAR, (SELECT max(run_id) FROM validation))
+    SELECT coalesce(getvariable('validation_run')::VARCHAR, (SELECT max(run_id) FROM validation))
         AS run_id
 )
 SELECT

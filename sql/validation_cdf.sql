@@ -1,13 +1,13 @@
 -- validation_cdf.sql
 -- The live and simulated latency distributions of a validate run, for overlaid CDFs.
 -- Reads:   validation_requests
--- Params:  run_id  VARCHAR  the validate run (NULL: the latest validate run)
+-- Params:  validation_run  VARCHAR  the validate run (NULL: the latest validate run)
 -- Grain:   one row per request, metric and source (live or simulated)
 -- Columns: run_id, metric, source, value_s, cdf
 -- cdf is the share of the run's requests with a value at or below value_s (per metric
 -- and source; a request without a value, e.g. TPOT of a one-token output, is left out).
 WITH run AS (
-    SELECT coalesce(getvariable('run_id')::VARCHAR,
+    SELECT coalesce(getvariable('validation_run')::VARCHAR,
         (SELECT max(run_id) FROM validation_requests)) AS run_id
 ),
 long AS (

@@ -1,14 +1,14 @@
 -- validation_requests.sql
 -- Request by request, how close was the simulator to the live engine (for a scatter)?
 -- Reads:   validation_requests
--- Params:  run_id  VARCHAR  the validate run (NULL: the latest validate run)
+-- Params:  validation_run  VARCHAR  the validate run (NULL: the latest validate run)
 -- Grain:   one row per request
 -- Columns: run_id, request_id, arrival_s, prompt_tokens, output_tokens, live_ttft_s,
 --          sim_ttft_s, ttft_error, live_tpot_s, sim_tpot_s, tpot_error, live_e2e_s,
 --          sim_e2e_s, e2e_error
 -- *_error = simulated / live - 1; null where the live value is null or 0.
 WITH run AS (
-    SELECT coalesce(getvariable('run_id')::VARCHAR,
+    SELECT coalesce(getvariable('validation_run')::VARCHAR,
         (SELECT max(run_id) FROM validation_requests)) AS run_id
 )
 SELECT
