@@ -34,13 +34,15 @@ import asyncio
 import json
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import numpy as np
+import numpy.typing as npt
 
 from pipeline.errors import ConfigError
 from pipeline.live.metrics import MetricsParseError, extract
@@ -153,8 +155,13 @@ class TextPrompts:
     def _count(self, text: str) -> int:
         return len(self.tok.encode(text, add_special_tokens=False).ids)
 
-    def build(self, seed: int, num_tokens: int) -> str:
+    def build(
+        self, seed: int, num_tokens: int, hashes: Sequence[int] = (), block_size: int = 0
+    ) -> str:
         """A text of exactly ``num_tokens`` tokens (special tokens included).
+
+        Its first full blocks follow ``hashes`` (see ``shared_blocks``); the rest is drawn
+        from ``seed``.
 
         Raises:
             ConfigError: the length cannot be reached (shorter than the special tokens).
@@ -165,25 +172,48 @@ class TextPrompts:
                 f"a prompt of {num_tokens} tokens is shorter than the {self.num_special} "
                 f"special tokens {self.path} adds"
             )
-        rng = np.random.default_rng(seed)
-        pick = rng.integers(0, len(self.words), size=want + 8)
-        words = [self.words[j] for j in pick]
+        vocab = len(self.words)
+        head = [self.words[j] for j in shared_blocks(hashes, block_size, want, vocab)]
+        pick = np.random.default_rng([seed, 1]).integers(0, vocab, size=want - len(head) + 8)
+        words = head + [self.words[j] for j in pick]
         k = want
         for _ in range(8):  # joined single-token words nearly always count exactly
             got = self._count(" ".join(words[:k]))
             if got == want:
                 return " ".join(words[:k])
-            k = max(0, min(len(words), k + want - got))
+            k = max(len(head), min(len(words), k + want - got))
         raise ConfigError(
             f"cannot build a text of exactly {num_tokens} tokens with {self.path}; use a "
             "server that takes token ids"
         )
 
 
-def token_prompt(seed: int, num_tokens: int) -> list[int]:
-    """Token ids for a server that takes them: ids 100..1099, different per request."""
-    rng = np.random.default_rng(seed)
-    return (100 + rng.integers(0, 1000, size=num_tokens)).tolist()
+@lru_cache(maxsize=8192)
+def _block(prefix_hash: int, block_size: int, vocab: int) -> npt.NDArray[np.int64]:
+    return np.random.default_rng([prefix_hash, 0]).integers(0, vocab, size=block_size)
+
+
+def shared_blocks(
+    hashes: Sequence[int], block_size: int, limit: int, vocab: int
+) -> npt.NDArray[np.int64]:
+    """Draws in [0, vocab) for the full blocks of ``hashes`` that fit in ``limit`` tokens.
+
+    A block's draws depend on its (chained) hash alone, so requests whose prompts shared a
+    prefix in the trace share these tokens, and a server's prefix cache can hit as it did.
+    """
+    fit = min(len(hashes), limit // block_size) if block_size > 0 else 0
+    if fit == 0:
+        return np.empty(0, dtype=np.int64)
+    return np.concatenate([_block(int(h), block_size, vocab) for h in hashes[:fit]])
+
+
+def token_prompt(
+    seed: int, num_tokens: int, hashes: Sequence[int] = (), block_size: int = 0
+) -> list[int]:
+    """Token ids 100..1099 for a server that takes ids: shared blocks, then per request."""
+    head = shared_blocks(hashes, block_size, num_tokens, 1000)
+    tail = np.random.default_rng([seed, 1]).integers(0, 1000, size=num_tokens - len(head))
+    return (100 + np.concatenate([head, tail])).tolist()
 
 
 def request_body(caps: ServerCaps, prompt: str | list[int], output_tokens: int) -> bytes:
@@ -374,13 +404,16 @@ class _Replay:
         self.prompt_mismatches: list[str] = []
 
     def body(self, caps: ServerCaps, i: int) -> bytes:
-        n = int(self.batch.prompt_tokens[i])
+        b = self.batch
+        n = int(b.prompt_tokens[i])
+        hashes: Sequence[int] = () if b.prefix_hashes is None else b.prefix_hashes[i]
+        block = 0 if b.block_size is None else int(b.block_size[i])
         prompt: str | list[int]
         if caps.token_prompts:
-            prompt = token_prompt(i, n)
+            prompt = token_prompt(i, n, hashes, block)
         else:
             assert self.text is not None
-            prompt = self.text.build(i, n)
+            prompt = self.text.build(i, n, hashes, block)
         return request_body(caps, prompt, int(self.batch.output_tokens[i]))
 
     async def run(self) -> LiveResult:

@@ -9,7 +9,8 @@ Requests are selected as ``replay`` selects them (one file, or warehouse days), 
 arrival; ``skip`` and ``sample`` take a contiguous slice (so a calibration slice and a
 validation slice need not overlap); arrivals restart at 0 and are multiplied by
 ``time_scale``. Lengths can be capped (a tiny CPU model has a short context); a logged
-output of 0 tokens is asked as 1 (a stream needs a token to time).
+output of 0 tokens is asked as 1 (a stream needs a token to time). The trace's prefix
+hashes, where it has them, travel with the batch (``LiveBatch.prefix_hashes``).
 """
 
 from __future__ import annotations
@@ -86,11 +87,19 @@ def make_batch(frame: pl.DataFrame, sel: Selection) -> LiveBatch:
         prompt = np.minimum(prompt, sel.max_prompt_tokens)
     if sel.max_output_tokens is not None:
         output = np.minimum(output, sel.max_output_tokens)
+    hashes, block = None, None
+    if "prefix_hashes" in part.columns and "block_size" in part.columns:
+        lists = [h or [] for h in part["prefix_hashes"].to_list()]
+        if any(lists):  # the trace's prefix sharing, for engines that make up prompts
+            hashes = lists
+            block = part["block_size"].fill_null(0).to_numpy().astype(np.int64)
     return LiveBatch(
         request_id=part["request_id"].to_list(),
         arrival_s=(arrival - arrival[0]) * sel.time_scale,
         prompt_tokens=np.maximum(prompt, 1),
         output_tokens=np.maximum(output, 1),
+        prefix_hashes=hashes,
+        block_size=block,
     )
 
 

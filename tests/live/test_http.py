@@ -153,7 +153,8 @@ def test_text_prompts_encode_to_the_exact_length(tmp_path: Path, n: int, kind: s
     texts = {prompts.build(seed, n) for seed in range(5)}
     for text in texts:
         assert len(tok.encode(text).ids) == n  # BOS included, as a server counts it
-    assert len(texts) == (1 if n == 1 else 5)  # distinct prompts, no shared prefix
+    # distinct prompts, no shared prefix (one word of a small vocabulary may repeat)
+    assert len(texts) == 1 if n == 1 else len(texts) >= (2 if n == 2 else 5)
 
 
 def test_text_prompts_reject_impossible_lengths(tmp_path: Path) -> None:
@@ -236,3 +237,39 @@ def test_a_kept_connection_the_server_closed_is_retried_on_a_new_one() -> None:
         res = run_http(b, HttpOptions(url, server_kind="vllm", max_in_flight=1))
         assert res.error == [None] * 4
         assert len(server_records(url)["records"]) == 4  # each sent once
+
+
+def test_prompts_share_the_blocks_the_trace_shared(tmp_path: Path) -> None:
+    """Equal chained hashes give equal tokens; a block that does not fit is left out."""
+    a = token_prompt(0, 12, [11, 22], 4)
+    b = token_prompt(1, 10, [11, 22], 4)
+    c = token_prompt(2, 12, [11, 33], 4)
+    short = token_prompt(3, 6, [11, 22], 4)
+    alone = token_prompt(4, 12)
+    assert (len(a), len(b), len(c), len(short)) == (12, 10, 12, 6)
+    assert a[:8] == b[:8] and a[8:10] != b[8:10]
+    assert a[:4] == c[:4] and a[4:8] != c[4:8]
+    assert short[:4] == a[:4] and short[4:] != a[4:6]
+    assert alone[:4] != a[:4]
+    text = TextPrompts(make_tokenizer(tmp_path))
+    ta = text.build(0, 13, [11, 22], 4).split()
+    tb = text.build(1, 11, [11, 22], 4).split()
+    assert (len(ta), len(tb)) == (12, 10)  # + BOS
+    assert ta[:8] == tb[:8] and ta[8:10] != tb[8:10]
+
+
+def test_shared_prefixes_reach_the_server(server: str) -> None:
+    before = len(server_records(server)["records"])
+    b = LiveBatch(
+        ["a", "b", "c"],
+        np.array([0.0, 0.01, 0.02]),
+        np.array([40, 40, 40], dtype=np.int64),
+        np.array([2, 2, 2], dtype=np.int64),
+        prefix_hashes=[[7, 8], [7, 9], []],
+        block_size=np.array([16, 16, 16], dtype=np.int64),
+    )
+    res = run_http(b, HttpOptions(server, server_kind="vllm"))
+    assert res.error == [None] * 3
+    heads = sorted(tuple(r["prompt_head"]) for r in server_records(server)["records"][before:])
+    shared = tuple(token_prompt(0, 40, [7], 16)[:4])
+    assert heads.count(shared) == 2  # a and b begin alike, c does not

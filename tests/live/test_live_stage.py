@@ -185,6 +185,14 @@ def test_slice_rebases_scales_and_caps() -> None:
     assert b.output_tokens.tolist() == [7, 8, 4]
     whole = make_batch(f, Selection())
     assert len(whole) == 5 and whole.output_tokens[0] == 1  # 0 output tokens asked as 1
+    assert whole.prefix_hashes is None  # no hashes in this frame
+    hashed = f.with_columns(
+        pl.Series("prefix_hashes", [[1, 2], [], None, [1], [3]], dtype=pl.List(pl.UInt64)),
+        pl.Series("block_size", [16, None, None, 16, 16], dtype=pl.Int32),
+    )
+    b2 = make_batch(hashed, Selection(skip=1))
+    assert b2.prefix_hashes == [[], [], [1], [3]]
+    assert b2.block_size is not None and b2.block_size.tolist() == [0, 0, 16, 16]
     with pytest.raises(ConfigError, match="--skip 5 leaves none of the 5 requests"):
         make_batch(f, Selection(skip=5))
     with pytest.raises(ConfigError, match="--time-scale 0"):
