@@ -51,6 +51,7 @@ from pipeline.live.wire import StreamingClient
 
 KINDS = ("auto", "vllm", "sglang", "tgi", "transformers", "openai")
 CLIENTS = ("asyncio", "httpx")
+PREBUILD_BYTES = 256 * 2**20  # request bodies built before the replay starts, at most
 SPIN_S = 0.0015  # the dispatcher sleeps until this long before a send, then yields until it
 ERROR_BODY_CHARS = 200
 
@@ -443,7 +444,15 @@ class _Replay:
             pending = len(self.batch)
             if pending == 0:
                 self.done.set()
-            next_body = self.body(caps, 0) if pending else b""
+            # Bodies are built before the replay starts (up to PREBUILD_BYTES), so a burst
+            # of simultaneous arrivals leaves together; past that, each while waiting.
+            bodies: list[bytes | None] = [None] * len(self.batch)
+            size = 0
+            for i in range(len(self.batch)):
+                if size >= PREBUILD_BYTES:
+                    break
+                bodies[i] = self.body(caps, i)
+                size += len(bodies[i] or b"")
             if caps.metrics:  # the first request through httpx is slow: not while replaying
                 try:
                     await scraper.get("/metrics")
@@ -460,7 +469,7 @@ class _Replay:
                     self.done.set()
 
             for i in range(len(self.batch)):
-                body = next_body
+                body, bodies[i] = bodies[i] or self.body(caps, i), None
                 due = self.t0 + float(self.batch.arrival_s[i])
                 if due - time.perf_counter() > SPIN_S:
                     await asyncio.sleep(due - time.perf_counter() - SPIN_S)
@@ -469,8 +478,8 @@ class _Replay:
                 task = asyncio.create_task(self.one(client, sem, i, body))
                 tasks.add(task)
                 task.add_done_callback(finished)
-                if i + 1 < len(self.batch):
-                    next_body = self.body(caps, i + 1)  # built while waiting for its time
+                if i + 1 < len(self.batch) and bodies[i + 1] is None:
+                    bodies[i + 1] = self.body(caps, i + 1)  # built while waiting for its time
             await self.done.wait()
             await sampler
             await wire.aclose()
