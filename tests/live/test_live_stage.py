@@ -157,10 +157,10 @@ def test_sql_gives_the_summary_figures(tmp_path: Path) -> None:
     assert metrics == [
         {"run_id": run, "metric": "kv_cache_usage", "num_samples": 2, "first_s": 0.5,
          "last_s": 1.0, "min_value": 0.25, "mean_value": 0.375, "max_value": 0.5,
-         "last_value": 0.25},
+         "last_value": 0.25, "change": -0.25},
         {"run_id": run, "metric": "num_requests_running", "num_samples": 3, "first_s": 0.0,
          "last_s": 1.0, "min_value": 0.0, "mean_value": 1.0, "max_value": 2.0,
-         "last_value": 1.0},
+         "last_value": 1.0, "change": 1.0},
     ]  # fmt: skip
 
 
