@@ -163,6 +163,7 @@ def run_inprocess(
     )
     done = threading.Event()
     outputs: dict[str, Any] = {}
+    died: list[str] = []
     expected = n - len(too_long)
     try:
         manager.start()
@@ -181,6 +182,11 @@ def run_inprocess(
                 out = manager.get_result(timeout=0.05)
                 if out is not None and out.request_id in index:
                     outputs[out.request_id] = out
+                elif out is None and not manager.is_running():  # the engine thread died
+                    status = getattr(manager, "background_thread_status", None)
+                    fatal = getattr(status, "fatal_error", None)
+                    died.append(" ".join(f"engine stopped: {fatal}".split())[:300])
+                    break
             done.set()
 
         t0 = time.perf_counter()
@@ -201,7 +207,7 @@ def run_inprocess(
                 if wait <= 0:
                     break
                 time.sleep(min(wait, 0.05))
-            if deadline is not None and time.perf_counter() > deadline:
+            if done.is_set() or (deadline is not None and time.perf_counter() > deadline):
                 break
             manager.add_request(
                 prompts[k],
@@ -241,9 +247,12 @@ def run_inprocess(
             )
     for k in range(n):
         if result.error[k] is None and batch.request_id[k] not in outputs:
-            result.error[k] = (
-                "not sent before the timeout" if np.isnan(result.sent_s[k]) else "timed out"
-            )
+            if died:
+                result.error[k] = died[0]
+            else:
+                result.error[k] = (
+                    "not sent before the timeout" if np.isnan(result.sent_s[k]) else "timed out"
+                )
     if loaded.device == "cpu":
         info["cpu_threads"] = str(torch.get_num_threads())
     result.engine_info = info

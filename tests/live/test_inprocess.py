@@ -108,3 +108,19 @@ def test_random_prompts_are_seeded_and_of_the_logged_length() -> None:
     assert [len(p) for p in a] == [1, 5, 40]
     assert a == random_prompts(lengths, 100, seed=7)
     assert all(1 <= t < 100 for p in a for t in p)
+
+
+def test_an_engine_that_dies_fails_every_request_instead_of_hanging(tiny) -> None:  # type: ignore[no-untyped-def]
+    # a KV cache far larger than this machine's memory: the engine thread fails to start
+    batch = _batch(3)
+    res = run_inprocess(
+        batch,
+        loaded=tiny,
+        num_blocks=10**9,
+        block_size=256,
+        max_batch_tokens=64,
+        warmup=0,
+        timeout_s=120,
+    )
+    assert all(e is not None and e.startswith("engine stopped") for e in res.error), res.error
+    assert (res.output_tokens_received == 0).all()
