@@ -32,9 +32,9 @@ import numpy.typing as npt
 import polars as pl
 import pyarrow as pa
 
-from pipeline import __version__
-from pipeline.contracts import RUNS, VALIDATION, VALIDATION_REQUESTS, Contract
+from pipeline.contracts import VALIDATION, VALIDATION_REQUESTS, Contract
 from pipeline.errors import ConfigError
+from pipeline.live.replay import write_run_row
 from pipeline.warehouse import Warehouse, new_run_id
 
 F64 = npt.NDArray[np.float64]
@@ -278,7 +278,9 @@ def validate_live(
         "dropped_failed": frame.height - ok.height,
         "errors": {f"{r['metric']}_{r['stat']}": r["error"] for r in aggregate.to_dicts()},
     }
-    _write_run_row(wh, run_id, started, details, ok.height)
+    write_run_row(
+        wh, run_id, "validate", started, "ok", [live_run_id], frame.height, ok.height, details
+    )
     return Validation(run_id, live_run_id, aggregate, per_request, scenario_json, info, paths)
 
 
@@ -286,26 +288,3 @@ def _arrow(frame: pl.DataFrame, contract: Contract) -> pa.Table:
     """The frame's file columns, in the contract's order and types (NaN stored as null)."""
     table = frame.select(contract.file_columns).to_arrow()
     return table.cast(contract.schema())
-
-
-def _write_run_row(
-    wh: Warehouse, run_id: str, started: datetime, details: dict[str, Any], rows: int
-) -> None:
-    ts = pa.timestamp("us", tz="UTC")
-    table = pa.table(
-        {
-            "run_id": [run_id],
-            "command": ["validate"],
-            "started_at": pa.array([started], ts),
-            "finished_at": pa.array([datetime.now(UTC)], ts),
-            "status": ["ok"],
-            "inputs": [json.dumps([details["live_run_id"]])],
-            "rows_read": pa.array([rows], pa.int64()),
-            "rows_kept": pa.array([rows], pa.int64()),
-            "rows_quarantined": pa.array([0], pa.int64()),
-            "rows_duplicate": pa.array([0], pa.int64()),
-            "details": [json.dumps(details, sort_keys=True, default=str)],
-            "version": [__version__],
-        }
-    )
-    wh.write(RUNS, table, {}, run_id)
