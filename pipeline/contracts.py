@@ -6,6 +6,8 @@ Stage data flow:
     sweep    REQUESTS     -> SIM_REQUESTS, SIM_STEPS, SCENARIOS, RUNS (many scenarios, one run)
     capacity REQUESTS     -> CAPACITY_SEARCH, and what a sweep writes for every probe
     calibrate REQUESTS    -> CALIBRATION, RUNS (observed against replayed latencies)
+    live     REQUESTS     -> LIVE_REQUESTS, LIVE_METRICS, RUNS (a real engine, not the simulator)
+    validate LIVE_REQUESTS -> VALIDATION, VALIDATION_REQUESTS, RUNS (simulator vs live engine)
     report   all of them  -> one HTML file (through sql/*.sql, read-only)
 
 Column names carry their unit: *_s seconds, *_tokens token counts, num_* counts.
@@ -313,6 +315,118 @@ CALIBRATION = _contract(
     partition_by=("run_id",),
 )
 
+LIVE_REQUESTS = _contract(
+    "live_requests",
+    1,
+    "One row per request replayed through a live engine (in-process or over HTTP).",
+    [
+        _c("run_id", pa.string(), "live run (partition)"),
+        _c("request_id", pa.string(), "requests.request_id"),
+        _c("engine", pa.string(), "inprocess or http"),
+        _c("arrival_s", pa.float64(), "scheduled send time, seconds from replay start"),
+        _c("sent_s", pa.float64(), "when it left the client / was added to the engine"),
+        _c("first_scheduled_s", pa.float64(), "engine-side first scheduling, when known"),
+        _c("first_token_s", pa.float64(), "first non-empty chunk (first generated token)"),
+        _c("finished_s", pa.float64(), "last chunk (request finished)"),
+        _c("prompt_tokens", pa.int32(), "prompt tokens sent"),
+        _c("output_tokens", pa.int32(), "output tokens asked for (EOS ignored)"),
+        _c("output_tokens_received", pa.int32(), "output tokens received"),
+        _c("ttft_s", pa.float64(), "first_token_s - arrival_s"),
+        _c("tpot_s", pa.float64(), "(e2e - ttft) / (output_tokens_received - 1); null if <= 1"),
+        _c("e2e_s", pa.float64(), "finished_s - arrival_s"),
+        _c("itl_mean_s", pa.float64(), "mean gap between chunks after the first"),
+        _c("itl_max_s", pa.float64(), "longest gap between chunks after the first"),
+        _c("error", pa.string(), "why it failed; null when it completed"),
+        _c("ok", pa.bool_(), "completed with every token asked for (error is null)"),
+    ],
+    nullable={
+        "sent_s",
+        "first_scheduled_s",
+        "first_token_s",
+        "finished_s",
+        "ttft_s",
+        "tpot_s",
+        "e2e_s",
+        "itl_mean_s",
+        "itl_max_s",
+        "error",
+    },
+    primary_key=("request_id",),
+    partition_by=("run_id",),
+)
+
+LIVE_METRICS = _contract(
+    "live_metrics",
+    1,
+    "The time series of a live run: server metrics scraped from /metrics and client counts.",
+    [
+        _c("run_id", pa.string(), "live run (partition)"),
+        _c("time_s", pa.float64(), "when it was sampled, seconds from replay start"),
+        _c("metric", pa.string(), "num_requests_running, kv_cache_usage, client_in_flight, ..."),
+        _c("value", pa.float64(), "its value then"),
+    ],
+    primary_key=("time_s", "metric"),
+    partition_by=("run_id",),
+)
+
+VALIDATION = _contract(
+    "validation",
+    1,
+    "The simulator against a live run: per metric and statistic, live, simulated, error.",
+    [
+        _c("run_id", pa.string(), "validate run (partition)"),
+        _c("live_run_id", pa.string(), "the live run compared"),
+        _c("metric", pa.string(), "ttft, tpot, e2e, request_throughput, output_token_throughput"),
+        _c("stat", pa.string(), "p50, p90, p99, mean (latencies); overall (throughputs)"),
+        _c("live", pa.float64(), "measured on the live engine (s, or per s)"),
+        _c("simulated", pa.float64(), "the simulator's value for the same requests"),
+        _c("error", pa.float64(), "simulated / live - 1"),
+    ],
+    nullable={"live", "simulated", "error"},
+    primary_key=("metric", "stat"),
+    partition_by=("run_id",),
+)
+
+VALIDATION_REQUESTS = _contract(
+    "validation_requests",
+    1,
+    "The simulator against a live run, per request: live and simulated latencies side by side.",
+    [
+        _c("run_id", pa.string(), "validate run (partition)"),
+        _c("live_run_id", pa.string(), "the live run compared"),
+        _c("request_id", pa.string(), "requests.request_id"),
+        _c("arrival_s", pa.float64(), "arrival, seconds from the live replay's start"),
+        _c("prompt_tokens", pa.int32(), "prompt tokens"),
+        _c("output_tokens", pa.int32(), "output tokens"),
+        _c("live_first_scheduled_s", pa.float64(), "engine's first scheduling (in-process)"),
+        _c("sim_first_scheduled_s", pa.float64(), "simulated first scheduling"),
+        _c("live_ttft_s", pa.float64(), "measured TTFT"),
+        _c("sim_ttft_s", pa.float64(), "simulated TTFT"),
+        _c("ttft_error", pa.float64(), "sim_ttft_s / live_ttft_s - 1"),
+        _c("live_tpot_s", pa.float64(), "measured TPOT (null for one output token)"),
+        _c("sim_tpot_s", pa.float64(), "simulated TPOT"),
+        _c("tpot_error", pa.float64(), "sim_tpot_s / live_tpot_s - 1"),
+        _c("live_e2e_s", pa.float64(), "measured end-to-end latency"),
+        _c("sim_e2e_s", pa.float64(), "simulated end-to-end latency"),
+        _c("e2e_error", pa.float64(), "sim_e2e_s / live_e2e_s - 1"),
+    ],
+    nullable={
+        "live_first_scheduled_s",
+        "sim_first_scheduled_s",
+        "live_ttft_s",
+        "sim_ttft_s",
+        "ttft_error",
+        "live_tpot_s",
+        "sim_tpot_s",
+        "tpot_error",
+        "live_e2e_s",
+        "sim_e2e_s",
+        "e2e_error",
+    },
+    primary_key=("request_id",),
+    partition_by=("run_id",),
+)
+
 CONTRACTS: dict[str, Contract] = {
     c.name: c
     for c in (
@@ -324,6 +438,10 @@ CONTRACTS: dict[str, Contract] = {
         SCENARIOS,
         CAPACITY_SEARCH,
         CALIBRATION,
+        LIVE_REQUESTS,
+        LIVE_METRICS,
+        VALIDATION,
+        VALIDATION_REQUESTS,
     )
 }
 

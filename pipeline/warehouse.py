@@ -8,6 +8,8 @@ Layout (one directory per contract)::
     sim_requests/run_id=<run_id>/<scenario>.parquet
     sim_steps/run_id=<run_id>/<scenario>.parquet
     scenarios/run_id=<run_id>/scenarios.parquet
+    live_requests/run_id=<run_id>/<engine>.parquet       one file per live run
+    live_metrics/run_id=<run_id>/<engine>.parquet
 
 Each table also holds a zero-row ``_empty.parquet`` so that its DuckDB view
 resolves (and has the right column types) before any data lands.

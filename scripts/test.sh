@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
-# Install tracereplay with its test dependencies into ./.venv, then run the
-# whole suite: ruff (lint and format), mypy, and pytest.
+# Install tracereplay with its test dependencies, the live engines' extra (the
+# CPU torch build, transformers, httpx), `transformers serve` and vLLM's own
+# scheduler into ./.venv, then run the whole suite: ruff (lint and format), mypy,
+# and pytest (tests/live runs real engines on CPU with tiny random models;
+# tests/conformance drives vLLM's scheduler against the simulator).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m venv .venv
 .venv/bin/python -m pip install --quiet --upgrade pip
-.venv/bin/python -m pip install --quiet -e '.[test,conformance]'
-# vLLM's own scheduler for tests/conformance, without its requirements (they
-# would pull a CUDA torch; the extra above has the CPU one and what it imports).
+.venv/bin/python -m pip install --quiet -e '.[test,live,serving,conformance]'
+# accelerate (which `transformers serve` loads models with) and vLLM without their
+# requirements: both ask for torch, and a resolver would pull a CUDA build over the
+# CPU one the extras pin.
+.venv/bin/python -m pip install --quiet --no-deps 'accelerate>=1.1'
 .venv/bin/python -m pip install --quiet --no-deps 'vllm==0.33.0'
 # The report's browser test drives Debian's chromium through Playwright (never
 # `playwright install`, which downloads its own browser build).

@@ -40,3 +40,23 @@ CREATE OR REPLACE VIEW calibration AS
 SELECT * FROM read_parquet('calibration/*/*.parquet',
     hive_partitioning = true, hive_types = {'run_id': VARCHAR}, union_by_name = true)
 WHERE run_id <> '_empty';
+
+CREATE OR REPLACE VIEW live_requests AS
+SELECT * FROM read_parquet('live_requests/*/*.parquet',
+    hive_partitioning = true, hive_types = {'run_id': VARCHAR}, union_by_name = true)
+WHERE run_id <> '_empty';
+
+CREATE OR REPLACE VIEW live_metrics AS
+SELECT * FROM read_parquet('live_metrics/*/*.parquet',
+    hive_partitioning = true, hive_types = {'run_id': VARCHAR}, union_by_name = true)
+WHERE run_id <> '_empty';
+
+CREATE OR REPLACE VIEW validation AS
+SELECT * FROM read_parquet('validation/*/*.parquet',
+    hive_partitioning = true, hive_types = {'run_id': VARCHAR}, union_by_name = true)
+WHERE run_id <> '_empty';
+
+CREATE OR REPLACE VIEW validation_requests AS
+SELECT * FROM read_parquet('validation_requests/*/*.parquet',
+    hive_partitioning = true, hive_types = {'run_id': VARCHAR}, union_by_name = true)
+WHERE run_id <> '_empty';

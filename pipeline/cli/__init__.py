@@ -25,11 +25,13 @@ COMMANDS = {
     "compare": "pipeline.cli.compare:compare",
     "ingest": "pipeline.cli.ingest:ingest",
     "profile": "pipeline.cli.profile:profile",
+    "live": "pipeline.cli.live:live",
     "replay": "pipeline.cli.replay:replay",
     "report": "pipeline.cli.report:report",
     "run": "pipeline.cli.run:run",
     "sql": "pipeline.cli.sql:sql",
     "sweep": "pipeline.cli.sweep:sweep",
+    "validate": "pipeline.cli.validate:validate",
 }
 
 

@@ -252,3 +252,12 @@ def _ms(x: float | None) -> str:
 
 def pct_signed(x: float | None) -> str:
     return "-" if x is None else f"{x:+.1%}"
+
+
+def _attach_live() -> None:
+    from pipeline.cli.calibrate_live import live_command
+
+    calibrate.add_command(live_command)
+
+
+_attach_live()

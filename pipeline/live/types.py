@@ -25,12 +25,20 @@ class LiveBatch:
     arrival_s: npt.NDArray[np.float64]  # when to send it (already time-scaled)
     prompt_tokens: npt.NDArray[np.int64]  # prompt length to send
     output_tokens: npt.NDArray[np.int64]  # tokens to generate (EOS ignored)
+    # Optional, the trace's prefix sharing: per request, the chained hashes of its first full
+    # prompt blocks of block_size[i] tokens (empty: none). Engines that make up prompt
+    # tokens give equal hashes equal tokens, so a prefix cache hits where the trace's did.
+    prefix_hashes: list[list[int]] | None = None
+    block_size: npt.NDArray[np.int64] | None = None
 
     def __post_init__(self) -> None:
         n = len(self.request_id)
-        for name in ("arrival_s", "prompt_tokens", "output_tokens"):
-            if len(getattr(self, name)) != n:
-                raise ValueError(f"LiveBatch.{name} has {len(getattr(self, name))} rows, not {n}")
+        for name in ("arrival_s", "prompt_tokens", "output_tokens", "prefix_hashes", "block_size"):
+            value = getattr(self, name)
+            if value is not None and len(value) != n:
+                raise ValueError(f"LiveBatch.{name} has {len(value)} rows, not {n}")
+        if (self.prefix_hashes is None) != (self.block_size is None):
+            raise ValueError("LiveBatch.prefix_hashes and block_size go together")
 
     def __len__(self) -> int:
         return len(self.request_id)

@@ -8,7 +8,8 @@
 
 Time and step cost. A step starts when the previous one ends (or when a
 request arrives at an idle replica, or when a static batch's timer fires) and
-lasts ``cost_model.step_time(P, A, N, D, C)`` where, over the scheduled requests:
+lasts ``cost_model.step_time(P, A, N, D, C)`` where, over the scheduled requests
+(the ``transformers`` policy counts A over its packed batch, see its module):
 
 - a request is a **decode** if its prompt (or recompute) is done: it computes
   one token with context ``n + 1`` (n = tokens computed before the step, plus
@@ -56,7 +57,7 @@ from pipeline.sim.cost_model import (
     step_time,
 )
 from pipeline.sim.kv import blocks_needed, release
-from pipeline.sim.policies import orca, sarathi, sglang, static, tgi, vllm
+from pipeline.sim.policies import orca, sarathi, sglang, static, tgi, transformers, vllm
 from pipeline.sim.prefix import extend_keys
 from pipeline.sim.routing import PREFIX_AWARE, ROUND_ROBIN, least_outstanding, prefix_aware
 from pipeline.sim.state import (
@@ -167,6 +168,7 @@ _SOURCES = (
     "policies/sarathi.py",
     "policies/sglang.py",
     "policies/tgi.py",
+    "policies/transformers.py",
 )
 
 
@@ -220,6 +222,8 @@ def _schedule(
         return tgi.schedule(r, cfg, cfgf, rq, rqf, rp, rpf, run, wq, sq, stt, now, kc)
     if code == sarathi.CODE:
         return sarathi.schedule(r, cfg, cfgf, rq, rqf, rp, rpf, run, wq, sq, stt, now, kc)
+    if code == transformers.CODE:
+        return transformers.schedule(r, cfg, cfgf, rq, rqf, rp, rpf, run, wq, sq, stt, now, kc)
     if code == orca.CODE:
         return orca.schedule(r, cfg, cfgf, rq, rqf, rp, rpf, run, wq, sq, stt, now, kc)
     return static.schedule(r, cfg, cfgf, rq, rqf, rp, rpf, run, wq, sq, stt, now, kc)
@@ -364,6 +368,7 @@ def _step(
     n_pf = 0  # prefill chunks (sequences) in the step
     d = 0
     ctx = 0.0
+    kv_all = 0.0  # KV tokens of every scheduled sequence after the step (packed attention)
     min_left = np.iinfo(np.int64).max
     n_ev = 0
     for j in range(n):
@@ -372,6 +377,7 @@ def _step(
         if c0 >= rq[i, R_PF_END]:  # a decode: context c0 + 1, samples a token
             d += 1
             ctx += c0 + 1
+            kv_all += c0 + 1
             gen = rq[i, R_GENERATED] + 1
             rq[i, R_COMPUTED] = c0 + 1
             rq[i, R_GENERATED] = gen
@@ -386,6 +392,7 @@ def _step(
             n_pf += 1
             p_tok += t
             p_attn += t * c0 + t * (t + 1) // 2  # causal (query, key) pairs
+            kv_all += c0 + t
             if math.isnan(rqf[i, F_FIRST_SCHED]):
                 rqf[i, F_FIRST_SCHED] = start
             if c0 < rq[i, R_PROMPT]:
@@ -397,6 +404,8 @@ def _step(
                 if gen == 1 or gen >= rq[i, R_OUTPUT]:
                     ev[n_ev] = i
                     n_ev += 1
+    if cfg[C_POLICY] == transformers.CODE:
+        p_attn = transformers.packed_attention(p_tok, float(d), kv_all, ctx)
     k = 1
     if (
         p_tok == 0

@@ -283,6 +283,9 @@ class ReferenceLoop(EngineSchedulers):
                 assert t == 1
                 d += 1
                 ctx += req.computed + 1
+        if self.sc.policy == "transformers":  # every query against every key of the batch
+            keys = sum(req.computed + t for req, t in scheduled)
+            p_attn = (p_tok + d) * keys - ctx
         duration = float(step_time(self.cost, p_tok, p_attn, n_pf + d, d, ctx))
         end = start + duration
         for req, t in scheduled:

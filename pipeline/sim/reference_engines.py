@@ -1,9 +1,11 @@
-"""The reference loop's SGLang and TGI schedulers, one step at a time, in plain Python.
+"""The reference loop's SGLang, TGI and transformers schedulers, one step at a time, in Python.
 
 Written again from the engines' code paths (``get_new_batch_prefill``,
 ``PrefillAdder``, ``update_running_batch``, ``retract_decode``;
-``batching_task``, ``Queue::next_batch``), not from the compiled kernels; the
-rules are stated in ``policies/sglang.py`` and ``policies/tgi.py``.
+``batching_task``, ``Queue::next_batch``; ``prepare_next_batch``,
+``_process_candidates``, ``offload_requests``), not from the compiled kernels; the
+rules are stated in ``policies/sglang.py``, ``policies/tgi.py`` and
+``policies/transformers.py``.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import math
 
 import numpy as np
 
-from pipeline.sim.policies import sglang, tgi
+from pipeline.sim.policies import sglang, tgi, transformers
 from pipeline.sim.reference_kv import ReferenceKV, Replica, Req, Scheduled
 
 MASK64 = (1 << 64) - 1
@@ -28,7 +30,99 @@ def splitmix64(rep: Replica) -> int:
 
 
 class EngineSchedulers(ReferenceKV):
-    """``schedule_sglang`` and ``schedule_tgi``."""
+    """``schedule_sglang``, ``schedule_tgi`` and ``schedule_transformers``."""
+
+    # --- transformers ----------------------------------------------------------
+    def schedule_transformers(self, rep: Replica) -> tuple[Scheduled, int, int]:
+        """prepare_next_batch: schedule, soft-reset starved requests, schedule again if empty."""
+        finished = sum(1 for q in rep.assigned if not math.isnan(q.finished_s))
+        if finished != rep.finished_seen:  # update_batch of the last step finished one
+            rep.finished_seen = finished
+            rep.block_new = False
+        admitted = 0
+        reset = 0
+        while True:
+            batch, starved, failed, adm = self.transformers_candidates(rep)
+            admitted += adm
+            if batch or not failed:
+                break
+            k = self.transformers_offload(rep, starved)
+            assert k > 0, "No requests can be scheduled and no requests can be offloaded."
+            reset += k
+        if starved:
+            reset += self.transformers_offload(rep, starved)
+        return batch, reset, admitted
+
+    def transformers_candidates(
+        self, rep: Replica
+    ) -> tuple[Scheduled, list[tuple[Req, int]], bool, int]:
+        """FIFOScheduler / PrefillFirstScheduler.schedule_batch and _process_candidates."""
+        p: transformers.Params = self.p
+        decoding = [q for q in rep.running if not q.in_prefill]
+        prefilling = [q for q in rep.running if q.in_prefill]
+        if p.scheduler_type == "fifo":
+            candidates = decoding + prefilling
+        else:
+            candidates = prefilling + decoding
+        if not rep.block_new:
+            candidates += list(rep.fifo)
+        margin = p.safety_margin
+        if margin < 0:
+            margin = transformers.DEFAULT_MARGIN[p.scheduler_type]
+        in_margin = rep.cache.free / self.sc.num_kv_blocks >= margin
+        token_budget = p.max_batch_tokens
+        request_budget = p.max_requests_per_batch
+        batch: Scheduled = []
+        starved: list[tuple[Req, int]] = []
+        failed = False
+        admitted = 0
+        for req in candidates:
+            active = any(q is req for q in rep.running)
+            if not in_margin and batch and not (active and not req.in_prefill):
+                break
+            tokens = min(req.num_tokens - req.computed, token_budget)
+            if self.need(req, req.computed + tokens) > rep.cache.free:
+                failed = True
+                if active:
+                    starved.append((req, tokens))
+                continue
+            if not active:
+                rep.fifo.remove(req)
+                req.prefill_end = req.num_tokens
+                rep.running.append(req)
+                admitted += 1
+            assert self.grow(rep, req, req.computed + tokens)
+            batch.append((req, tokens))
+            token_budget -= tokens
+            request_budget -= 1
+            if token_budget == 0 or request_budget <= 0:
+                break
+        return batch, starved, failed, admitted
+
+    def transformers_offload(self, rep: Replica, starved: list[tuple[Req, int]]) -> int:
+        """offload_requests without a CPU pool: every victim is soft reset."""
+        victims: list[Req] = []
+        num_active = len(rep.running)
+        while starved and num_active - len(victims) > 1:
+            free = rep.cache.free
+            storable = 0
+            for req, tokens in starved:
+                need = self.need(req, req.computed + tokens)
+                if need > free:
+                    break
+                free -= need
+                storable += 1
+            if storable == len(starved):
+                break
+            req, _ = starved.pop()
+            victims.append(req)
+            rep.running.remove(req)
+            self.drop(rep, req)
+        for req in reversed(victims):
+            rep.push(req)
+        if victims:
+            rep.block_new = True
+        return len(victims)
 
     # --- SGLang --------------------------------------------------------------
     def sglang_max_units(self, req: Req) -> int:

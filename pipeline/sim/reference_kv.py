@@ -166,6 +166,9 @@ class Replica:
         # tgi
         self.phase = 0
         self.wait_tokens = 0
+        # transformers
+        self.block_new = False  # block_new_requests
+        self.finished_seen = 0  # requests seen finished (a new one lifts block_new)
 
     # --- the waiting queue: a deque (FCFS) or a heap on (priority, arrival, index) ---
     @property

@@ -57,6 +57,13 @@ CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any], Rows]] = {
     ]),
     # nor a calibration; tests/calibrate/test_observed.py checks this query's rows
     "calibration_without_a_calibration": ("calibration", {}, {}, []),
+    # the tiny warehouse has no live run; tests/live/test_live_sql.py checks these queries' rows
+    "live_latency_without_a_run": ("live_latency", {}, {}, []),
+    "live_metrics_without_a_run": ("live_metrics", {}, {}, []),
+    # no validate run either; tests/live/test_validate.py checks these queries' rows
+    "validation_without_a_run": ("validation", {}, {}, []),
+    "validation_cdf_without_a_run": ("validation_cdf", {}, {}, []),
+    "validation_requests_without_a_run": ("validation_requests", {}, {}, []),
     "replay_runs": ("replay_runs", {}, {}, [
         {"run_id": R2, "num_scenarios": 4, "num_sim_requests": 16, "version": "0.1.0",
          "scenario_names": "static-4, vllm-2, vllm-4, vllm-4-fast"},

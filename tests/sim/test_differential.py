@@ -146,6 +146,13 @@ def _case(draw: Any, policy: str, *, caching: bool | None = None) -> tuple[SimIn
         }
         if values["chunked_prefill_size"] != -1:
             values["chunked_prefill_size"] = max(values["chunked_prefill_size"], block_size)
+    elif policy == "transformers":
+        values |= {
+            "max_batch_tokens": draw(st.integers(1, 300)),
+            "scheduler_type": draw(st.sampled_from(["fifo", "prefill_first"])),
+            "max_requests_per_batch": draw(st.sampled_from([1, 3, 8, 1024])),
+            "safety_margin": draw(st.sampled_from([-1.0, -1.0, 0.0, 0.3])),
+        }
     elif policy == "tgi":
         chunking = draw(st.booleans())
         values |= {
@@ -243,10 +250,14 @@ def check_invariants(inp: SimInput, sc: Scenario, res: SimResult) -> None:
         seqs = sglang.max_running(sc.params, sc.memory)
     elif sc.policy == "tgi":  # chunking models ignore max_batch_size once a batch runs
         seqs = len(inp) if sc.params.prefill_chunking else sc.params.max_batch_size or len(inp)
+    elif sc.policy == "transformers":
+        seqs = sc.params.max_requests_per_batch
     else:
         seqs = getattr(sc.params, "max_num_seqs", getattr(sc.params, "max_batch_size", 0))
     assert (res.st[:, S_RUNNING] <= seqs).all()
     budget = getattr(sc.params, "max_num_batched_tokens", getattr(sc.params, "chunk_size", None))
+    if sc.policy == "transformers":
+        budget = sc.params.max_batch_tokens
     if budget is not None:
         assert (res.st[:, S_PREFILL] + res.st[:, S_DECODE] <= budget).all()
     if sc.policy == "sglang":  # a step is a prefill batch or a decode step, never both
@@ -297,6 +308,12 @@ def check_case(case: tuple[SimInput, Scenario]) -> None:
 @settings(max_examples=60)
 @given(cases("vllm"))
 def test_vllm_fast_equals_reference(case: tuple[SimInput, Scenario]) -> None:
+    check_case(case)
+
+
+@settings(max_examples=60)
+@given(cases("transformers"))
+def test_transformers_fast_equals_reference(case: tuple[SimInput, Scenario]) -> None:
     check_case(case)
 
 
@@ -359,6 +376,8 @@ def test_kv_pressure_preempts_and_still_matches() -> None:
     for policy, params in [
         ("vllm", {"max_num_seqs": 8, "max_num_batched_tokens": 512}),
         ("sarathi", {"max_num_seqs": 8, "chunk_size": 256, "watermark": 0.0}),
+        ("transformers", {"max_batch_tokens": 512, "scheduler_type": "fifo"}),
+        ("transformers", {"max_batch_tokens": 256, "scheduler_type": "prefill_first"}),
     ]:
         sc = build_scenario(
             {

@@ -67,7 +67,8 @@ def test_set_values_parse_as_toml() -> None:
     [
         (
             {"policy": "fcfs"},
-            "unknown policy 'fcfs'; allowed: orca, sarathi, sglang, static, tgi, vllm",
+            "unknown policy 'fcfs'; allowed: orca, sarathi, sglang, static, tgi, transformers, "
+            "vllm",
         ),
         ({"max_batch_size": 4}, "max_batch_size is a parameter of static"),
         ({"max_num_sequences": 4}, "unknown key 'max_num_sequences'.*allowed: .*max_num_seqs"),

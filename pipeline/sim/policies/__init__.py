@@ -16,16 +16,26 @@ Policies (see each module's docstring for its exact rules):
               retraction, radix cache, schedule policies (fcfs, lpm, dfs-weight, lof, random)
 - ``tgi``     TGI v3: full-lifetime reservation, no preemption, waiting_served_ratio,
               max_waiting_tokens, prefill chunking, radix prefix cache
+- ``transformers`` transformers' continuous batching: fifo or prefill_first, max_batch_tokens,
+              safety margin, soft reset of starved requests
 """
 
 from __future__ import annotations
 
-from pipeline.sim.policies import orca, sarathi, sglang, static, tgi, vllm
+from pipeline.sim.policies import orca, sarathi, sglang, static, tgi, transformers, vllm
 from pipeline.sim.policies.base import Memory, Policy
 
 POLICIES: dict[str, Policy] = {
     p.name: p
-    for p in (static.POLICY, orca.POLICY, vllm.POLICY, sarathi.POLICY, sglang.POLICY, tgi.POLICY)
+    for p in (
+        static.POLICY,
+        orca.POLICY,
+        vllm.POLICY,
+        sarathi.POLICY,
+        sglang.POLICY,
+        tgi.POLICY,
+        transformers.POLICY,
+    )
 }
 
 __all__ = ["POLICIES", "Memory", "Policy"]
