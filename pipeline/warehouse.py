@@ -83,12 +83,44 @@ class Warehouse:
         return write_table(table, contract, self.partition_path(contract, values, stem))
 
     def connect(self) -> duckdb.DuckDBPyConnection:
-        """An in-memory DuckDB connection with a view over every table of the warehouse."""
+        """A read-only, in-memory DuckDB connection with a view over every table.
+
+        What can run on it is limited by DuckDB's own settings, not by reading
+        the SQL: the engine opens files under the warehouse directory and
+        nowhere else (``enable_external_access = false`` with
+        ``allowed_directories``), installs and loads no extension, spills
+        nothing to disk (no ``temp_directory``), and its configuration is
+        locked, so no ``SET`` gives any of it back. The session's time zone is
+        UTC. What could still write *inside* the warehouse (``COPY ... TO``
+        under it) is refused by statement type before it runs
+        (``pipeline.report.sql.check_read_only``).
+        """
         self.init()
-        con = duckdb.connect()
-        con.execute(f"SET file_search_path = '{_sql_quote(str(self.root.resolve()))}'")
-        con.execute(load_sql(VIEWS_SQL))
+        root = str(self.root.resolve())
+        con = duckdb.connect(
+            config={"autoinstall_known_extensions": False, "autoload_known_extensions": False}
+        )
+        con.execute("SET TimeZone = 'UTC'")
+        con.execute("SET temp_directory = ''")
+        con.execute(absolute_views(root))
+        con.execute(f"SET allowed_directories = ['{_sql_quote(root)}/']")
+        con.execute("SET enable_external_access = false")
+        con.execute("SET lock_configuration = true")
         return con
+
+
+def absolute_views(root: str) -> str:
+    """views.sql with every table path made absolute under ``root``.
+
+    # NOTE: DuckDB checks a relative path against ``allowed_directories`` as it
+    # is written, not as ``file_search_path`` resolves it, so the read-only
+    # connection's views name their files absolutely.
+    """
+    text = load_sql(VIEWS_SQL)
+    prefix = f"read_parquet('{_sql_quote(root)}/"
+    out = text.replace("read_parquet('", prefix)
+    assert out.count(prefix) == text.count("read_parquet("), "views.sql: unexpected path form"
+    return out
 
 
 def _sql_quote(s: str) -> str:
