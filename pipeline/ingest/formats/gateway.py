@@ -27,14 +27,15 @@ line_based = True
 has_header = False
 may_hold_text = True
 
-_DETAILS = pl.Struct({"cached_tokens": pl.Float64()})
+# Counts are read as text so that "12" and 12 follow one rule (``fields.int_expr``).
+_DETAILS = pl.Struct({"cached_tokens": pl.String()})
 SCHEMA = {
     "request_id": pl.String(),
     "startTime": pl.String(),
     "endTime": pl.String(),
     "completionStartTime": pl.String(),
-    "prompt_tokens": pl.Float64(),
-    "completion_tokens": pl.Float64(),
+    "prompt_tokens": pl.String(),
+    "completion_tokens": pl.String(),
     "model": pl.String(),
     "model_group": pl.String(),
     "user": pl.String(),
@@ -42,8 +43,8 @@ SCHEMA = {
     "end_user": pl.String(),
     "status": pl.String(),
     "session_id": pl.String(),
-    "cached_tokens": pl.Float64(),
-    "cache_read_input_tokens": pl.Float64(),
+    "cached_tokens": pl.String(),
+    "cache_read_input_tokens": pl.String(),
     "metadata": pl.Struct({"usage_object": pl.Struct({"prompt_tokens_details": _DETAILS})}),
 }
 _TIMES = {"arrival_time": "startTime", "_end": "endTime", "_first": "completionStartTime"}
@@ -88,7 +89,11 @@ def parse(block: Block, opts: ParseOptions) -> Parsed:
         pl.col("source_line"),
         pl.col("byte_offset"),
         pl.when(failed)
-        .then(pl.lit("status ") + pl.col("status") + pl.lit(" (a failed call never ran)"))
+        .then(
+            pl.lit("status ")
+            + pl.col("status").str.slice(0, 40)
+            + pl.lit(" (a failed call never ran)")
+        )
         .alias("_reject"),
     )
     for out, raw in _TIMES.items():

@@ -44,6 +44,7 @@ from pipeline.errors import SourceError
 from pipeline.ingest.formats import Block, Parsed, ParseOptions
 from pipeline.ingest.formats._lines import (
     BOM,
+    INT64_MAX,
     Rejects,
     as_float,
     as_int,
@@ -183,7 +184,23 @@ def _first(attrs: dict[str, Any], *keys: str) -> Any:
 
 
 def _nano(span: dict[str, Any], key: str) -> int | None:
-    return lenient(as_int, span.get(key)) or None  # 0 means unset in OTLP
+    value = lenient(as_int, span.get(key)) or None  # 0 means unset in OTLP
+    if value is not None and not 0 < value < INT64_MAX:
+        raise _BadRecordError(f"{key} out of range (nanoseconds since 1970 within 64 bits)")
+    return value
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    out = str(value)
+    try:
+        out.encode("utf-8")
+    except UnicodeEncodeError:
+        raise _BadRecordError(
+            "an unpaired surrogate escape (\\ud800-\\udfff) in a text value"
+        ) from None
+    return out
 
 
 def _row(span: Any) -> dict[str, Any] | None:
@@ -204,14 +221,13 @@ def _row(span: Any) -> dict[str, Any] | None:
         return lenient(as_int if kind is int else as_float, _first(attrs, *keys))
 
     def text(*keys: str) -> str | None:
-        value = _first(attrs, *keys)
-        return None if value is None else str(value)
+        return _text(_first(attrs, *keys))
 
     request_id = text("gen_ai.response.id", "gen_ai.request.id")
     if request_id is None:
         trace, span_id = span.get("traceId"), span.get("spanId")
         if trace and span_id:
-            request_id = f"{trace}-{span_id}"
+            request_id = _text(f"{trace}-{span_id}")
     return {
         "request_id": request_id,
         "arrival_time": None if start is None else start // 1000,
@@ -286,6 +302,10 @@ def parse(block: Block, opts: ParseOptions) -> Parsed:
             whole_error = utf8_reason(exc)
         except json.JSONDecodeError as exc:
             whole_error = f"{exc.msg} at line {exc.lineno} column {exc.colno}"
+        except RecursionError:
+            whole_error = "nested too deeply"
+        except ValueError:  # an integer literal beyond Python's digit limit
+            whole_error = "a number literal too long"
 
     if len(content) > 1 and whole_error is None:
         # one (pretty-printed) document: records are numbered by span index
