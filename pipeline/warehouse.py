@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
+import shutil
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -82,6 +83,42 @@ class Warehouse:
         """Write one file of ``contract`` atomically and return its path."""
         return write_table(table, contract, self.partition_path(contract, values, stem))
 
+    def remove_stale(self) -> list[Path]:
+        """Remove what killed commands left behind; return what was removed.
+
+        - temporary files (``.<name>.tmp-<pid or run id>``) of the tables;
+        - the files of runs that never committed: a ``run_id=<id>`` directory
+          of a run table whose run has no ``runs`` row (the views never showed
+          them);
+        - temporary files of reports whose writing process is gone.
+
+        Call it only while holding the warehouse lock (``pipeline.lock``): then
+        no other command is writing, so every such file is stale.
+        """
+        removed: list[Path] = []
+        committed = {p.stem for p in self.table_dir(CONTRACTS["runs"]).glob("*.parquet")}
+        for contract in CONTRACTS.values():
+            d = self.table_dir(contract)
+            if not d.is_dir():
+                continue
+            for tmp in d.rglob(".*.tmp-*"):
+                tmp.unlink(missing_ok=True)
+                removed.append(tmp)
+            if "run_id" in contract.partition_by:
+                for run_dir in d.glob("run_id=*"):
+                    run_id = run_dir.name.split("=", 1)[1]
+                    if run_id != _EMPTY_PARTITION["run_id"] and run_id not in committed:
+                        shutil.rmtree(run_dir, ignore_errors=True)
+                        removed.append(run_dir)
+        reports = self.root / "reports"
+        if reports.is_dir():
+            for tmp in reports.rglob(".*.tmp-*"):
+                pid = tmp.name.rsplit("-", 1)[1]
+                if not (pid.isdigit() and _alive(int(pid))):
+                    tmp.unlink(missing_ok=True)
+                    removed.append(tmp)
+        return removed
+
     def connect(self) -> duckdb.DuckDBPyConnection:
         """A read-only, in-memory DuckDB connection with a view over every table.
 
@@ -121,6 +158,16 @@ def absolute_views(root: str) -> str:
     out = text.replace("read_parquet('", prefix)
     assert out.count(prefix) == text.count("read_parquet("), "views.sql: unexpected path form"
     return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True
 
 
 def _sql_quote(s: str) -> str:

@@ -203,6 +203,7 @@ def _specs(
     help="Write each probe's summary and the search, not its sim_requests and sim_steps.",
 )
 @opt.output
+@opt.locked
 def capacity_command(
     capacity_file: Path | None,
     warehouse: Path | None,

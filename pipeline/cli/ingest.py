@@ -103,6 +103,7 @@ def options_from(
     help="UTC start time for logs with relative timestamps (default 1970-01-01).",
 )
 @opt.output
+@opt.locked
 def ingest(
     sources: tuple[str, ...],
     warehouse: Path | None,

@@ -75,3 +75,33 @@ def output(f: F) -> F:
     f = click.option("--quiet", "-q", is_flag=True, help="No progress bar, summary only.")(f)
     f = click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")(f)
     return f
+
+
+def locked(f: F) -> F:
+    """Run the command holding the warehouse lock (``pipeline.lock``); adds --lock-timeout.
+
+    Put it right above the function, below every other option: it reads the
+    command's ``warehouse`` and ``config_file`` arguments to find the warehouse.
+    """
+    import functools
+
+    @functools.wraps(f)
+    def wrapper(*args: Any, lock_timeout: float, **kwargs: Any) -> Any:
+        from pipeline.config import load_config, warehouse_path
+        from pipeline.lock import warehouse_lock
+
+        flag = kwargs.get("warehouse")
+        root = warehouse_path(str(flag) if flag else None, load_config(kwargs.get("config_file")))
+        with warehouse_lock(root, timeout_s=lock_timeout):
+            return f(*args, **kwargs)
+
+    return click.option(
+        "--lock-timeout",
+        type=click.FloatRange(min=0),
+        default=600.0,
+        show_default=True,
+        envvar="TRACEREPLAY_LOCK_TIMEOUT",
+        metavar="SECONDS",
+        help="Wait this long for another command writing the warehouse, then give up "
+        "[env TRACEREPLAY_LOCK_TIMEOUT].",
+    )(wrapper)  # type: ignore[return-value]

@@ -150,6 +150,7 @@ def result_dict(result: ReplayResult, warehouse: Path) -> dict[str, Any]:
     help="Any scenario key (repeatable), e.g. --set drop_too_long=true.",
 )
 @opt.output
+@opt.locked
 def replay_command(
     warehouse: Path | None,
     config_file: Path | None,
