@@ -47,6 +47,7 @@ from pipeline.errors import SourceError
 from pipeline.ingest.formats import FORMATS, Block, LogFormat, ParseOptions, detect
 from pipeline.ingest.idset import IdSet
 from pipeline.ingest.reader import (
+    HEAD_BYTES,
     Opened,
     check_encoding,
     expand_sources,
@@ -217,6 +218,8 @@ def _ingest_file(
     bar: object,
 ) -> None:
     head = read_head(path)
+    if len(head) < HEAD_BYTES and not head.removeprefix(b"\xef\xbb\xbf").strip():
+        return  # an empty (or blank) file holds no records: nothing to do, nothing replaced
     check_encoding(path, head)
     fmt = _choose_format(path, head, opts.format)
     res.format = fmt.name

@@ -148,9 +148,8 @@ def split_csv_block(
     """
     data = block.data
     starts = line_starts(data)
-    raw = [
-        data[a:b] for a, b in zip(starts.tolist(), [*starts[1:].tolist(), len(data)], strict=True)
-    ]
+    ends = [*starts[1:].tolist(), len(data)] if len(starts) else []
+    raw = [data[a:b] for a, b in zip(starts.tolist(), ends, strict=True)]
     texts: list[str | None] = []
     bad_lines: list[int] = []
     reasons: list[str] = []

@@ -125,7 +125,11 @@ FORMATS: dict[str, LogFormat] = _load()
 
 
 def detect(head: bytes) -> LogFormat | None:
-    """The first format whose sniff() accepts the head of the file (registry order)."""
+    """The first format whose sniff() accepts the head of the file (registry order).
+
+    A UTF-8 byte order mark is skipped (the readers skip it too).
+    """
+    head = head.removeprefix(b"\xef\xbb\xbf")
     for fmt in FORMATS.values():
         if fmt.sniff(head):
             return fmt
