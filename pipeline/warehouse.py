@@ -90,7 +90,8 @@ class Warehouse:
         - the files of runs that never committed: a ``run_id=<id>`` directory
           of a run table whose run has no ``runs`` row (the views never showed
           them);
-        - temporary files of reports whose writing process is gone.
+        - temporary files of reports and nightly manifests whose writing
+          process is gone.
 
         Call it only while holding the warehouse lock (``pipeline.lock``): then
         no other command is writing, so every such file is stale.
@@ -110,9 +111,8 @@ class Warehouse:
                     if run_id != _EMPTY_PARTITION["run_id"] and run_id not in committed:
                         shutil.rmtree(run_dir, ignore_errors=True)
                         removed.append(run_dir)
-        reports = self.root / "reports"
-        if reports.is_dir():
-            for tmp in reports.rglob(".*.tmp-*"):
+        for other in ("reports", "nightly"):
+            for tmp in (self.root / other).rglob(".*.tmp-*"):
                 pid = tmp.name.rsplit("-", 1)[1]
                 if not (pid.isdigit() and _alive(int(pid))):
                     tmp.unlink(missing_ok=True)

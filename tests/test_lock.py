@@ -2,43 +2,17 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 import time
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from pipeline.lock import LOCK_FILE, LockTimeoutError, holder, warehouse_lock
 from pipeline.warehouse import Warehouse
-
-T0 = datetime(2024, 5, 1, tzinfo=UTC)
-
-
-def gateway_lines(ids: range, seed: int = 0) -> str:
-    """A gateway log of one request per id (seconds apart), lengths from the id."""
-    lines = []
-    for i in ids:
-        start = T0 + timedelta(seconds=i * 0.5)
-        out = 1 + (i * 7 + seed) % 200
-        lines.append(
-            json.dumps(
-                {
-                    "request_id": f"req-{i}",
-                    "startTime": start.isoformat().replace("+00:00", "Z"),
-                    "completionStartTime": (start + timedelta(seconds=0.2)).isoformat(),
-                    "endTime": (start + timedelta(seconds=1 + out * 0.02)).isoformat(),
-                    "prompt_tokens": 10 + (i * 13 + seed) % 900,
-                    "completion_tokens": out,
-                    "model": "m",
-                    "status": "success",
-                }
-            )
-        )
-    return "\n".join(lines) + "\n"
+from tests.gateway_logs import gateway_lines
 
 
 def tracereplay(*args: str) -> subprocess.Popen[str]:

@@ -23,6 +23,7 @@ class CliState:
 COMMANDS = {
     "capacity": "pipeline.cli.capacity:capacity",
     "ingest": "pipeline.cli.ingest:ingest",
+    "nightly": "pipeline.cli.nightly:nightly",
     "replay": "pipeline.cli.replay:replay",
     "report": "pipeline.cli.report:report",
     "run": "pipeline.cli.run:run",

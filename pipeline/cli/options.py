@@ -95,6 +95,11 @@ def locked(f: F) -> F:
         with warehouse_lock(root, timeout_s=lock_timeout):
             return f(*args, **kwargs)
 
+    return lock_timeout(wrapper)  # type: ignore[return-value]
+
+
+def lock_timeout(f: F) -> F:
+    """--lock-timeout SECONDS (``lock_timeout``): how long to wait for the warehouse lock."""
     return click.option(
         "--lock-timeout",
         type=click.FloatRange(min=0),
@@ -104,4 +109,4 @@ def locked(f: F) -> F:
         metavar="SECONDS",
         help="Wait this long for another command writing the warehouse, then give up "
         "[env TRACEREPLAY_LOCK_TIMEOUT].",
-    )(wrapper)  # type: ignore[return-value]
+    )(f)
