@@ -187,10 +187,12 @@ def parse(block: Block, opts: ParseOptions) -> Parsed:
     )
 
     exprs = []
+    taken: set[str] = set()
     for i, col in enumerate(names):
         key = _norm(col)
-        if key not in _MAP:
+        if key not in _MAP or key in taken:  # a repeated column: the first one counts
             continue
+        taken.add(key)
         canon, dtype = _MAP[key]
         text = pl.col("fields").struct.field(f"field_{i}").str.strip_chars().str.strip_chars('"')
         text = pl.when(text == "").then(None).otherwise(text)
@@ -207,7 +209,11 @@ def parse(block: Block, opts: ParseOptions) -> Parsed:
     )
     frame = frame.with_columns(reason.otherwise(None).alias("reason"))
 
-    keep = [c for n in names if (k := _norm(n)) in _MAP and (c := _MAP[k][0]) in frame.columns]
+    keep = list(
+        dict.fromkeys(
+            c for n in names if (k := _norm(n)) in _MAP and (c := _MAP[k][0]) in frame.columns
+        )
+    )
     rows = frame.filter(pl.col("reason").is_null()).select(*keep, "source_line", "byte_offset")
     rejects = frame.filter(pl.col("reason").is_not_null()).select(
         "source_line", "byte_offset", "reason"
