@@ -91,7 +91,7 @@ class Warehouse:
           of a run table whose run has no ``runs`` row (the views never showed
           them);
         - temporary files of reports and nightly manifests whose writing
-          process is gone.
+          process is gone (``remove_orphan_temp_files``).
 
         Call it only while holding the warehouse lock (``pipeline.lock``): then
         no other command is writing, so every such file is stale.
@@ -111,6 +111,15 @@ class Warehouse:
                     if run_id != _EMPTY_PARTITION["run_id"] and run_id not in committed:
                         shutil.rmtree(run_dir, ignore_errors=True)
                         removed.append(run_dir)
+        return removed + self.remove_orphan_temp_files()
+
+    def remove_orphan_temp_files(self) -> list[Path]:
+        """Remove temporary files of reports and nightly manifests whose writer is gone.
+
+        Safe without the lock (``report`` takes none): a file is removed only
+        when the process named in it (``.<name>.tmp-<pid>``) no longer runs.
+        """
+        removed = []
         for other in ("reports", "nightly"):
             for tmp in (self.root / other).rglob(".*.tmp-*"):
                 pid = tmp.name.rsplit("-", 1)[1]

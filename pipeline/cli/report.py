@@ -65,6 +65,7 @@ def report(
         tracereplay report 20240501T020000Z-1a2b -o review.html --png --slo-ttft-ms 500
     """
     wh = Warehouse(warehouse_path(str(warehouse) if warehouse else None, load_config(config_file)))
+    wh.remove_orphan_temp_files()  # of reports killed while writing
     html = build_report(
         wh,
         run_id,
