@@ -36,7 +36,7 @@ def print_summary(result: IngestResult, as_json: bool) -> None:
             continue
         packed = "" if f.compression in (None, "none") else f", {f.compression}"
         click.echo(
-            f"{f.path} [{f.format}{packed}]: "
+            f"{f.path} [{f.format or 'empty'}{packed}]: "
             f"read {f.rows_read:,} = kept {f.rows_kept:,} + quarantined {f.rows_quarantined:,} "
             f"+ duplicates {f.rows_duplicate:,}"
         )

@@ -54,9 +54,7 @@ FUZZ = settings(
 )
 
 VALID: dict[str, bytes] = {
-    "gateway": lines(
-        [gateway(i, messages=[{"role": "user", "content": "hi"}]) for i in range(5)]
-    ),
+    "gateway": lines([gateway(i, messages=[{"role": "user", "content": "hi"}]) for i in range(5)]),
     "mooncake": lines([mooncake(i) for i in range(5)]),
     "bailian": lines([bailian(i) for i in range(5)]),
     "token_ids": lines([token_ids(i) for i in range(5)]),
@@ -140,9 +138,7 @@ def _ingest(content: bytes, fmt: str | None, name: str = "log") -> None:
         assert f.rows_read == f.rows_kept + f.rows_quarantined + f.rows_duplicate
         con = wh.connect()
         assert con.execute("SELECT count(*) FROM requests").fetchall() == [(f.rows_kept,)]
-        assert con.execute("SELECT count(*) FROM quarantine").fetchall() == [
-            (f.rows_quarantined,)
-        ]
+        assert con.execute("SELECT count(*) FROM quarantine").fetchall() == [(f.rows_quarantined,)]
         assert con.execute("SELECT count(*) FROM runs").fetchall() == [(1,)]
 
 
