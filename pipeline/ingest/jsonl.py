@@ -182,19 +182,16 @@ def _only(
     """The lines ``keep`` of ``data`` (copied in contiguous runs), newline-terminated."""
     if len(keep) == len(starts):
         out = data
+    elif not len(keep):
+        out = b""
     else:
-        pieces = []
-        run_start = -1
-        prev = -2
-        for i in keep.tolist():
-            if i != prev + 1:
-                if run_start >= 0:
-                    pieces.append(data[starts[run_start] : ends[prev]])
-                run_start = i
-            prev = i
-        if run_start >= 0:
-            pieces.append(data[starts[run_start] : ends[prev]])
-        out = b"".join(pieces)
+        # runs of consecutive lines, copied as one slice each
+        breaks = np.flatnonzero(np.diff(keep) != 1)
+        first = keep[np.concatenate([[0], breaks + 1])]
+        last = keep[np.concatenate([breaks, [len(keep) - 1]])]
+        out = b"".join(
+            data[a:b] for a, b in zip(starts[first].tolist(), ends[last].tolist(), strict=True)
+        )
     return out if out.endswith(b"\n") or not out else out + b"\n"
 
 

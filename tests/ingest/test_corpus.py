@@ -437,7 +437,7 @@ CASES: list[Case] = [
         "otel lines that are not objects",
         {"o.json": jline(otel_doc(otel_span(1))) + b"".join(NOT_OBJECTS)},
         {"o.json": (1, 4, 0)},
-        reasons=["expected a JSON object"] * 4,
+        reasons=["not a JSON object"] * 4,
     ),
     Case(
         "whitespace-only lines of any length (gateway)",

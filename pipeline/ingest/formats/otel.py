@@ -48,6 +48,7 @@ from pipeline.ingest.formats._lines import (
     Rejects,
     as_float,
     as_int,
+    json_kind,
     lenient,
     load_json_line,
     split_lines,
@@ -154,7 +155,7 @@ def _attributes(span: dict[str, Any]) -> tuple[dict[str, Any], bool]:
 def _spans(doc: Any) -> Iterator[Any]:
     """Every span of an export request, in document order."""
     if not isinstance(doc, dict):
-        raise _BadRecordError(f"expected a JSON object, got a {type(doc).__name__}")
+        raise _BadRecordError(f"not a JSON object ({json_kind(doc)}); expected an OTLP export")
     resource_spans = next((doc[k] for k in _RESOURCE_KEYS if k in doc), None)
     if resource_spans is None:
         if any(k in doc for k in _OTHER_SIGNALS):
@@ -206,7 +207,7 @@ def _text(value: Any) -> str | None:
 def _row(span: Any) -> dict[str, Any] | None:
     """The canonical fields of one span; None when it is not a GenAI request span."""
     if not isinstance(span, dict):
-        raise _BadRecordError(f"span: expected an object, got a {type(span).__name__}")
+        raise _BadRecordError(f"span: not a JSON object ({json_kind(span)})")
     attrs, usage = _attributes(span)
     if not usage:
         return None
