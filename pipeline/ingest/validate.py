@@ -28,6 +28,7 @@ MIN_TIME = datetime(1970, 1, 1, tzinfo=UTC)
 MAX_TIME = datetime(2262, 4, 11, tzinfo=UTC)
 MAX_OFFSET_S = 1e9
 _INT64_MAX = 2**63 - 1
+_INT32_MAX = 2**31 - 1  # the requests table holds counts, priority and turn as int32
 
 
 def _num(col: str) -> pl.Expr:
@@ -72,6 +73,15 @@ def _rules() -> list[tuple[pl.Expr, pl.Expr]]:
         (p > 2**31 - 1, pl.lit("prompt token count too large ") + _num("prompt_tokens")),
         (o > 2**31 - 1, pl.lit("output token count too large ") + _num("output_tokens")),
         (pl.col("max_tokens") < 1, pl.lit("max_tokens below 1: ") + _num("max_tokens")),
+        (pl.col("max_tokens") > _INT32_MAX, pl.lit("max_tokens too large ") + _num("max_tokens")),
+        (
+            (pl.col("priority") < -_INT32_MAX) | (pl.col("priority") > _INT32_MAX),
+            pl.lit("priority out of the 32-bit range: ") + _num("priority"),
+        ),
+        (
+            (pl.col("turn") < -_INT32_MAX) | (pl.col("turn") > _INT32_MAX),
+            pl.lit("turn out of the 32-bit range: ") + _num("turn"),
+        ),
         (pl.col("cached_tokens") < 0, pl.lit("negative cached tokens ") + _num("cached_tokens")),
         (
             pl.col("cached_tokens") > p,

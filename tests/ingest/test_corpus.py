@@ -285,6 +285,27 @@ CASES: list[Case] = [
         reasons=["prompt token count too large", "negative output token count"],
     ),
     Case(
+        "token_ids int32 columns out of range",
+        {
+            "t.jsonl": lines(
+                [
+                    token_ids(0, max_tokens=64, priority=-3),
+                    token_ids(1, max_tokens=2**40),
+                    token_ids(2, priority=-(2**40)),
+                    token_ids(3, priority=2**31),
+                ]
+            ),
+        },
+        {"t.jsonl": (1, 3, 0)},
+        reasons=["max_tokens too large", "priority out of", "priority out of"],
+    ),
+    Case(
+        "bailian turn out of range",
+        {"q.jsonl": lines([bailian(0, turn=2), bailian(1, turn=2**40)])},
+        {"q.jsonl": (1, 1, 0)},
+        reasons=["turn out of the 32-bit range"],
+    ),
+    Case(
         "mooncake count 2^63",
         {"m.jsonl": mc(1) + jline(mooncake(3, input_length=2**63))},
         {"m.jsonl": (1, 1, 0)},

@@ -56,8 +56,10 @@ FUZZ = settings(
 VALID: dict[str, bytes] = {
     "gateway": lines([gateway(i, messages=[{"role": "user", "content": "hi"}]) for i in range(5)]),
     "mooncake": lines([mooncake(i) for i in range(5)]),
-    "bailian": lines([bailian(i) for i in range(5)]),
-    "token_ids": lines([token_ids(i) for i in range(5)]),
+    "bailian": lines([bailian(i, turn=1 + i % 2) for i in range(5)]),
+    "token_ids": lines(
+        [token_ids(i, max_tokens=64, priority=1, user="t", session_id="s") for i in range(5)]
+    ),
     "azure": AZURE_HEADER + b"".join(azure(i) for i in range(5)),
     "burstgpt": BURST_V1_HEADER + b"".join(burst_v1(i) for i in range(5)),
     "burstgpt_v3": BURST_V3_HEADER + b"".join(burst_v3(i) for i in range(5)),
