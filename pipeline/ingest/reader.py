@@ -105,9 +105,11 @@ class ZstdFrames(io.RawIOBase):
     half a file would read as a whole, smaller one. Here each frame gets its
     own decompressor, and input that ends inside a frame raises ``EOFError``.
     Skippable frames are skipped; bytes that are not a frame raise ZstdError.
+    Compressed input is fed 256 KiB at a time, which bounds what one call
+    returns (a highly compressible frame expands a lot).
     """
 
-    def __init__(self, raw: BinaryIO, chunk: int = 1 << 20) -> None:
+    def __init__(self, raw: BinaryIO, chunk: int = 1 << 18) -> None:
         super().__init__()
         self._raw = raw
         self._chunk = chunk
