@@ -14,6 +14,10 @@ warehouse locked.
 Right after taking the lock a command removes what killed commands left
 behind (``Warehouse.remove_stale``): no writer can be running then.
 
+The library functions that write runs (``replay``, ``sweep``,
+``run_capacity``) take the lock themselves (``with_warehouse_lock``), so a
+script calling them is safe beside the command line too.
+
 ``sql`` and ``report`` only read and take no lock: the views show only
 committed runs, and every file is replaced atomically.
 """
@@ -29,6 +33,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any, TypeVar
 
 from pipeline.errors import PipelineError
 
@@ -39,6 +44,8 @@ POLL_S = 0.1
 # Warehouses this process holds (resolved root -> depth): the lock is re-entrant,
 # so `run` (ingest, then replay) and the library functions it calls can each take it.
 _held: dict[Path, int] = {}
+
+T = TypeVar("T")
 
 
 class LockTimeoutError(PipelineError):
@@ -144,3 +151,16 @@ def warehouse_lock(
             os.ftruncate(fd, 0)
     finally:
         os.close(fd)  # releases the lock
+
+
+def with_warehouse_lock(fn: Callable[..., T]) -> Callable[..., T]:
+    """Decorate a library function whose first argument is the warehouse directory so
+    that it runs holding the lock (a no-op when the caller already holds it)."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(warehouse: Path, *args: Any, **kwargs: Any) -> T:
+        with warehouse_lock(Path(warehouse)):
+            return fn(warehouse, *args, **kwargs)
+
+    return wrapper

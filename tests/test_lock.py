@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import select
 import subprocess
 import sys
 import time
@@ -82,11 +83,14 @@ def test_the_waiter_runs_when_the_holder_ends(tmp_path: Path) -> None:
     log.write_text(gateway_lines(range(10)))
     with warehouse_lock(wh):
         p = tracereplay("ingest", str(log), "--warehouse", str(wh), "--quiet")
-        time.sleep(1.5)
+        assert p.stderr is not None
+        ready, _, _ = select.select([p.stderr], [], [], 120)  # it says it waits
+        assert ready, "the second command never said it waits"
+        first = p.stderr.readline()
+        assert first.startswith("waiting for the warehouse lock"), first
         assert p.poll() is None  # still waiting
     out, err = p.communicate(timeout=120)
     assert p.returncode == 0, err
-    assert "waiting for the warehouse lock" in err
     assert requests_state(wh)[0] == 10
 
 
