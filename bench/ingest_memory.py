@@ -14,6 +14,7 @@ Peak RSS is the maximum over the runs of the whole process (ru_maxrss). Target
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -83,7 +84,9 @@ def main() -> None:
         print(rows[-1], flush=True)
     body = (
         "\n".join(rows)
-        + f"\n\nMedians of {args.repeats} fresh processes (peak RSS: the max). The log is "
+        + f"\n\nMedians of {args.repeats} fresh processes (peak RSS: the max); load average "
+        f"(1 min) at the end {os.getloadavg()[0]:.1f} on 2 cores shared with other work, so "
+        "wall times vary with it; peak RSS does not. The log is "
         "bench/ingest_speed.py's generated gateway log (compact, ~350 bytes a line, "
         "Poisson arrivals over several days). Target: peak RSS under 3 GB."
     )

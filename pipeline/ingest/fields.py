@@ -41,19 +41,20 @@ def fix_timestamps(frame: pl.DataFrame, parsed: str, raw: pl.Series) -> pl.DataF
     A number is an epoch time whose unit follows from its size (``epoch_us``).
     Naive times are taken as UTC. Up to 9 fractional digits are accepted
     (Azure traces have 7). Values that still fail stay null and the validator
-    rejects their records. Cheap when nothing failed.
+    rejects their records. Only the values that failed are parsed again.
     """
     missing = frame[parsed].is_null() & raw.is_not_null()
     if not missing.any():
         return frame
-    s = raw.str.strip_chars()
-    out = frame[parsed].fill_null(epoch_number(s))
+    idx = missing.arg_true()
+    s = raw.gather(idx).str.strip_chars()
+    out = epoch_number(s)
     for fmt in _TS_FORMATS:
         out = out.fill_null(s.str.to_datetime(fmt, time_unit="us", time_zone="UTC", strict=False))
     for fmt in _NAIVE_FORMATS:
         alt = s.str.to_datetime(fmt, time_unit="us", strict=False).dt.replace_time_zone("UTC")
         out = out.fill_null(alt)
-    return frame.with_columns(out.alias(parsed))
+    return frame.with_columns(frame[parsed].clone().scatter(idx, out).alias(parsed))
 
 
 # Epoch times by magnitude: below 1e11 seconds (until the year 5138), below 1e14
@@ -130,9 +131,24 @@ def int_expr(e: pl.Expr) -> pl.Expr:
     )
 
 
+def to_number(s: pl.Series) -> pl.Series:
+    """Text (or numbers) as Float64, surrounding spaces ignored; junk becomes null.
+
+    NOTE: ``int_expr`` refers to its input several times, and polars does not
+    always share a cast between them: cast text once with this first. Only
+    values that fail as they are get stripped and cast again (cheap when none do).
+    """
+    if s.dtype != pl.String:
+        return s.cast(pl.Float64, strict=False)
+    out = s.cast(pl.Float64, strict=False)
+    if (out.is_null() & s.is_not_null()).any():
+        out = out.fill_null(s.str.strip_chars().cast(pl.Float64, strict=False))
+    return out
+
+
 def whole_int(s: pl.Series) -> pl.Series:
     """Series version of ``int_expr``."""
-    return pl.select(int_expr(pl.lit(s))).to_series().alias(s.name)
+    return pl.select(int_expr(pl.lit(to_number(s)))).to_series().alias(s.name)
 
 
 def split_csv_block(

@@ -13,7 +13,6 @@ too: no line can stop the block.
 from __future__ import annotations
 
 import io
-import re
 from typing import Any
 
 import numpy as np
@@ -23,8 +22,6 @@ import polars as pl
 from pipeline.ingest.formats import REJECT_SCHEMA, Block, Parsed
 from pipeline.ingest.formats._lines import load_json_object
 from pipeline.ingest.reader import line_starts
-
-_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
 def _read(data: bytes, schema: dict[str, Any]) -> pl.DataFrame:
@@ -138,13 +135,26 @@ def _odd(
         ws = (buf[last] == 10) | (buf[last] == 13) | (buf[last] == 32)
         last = np.where(ws & (last > starts[lines]), last - 1, last)
     odd = lines[(buf[starts[lines]] != ord("{")) | (buf[last] != ord("}"))]
-    if data.find(b"\\u") < 0:
+    if b"\\" not in data:  # no escapes at all (a fast memchr)
         return odd
-    esc = [m.start() for m in _SURROGATE_ESCAPE.finditer(data)]
-    if not esc:
+    esc = _surrogate_escapes(buf)
+    if not len(esc):
         return odd
-    hit = np.searchsorted(starts, np.asarray(esc, dtype=np.int64), side="right") - 1
+    hit = np.searchsorted(starts, esc, side="right") - 1
     return np.union1d(odd, np.intersect1d(hit, lines))
+
+
+def _surrogate_escapes(buf: npt.NDArray[np.uint8]) -> npt.NDArray[np.int64]:
+    """Offsets of ``\\uD800``-``\\uDFFF`` escapes (vectorised; ~0.3 ms a MB)."""
+    bs = np.flatnonzero(buf == ord("\\"))
+    bs = bs[bs + 3 < len(buf)]
+    if not len(bs):
+        return bs
+    u = bs[(buf[bs + 1] == ord("u")) & ((buf[bs + 2] | 0x20) == ord("d"))]
+    third = buf[u + 3] | 0x20
+    return u[
+        ((third >= ord("8")) & (third <= ord("9"))) | ((third >= ord("a")) & (third <= ord("f")))
+    ]
 
 
 def _high(

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from pipeline.ingest.fields import fix_timestamps, int_expr, timestamp_expr
+from pipeline.ingest.fields import fix_timestamps, int_expr, timestamp_expr, to_number
 from pipeline.ingest.formats import Block, Parsed, ParseOptions
 from pipeline.ingest.jsonl import read_block
 
@@ -67,10 +67,18 @@ def parse(block: Block, opts: ParseOptions) -> Parsed:
     parsed = read_block(block, SCHEMA)
     f = parsed.rows
     nested = (
-        pl.col("metadata")
+        f["metadata"]
         .struct.field("usage_object")
         .struct.field("prompt_tokens_details")
         .struct.field("cached_tokens")
+    )
+    f = f.with_columns(
+        to_number(f["prompt_tokens"]),
+        to_number(f["completion_tokens"]),
+        to_number(f["cached_tokens"])
+        .fill_null(to_number(f["cache_read_input_tokens"]))
+        .fill_null(to_number(nested))
+        .alias("_cached"),
     )
     status = pl.col("status").str.to_lowercase()
     failed = status.is_not_null() & ~status.is_in(["success", "ok", ""])
@@ -83,9 +91,7 @@ def parse(block: Block, opts: ParseOptions) -> Parsed:
         pl.coalesce("model", "model_group").alias("model"),
         pl.coalesce(_nonempty("team_id"), _nonempty("user"), _nonempty("end_user")).alias("tenant"),
         pl.col("session_id"),
-        int_expr(
-            pl.coalesce(pl.col("cached_tokens"), pl.col("cache_read_input_tokens"), nested)
-        ).alias("cached_tokens"),
+        int_expr(pl.col("_cached")).alias("cached_tokens"),
         pl.col("source_line"),
         pl.col("byte_offset"),
         pl.when(failed)
