@@ -39,6 +39,7 @@ import pyarrow as pa
 from pipeline.contracts import CAPACITY_SEARCH
 from pipeline.errors import ConfigError, ScenarioError
 from pipeline.knobs import concurrency_knob
+from pipeline.lock import with_warehouse_lock
 from pipeline.progress import progress
 from pipeline.search import SearchResult, highest_float, highest_int, lowest_int
 from pipeline.selection import RequestFilter
@@ -232,6 +233,7 @@ def _probe_values(
     return values
 
 
+@with_warehouse_lock
 def run_capacity(
     warehouse: Path,
     base_values: dict[str, Any],

@@ -10,6 +10,9 @@ that stopped it, so one failing task never loses the others.
   module state. A worker process that dies (killed, out of memory) breaks
   the pool; the tasks it may have been running are then retried one at a
   time, each in a fresh process, and only the one that dies again fails.
+  Workers die with the parent: on Linux each asks the kernel for SIGKILL
+  when its parent dies (``PR_SET_PDEATHSIG``), so a killed sweep leaves no
+  worker behind.
 - ``ray_address`` runs each task as a Ray task (one CPU each) on the cluster
   at that address (``ray start --head`` prints it; ``auto`` finds a local
   one). Ray is an optional dependency: ``pip install 'tracereplay[ray]'``.
@@ -25,9 +28,11 @@ that a caller can build large inputs (prepared requests) just in time.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import multiprocessing
 import os
+import signal
 import sys
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -86,6 +91,33 @@ def _run_here(fn: Callable[[T], R], tasks: Iterable[T]) -> Iterator[tuple[int, R
             yield i, exc
 
 
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def _die_with_parent(parent: int) -> None:
+    """Worker initializer: be killed when the parent dies, however it dies.
+
+    # NOTE: without it a worker of a parent killed with SIGKILL is re-parented
+    # and blocks on its task pipe forever. The signal fires when the *thread*
+    # that forked the worker ends; the pool forks from the thread that submits
+    # tasks, which lives as long as the sweep.
+    """
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # the parent died before the request took effect
+        os._exit(1)
+
+
+def _pool(jobs: int) -> ProcessPoolExecutor:
+    return ProcessPoolExecutor(
+        max_workers=jobs,
+        mp_context=_context(),
+        initializer=_die_with_parent,
+        initargs=(os.getpid(),),
+    )
+
+
 def _context() -> Any:
     # fork shares the loaded simulator; macOS and Windows start clean interpreters
     method = "fork" if sys.platform.startswith("linux") else "spawn"
@@ -104,7 +136,7 @@ def _run_pool(
             i, task = suspects.popleft()
             yield i, _run_alone(fn, task)
             continue
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=_context()) as pool:
+        with _pool(jobs) as pool:
             running: dict[Future[R], tuple[int, T]] = {}
             broken = False
             while True:
@@ -139,7 +171,7 @@ def _run_pool(
 
 
 def _run_alone(fn: Callable[[T], R], task: T) -> R | BaseException:
-    with ProcessPoolExecutor(max_workers=1, mp_context=_context()) as pool:
+    with _pool(1) as pool:
         try:
             return pool.submit(fn, task).result()
         except BrokenProcessPool:

@@ -6,11 +6,21 @@ scenarios (or the built-in demonstration set), writes the HTML report of that
 replay, and returns what it did. A
 file that fails to ingest does not stop the replay of the others; the result
 says so and the command exits non-zero.
+
+``run_nightly`` is ``tracereplay nightly --config nightly.toml``: the job a
+scheduler runs once a night over an inbox of log globs. Under the warehouse
+lock it ingests only the inbox files that are new or changed (``inbox.py``),
+replays the days they cover through the production scenarios, runs the
+capacity searches against the SLOs, compares tonight's figures with the last
+night's (``drift.py``), writes the report, keeps the last ``keep_nights``
+nights, and writes ``<warehouse>/nightly/<night id>/manifest.json``. Exit
+codes: ``EXIT_OK``, ``EXIT_FAILED``, ``EXIT_DRIFT`` (see docs/nightly.md).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -100,3 +110,405 @@ def run_job(
 
         path = build_report(Warehouse(warehouse), replayed.run_id)
     return JobResult(ingested, replayed, path)
+
+
+# --- the nightly job ---------------------------------------------------------------------
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_DRIFT = 3
+NIGHTS_DIR = "nightly"
+DEFAULT_KEEP_NIGHTS = 14
+NIGHTLY_SECTIONS = {"nightly", "ingest", "replay", "scenario", "slo", "capacity", "drift"}
+NIGHTLY_KEYS = {"warehouse", "inbox", "keep_nights", "report"}
+INGEST_KEYS = {"format", "block_size", "hash_salt", "trace_start", "tokenizer"}
+CAPACITY_KEYS = {"scenario", "summary_only", "search"}
+
+
+@dataclass
+class NightlyConfig:
+    """A parsed nightly.toml (see docs/nightly.md); relative paths are from its folder."""
+
+    path: Path
+    inbox: list[str]
+    scenarios: list[Scenario]
+    slos: list[Any] = field(default_factory=list)  # pipeline.slo.Slo
+    capacity_base: dict[str, Any] | None = None  # the scenario the searches start from
+    capacity_specs: list[Any] = field(default_factory=list)  # pipeline.capacity.SearchSpec
+    capacity_summary_only: bool = True
+    thresholds: dict[str, float] = field(default_factory=dict)
+    keep_nights: int = DEFAULT_KEEP_NIGHTS
+    report: bool = True
+    warehouse: Path | None = None
+    ingest: IngestOptions = field(default_factory=IngestOptions)
+
+
+def load_nightly_config(path: Path) -> NightlyConfig:
+    """Read and check a nightly.toml; every scenario and SLO is validated here.
+
+    Raises:
+        ConfigError, ScenarioError: naming the file and the key.
+    """
+    import tomllib
+
+    from pipeline.capacity import parse_specs
+    from pipeline.drift import thresholds
+    from pipeline.errors import ConfigError
+    from pipeline.sim.scenario import read_scenario_file
+    from pipeline.slo import parse_slos
+
+    try:
+        raw = tomllib.loads(Path(path).read_text())
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the nightly config ({exc.strerror})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML ({exc})") from None
+    base_dir = Path(path).resolve().parent
+
+    def table(name: str, known: set[str] | None = None) -> dict[str, Any]:
+        value = raw.get(name, {})
+        if not isinstance(value, dict):
+            raise ConfigError(f"{path}: {name} must be a table ([{name}])")
+        if known is not None:
+            bad = sorted(set(value) - known)
+            if bad:
+                raise ConfigError(
+                    f"{path}: unknown key(s) {', '.join(f'{name}.{k}' for k in bad)}; "
+                    f"known: {', '.join(sorted(known))}"
+                )
+        return value
+
+    unknown = sorted(set(raw) - NIGHTLY_SECTIONS)
+    if unknown:
+        raise ConfigError(
+            f"{path}: unknown section(s) {', '.join(unknown)}; "
+            f"known: {', '.join(sorted(NIGHTLY_SECTIONS))}"
+        )
+    night = table("nightly", NIGHTLY_KEYS)
+    inbox = night.get("inbox")
+    if isinstance(inbox, str):
+        inbox = [inbox]
+    if not isinstance(inbox, list) or not inbox:
+        raise ConfigError(
+            f'{path}: nightly.inbox must list the log globs, e.g. inbox = ["logs/*.jsonl.gz"]'
+        )
+    keep = night.get("keep_nights", DEFAULT_KEEP_NIGHTS)
+    if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
+        raise ConfigError(f"{path}: nightly.keep_nights must be a whole number >= 1, got {keep!r}")
+
+    defaults = {"drop_too_long": True, **table("replay")}
+    entries = raw.get("scenario", [])
+    if not isinstance(entries, list) or not entries:
+        raise ConfigError(
+            f"{path}: give at least one production scenario as [[scenario]] "
+            '(file = "prod.toml", or the scenario keys inline)'
+        )
+    scenario_values: list[dict[str, Any]] = []
+    for i, entry in enumerate(entries, 1):
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{path}: scenario {i} must be a table ([[scenario]])")
+        values = dict(entry)
+        if "file" in values:
+            file = Path(str(values.pop("file")))
+            file = file if file.is_absolute() else base_dir / file
+            values = {**read_scenario_file(file), **values}
+        scenario_values.append({**defaults, **values})
+    scenarios = [
+        build_scenario(v, where=f"{path} [[scenario]] {i}")
+        for i, v in enumerate(scenario_values, 1)
+    ]
+    names = [sc.name for sc in scenarios]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{path}: scenario names must differ, got {', '.join(names)}")
+
+    slos = parse_slos(table("slo"), where=f"{path} [slo]")
+    capacity_base = None
+    specs: list[Any] = []
+    summary_only = True
+    if "capacity" in raw:
+        cap = table("capacity", CAPACITY_KEYS)
+        if not slos:
+            raise ConfigError(f"{path}: [capacity] needs the SLOs to meet: add [slo]")
+        which = cap.get("scenario", names[0])
+        if which not in names:
+            raise ConfigError(
+                f"{path}: capacity.scenario {which!r} is not a scenario; known: {', '.join(names)}"
+            )
+        capacity_base = scenario_values[names.index(which)]
+        capacity_base.setdefault("name", which)
+        specs = parse_specs(cap.get("search", {}), where=f"{path} [capacity.search]")
+        summary_only = bool(cap.get("summary_only", True))
+
+    ing = table("ingest", INGEST_KEYS)
+    opts = IngestOptions(
+        format=ing.get("format") or None,
+        block_size=ing.get("block_size"),
+        hash_salt=ing.get("hash_salt", ""),
+        tokenizer=Path(ing["tokenizer"]) if ing.get("tokenizer") else None,
+    )
+    if ing.get("trace_start"):
+        from datetime import datetime
+
+        try:
+            start = str(ing["trace_start"]).replace("Z", "+00:00")
+            opts.trace_start = datetime.fromisoformat(start)
+        except ValueError:
+            raise ConfigError(
+                f"{path}: ingest.trace_start {ing['trace_start']!r} is not an ISO time, "
+                "e.g. 2024-05-01T00:00:00Z"
+            ) from None
+    warehouse = night.get("warehouse")
+    return NightlyConfig(
+        path=Path(path),
+        inbox=[str(g) if os.path.isabs(str(g)) else str(base_dir / str(g)) for g in inbox],
+        scenarios=scenarios,
+        slos=slos,
+        capacity_base=capacity_base,
+        capacity_specs=specs,
+        capacity_summary_only=summary_only,
+        thresholds=thresholds(table("drift"), where=f"{path} [drift]"),
+        keep_nights=keep,
+        report=bool(night.get("report", True)),
+        warehouse=(base_dir / warehouse) if warehouse else None,
+        ingest=opts,
+    )
+
+
+@dataclass
+class NightResult:
+    """What one night did; ``manifest`` is what was written to disk."""
+
+    night_id: str
+    exit_code: int
+    manifest_path: Path
+    manifest: dict[str, Any]
+
+
+def nights(warehouse: Path) -> list[Path]:
+    """The manifests of the nights kept, oldest first."""
+    return sorted((warehouse / NIGHTS_DIR).glob("*/manifest.json"))
+
+
+def _previous_figures(warehouse: Path) -> tuple[str | None, dict[str, float | None]]:
+    """The figures of the last night that measured any, and its id."""
+    import json
+
+    for path in reversed(nights(warehouse)):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if data.get("figures"):
+            return str(data["night_id"]), dict(data["figures"])
+    return None, {}
+
+
+def _figures(
+    warehouse: Path, days: list[str], replayed: ReplayResult | None, capacity: Any
+) -> dict[str, float | None]:
+    """Tonight's figures (see ``pipeline.drift``)."""
+    from pipeline.report.sql import query
+    from pipeline.warehouse import Warehouse
+
+    def num(x: Any) -> float | None:
+        return None if x is None or x != x else float(x)  # NaN -> None
+
+    con = Warehouse(warehouse).connect()
+    try:
+        traffic = query(
+            con,
+            "nightly_traffic",
+            date_from=date.fromisoformat(days[0]),
+            date_to=date.fromisoformat(days[-1]),
+        ).row(0, named=True)
+    finally:
+        con.close()
+    out: dict[str, float | None] = {
+        "traffic.requests_per_day": num(traffic["requests_per_day"]),
+        "traffic.mean_prompt_tokens": num(traffic["mean_prompt_tokens"]),
+        "traffic.mean_output_tokens": num(traffic["mean_output_tokens"]),
+    }
+    observed = {
+        "ttft": num(traffic["observed_ttft_p99_s"]),
+        "tpot": num(traffic["observed_tpot_p99_s"]),
+    }
+    for run in replayed.runs if replayed else []:
+        name = run.scenario.name
+        for metric in ("ttft", "tpot"):
+            sim = num(run.summary.get(f"{metric}_p99_s"))
+            out[f"{metric}_p99.{name}"] = sim
+            obs = observed[metric]
+            if sim is not None and obs:
+                out[f"sim_vs_observed.{metric}.{name}"] = sim / obs
+    for search in capacity.searches if capacity else []:
+        out[f"capacity.{capacity.base.name}.{search.spec.kind}"] = num(search.answer)
+    return out
+
+
+def _forget_night(warehouse: Path, manifest: Path) -> None:
+    """Remove a night: its runs (runs row first, so they vanish whole), reports and folder."""
+    import json
+    import shutil
+
+    from pipeline.contracts import CONTRACTS
+
+    try:
+        data = json.loads(manifest.read_text())
+    except (OSError, ValueError):
+        data = {}
+    for run_id in (data.get("replay_run_id"), data.get("capacity_run_id")):
+        if not run_id:
+            continue
+        (warehouse / "runs" / f"{run_id}.parquet").unlink(missing_ok=True)
+        for contract in CONTRACTS.values():
+            if "run_id" in contract.partition_by:
+                shutil.rmtree(warehouse / contract.name / f"run_id={run_id}", ignore_errors=True)
+        shutil.rmtree(warehouse / "reports" / run_id, ignore_errors=True)
+    shutil.rmtree(manifest.parent, ignore_errors=True)
+
+
+def run_nightly(
+    cfg: NightlyConfig,
+    warehouse: Path,
+    *,
+    lock_timeout_s: float | None = None,
+    quiet: bool = True,
+    log: Any = None,
+) -> NightResult:
+    """One night: ingest what is new, replay, search capacity, compare, report, keep N nights.
+
+    Args:
+        cfg: the parsed nightly.toml.
+        warehouse: the warehouse directory.
+        lock_timeout_s: how long to wait for the warehouse lock (default 10 min).
+        quiet: no progress bars.
+        log: called with one line per step (default: nothing).
+
+    Raises:
+        LockTimeoutError: another command held the warehouse for too long.
+    """
+    import json
+    import time
+    from datetime import UTC, datetime
+
+    from pipeline import __version__
+    from pipeline.capacity import run_capacity
+    from pipeline.drift import compare
+    from pipeline.errors import PipelineError
+    from pipeline.inbox import expand, load_manifest, new_or_changed, save_manifest
+    from pipeline.lock import DEFAULT_TIMEOUT_S, warehouse_lock
+    from pipeline.warehouse import Warehouse, new_run_id
+
+    say = log or (lambda line: None)
+    timeout = DEFAULT_TIMEOUT_S if lock_timeout_s is None else lock_timeout_s
+    with warehouse_lock(warehouse, timeout_s=timeout):
+        t0 = time.perf_counter()
+        started = datetime.now(UTC)
+        night_id = new_run_id(started)
+        m: dict[str, Any] = {
+            "night_id": night_id,
+            "started_at": started.isoformat(),
+            "config": str(cfg.path),
+            "warehouse": str(Path(warehouse).resolve()),
+            "version": __version__,
+            "status": "running",
+            "errors": [],
+        }
+        errors: list[str] = m["errors"]
+        replayed = capacity = None
+        try:
+            files = expand(cfg.inbox)
+            seen = load_manifest(Path(warehouse))
+            todo, skipped = new_or_changed(files, seen)
+            m["inbox"] = {
+                "matched": len(files),
+                "skipped_unchanged": skipped,
+                "new_or_changed": [
+                    {"path": str(f.path), "sha256": f.sha256, "bytes": f.size} for f in todo
+                ],
+            }
+            say(f"inbox: {len(files)} file(s), {len(todo)} new or changed, {skipped} unchanged")
+            days: list[str] = []
+            if todo:
+                cfg.ingest.quiet = quiet
+                ingested = ingest_logs(
+                    [str(f.path) for f in todo], Warehouse(warehouse), cfg.ingest
+                )
+                m["ingest"] = ingested.to_dict()
+                by_path = {str(Path(r.path).resolve()): r for r in ingested.files}
+                for f in todo:
+                    r = by_path.get(str(f.path))
+                    if r is not None and r.error is None:
+                        seen[str(f.path)] = f.sha256
+                    elif r is not None:
+                        errors.append(f"ingest: {r.error}")
+                days = sorted({d for r in ingested.files if r.error is None for d in r.dates})
+                say(
+                    f"ingest: {ingested.total('rows_kept'):,} kept, "
+                    f"{ingested.total('rows_quarantined'):,} quarantined, "
+                    f"{ingested.total('rows_duplicate'):,} duplicates; days {', '.join(days)}"
+                )
+            m["days"] = days
+            if days:
+                d0, d1 = date.fromisoformat(days[0]), date.fromisoformat(days[-1])
+                replayed = replay(warehouse, cfg.scenarios, date_from=d0, date_to=d1, quiet=quiet)
+                m["replay_run_id"] = replayed.run_id
+                m["scenarios"] = {r.scenario.name: r.summary for r in replayed.runs}
+                say(f"replay: run {replayed.run_id}, {len(replayed.runs)} scenario(s)")
+                if cfg.capacity_base is not None:
+                    capacity = run_capacity(
+                        warehouse,
+                        dict(cfg.capacity_base),
+                        list(cfg.slos),
+                        list(cfg.capacity_specs),
+                        date_from=d0,
+                        date_to=d1,
+                        summary_only=cfg.capacity_summary_only,
+                        quiet=quiet,
+                    )
+                    m["capacity_run_id"] = capacity.run_id
+                    m["capacity"] = {
+                        s.spec.kind: {"knob": s.knob, "answer": s.answer, "note": s.note}
+                        for s in capacity.searches
+                    }
+                    say(f"capacity: run {capacity.run_id}, {capacity.num_replays} replays")
+                figures = _figures(Path(warehouse), days, replayed, capacity)
+                prev_id, prev = _previous_figures(Path(warehouse))
+                changes = compare(prev, figures, cfg.thresholds) if prev_id else []
+                m["figures"] = figures
+                m["previous_night"] = prev_id
+                m["changes"] = [c.to_dict() for c in changes]
+                m["drifts"] = [c.describe() for c in changes if c.drift]
+                for line in m["drifts"]:
+                    say(f"drift: {line}")
+                if cfg.report:
+                    from pipeline.report import build_report
+
+                    m["report"] = str(build_report(Warehouse(warehouse), replayed.run_id))
+                    say(f"report: {m['report']}")
+            save_manifest(Path(warehouse), seen)
+        except PipelineError as exc:
+            errors.append(str(exc))
+        if errors:
+            m["status"], code = "failed", EXIT_FAILED
+        elif m.get("drifts"):
+            m["status"], code = "drift", EXIT_DRIFT
+        else:
+            m["status"], code = ("ok" if m.get("days") else "nothing new"), EXIT_OK
+        m["exit_code"] = code
+        m["finished_at"] = datetime.now(UTC).isoformat()
+        m["wall_s"] = round(time.perf_counter() - t0, 3)
+        night_dir = Path(warehouse) / NIGHTS_DIR / night_id
+        night_dir.mkdir(parents=True, exist_ok=True)
+        path = night_dir / "manifest.json"
+        tmp = night_dir / f".manifest.json.tmp-{os.getpid()}"
+        tmp.write_text(json.dumps(m, indent=2, default=str) + "\n")
+        os.replace(tmp, path)
+        kept = nights(Path(warehouse))
+        baseline, _ = _previous_figures(Path(warehouse))  # never drop the last measured night
+        for old in kept[: max(0, len(kept) - cfg.keep_nights)]:
+            if old.parent.name == baseline:
+                continue
+            _forget_night(Path(warehouse), old)
+            say(f"retention: removed night {old.parent.name}")
+        return NightResult(night_id, code, path, m)

@@ -25,6 +25,7 @@ from typing import Any
 
 from pipeline.executor import default_jobs, run_tasks
 from pipeline.grid import Grid
+from pipeline.lock import with_warehouse_lock
 from pipeline.progress import progress
 from pipeline.selection import RequestFilter
 from pipeline.sim.loop import warm_up
@@ -72,6 +73,7 @@ class SweepResult:
         return not self.failures
 
 
+@with_warehouse_lock
 def sweep(
     warehouse: Path,
     grid: Grid,

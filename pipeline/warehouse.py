@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
+import shutil
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -84,13 +85,100 @@ class Warehouse:
         """Write one file of ``contract`` atomically and return its path."""
         return write_table(table, contract, self.partition_path(contract, values, stem))
 
+    def remove_stale(self) -> list[Path]:
+        """Remove what killed commands left behind; return what was removed.
+
+        - temporary files (``.<name>.tmp-<pid or run id>``) of the tables;
+        - the files of runs that never committed: a ``run_id=<id>`` directory
+          of a run table whose run has no ``runs`` row (the views never showed
+          them);
+        - temporary files of reports and nightly manifests whose writing
+          process is gone (``remove_orphan_temp_files``).
+
+        Call it only while holding the warehouse lock (``pipeline.lock``): then
+        no other command is writing, so every such file is stale.
+        """
+        removed: list[Path] = []
+        committed = {p.stem for p in self.table_dir(CONTRACTS["runs"]).glob("*.parquet")}
+        for contract in CONTRACTS.values():
+            d = self.table_dir(contract)
+            if not d.is_dir():
+                continue
+            for tmp in d.rglob(".*.tmp-*"):
+                tmp.unlink(missing_ok=True)
+                removed.append(tmp)
+            if "run_id" in contract.partition_by:
+                for run_dir in d.glob("run_id=*"):
+                    run_id = run_dir.name.split("=", 1)[1]
+                    if run_id != _EMPTY_PARTITION["run_id"] and run_id not in committed:
+                        shutil.rmtree(run_dir, ignore_errors=True)
+                        removed.append(run_dir)
+        return removed + self.remove_orphan_temp_files()
+
+    def remove_orphan_temp_files(self) -> list[Path]:
+        """Remove temporary files of reports and nightly manifests whose writer is gone.
+
+        Safe without the lock (``report`` takes none): a file is removed only
+        when the process named in it (``.<name>.tmp-<pid>``) no longer runs.
+        """
+        removed = []
+        for other in ("reports", "nightly"):
+            for tmp in (self.root / other).rglob(".*.tmp-*"):
+                pid = tmp.name.rsplit("-", 1)[1]
+                if not (pid.isdigit() and _alive(int(pid))):
+                    tmp.unlink(missing_ok=True)
+                    removed.append(tmp)
+        return removed
+
     def connect(self) -> duckdb.DuckDBPyConnection:
-        """An in-memory DuckDB connection with a view over every table of the warehouse."""
+        """A read-only, in-memory DuckDB connection with a view over every table.
+
+        What can run on it is limited by DuckDB's own settings, not by reading
+        the SQL: the engine opens files under the warehouse directory and
+        nowhere else (``enable_external_access = false`` with
+        ``allowed_directories``), installs and loads no extension, spills
+        nothing to disk (no ``temp_directory``), and its configuration is
+        locked, so no ``SET`` gives any of it back. The session's time zone is
+        UTC. What could still write *inside* the warehouse (``COPY ... TO``
+        under it) is refused by statement type before it runs
+        (``pipeline.report.sql.check_read_only``).
+        """
         self.init()
-        con = duckdb.connect()
-        con.execute(f"SET file_search_path = '{_sql_quote(str(self.root.resolve()))}'")
-        con.execute(load_sql(VIEWS_SQL))
+        root = str(self.root.resolve())
+        con = duckdb.connect(
+            config={"autoinstall_known_extensions": False, "autoload_known_extensions": False}
+        )
+        con.execute("SET TimeZone = 'UTC'")
+        con.execute("SET temp_directory = ''")
+        con.execute(absolute_views(root))
+        con.execute(f"SET allowed_directories = ['{_sql_quote(root)}/']")
+        con.execute("SET enable_external_access = false")
+        con.execute("SET lock_configuration = true")
         return con
+
+
+def absolute_views(root: str) -> str:
+    """views.sql with every table path made absolute under ``root``.
+
+    # NOTE: DuckDB checks a relative path against ``allowed_directories`` as it
+    # is written, not as ``file_search_path`` resolves it, so the read-only
+    # connection's views name their files absolutely.
+    """
+    text = load_sql(VIEWS_SQL)
+    prefix = f"read_parquet('{_sql_quote(root)}/"
+    out = text.replace("read_parquet('", prefix)
+    assert out.count(prefix) == text.count("read_parquet("), "views.sql: unexpected path form"
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True
 
 
 def _sql_quote(s: str) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +27,7 @@ COMMANDS = {
     "ingest": "pipeline.cli.ingest:ingest",
     "profile": "pipeline.cli.profile:profile",
     "live": "pipeline.cli.live:live",
+    "nightly": "pipeline.cli.nightly:nightly",
     "replay": "pipeline.cli.replay:replay",
     "report": "pipeline.cli.report:report",
     "run": "pipeline.cli.run:run",
@@ -66,3 +68,6 @@ class PipelineGroup(click.Group):
 def cli(ctx: click.Context, debug: bool) -> None:
     """Ingest LLM serving logs, replay them through scheduler models, report on them."""
     ctx.obj = CliState(debug=debug)
+    if debug:  # tracebacks of errors the commands catch and report in one line
+        logging.basicConfig(format="%(name)s: %(message)s")
+        logging.getLogger("pipeline").setLevel(logging.DEBUG)

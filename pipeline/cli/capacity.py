@@ -226,6 +226,7 @@ def _specs(
 )
 @opt.gpu_hour_price
 @opt.output
+@opt.locked
 def capacity_command(
     capacity_file: Path | None,
     warehouse: Path | None,

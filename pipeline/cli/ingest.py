@@ -36,7 +36,7 @@ def print_summary(result: IngestResult, as_json: bool) -> None:
             continue
         packed = "" if f.compression in (None, "none") else f", {f.compression}"
         click.echo(
-            f"{f.path} [{f.format}{packed}]: "
+            f"{f.path} [{f.format or 'empty'}{packed}]: "
             f"read {f.rows_read:,} = kept {f.rows_kept:,} + quarantined {f.rows_quarantined:,} "
             f"+ duplicates {f.rows_duplicate:,}"
         )
@@ -103,6 +103,7 @@ def options_from(
     help="UTC start time for logs with relative timestamps (default 1970-01-01).",
 )
 @opt.output
+@opt.locked
 def ingest(
     sources: tuple[str, ...],
     warehouse: Path | None,

@@ -159,3 +159,38 @@ def gpu_hour_price(f: F) -> F:
         metavar="USD",
         help="Dollars per GPU-hour for every GPU kind [default: the config's [gpu_prices]].",
     )(f)
+
+
+def locked(f: F) -> F:
+    """Run the command holding the warehouse lock (``pipeline.lock``); adds --lock-timeout.
+
+    Put it right above the function, below every other option: it reads the
+    command's ``warehouse`` and ``config_file`` arguments to find the warehouse.
+    """
+    import functools
+
+    @functools.wraps(f)
+    def wrapper(*args: Any, lock_timeout: float, **kwargs: Any) -> Any:
+        from pipeline.config import load_config, warehouse_path
+        from pipeline.lock import warehouse_lock
+
+        flag = kwargs.get("warehouse")
+        root = warehouse_path(str(flag) if flag else None, load_config(kwargs.get("config_file")))
+        with warehouse_lock(root, timeout_s=lock_timeout):
+            return f(*args, **kwargs)
+
+    return lock_timeout(wrapper)  # type: ignore[return-value]
+
+
+def lock_timeout(f: F) -> F:
+    """--lock-timeout SECONDS (``lock_timeout``): how long to wait for the warehouse lock."""
+    return click.option(
+        "--lock-timeout",
+        type=click.FloatRange(min=0),
+        default=600.0,
+        show_default=True,
+        envvar="TRACEREPLAY_LOCK_TIMEOUT",
+        metavar="SECONDS",
+        help="Wait this long for another command writing the warehouse, then give up "
+        "[env TRACEREPLAY_LOCK_TIMEOUT].",
+    )(f)

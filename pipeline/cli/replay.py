@@ -166,6 +166,7 @@ def result_dict(
 )
 @opt.gpu_hour_price
 @opt.output
+@opt.locked
 def replay_command(
     warehouse: Path | None,
     config_file: Path | None,

@@ -108,6 +108,7 @@ def report(
 
     cfg = load_config(config_file)
     wh = Warehouse(warehouse_path(str(warehouse) if warehouse else None, cfg))
+    wh.remove_orphan_temp_files()  # of reports killed while writing
     slo_s = report_slo_s(slo_items, slo_ttft_ms)
     html = build_report(
         wh,

@@ -30,6 +30,7 @@ DEFAULT_SAMPLE = "azure_conv.csv"
     help="Scenario TOML file (repeatable). Default: the built-in demonstration set.",
 )
 @opt.output
+@opt.locked
 def run(
     sources: tuple[str, ...],
     warehouse: Path | None,

@@ -204,7 +204,6 @@ def sql(
         )
     con = Warehouse(root).connect()
     try:
-        con.execute("SET TimeZone = 'UTC'")
         split_statements(con, text)  # a syntax error is reported before anything runs
         declared = {n: p.sql_type for n, p in header.params.items()}
         typed: dict[str, Any] = {

@@ -123,6 +123,7 @@ def result_dict(result: SweepResult, warehouse: Path) -> dict[str, Any]:
 )
 @click.option("--dry-run", is_flag=True, help="Expand and check the grid, list it, run nothing.")
 @opt.output
+@opt.locked
 def sweep_command(
     grid_file: Path,
     warehouse: Path | None,

@@ -16,14 +16,19 @@ earlier in the same file are dropped and counted as duplicates. For every
 file: rows read = kept + quarantined + duplicates.
 
 A file that cannot be ingested as a whole (unreadable, unknown format,
-truncated compression, not UTF-8) lands nothing and leaves what it wrote
-before in place; the other files of the run still land, and the result lists
-the error.
+truncated or corrupt compression, not UTF-8) lands nothing and leaves what it
+wrote before in place; the other files of the run still land, and the result
+lists the error. An error no check foresaw (a bug) is handled the same way,
+as a one-line file error. No record can stop a run: every record either lands,
+is a duplicate, or is quarantined with a reason.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import re
+import traceback
 from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -42,6 +47,7 @@ from pipeline.errors import SourceError
 from pipeline.ingest.formats import FORMATS, Block, LogFormat, ParseOptions, detect
 from pipeline.ingest.idset import IdSet
 from pipeline.ingest.reader import (
+    HEAD_BYTES,
     Opened,
     check_encoding,
     expand_sources,
@@ -55,7 +61,12 @@ from pipeline.ingest.validate import content_keys, occurrence_ids, validate
 from pipeline.progress import progress
 from pipeline.warehouse import Warehouse, iter_partitions, new_run_id, replace_files, source_key
 
+log = logging.getLogger(__name__)
+
 EXCERPT_CHARS = 200
+# a CSV field shown in excerpts: a number or a time (starts with a digit, sign or
+# dot; then digits, separators and the letters of exponents and ISO times only)
+_NUMERIC_FIELD = re.compile(r"^\s*\"?[-+.]?[0-9][0-9.:+\-eETZ ]*\"?\s*$|^\s*$")
 
 
 @dataclass
@@ -170,12 +181,31 @@ def ingest_logs(
                 _ingest_file(path, warehouse, opts, run_id, index, res, bar)
             except SourceError as exc:
                 res.error = str(exc)
+            except Exception as exc:  # noqa: BLE001 - a bug on one file must not stop the others
+                res.error = _unexpected(path, exc)
+            if res.error is not None:
                 res.rows_read = res.rows_kept = res.rows_quarantined = res.rows_duplicate = 0
                 res.dates = []
             results.append(res)
     result = IngestResult(run_id, str(warehouse.root), results)
     _write_run(warehouse, result, sources, started, opts)
     return result
+
+
+def _unexpected(path: Path, exc: Exception) -> str:
+    """One line for an error no check foresaw (a bug): what, where, and what to do.
+
+    The exception's message is left out: it may quote a value of the log, and
+    this line is stored in ``runs``. The traceback goes to the debug log.
+    """
+    log.debug("unexpected error while ingesting %s", path, exc_info=exc)
+    tb = traceback.extract_tb(exc.__traceback__)
+    where = f" at {Path(tb[-1].filename).name}:{tb[-1].lineno}" if tb else ""
+    return (
+        f"{path}: unexpected error while reading it ({type(exc).__name__}{where}); nothing "
+        "from it was kept and the other files landed; please report it (run with --debug "
+        "for the traceback)"
+    )
 
 
 def _ingest_file(
@@ -188,6 +218,8 @@ def _ingest_file(
     bar: object,
 ) -> None:
     head = read_head(path)
+    if len(head) < HEAD_BYTES and not head.removeprefix(b"\xef\xbb\xbf").strip():
+        return  # an empty (or blank) file holds no records: nothing to do, nothing replaced
     check_encoding(path, head)
     fmt = _choose_format(path, head, opts.format)
     res.format = fmt.name
@@ -326,6 +358,13 @@ def _arrival_time(good: pl.DataFrame, trace_start: datetime) -> pl.DataFrame:
 
 
 def _excerpts(bad: pl.DataFrame, block: Block, fmt: LogFormat) -> pl.DataFrame:
+    """The rejected lines as excerpts, for CSV formats only, with every text field masked.
+
+    A record of a format that may carry text (every JSON format: any line may
+    hold a prompt in some field) gets no excerpt. In a CSV line, a field that
+    is not a number or a time is shown as ``?``: a bad line may hold more
+    fields than the header names, and text in any of them.
+    """
     if fmt.may_hold_text or not fmt.line_based:
         return bad.with_columns(pl.lit(None, dtype=pl.String).alias("raw_excerpt"))
     out = []
@@ -334,7 +373,10 @@ def _excerpts(bad: pl.DataFrame, block: Block, fmt: LogFormat) -> pl.DataFrame:
         start = off - block.offset
         end = data.find(b"\n", start)
         line = data[start : end if end >= 0 else len(data)].rstrip(b"\r")
-        out.append(line[:EXCERPT_CHARS].decode("utf-8", "replace"))
+        text = line[: EXCERPT_CHARS * 2].decode("utf-8", "replace")
+        out.append(
+            ",".join(f if _NUMERIC_FIELD.match(f) else "?" for f in text.split(","))[:EXCERPT_CHARS]
+        )
     return bad.with_columns(pl.Series("raw_excerpt", out, dtype=pl.String))
 
 

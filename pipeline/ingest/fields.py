@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import polars as pl
 
@@ -36,21 +38,72 @@ def timestamp_expr(col: str) -> pl.Expr:
 def fix_timestamps(frame: pl.DataFrame, parsed: str, raw: pl.Series) -> pl.DataFrame:
     """Retry the values of column ``parsed`` that failed, with every known layout.
 
+    A number is an epoch time whose unit follows from its size (``epoch_us``).
     Naive times are taken as UTC. Up to 9 fractional digits are accepted
     (Azure traces have 7). Values that still fail stay null and the validator
-    rejects their records. Cheap when nothing failed.
+    rejects their records. Only the values that failed are parsed again.
     """
     missing = frame[parsed].is_null() & raw.is_not_null()
     if not missing.any():
         return frame
-    s = raw.str.strip_chars()
-    out = frame[parsed]
+    idx = missing.arg_true()
+    s = raw.gather(idx).str.strip_chars()
+    out = epoch_number(s)
     for fmt in _TS_FORMATS:
         out = out.fill_null(s.str.to_datetime(fmt, time_unit="us", time_zone="UTC", strict=False))
     for fmt in _NAIVE_FORMATS:
         alt = s.str.to_datetime(fmt, time_unit="us", strict=False).dt.replace_time_zone("UTC")
         out = out.fill_null(alt)
-    return frame.with_columns(out.alias(parsed))
+    return frame.with_columns(frame[parsed].clone().scatter(idx, out).alias(parsed))
+
+
+# Epoch times by magnitude: below 1e11 seconds (until the year 5138), below 1e14
+# milliseconds, below 1e17 microseconds, else nanoseconds. Today is about 1.7e9 s =
+# 1.7e12 ms = 1.7e15 us = 1.7e18 ns, and each unit's range is far from the next one's.
+EPOCH_SECONDS_BELOW = 1e11
+EPOCH_MILLIS_BELOW = 1e14
+EPOCH_MICROS_BELOW = 1e17
+
+
+def epoch_us(value: float | int) -> int | None:
+    """An epoch time in s, ms, us or ns (told apart by magnitude) as microseconds.
+
+    None when the value is not finite or lies beyond the 64-bit microsecond range.
+    """
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    a = abs(value)
+    if a < EPOCH_SECONDS_BELOW:
+        us = round(value * 1_000_000)
+    elif a < EPOCH_MILLIS_BELOW:
+        us = round(value * 1000)
+    elif a < EPOCH_MICROS_BELOW:
+        us = round(value)
+    elif isinstance(value, int):
+        us = value // 1000
+    else:
+        us = round(value / 1000)
+    return us if -(2**63) <= us < 2**63 else None
+
+
+def epoch_number(s: pl.Series) -> pl.Series:
+    """Numeric strings in ``s`` as epoch times (unit by magnitude, see ``epoch_us``); else null."""
+    f = s.str.strip_chars().cast(pl.Float64, strict=False)
+    a = f.abs()
+    us = (
+        pl.when(a < EPOCH_SECONDS_BELOW)
+        .then(f * 1e6)
+        .when(a < EPOCH_MILLIS_BELOW)
+        .then(f * 1e3)
+        .when(a < EPOCH_MICROS_BELOW)
+        .then(f)
+        .when(a.is_finite())
+        .then(f / 1e3)
+    )
+    out = pl.select(
+        pl.when(us.abs() < 2.0**62).then(us.round().cast(pl.Int64, strict=False)).alias("t")
+    ).to_series()
+    return out.cast(pl.Datetime("us", "UTC"))
 
 
 def parse_timestamp(s: pl.Series) -> pl.Series:
@@ -60,14 +113,42 @@ def parse_timestamp(s: pl.Series) -> pl.Series:
 
 
 def int_expr(e: pl.Expr) -> pl.Expr:
-    """Numbers (or numeric strings) to Int64; fractions and junk become null."""
+    """Numbers (or numeric strings) to Int64; fractions and junk become null.
+
+    The same rule as ``formats._lines.as_int``: ``12``, ``12.0``, ``"12"`` and
+    ``"1e3"`` are whole numbers. Whole values beyond the 64-bit range are
+    clipped to it, so the validator rejects them as too large.
+    """
     f = e.cast(pl.Float64, strict=False)
-    return pl.when(f.is_finite() & (f == f.floor())).then(f).cast(pl.Int64)
+    whole = f.is_finite() & (f == f.floor())
+    return (
+        pl.when(whole & (f.abs() < 2.0**63))
+        .then(f.cast(pl.Int64, strict=False))
+        .when(whole & (f > 0))
+        .then(pl.lit(2**63 - 1, dtype=pl.Int64))
+        .when(whole)
+        .then(pl.lit(-(2**63), dtype=pl.Int64))
+    )
+
+
+def to_number(s: pl.Series) -> pl.Series:
+    """Text (or numbers) as Float64, surrounding spaces ignored; junk becomes null.
+
+    NOTE: ``int_expr`` refers to its input several times, and polars does not
+    always share a cast between them: cast text once with this first. Only
+    values that fail as they are get stripped and cast again (cheap when none do).
+    """
+    if s.dtype != pl.String:
+        return s.cast(pl.Float64, strict=False)
+    out = s.cast(pl.Float64, strict=False)
+    if (out.is_null() & s.is_not_null()).any():
+        out = out.fill_null(s.str.strip_chars().cast(pl.Float64, strict=False))
+    return out
 
 
 def whole_int(s: pl.Series) -> pl.Series:
     """Series version of ``int_expr``."""
-    return pl.select(int_expr(pl.lit(s))).to_series().alias(s.name)
+    return pl.select(int_expr(pl.lit(to_number(s)))).to_series().alias(s.name)
 
 
 def split_csv_block(
@@ -83,9 +164,8 @@ def split_csv_block(
     """
     data = block.data
     starts = line_starts(data)
-    raw = [
-        data[a:b] for a, b in zip(starts.tolist(), [*starts[1:].tolist(), len(data)], strict=True)
-    ]
+    ends = [*starts[1:].tolist(), len(data)] if len(starts) else []
+    raw = [data[a:b] for a, b in zip(starts.tolist(), ends, strict=True)]
     texts: list[str | None] = []
     bad_lines: list[int] = []
     reasons: list[str] = []
@@ -98,7 +178,7 @@ def split_csv_block(
             reasons.append(f"invalid UTF-8 at byte {exc.start} of the line; re-export as UTF-8")
     lines = pl.Series("line", texts, dtype=pl.String)
     parts = lines.str.split(",")
-    counts = parts.list.len().to_numpy()
+    counts = parts.list.len().fill_null(0).to_numpy()  # a line that is not UTF-8 has none
     blank = (lines.str.strip_chars() == "").fill_null(False).to_numpy()
     valid_text = lines.is_not_null().to_numpy()
     accepted = np.isin(counts, np.asarray(num_fields)) & valid_text & ~blank

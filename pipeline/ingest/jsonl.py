@@ -1,16 +1,18 @@
 """Reading a block of JSON lines fast, without losing the bad ones.
 
 The fast path hands the whole block to polars' NDJSON reader with a schema
-(type mismatches become nulls, which the validator then rejects). Only when
-the block holds lines that are not JSON at all (cut short, bad UTF-8) does it
-fall back to checking each line with the standard library, quarantining the
-bad lines and parsing the rest in bulk again.
+(type mismatches become nulls, which the validator then rejects). When the
+block holds lines that are not JSON objects (cut short, bad UTF-8, NaN, an
+array, an unpaired surrogate escape, nesting too deep) it falls back to
+checking the suspicious lines with the standard library's strict reader,
+quarantining the bad lines and parsing the rest in bulk again. A line that
+passes the strict reader but not polars is found by halving and quarantined
+too: no line can stop the block.
 """
 
 from __future__ import annotations
 
 import io
-import json
 from typing import Any
 
 import numpy as np
@@ -18,6 +20,7 @@ import numpy.typing as npt
 import polars as pl
 
 from pipeline.ingest.formats import REJECT_SCHEMA, Block, Parsed
+from pipeline.ingest.formats._lines import load_json_object
 from pipeline.ingest.reader import line_starts
 
 
@@ -26,26 +29,17 @@ def _read(data: bytes, schema: dict[str, Any]) -> pl.DataFrame:
 
 
 def _why(line: bytes) -> str | None:
-    """Why one line is not a JSON object, or None when it is one."""
-    try:
-        text = line.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        return f"invalid UTF-8 at byte {exc.start} of the line; re-export the log as UTF-8"
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as exc:
-        return f"not valid JSON ({exc.msg} at column {exc.colno}); the line may be cut short"
-    if not isinstance(obj, dict):
-        return f"a JSON {type(obj).__name__}, expected an object"
-    return None
+    """Why one line is not a JSON object every reader accepts, or None when it is one."""
+    _, why = load_json_object(line)
+    return why
 
 
 def read_block(block: Block, schema: dict[str, Any]) -> Parsed:
     """Parse the JSON lines of ``block`` into a frame with ``schema`` plus provenance.
 
-    Blank lines are skipped and not counted as records. The frame gets
-    ``source_line`` and ``byte_offset`` of every record; lines that cannot be
-    parsed at all go to ``rejects``.
+    Blank lines (whitespace only, of any length) are skipped and not counted as
+    records. The frame gets ``source_line`` and ``byte_offset`` of every
+    record; lines that cannot be parsed at all go to ``rejects``.
     """
     data = block.data
     starts = line_starts(data)
@@ -53,26 +47,40 @@ def read_block(block: Block, schema: dict[str, Any]) -> Parsed:
     ends[:-1] = starts[1:]
     ends[-1:] = len(data)
     nonblank = _nonblank(data, starts, ends)
-    try:
-        frame = _read(data, schema)
-        if frame.height == len(nonblank):
-            return Parsed(_with_provenance(frame, block, starts, nonblank), Parsed.no_rejects())
-    except pl.exceptions.ComputeError:
-        pass
+    odd = _odd(data, starts, ends, nonblank)
+    if not len(odd):
+        try:
+            frame = _read(data, schema)
+            if frame.height == len(nonblank):
+                return Parsed(_with_provenance(frame, block, starts, nonblank), Parsed.no_rejects())
+        except pl.exceptions.ComputeError:
+            pass
     # NOTE: checking every line with json.loads costs ~3 us a line; lines that
-    # are cut short or carry non-ASCII bytes are the usual culprits, so check
-    # those first and fall back to every line only if the block still fails.
-    for candidates in (_suspicious(data, starts, ends, nonblank), nonblank):
+    # are cut short, not objects, or carry non-ASCII bytes or surrogate escapes
+    # are the usual culprits, so check those first and fall back to every line
+    # only if the block still fails.
+    high = _high(data, starts, nonblank)
+    for candidates in (np.union1d(odd, high), nonblank):
         bad_idx, reasons = _check(data, starts, ends, candidates)
         good = np.setdiff1d(nonblank, bad_idx, assume_unique=True)
         try:
-            frame = _read(_without(data, starts, ends, bad_idx), schema)
+            frame = _read(_only(data, starts, ends, good), schema)
         except pl.exceptions.ComputeError:
             continue
         if frame.height == len(good):
             break
-    else:  # pragma: no cover - json.loads accepted a line polars cannot read
-        raise AssertionError("a block polars cannot read although every line is valid JSON")
+    else:
+        # Every remaining line is strict JSON, yet polars rejects some: find them by halving.
+        unreadable = _unreadable(data, starts, ends, good, schema)
+        bad_idx = np.concatenate([bad_idx, unreadable])
+        reasons = reasons + [
+            "a JSON value the reader cannot hold (a number or nesting out of range)"
+        ] * len(unreadable)
+        order = np.argsort(bad_idx, kind="stable")
+        bad_idx = bad_idx[order]
+        reasons = [reasons[k] for k in order.tolist()]
+        good = np.setdiff1d(nonblank, bad_idx, assume_unique=True)
+        frame = _read(_only(data, starts, ends, good), schema)
     rejects = pl.DataFrame(
         {
             "source_line": block.first_line + bad_idx,
@@ -84,24 +92,79 @@ def read_block(block: Block, schema: dict[str, Any]) -> Parsed:
     return Parsed(_with_provenance(frame, block, starts, good), rejects)
 
 
-def _suspicious(
+def _unreadable(
+    data: bytes,
+    starts: npt.NDArray[np.int64],
+    ends: npt.NDArray[np.int64],
+    lines: npt.NDArray[np.int64],
+    schema: dict[str, Any],
+) -> npt.NDArray[np.int64]:
+    """The lines polars cannot read, found by reading halves (log2(n) reads per bad line)."""
+    try:
+        if _read(_only(data, starts, ends, lines), schema).height == len(lines):
+            return np.zeros(0, dtype=np.int64)
+    except pl.exceptions.ComputeError:
+        pass
+    if len(lines) <= 1:
+        return lines.astype(np.int64)
+    mid = len(lines) // 2
+    return np.concatenate(
+        [
+            _unreadable(data, starts, ends, lines[:mid], schema),
+            _unreadable(data, starts, ends, lines[mid:], schema),
+        ]
+    )
+
+
+def _odd(
     data: bytes,
     starts: npt.NDArray[np.int64],
     ends: npt.NDArray[np.int64],
     lines: npt.NDArray[np.int64],
 ) -> npt.NDArray[np.int64]:
-    """Lines not shaped like ``{...}`` or holding non-ASCII bytes (cheap, vectorised)."""
+    """Lines not shaped like ``{...}``, or holding a surrogate escape (cheap, vectorised).
+
+    polars reads ``[1]``, ``3`` or ``null`` as a row of nulls and an unpaired
+    ``\\ud800`` as a NUL character, so such lines must never reach it unchecked.
+    """
+    if not len(lines):
+        return lines
     buf = np.frombuffer(data, dtype=np.uint8)
     last = ends[lines] - 1
     for _ in range(3):  # step back over "\n", "\r" and trailing spaces
         ws = (buf[last] == 10) | (buf[last] == 13) | (buf[last] == 32)
         last = np.where(ws & (last > starts[lines]), last - 1, last)
-    odd = (buf[starts[lines]] != ord("{")) | (buf[last] != ord("}"))
-    high = np.flatnonzero(buf >= 0x80)
-    flagged = set(lines[odd].tolist())
-    if len(high):
-        flagged |= set((np.searchsorted(starts, high, side="right") - 1).tolist())
-    return np.asarray(sorted(flagged & set(lines.tolist())), dtype=np.int64)
+    odd = lines[(buf[starts[lines]] != ord("{")) | (buf[last] != ord("}"))]
+    if b"\\" not in data:  # no escapes at all (a fast memchr)
+        return odd
+    esc = _surrogate_escapes(buf)
+    if not len(esc):
+        return odd
+    hit = np.searchsorted(starts, esc, side="right") - 1
+    return np.union1d(odd, np.intersect1d(hit, lines))
+
+
+def _surrogate_escapes(buf: npt.NDArray[np.uint8]) -> npt.NDArray[np.int64]:
+    """Offsets of ``\\uD800``-``\\uDFFF`` escapes (vectorised; ~0.3 ms a MB)."""
+    bs = np.flatnonzero(buf == ord("\\"))
+    bs = bs[bs + 3 < len(buf)]
+    if not len(bs):
+        return bs
+    u = bs[(buf[bs + 1] == ord("u")) & ((buf[bs + 2] | 0x20) == ord("d"))]
+    third = buf[u + 3] | 0x20
+    return u[
+        ((third >= ord("8")) & (third <= ord("9"))) | ((third >= ord("a")) & (third <= ord("f")))
+    ]
+
+
+def _high(
+    data: bytes, starts: npt.NDArray[np.int64], lines: npt.NDArray[np.int64]
+) -> npt.NDArray[np.int64]:
+    """Lines holding non-ASCII bytes (possibly bad UTF-8)."""
+    high = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) >= 0x80)
+    if not len(high):
+        return np.zeros(0, dtype=np.int64)
+    return np.intersect1d(np.searchsorted(starts, high, side="right") - 1, lines)
 
 
 def _check(
@@ -120,40 +183,44 @@ def _check(
     return np.asarray(bad, dtype=np.int64), reasons
 
 
-def _without(
+def _only(
     data: bytes,
     starts: npt.NDArray[np.int64],
     ends: npt.NDArray[np.int64],
-    drop: npt.NDArray[np.int64],
+    keep: npt.NDArray[np.int64],
 ) -> bytes:
-    """``data`` without the lines in ``drop`` (copied in contiguous runs)."""
-    pieces = []
-    pos = 0
-    for i in drop.tolist():
-        pieces.append(data[pos : starts[i]])
-        pos = int(ends[i])
-    pieces.append(data[pos:])
-    out = b"".join(pieces)
+    """The lines ``keep`` of ``data`` (copied in contiguous runs), newline-terminated."""
+    if len(keep) == len(starts):
+        out = data
+    elif not len(keep):
+        out = b""
+    else:
+        # runs of consecutive lines, copied as one slice each
+        breaks = np.flatnonzero(np.diff(keep) != 1)
+        first = keep[np.concatenate([[0], breaks + 1])]
+        last = keep[np.concatenate([breaks, [len(keep) - 1]])]
+        out = b"".join(
+            data[a:b] for a, b in zip(starts[first].tolist(), ends[last].tolist(), strict=True)
+        )
     return out if out.endswith(b"\n") or not out else out + b"\n"
 
 
 def _nonblank(
     data: bytes, starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64]
 ) -> npt.NDArray[np.int64]:
-    """Indices of lines that hold something besides whitespace."""
-    lengths = ends - starts
-    idx = np.flatnonzero(lengths > 2)  # anything longer than "\r\n" has content (JSON)
-    short = np.flatnonzero(lengths <= 2)
-    keep = [i for i in short.tolist() if data[starts[i] : ends[i]].strip()]
-    if keep:
-        idx = np.sort(np.concatenate([idx, np.asarray(keep, dtype=np.int64)]))
-    # whitespace-only long lines are rare; drop them too
-    if len(idx) and (lengths[idx] < 64).any():
-        idx = np.asarray(
-            [i for i in idx.tolist() if lengths[i] >= 64 or data[starts[i] : ends[i]].strip()],
-            dtype=np.int64,
-        )
-    return idx
+    """Indices of lines that hold something besides whitespace (``bytes.strip``'s set).
+
+    Only lines that start with whitespace can be blank, so only those are checked.
+    """
+    if not len(starts):
+        return starts
+    buf = np.frombuffer(data, dtype=np.uint8)
+    first = buf[starts]
+    maybe = np.flatnonzero((first == 32) | ((first >= 9) & (first <= 13)))
+    if not len(maybe):
+        return np.arange(len(starts), dtype=np.int64)
+    blank = [i for i in maybe.tolist() if not data[starts[i] : ends[i]].strip()]
+    return np.setdiff1d(np.arange(len(starts), dtype=np.int64), blank, assume_unique=True)
 
 
 def _with_provenance(

@@ -1,6 +1,9 @@
 """Opening log files: compression, encoding checks, and cutting them into line blocks.
 
 Gzip and zstd are recognised by their magic bytes, whatever the file is called.
+Every compressed frame must be complete: a gzip member or zstd frame cut short
+(a copy that died half-way) or corrupt makes the whole file fail, never a
+silent half of it.
 Blocks end at line boundaries and carry their first line number and byte offset
 (in the decompressed stream), so every record can be traced back to its place.
 """
@@ -14,7 +17,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import numpy as np
 import numpy.typing as npt
@@ -91,9 +94,59 @@ def open_source(path: Path) -> Opened:
     if magic.startswith(GZIP_MAGIC):
         return Opened(gzip.GzipFile(fileobj=raw), "gzip", size)  # type: ignore[arg-type]
     if magic.startswith(ZSTD_MAGIC):
-        reader = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)
-        return Opened(io.BufferedReader(reader, 1 << 20), "zstd", size)  # type: ignore[arg-type]
+        return Opened(io.BufferedReader(ZstdFrames(raw), 1 << 20), "zstd", size)
     return Opened(raw, "none", size)
+
+
+class ZstdFrames(io.RawIOBase):
+    """The decompressed bytes of every zstd frame in ``raw``, one after the other.
+
+    NOTE: zstandard's ``stream_reader`` ends quietly at a frame cut short, so
+    half a file would read as a whole, smaller one. Here each frame gets its
+    own decompressor, and input that ends inside a frame raises ``EOFError``.
+    Skippable frames are skipped; bytes that are not a frame raise ZstdError.
+    Compressed input is fed 256 KiB at a time, which bounds what one call
+    returns (a highly compressible frame expands a lot).
+    """
+
+    def __init__(self, raw: BinaryIO, chunk: int = 1 << 18) -> None:
+        super().__init__()
+        self._raw = raw
+        self._chunk = chunk
+        self._frame: Any = None  # decompressor of the frame being read, None between frames
+        self._input = b""  # compressed bytes not fed yet
+        self._out = memoryview(b"")  # decompressed bytes not returned yet
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while not len(self._out):
+            if not self._input:
+                self._input = self._raw.read(self._chunk)
+                if not self._input:
+                    if self._frame is not None:
+                        raise EOFError("zstd frame cut short")
+                    return 0
+            if self._frame is None:
+                self._frame = zstandard.ZstdDecompressor().decompressobj()
+            data, self._input = self._input, b""
+            self._out = memoryview(self._frame.decompress(data))
+            if self._frame.eof:
+                self._input = self._frame.unused_data
+                self._frame = None
+        n = min(len(buffer), len(self._out))
+        buffer[:n] = self._out[:n]
+        self._out = self._out[n:]
+        return n
+
+    def consumed(self) -> int:
+        """Compressed bytes read so far (for progress)."""
+        return int(self._raw.tell())
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
 
 
 def _read(path: Path, opened: Opened, n: int) -> bytes:
@@ -156,6 +209,7 @@ def iter_blocks(
     offset = 0
     carry = b""
     first = True
+    yielded = False
     while True:
         chunk = _read(path, opened, block_bytes)
         if first and chunk:
@@ -173,7 +227,9 @@ def iter_blocks(
                 offset += len(header)
                 line += 1
         if not chunk:
-            if carry:
+            if carry or (header and not yielded):
+                # the last line, or an empty block after a lone first line (a header,
+                # or a record of a format that may lack one)
                 yield Block(carry, line, offset), header, opened.size
             return
         cut = chunk.rfind(b"\n")
@@ -183,14 +239,17 @@ def iter_blocks(
         data = carry + chunk[: cut + 1] if carry else chunk[: cut + 1]
         carry = chunk[cut + 1 :]
         yield Block(data, line, offset), header, _tell(opened)
+        yielded = True
         line += data.count(b"\n")
         offset += len(data)
 
 
 def _tell(opened: Opened) -> int:
     try:
+        if opened.compression == "zstd":
+            return int(opened.stream.raw.consumed())  # type: ignore[attr-defined]
         raw = getattr(opened.stream, "fileobj", None) or opened.stream
-        return int(raw.tell()) if opened.compression != "zstd" else 0
+        return int(raw.tell())
     except (OSError, ValueError):
         return 0
 

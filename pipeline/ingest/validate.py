@@ -2,12 +2,15 @@
 
 ``validate`` splits parsed rows into good rows (every canonical column present,
 in contract types) and rejected rows with the first reason that applies. The
-rules: an arrival time, whole non-negative token counts, at least one prompt
-token, cached tokens within the prompt, non-negative observed latencies, and
-no more prefix hash blocks than the prompt has blocks.
+rules: an arrival time in range (``MIN_TIME``, ``MAX_TIME``, ``MAX_OFFSET_S``),
+whole non-negative token counts, at least one prompt token, cached tokens within
+the prompt, non-negative observed latencies, valid 64-bit hash ids, and no more
+prefix hash blocks than the prompt has blocks.
 """
 
 from __future__ import annotations
+
+from datetime import UTC, datetime
 
 import numpy as np
 import numpy.typing as npt
@@ -18,8 +21,20 @@ from pipeline.ingest.formats import CANONICAL, REJECT_SCHEMA
 _MASK = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
+# Arrival times must lie where every consumer can hold them: from the epoch to the
+# end of 64-bit nanosecond time (pandas and Arrow "ns" columns end there). Relative
+# timestamps may reach MAX_OFFSET_S (about 31.7 years) past the trace start.
+MIN_TIME = datetime(1970, 1, 1, tzinfo=UTC)
+MAX_TIME = datetime(2262, 4, 11, tzinfo=UTC)
+MAX_OFFSET_S = 1e9
+_INT64_MAX = 2**63 - 1
+_INT32_MAX = 2**31 - 1  # the requests table holds counts, priority and turn as int32
+
+
 def _num(col: str) -> pl.Expr:
-    return pl.col(col).cast(pl.String).fill_null("null")
+    c = pl.col(col)
+    text = pl.when(c == _INT64_MAX).then(pl.lit("(2^63 - 1 or more)")).otherwise(c.cast(pl.String))
+    return text.fill_null("null")
 
 
 def _rules() -> list[tuple[pl.Expr, pl.Expr]]:
@@ -33,7 +48,23 @@ def _rules() -> list[tuple[pl.Expr, pl.Expr]]:
             pl.col("arrival_time").is_null() & pl.col("arrival_offset_s").is_null(),
             pl.lit("missing or unparseable timestamp"),
         ),
+        (
+            ~pl.col("arrival_offset_s").is_finite(),
+            pl.lit("timestamp is not a finite number (NaN or infinity)"),
+        ),
         (pl.col("arrival_offset_s") < 0, pl.lit("negative timestamp ") + _num("arrival_offset_s")),
+        (
+            pl.col("arrival_offset_s") > MAX_OFFSET_S,
+            pl.lit("timestamp ")
+            + _num("arrival_offset_s")
+            + pl.lit(" s after the trace start is over 1e9 s (31 years) away; check its unit"),
+        ),
+        (
+            (pl.col("arrival_time") < MIN_TIME) | (pl.col("arrival_time") >= MAX_TIME),
+            pl.lit("timestamp ")
+            + pl.col("arrival_time").dt.year().cast(pl.String)
+            + pl.lit(" outside the years 1970 to 2262; check its unit (s, ms, us or ns)"),
+        ),
         (p.is_null(), pl.lit("missing or non-integer prompt token count")),
         (o.is_null(), pl.lit("missing or non-integer output token count")),
         (p < 0, pl.lit("negative prompt token count ") + _num("prompt_tokens")),
@@ -42,6 +73,15 @@ def _rules() -> list[tuple[pl.Expr, pl.Expr]]:
         (p > 2**31 - 1, pl.lit("prompt token count too large ") + _num("prompt_tokens")),
         (o > 2**31 - 1, pl.lit("output token count too large ") + _num("output_tokens")),
         (pl.col("max_tokens") < 1, pl.lit("max_tokens below 1: ") + _num("max_tokens")),
+        (pl.col("max_tokens") > _INT32_MAX, pl.lit("max_tokens too large ") + _num("max_tokens")),
+        (
+            (pl.col("priority") < -_INT32_MAX) | (pl.col("priority") > _INT32_MAX),
+            pl.lit("priority out of the 32-bit range: ") + _num("priority"),
+        ),
+        (
+            (pl.col("turn") < -_INT32_MAX) | (pl.col("turn") > _INT32_MAX),
+            pl.lit("turn out of the 32-bit range: ") + _num("turn"),
+        ),
         (pl.col("cached_tokens") < 0, pl.lit("negative cached tokens ") + _num("cached_tokens")),
         (
             pl.col("cached_tokens") > p,
@@ -55,8 +95,12 @@ def _rules() -> list[tuple[pl.Expr, pl.Expr]]:
         ),
         (bs.is_not_null() & (bs < 1), pl.lit("block size below 1")),
         (
-            bs.is_not_null() & pl.col("prefix_hashes").is_null(),
-            pl.lit("missing or invalid hash_ids (a list of non-negative integers)"),
+            bs.is_not_null()
+            & (
+                pl.col("prefix_hashes").is_null()
+                | (pl.col("prefix_hashes").list.drop_nulls().list.len() != n_hash)
+            ),
+            pl.lit("missing or invalid hash_ids (a list of integers from 0 to 2^64-1)"),
         ),
         (
             bs.is_not_null() & (n_hash > max_blocks),

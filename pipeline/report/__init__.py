@@ -241,7 +241,6 @@ def build_report(
     definition = load_definition(report)
     con = warehouse.connect()
     try:
-        con.execute("SET TimeZone = 'UTC'")
         run = _Queries(con)
         runs = run("replay_runs")
         if run_id is None:

@@ -206,10 +206,11 @@ class Statement:
 
 
 def split_statements(con: duckdb.DuckDBPyConnection, sql: str) -> list[Statement]:
-    """Parse ``sql`` into statements.
+    """Parse ``sql`` into statements with DuckDB's own parser.
 
     Raises:
-        QueryError: a syntax error, as one line with its position.
+        QueryError: a syntax error, as one line with its position, or a statement
+            of a kind this DuckDB client cannot name (``UPDATE EXTENSIONS``).
     """
     try:
         parsed = con.extract_statements(sql)
@@ -217,7 +218,17 @@ def split_statements(con: duckdb.DuckDBPyConnection, sql: str) -> list[Statement
         raise QueryError(describe_error(exc, sql)) from exc
     out: list[Statement] = []
     cursor = 0
-    for st in parsed:
+    for i, st in enumerate(parsed, 1):
+        try:
+            kind = st.type.name
+        except ValueError as exc:
+            # NOTE: the Python client raises ValueError ("29 is not a valid
+            # StatementType") for statement kinds its enum lacks (UPDATE EXTENSIONS).
+            where = f"statement {i}" if len(parsed) > 1 else "the statement"
+            raise QueryError(
+                f"read-only: {where} is of a kind that is not a query ({exc}); the warehouse "
+                "can only be queried here, with SELECT (and SET VARIABLE)"
+            ) from None
         text = st.query
         at = sql.find(text, cursor)
         if at < 0:  # DuckDB normalised the text; positions are per statement then
@@ -226,15 +237,50 @@ def split_statements(con: duckdb.DuckDBPyConnection, sql: str) -> list[Statement
             cursor = at + len(text)
         # DuckDB counts a statement's lines from its own first character.
         leading = len(text) - len(text.lstrip())
-        out.append(Statement(text, st.type.name, sql.count("\n", 0, at + leading)))
+        out.append(Statement(text, kind, sql.count("\n", 0, at + leading)))
     return out
 
 
+def _tokens(sql: str) -> list[tuple[int, str]]:
+    """(position, text) of each token of ``sql`` as DuckDB's tokenizer sees it, no comments."""
+    toks = duckdb.tokenize(sql)
+    out = []
+    for k, (pos, kind) in enumerate(toks):
+        if kind == duckdb.token_type.comment:
+            continue
+        end = toks[k + 1][0] if k + 1 < len(toks) else len(sql)
+        out.append((pos, sql[pos:end].strip()))
+    return out
+
+
+def _is_set_variable(text: str) -> bool:
+    words = [w.upper() for _, w in _tokens(text)[:2]]
+    return len(words) == 2 and words[0] in ("SET", "RESET") and words[1] == "VARIABLE"
+
+
+def _explained_kinds(con: duckdb.DuckDBPyConnection, text: str) -> list[str]:
+    """The statement kinds an EXPLAIN [ANALYZE] statement explains (and, with ANALYZE, runs)."""
+    toks = _tokens(text)
+    i = 1
+    if len(toks) > i and toks[i][1].upper() in ("ANALYZE", "ANALYSE"):
+        i += 1
+    if len(toks) <= i:
+        return []
+    try:
+        return [s.type.name for s in con.extract_statements(text[toks[i][0] :])]
+    except (duckdb.Error, ValueError):
+        return []
+
+
 def check_read_only(con: duckdb.DuckDBPyConnection, statements: list[Statement]) -> None:
-    """Refuse any statement that could write.
+    """Refuse any statement that is not a query, by the kind DuckDB's parser gives it.
 
     Allowed: SELECT (with FROM-first, DESCRIBE, SHOW, SUMMARIZE, which DuckDB
-    parses as SELECT), EXPLAIN of a SELECT, and SET/RESET VARIABLE.
+    parses as SELECT), EXPLAIN [ANALYZE] of one SELECT, and SET/RESET VARIABLE.
+    Keywords are read with DuckDB's tokenizer, so comments and string literals
+    cannot disguise a statement. This is the second line of defence: the
+    connection itself cannot reach files outside the warehouse
+    (``Warehouse.connect``).
 
     Raises:
         QueryError: naming the statement and its kind.
@@ -242,27 +288,17 @@ def check_read_only(con: duckdb.DuckDBPyConnection, statements: list[Statement])
     for i, st in enumerate(statements, 1):
         if st.kind in _READ_ONLY:
             continue
-        body = _strip_comments(st.text).lstrip()
-        if st.kind == "SET" and re.match(r"(?is)^(SET|RESET)\s+VARIABLE\b", body):
+        if st.kind == "SET" and _is_set_variable(st.text):
             continue
-        if st.kind == "EXPLAIN":
-            inner = re.sub(r"(?is)^EXPLAIN\s+(ANALY[SZ]E\s+)?", "", body)
-            try:
-                kinds = [s.type.name for s in con.extract_statements(inner)]
-            except duckdb.Error:
-                kinds = []
-            if kinds == ["SELECT"]:
-                continue
+        if st.kind == "EXPLAIN" and _explained_kinds(con, st.text) == ["SELECT"]:
+            continue
         where = f"statement {i}" if len(statements) > 1 else "the statement"
+        body = " ".join(w for _, w in _tokens(st.text)[:4])
         raise QueryError(
             f"read-only: {where} is {_article(st.kind)} {st.kind} "
             f"({_first_words(body)}); the warehouse can only be queried here, with "
             "SELECT (and SET VARIABLE). To save a result use --format csv|json|parquet -o FILE"
         )
-
-
-def _strip_comments(sql: str) -> str:
-    return re.sub(r"--[^\n]*", "", sql)
 
 
 def _first_words(sql: str) -> str:

@@ -28,6 +28,7 @@ import pyarrow as pa
 from pipeline import __version__
 from pipeline.contracts import REQUESTS, RUNS, SCENARIOS, SIM_REQUESTS, SIM_STEPS, check_file
 from pipeline.errors import ConfigError, ScenarioError
+from pipeline.lock import with_warehouse_lock
 from pipeline.progress import progress
 from pipeline.selection import RequestFilter, check_request_columns
 from pipeline.sim.arrivals import make_arrivals
@@ -327,6 +328,7 @@ def sim_steps_table(name: str, res: SimResult) -> pa.Table:
     )
 
 
+@with_warehouse_lock
 def replay(
     warehouse: Path,
     scenarios: list[Scenario],

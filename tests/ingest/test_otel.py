@@ -134,7 +134,7 @@ def test_rejects_in_jsonl() -> None:
     rej = p.rejects.to_dicts()
     assert [x["source_line"] for x in rej] == [2, 3, 4, 5]
     assert [x["byte_offset"] for x in rej] == [starts[i] for i in (1, 2, 3, 4)]
-    assert rej[0]["reason"].startswith("corrupt JSON")
+    assert rej[0]["reason"].startswith("not valid JSON")
     assert rej[1]["reason"].startswith("invalid UTF-8")
     assert rej[2]["reason"] == "span status ERROR (failed request)"
     assert "no resourceSpans" in rej[3]["reason"]

@@ -126,7 +126,7 @@ def test_unreadable_records_are_rejected_with_line_and_offset() -> None:
     assert [r["source_line"] for r in rej] == [6, 8, 9, 10, 11, 12]
     assert [r["byte_offset"] for r in rej] == [100 + starts[i] for i in (1, 3, 4, 5, 6, 7)]
     reasons = [r["reason"] for r in rej]
-    assert reasons[0].startswith("corrupt JSON")
+    assert reasons[0].startswith("not valid JSON")
     assert reasons[1].startswith("invalid UTF-8")
     assert "JSON object" in reasons[2]
     assert all(r.startswith("prompt_token_ids:") for r in reasons[3:])

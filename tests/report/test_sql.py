@@ -87,6 +87,16 @@ CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any], Rows]] = {
          "p99_prompt_tokens": 788.0, "mean_output_tokens": 9.0, "p50_output_tokens": 7.5,
          "p99_output_tokens": 19.7, "share_with_prefix_hashes": 0.5},
     ]),
+    "nightly_traffic_of_a_day": ("nightly_traffic",
+        {"date_from": "2024-05-01", "date_to": "2024-05-01"}, {}, [
+        # the tiny warehouse's logs carry no latencies
+        {"num_days": 1, "num_requests": 4, "requests_per_day": 4.0, "mean_prompt_tokens": 375.0,
+         "mean_output_tokens": 9.0, "observed_ttft_p99_s": None, "observed_tpot_p99_s": None},
+    ]),
+    "nightly_traffic_of_warehouse": ("nightly_traffic", {}, {}, [
+        {"num_days": 2, "num_requests": 5, "requests_per_day": 2.5, "mean_prompt_tokens": 310.0,
+         "mean_output_tokens": 7.6},
+    ]),
     "trace_summary_of_warehouse": ("trace_summary", {}, {}, [
         # five prompts 50..800: p50 = the middle one, p99 at position 3.96
         {"num_requests": 5, "num_days": 2, "duration_s": 86400.0, "total_prompt_tokens": 1550,

@@ -94,7 +94,7 @@ class LogFormat(Protocol):
     name: str  # the --format value
     line_based: bool  # False: parse() gets the whole file
     has_header: bool  # True: the first line is a header, passed as ParseOptions.header
-    may_hold_text: bool  # records may carry prompt text: never keep raw excerpts
+    may_hold_text: bool  # records may carry text (JSON: any field): never keep raw excerpts
 
     def sniff(self, head: bytes) -> bool:
         """True when the first bytes of a decompressed file look like this format."""
@@ -125,7 +125,11 @@ FORMATS: dict[str, LogFormat] = _load()
 
 
 def detect(head: bytes) -> LogFormat | None:
-    """The first format whose sniff() accepts the head of the file (registry order)."""
+    """The first format whose sniff() accepts the head of the file (registry order).
+
+    A UTF-8 byte order mark is skipped (the readers skip it too).
+    """
+    head = head.removeprefix(b"\xef\xbb\xbf")
     for fmt in FORMATS.values():
         if fmt.sniff(head):
             return fmt

@@ -11,7 +11,7 @@ from pipeline.ingest.formats.mooncake import parse_hashed
 name = "bailian"
 line_based = True
 has_header = False
-may_hold_text = False
+may_hold_text = True  # a JSON line may carry any extra field, a prompt too
 
 BLOCK_SIZE = 16
 

@@ -20,6 +20,9 @@ Mapping:
   time`` is not documented upstream; it is not assumed to be an end-to-end
   latency.
 * No request ids: the driver derives them.
+* A file without a header (its first line is a record: 6 or 8 fields, a number
+  first, ``Conversation log`` or ``API log`` last) is detected too; its layout
+  follows from the field count.
 
 About 7-8% of rows have zero tokens: requests that failed. They are rejected with
 the reason ``zero tokens (failed request in BurstGPT)`` rather than replayed as
@@ -30,9 +33,12 @@ validator rejects the row). BurstGPT holds no prompt text.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import polars as pl
 
 from pipeline.errors import SourceError
+from pipeline.ingest.fields import int_expr
 from pipeline.ingest.formats import Block, Parsed, ParseOptions
 from pipeline.ingest.formats._lines import BOM, split_lines, utf8_reason
 
@@ -93,6 +99,21 @@ def _header_names(opts: ParseOptions, first_fields: int | None) -> list[str]:
     return names
 
 
+_LOG_TYPES = (b"conversation log", b"api log")
+
+
+def _is_record(line: bytes) -> bool:
+    """A v1 or v3 data row (not a header): 6 or 8 fields, a number first, a log type last."""
+    fields = line.strip().split(b",")
+    if len(fields) not in (6, 8) or fields[-1].strip().strip(b'"').lower() not in _LOG_TYPES:
+        return False
+    try:
+        float(fields[0])
+    except ValueError:
+        return False
+    return True
+
+
 def sniff(head: bytes) -> bool:
     if head.startswith(BOM):
         head = head[len(BOM) :]
@@ -101,10 +122,18 @@ def sniff(head: bytes) -> bool:
         first.startswith(b"timestamp,")
         and b"request tokens" in first
         and b"response tokens" in first
-    )
+    ) or _is_record(first)
 
 
 def parse(block: Block, opts: ParseOptions) -> Parsed:
+    if _is_record(opts.header.removeprefix(BOM)):
+        # A file without a header: the driver split off its first record as the header.
+        # It belongs to the first block (the one right after it); the layout follows
+        # from the field count.
+        if block.first_line == 2:
+            header = opts.header.removeprefix(BOM)
+            block = Block(header + block.data, 1, block.offset - len(header))
+        opts = replace(opts, header=b"")
     lines = split_lines(block.data, block.first_line, block.offset)
     # Decode: the whole block at once when it is clean UTF-8, else line by line.
     bad_utf8: list[str | None] = [None] * len(lines.raw)
@@ -158,24 +187,20 @@ def parse(block: Block, opts: ParseOptions) -> Parsed:
     )
 
     exprs = []
+    taken: set[str] = set()
     for i, col in enumerate(names):
         key = _norm(col)
-        if key not in _MAP:
+        if key not in _MAP or key in taken:  # a repeated column: the first one counts
             continue
+        taken.add(key)
         canon, dtype = _MAP[key]
         text = pl.col("fields").struct.field(f"field_{i}").str.strip_chars().str.strip_chars('"')
         text = pl.when(text == "").then(None).otherwise(text)
         if dtype == pl.String():
             exprs.append(text.alias(canon))
             continue
-        value = text.cast(dtype, strict=False)
-        if dtype == pl.Int64():
-            # "12.0" is an integer written as a float: accept it
-            as_float = text.cast(pl.Float64, strict=False)
-            value = pl.coalesce(
-                value,
-                pl.when(as_float == as_float.floor()).then(as_float.cast(pl.Int64, strict=False)),
-            )
+        # counts follow the rule of every format ("12", "12.0"; see fields.int_expr)
+        value = int_expr(text) if dtype == pl.Int64() else text.cast(dtype, strict=False)
         # a value that is not a number becomes null: the validator rejects it
         exprs.append(value.alias(canon))
     frame = frame.with_columns(exprs)
@@ -184,7 +209,11 @@ def parse(block: Block, opts: ParseOptions) -> Parsed:
     )
     frame = frame.with_columns(reason.otherwise(None).alias("reason"))
 
-    keep = [c for n in names if (k := _norm(n)) in _MAP and (c := _MAP[k][0]) in frame.columns]
+    keep = list(
+        dict.fromkeys(
+            c for n in names if (k := _norm(n)) in _MAP and (c := _MAP[k][0]) in frame.columns
+        )
+    )
     rows = frame.filter(pl.col("reason").is_null()).select(*keep, "source_line", "byte_offset")
     rejects = frame.filter(pl.col("reason").is_not_null()).select(
         "source_line", "byte_offset", "reason"

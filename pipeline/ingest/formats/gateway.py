@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from pipeline.ingest.fields import fix_timestamps, int_expr, timestamp_expr
+from pipeline.ingest.fields import fix_timestamps, int_expr, timestamp_expr, to_number
 from pipeline.ingest.formats import Block, Parsed, ParseOptions
 from pipeline.ingest.jsonl import read_block
 
@@ -27,14 +27,15 @@ line_based = True
 has_header = False
 may_hold_text = True
 
-_DETAILS = pl.Struct({"cached_tokens": pl.Float64()})
+# Counts are read as text so that "12" and 12 follow one rule (``fields.int_expr``).
+_DETAILS = pl.Struct({"cached_tokens": pl.String()})
 SCHEMA = {
     "request_id": pl.String(),
     "startTime": pl.String(),
     "endTime": pl.String(),
     "completionStartTime": pl.String(),
-    "prompt_tokens": pl.Float64(),
-    "completion_tokens": pl.Float64(),
+    "prompt_tokens": pl.String(),
+    "completion_tokens": pl.String(),
     "model": pl.String(),
     "model_group": pl.String(),
     "user": pl.String(),
@@ -42,8 +43,8 @@ SCHEMA = {
     "end_user": pl.String(),
     "status": pl.String(),
     "session_id": pl.String(),
-    "cached_tokens": pl.Float64(),
-    "cache_read_input_tokens": pl.Float64(),
+    "cached_tokens": pl.String(),
+    "cache_read_input_tokens": pl.String(),
     "metadata": pl.Struct({"usage_object": pl.Struct({"prompt_tokens_details": _DETAILS})}),
 }
 _TIMES = {"arrival_time": "startTime", "_end": "endTime", "_first": "completionStartTime"}
@@ -66,10 +67,18 @@ def parse(block: Block, opts: ParseOptions) -> Parsed:
     parsed = read_block(block, SCHEMA)
     f = parsed.rows
     nested = (
-        pl.col("metadata")
+        f["metadata"]
         .struct.field("usage_object")
         .struct.field("prompt_tokens_details")
         .struct.field("cached_tokens")
+    )
+    f = f.with_columns(
+        to_number(f["prompt_tokens"]),
+        to_number(f["completion_tokens"]),
+        to_number(f["cached_tokens"])
+        .fill_null(to_number(f["cache_read_input_tokens"]))
+        .fill_null(to_number(nested))
+        .alias("_cached"),
     )
     status = pl.col("status").str.to_lowercase()
     failed = status.is_not_null() & ~status.is_in(["success", "ok", ""])
@@ -82,13 +91,15 @@ def parse(block: Block, opts: ParseOptions) -> Parsed:
         pl.coalesce("model", "model_group").alias("model"),
         pl.coalesce(_nonempty("team_id"), _nonempty("user"), _nonempty("end_user")).alias("tenant"),
         pl.col("session_id"),
-        int_expr(
-            pl.coalesce(pl.col("cached_tokens"), pl.col("cache_read_input_tokens"), nested)
-        ).alias("cached_tokens"),
+        int_expr(pl.col("_cached")).alias("cached_tokens"),
         pl.col("source_line"),
         pl.col("byte_offset"),
         pl.when(failed)
-        .then(pl.lit("status ") + pl.col("status") + pl.lit(" (a failed call never ran)"))
+        .then(
+            pl.lit("status ")
+            + pl.col("status").str.slice(0, 40)
+            + pl.lit(" (a failed call never ran)")
+        )
         .alias("_reject"),
     )
     for out, raw in _TIMES.items():

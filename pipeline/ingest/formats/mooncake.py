@@ -21,19 +21,22 @@ from pipeline.ingest.jsonl import read_block
 name = "mooncake"
 line_based = True
 has_header = False
-may_hold_text = False
+may_hold_text = True  # a JSON line may carry any extra field, a prompt too
 
 BLOCK_SIZE = 512
 SECONDS_PER_UNIT = 1e-3
 
+# Numbers are read as text so that "12" and 12 follow one rule (``fields.int_expr``);
+# hash ids as UInt64, so that every legal 64-bit hash lands exactly and anything else
+# (a string, a negative number, 2^70, a fraction) is a null element the validator rejects.
 SCHEMA = {
-    "timestamp": pl.Float64(),
-    "input_length": pl.Float64(),
-    "output_length": pl.Float64(),
-    "hash_ids": pl.List(pl.Int64()),
+    "timestamp": pl.String(),
+    "input_length": pl.String(),
+    "output_length": pl.String(),
+    "hash_ids": pl.List(pl.UInt64()),
     "chat_id": pl.String(),
     "parent_chat_id": pl.String(),
-    "turn": pl.Float64(),
+    "turn": pl.String(),
 }
 
 
@@ -53,17 +56,13 @@ def parse_hashed(
     """Read Mooncake-shaped JSON lines with the given clock unit and block size."""
     parsed = read_block(block, SCHEMA)
     f = parsed.rows
-    hashes = f["hash_ids"]
-    negative = hashes.list.min().fill_null(0) < 0
-    prefix = pl.select(
-        pl.when(negative).then(None).otherwise(hashes).cast(pl.List(pl.UInt64))
-    ).to_series()
     rows = pl.DataFrame(
         {
-            "arrival_offset_s": f["timestamp"] * seconds_per_unit,
+            "arrival_offset_s": f["timestamp"].str.strip_chars().cast(pl.Float64, strict=False)
+            * seconds_per_unit,
             "prompt_tokens": whole_int(f["input_length"]),
             "output_tokens": whole_int(f["output_length"]),
-            "prefix_hashes": prefix,
+            "prefix_hashes": f["hash_ids"],
             "session_id": f["chat_id"],
             "parent_id": f["parent_chat_id"],
             "turn": whole_int(f["turn"]),

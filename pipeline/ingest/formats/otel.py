@@ -44,9 +44,11 @@ from pipeline.errors import SourceError
 from pipeline.ingest.formats import Block, Parsed, ParseOptions
 from pipeline.ingest.formats._lines import (
     BOM,
+    INT64_MAX,
     Rejects,
     as_float,
     as_int,
+    json_kind,
     lenient,
     load_json_line,
     split_lines,
@@ -153,7 +155,7 @@ def _attributes(span: dict[str, Any]) -> tuple[dict[str, Any], bool]:
 def _spans(doc: Any) -> Iterator[Any]:
     """Every span of an export request, in document order."""
     if not isinstance(doc, dict):
-        raise _BadRecordError(f"expected a JSON object, got a {type(doc).__name__}")
+        raise _BadRecordError(f"not a JSON object ({json_kind(doc)}); expected an OTLP export")
     resource_spans = next((doc[k] for k in _RESOURCE_KEYS if k in doc), None)
     if resource_spans is None:
         if any(k in doc for k in _OTHER_SIGNALS):
@@ -183,13 +185,29 @@ def _first(attrs: dict[str, Any], *keys: str) -> Any:
 
 
 def _nano(span: dict[str, Any], key: str) -> int | None:
-    return lenient(as_int, span.get(key)) or None  # 0 means unset in OTLP
+    value = lenient(as_int, span.get(key)) or None  # 0 means unset in OTLP
+    if value is not None and not 0 < value < INT64_MAX:
+        raise _BadRecordError(f"{key} out of range (nanoseconds since 1970 within 64 bits)")
+    return value
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    out = str(value)
+    try:
+        out.encode("utf-8")
+    except UnicodeEncodeError:
+        raise _BadRecordError(
+            "an unpaired surrogate escape (\\ud800-\\udfff) in a text value"
+        ) from None
+    return out
 
 
 def _row(span: Any) -> dict[str, Any] | None:
     """The canonical fields of one span; None when it is not a GenAI request span."""
     if not isinstance(span, dict):
-        raise _BadRecordError(f"span: expected an object, got a {type(span).__name__}")
+        raise _BadRecordError(f"span: not a JSON object ({json_kind(span)})")
     attrs, usage = _attributes(span)
     if not usage:
         return None
@@ -204,14 +222,13 @@ def _row(span: Any) -> dict[str, Any] | None:
         return lenient(as_int if kind is int else as_float, _first(attrs, *keys))
 
     def text(*keys: str) -> str | None:
-        value = _first(attrs, *keys)
-        return None if value is None else str(value)
+        return _text(_first(attrs, *keys))
 
     request_id = text("gen_ai.response.id", "gen_ai.request.id")
     if request_id is None:
         trace, span_id = span.get("traceId"), span.get("spanId")
         if trace and span_id:
-            request_id = f"{trace}-{span_id}"
+            request_id = _text(f"{trace}-{span_id}")
     return {
         "request_id": request_id,
         "arrival_time": None if start is None else start // 1000,
@@ -286,6 +303,10 @@ def parse(block: Block, opts: ParseOptions) -> Parsed:
             whole_error = utf8_reason(exc)
         except json.JSONDecodeError as exc:
             whole_error = f"{exc.msg} at line {exc.lineno} column {exc.colno}"
+        except RecursionError:
+            whole_error = "nested too deeply"
+        except ValueError:  # an integer literal beyond Python's digit limit
+            whole_error = "a number literal too long"
 
     if len(content) > 1 and whole_error is None:
         # one (pretty-printed) document: records are numbered by span index

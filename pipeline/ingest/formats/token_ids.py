@@ -10,8 +10,10 @@ lines) or written by a gateway that tokenizes::
 Fields (others are ignored):
 
 * ``request_id`` (or ``id``): string or number.
-* ``timestamp`` (or ``arrival_time``): epoch seconds (number or numeric string) or
-  an ISO-8601 string; without a UTC offset it is taken as UTC -> ``arrival_time``.
+* ``timestamp`` (or ``arrival_time``): an epoch time (number or numeric string) in
+  seconds, milliseconds, microseconds or nanoseconds, told apart by magnitude
+  (``pipeline.ingest.fields.epoch_us``), or an ISO-8601 string; without a UTC
+  offset it is taken as UTC -> ``arrival_time``.
 * ``prompt_token_ids``: list of integers -> ``prompt_tokens`` (its length) and
   ``prefix_hashes``: vLLM-compatible chained block hashes of the full blocks (see
   ``pipeline.ingest.hashing``), ``block_size`` 16 unless ``--block-size`` says
@@ -41,15 +43,15 @@ import polars as pl
 import pyarrow as pa
 
 from pipeline.errors import SourceError
+from pipeline.ingest.fields import epoch_us
 from pipeline.ingest.formats import Block, Parsed, ParseOptions
 from pipeline.ingest.formats._lines import (
     BOM,
     Rejects,
-    as_float,
     as_int,
     as_str,
     lenient,
-    load_json_line,
+    load_json_object,
     split_lines,
 )
 from pipeline.ingest.hashing import DEFAULT_BLOCK_SIZE, prefix_hashes
@@ -82,24 +84,33 @@ def sniff(head: bytes) -> bool:
 
 
 def _parse_time(value: Any) -> int | None:
-    """Epoch seconds or ISO-8601 -> microseconds since the epoch (UTC); ValueError if neither."""
+    """An epoch time (s, ms, us or ns by magnitude: ``fields.epoch_us``) or ISO-8601
+    -> microseconds since the epoch (UTC); ValueError if neither or out of range."""
     if value is None:
         return None
     if isinstance(value, str):
         text = value.strip()
         try:
-            return round(float(text) * 1_000_000)
+            value = int(text)
         except ValueError:
-            pass
+            try:
+                value = float(text)
+            except ValueError:
+                pass
+    if isinstance(value, str):
         try:
-            dt = datetime.fromisoformat(text)
+            dt = datetime.fromisoformat(value.strip())
         except ValueError:
-            raise ValueError("not epoch seconds or an ISO-8601 time") from None
+            raise ValueError("not an epoch time or an ISO-8601 time") from None
         if dt.tzinfo is None:
             dt = dt.replace(tzinfo=UTC)
         return (dt - _EPOCH) // _MICROSECOND
-    seconds = as_float(value)
-    return None if seconds is None else round(seconds * 1_000_000)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError("not an epoch time or an ISO-8601 time")
+    us = epoch_us(value)
+    if us is None:
+        raise ValueError("epoch time out of range")
+    return us
 
 
 @lru_cache(maxsize=4)
@@ -195,12 +206,9 @@ def parse(block: Block, opts: ParseOptions) -> Parsed:
     ):
         if not raw.strip():
             continue
-        obj, why = load_json_line(raw)
-        if why is not None:
-            rejects.add(line_no, off, why)
-            continue
-        if not isinstance(obj, dict):
-            rejects.add(line_no, off, f"expected a JSON object, got a {type(obj).__name__}")
+        obj, why = load_json_object(raw)
+        if obj is None:
+            rejects.add(line_no, off, why or "not a JSON object")
             continue
         # Values of the wrong type become null (the validator rejects a missing required
         # value); only unreadable token ids reject the record here.

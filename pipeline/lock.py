@@ -1,0 +1,166 @@
+"""The warehouse lock: commands that write the warehouse run one at a time.
+
+``ingest``, ``replay``, ``sweep``, ``capacity``, ``run`` and ``nightly`` take
+an exclusive ``flock`` on ``<warehouse>/.lock`` for their whole run, so that
+concurrent commands end exactly as if they had run one after the other (an
+ingest's duplicate check, for one, reads the ids already stored under the
+lock, so two ingests of overlapping logs cannot both keep the same request).
+The holder writes its pid, command line and start time into the lock file; a
+command that finds the lock taken prints what it waits for and gives up after
+``--lock-timeout`` seconds with a one-line error. The kernel drops the lock
+when its holder dies, however it dies, so a killed command never leaves the
+warehouse locked.
+
+Right after taking the lock a command removes what killed commands left
+behind (``Warehouse.remove_stale``): no writer can be running then.
+
+The library functions that write runs (``replay``, ``sweep``,
+``run_capacity``) take the lock themselves (``with_warehouse_lock``), so a
+script calling them is safe beside the command line too.
+
+``sql`` and ``report`` only read and take no lock: the views show only
+committed runs, and every file is replaced atomically.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pipeline.errors import PipelineError
+
+LOCK_FILE = ".lock"
+DEFAULT_TIMEOUT_S = 600.0
+POLL_S = 0.1
+
+# Warehouses this process holds (resolved root -> depth): the lock is re-entrant,
+# so `run` (ingest, then replay) and the library functions it calls can each take it.
+_held: dict[Path, int] = {}
+
+T = TypeVar("T")
+
+
+class LockTimeoutError(PipelineError):
+    """Another command held the warehouse lock for longer than we would wait."""
+
+
+def command_line() -> str:
+    """This process's command line, as the lock file records it."""
+    args = [Path(sys.argv[0]).name, *sys.argv[1:]] if sys.argv else ["python"]
+    text = " ".join(args)
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def holder(root: Path) -> dict[str, object] | None:
+    """What the lock file says about its holder (pid, command, since), if anything."""
+    try:
+        data = json.loads((root / LOCK_FILE).read_text() or "null")
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _describe(info: dict[str, object] | None) -> str:
+    if not info:
+        return "another command"
+    return f"pid {info.get('pid')} ({info.get('command')}, since {info.get('since')})"
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+@contextmanager
+def warehouse_lock(
+    root: Path,
+    *,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    command: str | None = None,
+    on_wait: Callable[[str], None] = _stderr,
+    clean: bool = True,
+) -> Iterator[None]:
+    """Hold the exclusive lock of the warehouse at ``root`` for the ``with`` block.
+
+    Args:
+        root: the warehouse directory (created if missing).
+        timeout_s: give up after waiting this long (0: do not wait).
+        command: what to record as the holder (default: this command line).
+        on_wait: told once, in one line, what we wait for.
+        clean: remove what killed commands left (``Warehouse.remove_stale``).
+
+    Raises:
+        LockTimeoutError: the lock stayed taken for ``timeout_s``.
+    """
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    key = root.resolve()
+    if key in _held:
+        _held[key] += 1
+        try:
+            yield
+        finally:
+            _held[key] -= 1
+        return
+    fd = os.open(root / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        deadline = time.monotonic() + timeout_s
+        told = False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                info = holder(root)
+                if time.monotonic() >= deadline:
+                    raise LockTimeoutError(
+                        f"warehouse {root} is locked by {_describe(info)}; gave up after "
+                        f"{timeout_s:g} s: wait for it to finish, or pass a longer "
+                        "--lock-timeout"
+                    ) from None
+                if not told:
+                    on_wait(
+                        f"waiting for the warehouse lock of {root}, held by {_describe(info)}; "
+                        f"giving up after {timeout_s:g} s (--lock-timeout)"
+                    )
+                    told = True
+                time.sleep(POLL_S)
+        record = {
+            "pid": os.getpid(),
+            "command": command or command_line(),
+            "since": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        }
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(record).encode(), 0)
+        _held[key] = 1
+        try:
+            if clean:
+                from pipeline.warehouse import Warehouse
+
+                Warehouse(root).remove_stale()
+            yield
+        finally:
+            del _held[key]
+            os.ftruncate(fd, 0)
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def with_warehouse_lock(fn: Callable[..., T]) -> Callable[..., T]:
+    """Decorate a library function whose first argument is the warehouse directory so
+    that it runs holding the lock (a no-op when the caller already holds it)."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(warehouse: Path, *args: Any, **kwargs: Any) -> T:
+        with warehouse_lock(Path(warehouse)):
+            return fn(warehouse, *args, **kwargs)
+
+    return wrapper
