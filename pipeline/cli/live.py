@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -72,7 +71,9 @@ def format_live(run: LiveRun) -> str:
     show_default=True,
     help="http: what the server accepts (auto: detect).",
 )
-@click.option("--model", "served_model", default=None, help="http: the model name to send.")
+@click.option(
+    "--served-model-name", "served_model", default=None, help="http: the model name to send."
+)
 @click.option(
     "--tokenizer",
     type=click.Path(dir_okay=False, exists=True, path_type=Path),
@@ -109,8 +110,11 @@ def live_command(
     warehouse: Path | None,
     config_file: Path | None,
     requests_file: Path | None,
-    date_from: datetime | None,
-    date_to: datetime | None,
+    date_from: opt.Moment | None,
+    date_to: opt.Moment | None,
+    models: tuple[str, ...],
+    tenants: tuple[str, ...],
+    where: str | None,
     engine: str,
     sample: int | None,
     skip: int,
@@ -170,6 +174,7 @@ def live_command(
             options["model"] = model_config
         if timeout_s is not None:
             options["timeout_s"] = timeout_s
+    chosen = opt.selection_kwargs(date_from, date_to, models, tenants, where)
     selection = Selection(
         sample=sample,
         skip=skip,
@@ -183,8 +188,9 @@ def live_command(
         options,
         selection=selection,
         requests_file=requests_file,
-        date_from=date_from.date() if date_from else None,
-        date_to=date_to.date() if date_to else None,
+        date_from=chosen["date_from"],
+        date_to=chosen["date_to"],
+        selection_filter=chosen["selection"],
         quiet=quiet,
     )
     if as_json:

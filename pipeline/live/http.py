@@ -250,13 +250,17 @@ async def detect(client: Any, opts: HttpOptions) -> ServerCaps:
         return replace(CAPS[opts.server_kind], model=model)
     try:
         metrics = await client.get("/metrics")
-        models = await client.get("/v1/models")
     except httpx.HTTPError as exc:
         raise ConfigError(
             f"cannot reach {opts.base_url} ({type(exc).__name__}: {exc}); is the server up? "
             "Give --server-kind to skip detection"
         ) from None
-    listed = _json(models).get("data") if models.status_code == 200 else None
+    try:  # some servers fail here (transformers 5.20 without a model cache: HTTP 500)
+        models = await client.get("/v1/models")
+    except httpx.HTTPError:
+        models = None
+    ok = models is not None and models.status_code == 200
+    listed = _json(models).get("data") if ok else None
     listed = listed if isinstance(listed, list) else []
     if model is None and listed:
         model = listed[0].get("id")
@@ -276,7 +280,7 @@ async def detect(client: Any, opts: HttpOptions) -> ServerCaps:
         if model is not None and name != "tf":
             body["model"] = model
         try:  # a server's first generation may load or allocate for long: wait as for a request
-            resp = await client.post("/v1/completions", json=body, timeout=opts.timeout_s)
+            resp = await _post_retrying(client, body, opts.timeout_s)
         except httpx.HTTPError as exc:
             raise ConfigError(
                 f"{opts.base_url}: a one-token probe of /v1/completions failed "
@@ -293,6 +297,17 @@ async def detect(client: Any, opts: HttpOptions) -> ServerCaps:
         f"{opts.base_url} answers no /v1/completions request (last: HTTP {resp.status_code} "
         f"{resp.text[:ERROR_BODY_CHARS]!r}); give --server-kind and --model"
     )
+
+
+async def _post_retrying(client: Any, body: dict[str, Any], timeout_s: float) -> Any:
+    """POST a probe; once more on a fresh connection if the server dropped a kept-alive one
+    (a server closes a connection after an error answer, and the pool may still hold it)."""
+    import httpx
+
+    try:
+        return await client.post("/v1/completions", json=body, timeout=timeout_s)
+    except (httpx.ReadError, httpx.RemoteProtocolError):
+        return await client.post("/v1/completions", json=body, timeout=timeout_s)
 
 
 def _json(resp: Any) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from pipeline.contracts import LIVE_METRICS, LIVE_REQUESTS, RUNS
 from pipeline.errors import ConfigError
 from pipeline.live.types import LiveBatch, LiveResult
 from pipeline.progress import progress
+from pipeline.selection import RequestFilter
 from pipeline.sim.replay import read_requests, select_request_files
 from pipeline.warehouse import Warehouse, new_run_id
 
@@ -246,6 +247,7 @@ def run_live(
     requests_file: Path | None = None,
     date_from: date | None = None,
     date_to: date | None = None,
+    selection_filter: RequestFilter | None = None,
     run_id: str | None = None,
     quiet: bool = True,
 ) -> LiveRun:
@@ -258,6 +260,8 @@ def run_live(
         options: the engine's keyword options (``HttpOptions`` fields, or
             ``run_inprocess`` keywords), only those the user set.
         selection: which requests and how they are shaped.
+        selection_filter: which requests of those days (models, tenants, a predicate,
+            a time window), as ``replay`` takes them.
         quiet: no progress bar (there is one over HTTP on a terminal otherwise).
 
     Raises:
@@ -272,7 +276,7 @@ def run_live(
     files = select_request_files(
         wh, requests_file=requests_file, date_from=date_from, date_to=date_to
     )
-    frame = read_requests(files)
+    frame = read_requests(files, selection_filter)
     batch = make_batch(frame, sel)
     wh.init()
     status, summary, info = "failed", {}, {}

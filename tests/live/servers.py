@@ -12,6 +12,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -33,12 +34,15 @@ def free_port() -> int:
 def running(cmd: list[str], url: str, ready_path: str, timeout_s: float) -> Iterator[str]:
     """Start ``cmd``, wait until ``url + ready_path`` answers 200, stop it afterwards."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+    # the server's output goes to a file: an unread pipe fills up and stalls a chatty server
+    log = tempfile.TemporaryFile()
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
     try:
         deadline = time.monotonic() + timeout_s
         while True:
             if proc.poll() is not None:
-                out = proc.stdout.read().decode(errors="replace") if proc.stdout else ""
+                log.seek(0)
+                out = log.read().decode(errors="replace")
                 raise RuntimeError(f"{cmd[:3]} exited with {proc.returncode}:\n{out[-3000:]}")
             try:
                 if httpx.get(url + ready_path, timeout=1.0).status_code == 200:
@@ -56,6 +60,10 @@ def running(cmd: list[str], url: str, ready_path: str, timeout_s: float) -> Iter
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        if os.environ.get("TRACEREPLAY_TEST_SERVER_LOG"):
+            log.seek(0)
+            sys.stderr.write(log.read().decode(errors="replace")[-5000:])
+        log.close()
 
 
 @contextmanager
