@@ -12,7 +12,7 @@ import pytest
 
 from pipeline.errors import ScenarioError
 from pipeline.sim.loop import simulate
-from pipeline.sim.prefix import build_keys
+from pipeline.sim.prefix import build_keys, extend_keys
 from pipeline.sim.reference import simulate_reference
 from pipeline.sim.scenario import Scenario, build_scenario
 from pipeline.sim.state import (
@@ -302,3 +302,17 @@ def test_request_hit_rate_counts_prompts_shorter_than_a_unit() -> None:
     s = summarize(run_both(inp, sc))
     assert s["prefix_request_hit_rate"] == pytest.approx(1 / 3)
     assert (s["prefix_query_tokens"], s["prefix_hit_tokens"]) == (440, 192)
+
+
+def test_generated_block_keys_are_the_request_s_own() -> None:
+    # two identical prompts: the same prompt keys, then keys for the blocks of the prompt's
+    # tail and output that no other request has (and a prompt without units gets them too)
+    prompt = np.array([40, 40, 10])
+    hashes = pa.array([chain(1, 2), chain(1, 2), []], pa.list_(pa.uint64()))
+    keys = build_keys(prompt, np.array([16, 16, 16]), hashes, 16)
+    ext = extend_keys(keys, prompt, np.array([30, 30, 7]))
+    assert np.diff(ext.offsets).tolist() == [4, 4, 1]  # (40 + 30 - 1) // 16, (10 + 7 - 1) // 16
+    own = [ext.keys[ext.offsets[j] : ext.offsets[j + 1]].tolist() for j in range(3)]
+    assert own[0][:2] == own[1][:2] == keys.keys[:2].tolist()
+    tails = own[0][2:] + own[1][2:] + own[2]
+    assert len(set(tails)) == 5 and not set(tails) & set(keys.keys.tolist())
