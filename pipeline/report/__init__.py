@@ -36,7 +36,7 @@ DEFAULT_SLO_TTFT_S = 0.2  # p99 TTFT objective of the capacity search and goodpu
 _SECTION_KEYS = {"id", "title", "how_to_read", "scope", "requires_view", "requires_param", "empty",
                  "items"}  # fmt: skip
 _ITEM_KEYS = {"kind", "query", "params", "chart", "title", "options", "columns", "filter",
-              "requires", "note", "empty", "max_rows"}  # fmt: skip
+              "requires", "requires_param", "note", "empty", "max_rows"}  # fmt: skip
 _FORMATS = {"text", "int", "float", "s", "ms", "pct", "time"}
 
 
@@ -58,6 +58,7 @@ class Item:
     note: str | None = None
     empty: str = "No data."
     max_rows: int = 200
+    requires_param: str | None = None  # no data (and no query) unless this parameter is given
 
 
 @dataclass(frozen=True)
@@ -164,6 +165,7 @@ def _item(it: dict[str, Any], at: str) -> Item:
         note=it.get("note"),
         empty=it.get("empty", "No data."),
         max_rows=int(it.get("max_rows", 200)),
+        requires_param=it.get("requires_param"),
     )
 
 
@@ -295,7 +297,9 @@ def build_report(
                     **given,
                 }
                 needed = item.requires
-                if needed and not _any_nonzero(run(needed[0], **scope), needed[1]):
+                if item.requires_param and scope.get(item.requires_param) is None:
+                    df = pl.DataFrame()
+                elif needed and not _any_nonzero(run(needed[0], **scope), needed[1]):
                     df = pl.DataFrame()
                 else:
                     df = run(item.query, **scope, **item.params)
