@@ -369,13 +369,16 @@ def _render_item(
         return out
     shown = df.head(item.max_rows)
     out["labels"] = [label for _, label, _ in item.columns]
-    out["rows"] = [
-        [dict(zip(("text", "numeric"), render.fmt(row.get(c), f), strict=True))
-         for c, _, f in item.columns]
-        for row in shown.to_dicts()
-    ]  # fmt: skip
+    out["rows"] = [[_cell(row.get(c), f) for c, _, f in item.columns] for row in shown.to_dicts()]
     out["more"] = df.height - shown.height
     return out
+
+
+def _cell(value: Any, kind: str) -> dict[str, Any]:
+    """A table cell: its text, whether it is a number, and whether it is a long text (which
+    gets room of its own rather than a word per line in a wide table)."""
+    text, numeric = render.fmt(value, kind)
+    return {"text": text, "numeric": numeric, "long": not numeric and len(text) > 60}
 
 
 def _any_nonzero(df: pl.DataFrame, column: str) -> bool:
