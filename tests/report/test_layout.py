@@ -169,3 +169,9 @@ def test_engine_timeline_query_cuts_one_long_scenario(tmp_path: Path) -> None:
     assert got == ends
     spec = charts.engine_timeline(df, charts.ChartOptions(title="t")).to_dict()
     assert "time axis cut at 46 s; 1 scenario run longer" in json.dumps(spec["title"])
+
+
+def test_booleans_read_yes_and_no_in_tables() -> None:
+    from pipeline.report.render import fmt
+
+    assert fmt(True, "text") == ("yes", False) and fmt(False, "text") == ("no", False)
