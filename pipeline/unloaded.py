@@ -87,8 +87,8 @@ def floor(scenario: Scenario, frame: pl.DataFrame, slo: Slo) -> Floor:
     """``slo``'s statistic over ``frame``'s requests (those in its scope), each served alone
     under ``scenario``."""
     if slo.scope is not None:
-        groups: dict[str, Any] = {c: frame[c].to_numpy() for c in ("tenant", "model", "prompt_tokens")
-                  if c in frame.columns}  # fmt: skip
+        cols = [c for c in ("tenant", "model", "prompt_tokens") if c in frame.columns]
+        groups: dict[str, Any] = {c: frame[c].to_numpy() for c in cols}
         frame = frame.filter(pl.Series(slo.applies(groups, frame.height)))
         if frame.is_empty():
             return Floor(slo, 0.0, None, f"no request is in the scope of {slo.key}")
