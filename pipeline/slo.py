@@ -41,6 +41,9 @@ METRICS = {
 UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0}
 
 _KEY_RE = re.compile(r"^(?P<metric>[a-z0-9]+)_(?P<stat>p\d+(?:\.\d+)?|mean)$")
+_SCOPE_RE = re.compile(
+    r"^(?:(?P<dim>tenant|model)(?P<eq>=)(?P<name>.+)|(?P<pdim>prompt)(?P<op><=|>)(?P<n>\d+))$"
+)
 _LIMIT_RE = re.compile(r"^(?P<num>\d+(?:\.\d*)?|\.\d+)(?:e(?P<exp>[+-]?\d+))?\s*(?P<unit>[a-z]*)$")
 
 
@@ -51,11 +54,26 @@ class Slo:
     metric: str  # ttft | tpot | e2e | queue (the sim_requests column without _s)
     stat: str  # p<q> or mean
     limit_s: float  # inclusive upper bound, seconds
+    # only these requests: "tenant=chat", "model=llama-3-8b", "prompt<=2000", "prompt>2000"
+    scope: str | None = None
 
     @property
     def key(self) -> str:
-        """``ttft_p99``: how the SLO is named in tables and JSON."""
-        return f"{self.metric}_{self.stat}"
+        """``ttft_p99`` (or ``ttft_p99@tenant=chat``): how the SLO is named in tables and JSON."""
+        return f"{self.metric}_{self.stat}" + (f"@{self.scope}" if self.scope else "")
+
+    def applies(self, groups: Mapping[str, Any], n: int) -> npt.NDArray[np.bool_]:
+        """Which of ``n`` requests the SLO judges (every one without a scope).
+
+        ``groups`` holds per-request ``tenant``, ``model`` and ``prompt_tokens`` arrays.
+        """
+        if self.scope is None:
+            return np.ones(n, dtype=bool)
+        dim, op, value = scope_parts(self.scope)
+        if dim == "prompt":
+            prompt = np.asarray(groups["prompt_tokens"], dtype=np.float64)
+            return prompt <= float(value) if op == "<=" else prompt > float(value)
+        return np.asarray(groups[dim], dtype=object) == value
 
     @property
     def quantile(self) -> float | None:
@@ -64,6 +82,16 @@ class Slo:
 
     def __str__(self) -> str:
         return f"{self.key}<={format_seconds(self.limit_s)}"
+
+
+def scope_parts(scope: str) -> tuple[str, str, str]:
+    """("tenant", "=", "chat") or ("prompt", "<=", "2000"); ValueError when malformed."""
+    m = _SCOPE_RE.match(scope)
+    if m is None:
+        raise ValueError(scope)
+    if m["dim"]:
+        return m["dim"], "=", m["name"]
+    return "prompt", m["op"], m["n"]
 
 
 @dataclass(frozen=True)
@@ -124,6 +152,15 @@ def parse_slo(key: str, limit: str, where: str = "--slo") -> Slo:
     Raises:
         ConfigError: unknown metric or statistic, bad percentile, bad limit or unit.
     """
+    key, _, scope = key.strip().partition("@")
+    if scope:
+        try:
+            scope_parts(scope.strip())
+        except ValueError:
+            raise ConfigError(
+                f"{where}: {key}@{scope}: a scope is tenant=NAME, model=NAME, prompt<=N or "
+                "prompt>N, e.g. ttft_p99@tenant=chat=200ms"
+            ) from None
     m = _KEY_RE.match(key.strip().lower())
     if not m:
         raise ConfigError(
@@ -137,7 +174,8 @@ def parse_slo(key: str, limit: str, where: str = "--slo") -> Slo:
         )
     if stat.startswith("p") and not 0 < float(stat[1:]) <= 100:
         raise ConfigError(f"{where}: percentile {stat!r} in {key!r} must be in (0, 100]")
-    return Slo(metric=metric, stat=stat, limit_s=parse_limit(limit, f"{where} {key}"))
+    limit_s = parse_limit(limit, f"{where} {key}")
+    return Slo(metric=metric, stat=stat, limit_s=limit_s, scope=scope.strip() or None)
 
 
 def parse_slos(items: Iterable[str] | Mapping[str, Any], where: str = "--slo") -> list[Slo]:
@@ -157,7 +195,9 @@ def parse_slos(items: Iterable[str] | Mapping[str, Any], where: str = "--slo") -
             pairs.append((key, value))
     else:
         for item in items:
-            key, sep, value = item.partition("=")
+            key, sep, value = item.rpartition("=")  # the limit follows the last '='
+            if not key:
+                key, sep, value = item, "", ""
             if not sep:
                 raise ConfigError(f"{where}: {item!r}: expected KEY=LIMIT, e.g. ttft_p99=200ms")
             pairs.append((key, value))
@@ -179,7 +219,10 @@ def _stat(values: npt.NDArray[np.float64], slo: Slo) -> float | None:
 
 
 def evaluate(
-    slos: list[Slo], metrics: Mapping[str, npt.NDArray[np.float64]], duration_s: float
+    slos: list[Slo],
+    metrics: Mapping[str, npt.NDArray[np.float64]],
+    duration_s: float,
+    groups: Mapping[str, Any] | None = None,
 ) -> SloReport:
     """Check one replay against ``slos``.
 
@@ -188,6 +231,8 @@ def evaluate(
         metrics: per-request ``ttft_s``, ``tpot_s`` (NaN for one-token outputs),
             ``e2e_s`` and ``queue_s`` of the completed requests.
         duration_s: the replay's span (first arrival to last completion).
+        groups: per-request ``tenant``, ``model``, ``prompt_tokens`` (aligned with
+            ``metrics``), for SLOs with a scope; a scoped SLO judges only its requests.
 
     Returns:
         Each SLO's measured statistic and verdict, and the goodput. A statistic
@@ -199,11 +244,14 @@ def evaluate(
     good = np.ones(n, dtype=bool)
     for slo in slos:
         values = np.asarray(metrics[f"{slo.metric}_s"], dtype=np.float64)
-        value = _stat(values, slo)
+        if slo.scope is not None and groups is None:
+            raise ConfigError(f"SLO {slo.key}: this command cannot tell requests apart by scope")
+        mask = slo.applies(groups or {}, n)
+        value = _stat(values[mask], slo)
         measured[slo.key] = value
         met[slo.key] = value is None or value <= slo.limit_s
         # vLLM: a one-token request has tpot 0, so it is good on TPOT
-        good &= np.nan_to_num(values, nan=0.0) <= slo.limit_s
+        good &= ~mask | (np.nan_to_num(values, nan=0.0) <= slo.limit_s)
     num_good = int(good.sum())
     goodput = num_good / duration_s if duration_s > 0 else None
     return SloReport(measured_s=measured, met=met, num_good=num_good, goodput=goodput)

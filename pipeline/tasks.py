@@ -76,6 +76,15 @@ def request_metrics(table: pa.Table) -> dict[str, npt.NDArray[np.float64]]:
     }
 
 
+def request_groups(table: pa.Table, groups: dict[str, Any]) -> dict[str, Any]:
+    """Per completed request: prompt_tokens, and the tenant and model of ``groups`` (aligned
+    with the table's rows), for SLOs with a scope."""
+    done = ~np.isnan(table.column("finished_s").to_numpy(zero_copy_only=False))
+    out = {"prompt_tokens": table.column("prompt_tokens").to_numpy(zero_copy_only=False)[done]}
+    out.update({k: np.asarray(v)[done] for k, v in groups.items()})
+    return out
+
+
 def offered_rate(arrival_s: npt.NDArray[np.float64]) -> float | None:
     """Requests per second offered: N over the last arrival (the convention of ``rate``)."""
     span = float(arrival_s.max() - arrival_s.min()) if len(arrival_s) else 0.0
@@ -110,7 +119,10 @@ def run_task(task: ScenarioTask) -> TaskOutcome:
         report = None
         if task.slos:
             report = evaluate(
-                list(task.slos), request_metrics(requests), run.summary["duration_s"] or 0.0
+                list(task.slos),
+                request_metrics(requests),
+                run.summary["duration_s"] or 0.0,
+                request_groups(requests, task.prepared.groups),
             )
             run.summary["goodput"] = report.goodput
             run.summary["slo_met"] = report.all_met

@@ -14,6 +14,7 @@ more tensor parallelism or shorter prompts help.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -83,7 +84,14 @@ def _per_request(scenario: Scenario, frame: pl.DataFrame, metric: str) -> np.nda
 
 
 def floor(scenario: Scenario, frame: pl.DataFrame, slo: Slo) -> Floor:
-    """``slo``'s statistic over ``frame``'s requests, each served alone under ``scenario``."""
+    """``slo``'s statistic over ``frame``'s requests (those in its scope), each served alone
+    under ``scenario``."""
+    if slo.scope is not None:
+        cols = [c for c in ("tenant", "model", "prompt_tokens") if c in frame.columns]
+        groups: dict[str, Any] = {c: frame[c].to_numpy() for c in cols}
+        frame = frame.filter(pl.Series(slo.applies(groups, frame.height)))
+        if frame.is_empty():
+            return Floor(slo, 0.0, None, f"no request is in the scope of {slo.key}")
     values = _per_request(scenario, frame, slo.metric)
     q = slo.quantile
     value = float(np.mean(values)) if q is None else float(np.quantile(values, q / 100.0))

@@ -10,36 +10,59 @@
 --          (replayed requests whose log gives cached_tokens), observed_cached_share
 --          (logged cached / prompt tokens of those), warning (caching on but no hash:
 --          no hit can be simulated)
+-- Runs made since these facts are in the replay summary read them from scenarios; older
+-- runs get them by joining sim_requests with requests (slower on millions of rows).
 WITH run AS (
     SELECT coalesce(getvariable('run_id')::VARCHAR, (SELECT max(run_id) FROM scenarios)) AS run_id
 ),
-per_scenario AS (
+meta AS (
+    SELECT
+        scenario,
+        coalesce(TRY_CAST(config_json ->> 'enable_prefix_caching' AS BOOLEAN), false)
+                                                                        AS prefix_caching,
+        TRY_CAST(summary_json ->> 'prefix_hashed_requests' AS BIGINT)   AS hashed_requests,
+        TRY_CAST(summary_json ->> 'observed_cached_requests' AS BIGINT) AS observed_requests,
+        TRY_CAST(summary_json ->> 'observed_cached_share' AS DOUBLE)    AS observed_cached_share
+    FROM scenarios
+    WHERE run_id = (SELECT run_id FROM run)
+),
+simulated AS (
+    SELECT
+        scenario,
+        count(*)                                               AS num_requests,
+        sum(cached_tokens) / nullif(sum(prompt_tokens), 0)     AS simulated_cached_share
+    FROM sim_requests
+    WHERE run_id = (SELECT run_id FROM run)
+    GROUP BY scenario
+),
+joined AS (
+    -- only the scenarios whose summary lacks the facts
     SELECT
         s.scenario,
-        count(*)                                                        AS num_requests,
-        count(*) FILTER (WHERE len(r.prefix_hashes) > 0)                AS hashed_requests,
-        sum(s.cached_tokens) / nullif(sum(s.prompt_tokens), 0)          AS simulated_cached_share,
-        count(r.cached_tokens)                                          AS observed_requests,
-        sum(r.cached_tokens) / nullif(sum(r.prompt_tokens) FILTER (WHERE r.cached_tokens IS NOT NULL), 0)
-                                                                        AS observed_cached_share
+        count(*) FILTER (WHERE len(r.prefix_hashes) > 0)       AS hashed_requests,
+        count(r.cached_tokens)                                 AS observed_requests,
+        sum(r.cached_tokens)
+            / nullif(sum(r.prompt_tokens) FILTER (WHERE r.cached_tokens IS NOT NULL), 0)
+                                                               AS observed_cached_share
     FROM sim_requests AS s
     LEFT JOIN requests AS r USING (request_id)
     WHERE s.run_id = (SELECT run_id FROM run)
+      AND s.scenario IN (SELECT scenario FROM meta WHERE hashed_requests IS NULL)
     GROUP BY s.scenario
 )
 SELECT
-    p.scenario,
-    coalesce(TRY_CAST(c.config_json ->> 'enable_prefix_caching' AS BOOLEAN), false)
-                                                                        AS prefix_caching,
-    p.num_requests,
-    p.hashed_requests,
-    p.simulated_cached_share,
-    p.observed_requests,
-    p.observed_cached_share,
-    CASE WHEN coalesce(TRY_CAST(c.config_json ->> 'enable_prefix_caching' AS BOOLEAN), false)
-              AND p.hashed_requests = 0
+    m.scenario,
+    m.prefix_caching,
+    v.num_requests,
+    coalesce(m.hashed_requests, j.hashed_requests)             AS hashed_requests,
+    v.simulated_cached_share,
+    coalesce(m.observed_requests, j.observed_requests)         AS observed_requests,
+    CASE WHEN m.hashed_requests IS NOT NULL THEN m.observed_cached_share
+         ELSE j.observed_cached_share END                      AS observed_cached_share,
+    CASE WHEN m.prefix_caching AND coalesce(m.hashed_requests, j.hashed_requests) = 0
          THEN 'prefix caching is on but the trace has no prefix hashes: no hit can be simulated'
-    END                                                                 AS warning
-FROM per_scenario AS p
-JOIN scenarios AS c ON c.run_id = (SELECT run_id FROM run) AND c.scenario = p.scenario
-ORDER BY p.scenario;
+    END                                                        AS warning
+FROM meta AS m
+JOIN simulated AS v USING (scenario)
+LEFT JOIN joined AS j USING (scenario)
+ORDER BY m.scenario;

@@ -97,3 +97,19 @@ def test_a_sql_export_replays_and_a_foreign_file_is_checked(wh: Warehouse, tmp_p
     pq.write_table(table.set_column(i, "output_tokens", table.column(i).cast("string")), worse)
     with pytest.raises(ConfigError, match="column 'output_tokens' has type string, expected int32"):
         check_request_columns(worse)
+
+
+def test_sweep_and_capacity_take_the_selection(wh: Warehouse, tmp_path: Path) -> None:
+    grid = tmp_path / "grid.toml"
+    grid.write_text('[base]\npolicy = "vllm"\n[axes]\nmax_num_seqs = [4, 8]\n')
+    r = CliRunner().invoke(cli, ["sweep", str(grid), "--warehouse", str(wh.root), "--jobs", "1",
+                                 "--tenant", "t1", "--json"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["num_requests_read"] == 2  # r1, r3
+    assert {s["summary"]["num_requests"] for s in out["scenarios"].values()} == {2}
+    r = CliRunner().invoke(cli, ["capacity", "--warehouse", str(wh.root), "--slo",
+                                 "ttft_p99=60s", "--search", "concurrency", "--max-concurrency",
+                                 "2", "--model", "m-a", "--summary-only", "--json"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["num_requests_read"] == 2  # r1, r2

@@ -36,7 +36,7 @@ DEFAULT_SLO_TTFT_S = 0.2  # p99 TTFT objective of the capacity search and goodpu
 _SECTION_KEYS = {"id", "title", "how_to_read", "scope", "requires_view", "requires_param", "empty",
                  "items"}  # fmt: skip
 _ITEM_KEYS = {"kind", "query", "params", "chart", "title", "options", "columns", "filter",
-              "requires", "note", "empty", "max_rows"}  # fmt: skip
+              "requires", "requires_param", "note", "empty", "max_rows"}  # fmt: skip
 _FORMATS = {"text", "int", "float", "s", "ms", "pct", "time"}
 
 
@@ -58,6 +58,7 @@ class Item:
     note: str | None = None
     empty: str = "No data."
     max_rows: int = 200
+    requires_param: str | None = None  # no data (and no query) unless this parameter is given
 
 
 @dataclass(frozen=True)
@@ -164,6 +165,7 @@ def _item(it: dict[str, Any], at: str) -> Item:
         note=it.get("note"),
         empty=it.get("empty", "No data."),
         max_rows=int(it.get("max_rows", 200)),
+        requires_param=it.get("requires_param"),
     )
 
 
@@ -294,7 +296,9 @@ def build_report(
                     **given,
                 }
                 needed = item.requires
-                if needed and not _any_nonzero(run(needed[0], **scope), needed[1]):
+                if item.requires_param and scope.get(item.requires_param) is None:
+                    df = pl.DataFrame()
+                elif needed and not _any_nonzero(run(needed[0], **scope), needed[1]):
                     df = pl.DataFrame()
                 else:
                     df = run(item.query, **scope, **item.params)
@@ -364,13 +368,16 @@ def _render_item(
         return out
     shown = df.head(item.max_rows)
     out["labels"] = [label for _, label, _ in item.columns]
-    out["rows"] = [
-        [dict(zip(("text", "numeric"), render.fmt(row.get(c), f), strict=True))
-         for c, _, f in item.columns]
-        for row in shown.to_dicts()
-    ]  # fmt: skip
+    out["rows"] = [[_cell(row.get(c), f) for c, _, f in item.columns] for row in shown.to_dicts()]
     out["more"] = df.height - shown.height
     return out
+
+
+def _cell(value: Any, kind: str) -> dict[str, Any]:
+    """A table cell: its text, whether it is a number, and whether it is a long text (which
+    gets room of its own rather than a word per line in a wide table)."""
+    text, numeric = render.fmt(value, kind)
+    return {"text": text, "numeric": numeric, "long": not numeric and len(text) > 60}
 
 
 def _any_nonzero(df: pl.DataFrame, column: str) -> bool:

@@ -527,13 +527,18 @@ def engine_timeline(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
         "num_preemptions": "preemptions (per bucket)",
     }
     title = opts.title
-    ends = df.group_by("scenario").agg((pl.col("bucket_start_s") + pl.col("bucket_s")).max())
+    # the query cuts the axis (scenario_end_s says where each scenario really ends); a
+    # frame without that column is cut here by the same rule
+    ends = df.group_by("scenario").agg(
+        pl.col("scenario_end_s").max() if "scenario_end_s" in df.columns
+        else (pl.col("bucket_start_s") + pl.col("bucket_s")).max()
+    )  # fmt: skip
     if ends.height:
         end = ends[:, 1]
-        clip = 4.0 * float(end.median())  # type: ignore[arg-type]
-        longer = int((end > clip).sum())
+        clip = min(4.0 * float(end.median()), float(end.max()))  # type: ignore[arg-type]
+        longer = int((end > clip * (1 + 1e-9)).sum())
         if longer:
-            df = df.filter(pl.col("bucket_start_s") <= clip)
+            df = df.filter(pl.col("bucket_start_s") < clip)
             title = (f"{title} (time axis cut at {clip:,.0f} s; {longer} scenario"
                      f"{'s' if longer != 1 else ''} run longer)")  # fmt: skip
     long = with_layout(df, opts).unpivot(

@@ -75,6 +75,8 @@ def fmt(value: Any, kind: str) -> tuple[str, bool]:
     """A table cell as (text, is_numeric). Null is a dash."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "\u2014", kind not in ("text", "json")
+    if isinstance(value, bool):
+        return ("yes" if value else "no"), False
     if kind == "int":
         return f"{int(value):,}", True
     if kind == "float":

@@ -79,6 +79,7 @@ REQUEST_COLUMNS = [
     "priority",
     "tenant",
     "cached_tokens",
+    "model",
 ]
 
 
@@ -112,6 +113,8 @@ class Prepared:
     num_dropped: int
     num_warmup: int = 0  # leading requests that warmed the caches instead of running
     prefix_info: dict[str, Any] = field(default_factory=dict)  # block-size bridging facts
+    # per replayed request: tenant and model (object arrays), for SLOs with a scope
+    groups: dict[str, Any] = field(default_factory=dict)
 
 
 def select_request_files(
@@ -244,6 +247,9 @@ def prepare(frame: pl.DataFrame, scenario: Scenario) -> Prepared:
         num_dropped=int(len(idx) - len(keep_idx)),
         num_warmup=warm,
         prefix_info=info,
+        groups={
+            c: frame[c].to_numpy()[idx][sel] for c in ("tenant", "model") if c in frame.columns
+        },
     )
 
 

@@ -71,3 +71,13 @@ def test_an_unreachable_slo_says_why(tmp_path: Path) -> None:
     assert "no max_num_seqs in [1, 8] meets every SLO" in search.note
     assert "even unloaded, ttft_p99 is" in search.note and "above the 5ms limit" in search.note
     assert "prefill of the longest 1% of prompts" in search.note
+
+
+def test_a_scoped_floor_uses_only_its_requests() -> None:
+    sc = make_scenario("vllm", H100_8B_COST, enable_chunked_prefill=False)
+    frame = pl.DataFrame({"prompt_tokens": [100, 4000], "output_tokens": [4, 4],
+                          "tenant": ["chat", "batch"], "model": ["m", "m"]})  # fmt: skip
+    (chat,) = parse_slos(["ttft_p100@tenant=chat=1ms"])
+    assert floor(sc, frame, chat).value_s == pytest.approx(unloaded_ttft_s(sc.cost, 100, None))
+    (nobody,) = parse_slos(["ttft_p100@tenant=ops=1ms"])
+    assert "no request is in the scope" in floor(sc, frame, nobody).explanation

@@ -97,6 +97,22 @@ def _open(page, url: str) -> dict[str, str]:  # type: ignore[no-untyped-def]
     return page.evaluate("() => ({...document.documentElement.dataset})")  # type: ignore[no-any-return]
 
 
+def _offline_page(browser, urls: set[str], errors: list[str], requests: list[str]):  # type: ignore[no-untyped-def]
+    """A page that may load only ``urls``: any other request is aborted and recorded, every
+    console error and page error is recorded."""
+
+    def route(r):  # type: ignore[no-untyped-def]
+        return r.continue_() if r.request.url in urls else r.abort()
+
+    context = browser.new_context(offline=True, viewport={"width": 1200, "height": 900})
+    context.route("**/*", route)
+    page = context.new_page()
+    page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("request", lambda r: r.url not in urls and requests.append(r.url))
+    return page
+
+
 def test_a_30_scenario_sweep_and_capacity_report_in_chromium(
     sweep_warehouse: tuple[Warehouse, str, str, str], tmp_path: Path
 ) -> None:
@@ -106,26 +122,19 @@ def test_a_30_scenario_sweep_and_capacity_report_in_chromium(
         pytest.fail(f"{CHROMIUM} is missing: scripts/test.sh installs Debian's chromium")
     from playwright.sync_api import sync_playwright
 
-    wh, sweep_id, cap_id, _ = sweep_warehouse
+    wh, sweep_id, cap_id, none_id = sweep_warehouse
     sweep_html = build_report(wh, sweep_id, output=tmp_path / "sweep.html")
-    cap_html = build_report(wh, cap_id, output=tmp_path / "capacity.html")
-    urls = {sweep_html.resolve().as_uri(), cap_html.resolve().as_uri()}
+    cap_html = build_report(wh, cap_id, output=tmp_path / "capacity.html",
+                            gpu_prices={"h100-80gb": 2.49})  # fmt: skip
+    none_html = build_report(wh, none_id, output=tmp_path / "none.html")
+    urls = {p.resolve().as_uri() for p in (sweep_html, cap_html, none_html)}
     errors: list[str] = []
     requests: list[str] = []
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=FLAGS, headless=True)
         try:
-            context = browser.new_context(offline=True, viewport={"width": 1200, "height": 900})
-            context.route(
-                "**/*",
-                lambda route: route.continue_() if route.request.url in urls else route.abort(),
-            )
-            page = context.new_page()
-            page.on("console", lambda m: m.type == "error" and errors.append(m.text))
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.on("request", lambda r: r.url not in urls and requests.append(r.url))
-
+            page = _offline_page(browser, urls, errors, requests)
             data = _open(page, sweep_html.resolve().as_uri())
             marks = page.evaluate(COUNT_MARKS)
             page.screenshot(path=str(ARTIFACTS / "report_sweep30.png"), full_page=True)
@@ -157,9 +166,18 @@ def test_a_30_scenario_sweep_and_capacity_report_in_chromium(
                 path=str(ARTIFACTS / "report_capacity_section.png")
             )
             cap_text = page.inner_text("#capacity")
+            none_data = _open(page, none_html.resolve().as_uri())
+            page.locator("#capacity").screenshot(
+                path=str(ARTIFACTS / "report_capacity_none_section.png")
+            )
+            none_text = page.inner_text("#capacity")
         finally:
             browser.close()
 
+    assert none_data["chartsFailed"] == "0"
+    assert "even unloaded, ttft_p99 is" in none_text and "above the 5ms limit" in none_text
+    assert "prefill of the longest 1% of prompts" in none_text
+    assert "$ per hour there" in cap_text
     for d, m in ((data, marks), (cap_data, cap_marks)):
         assert d["chartsFailed"] == "0"
         assert len(m) == int(d["chartsTotal"]) >= 8

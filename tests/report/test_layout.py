@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -143,3 +144,34 @@ def test_header_counts_say_one_model_or_none_recorded() -> None:
     assert _count(1, "model", "models") == "1 model"
     assert _count(3, "model", "models") == "3 models"
     assert _count(0, "tenant", "tenants") == "no tenant recorded"
+
+
+def test_engine_timeline_query_cuts_one_long_scenario(tmp_path: Path) -> None:
+    """Three scenarios end at 10-12 s, a slow probe at 5,000 s: the axis ends at 4 x the
+    median end (4 x 11.5 = 46 s), buckets are sized for it, and scenario_end_s keeps 5,000."""
+    from pipeline.contracts import SCENARIOS, SIM_STEPS
+    from pipeline.report.sql import query
+    from pipeline.warehouse import Warehouse
+    from tests.report.conftest import config, step, table
+
+    wh = Warehouse(tmp_path / "wh")
+    ends = {"a": 10.0, "b": 11.0, "c": 12.0, "slow": 5000.0}
+    for name, end in ends.items():
+        rows = [step(name, 0, i, i * end / 10, end / 10, running=1, used=10) for i in range(10)]
+        wh.write(SIM_STEPS, table(SIM_STEPS, rows), {"run_id": "R"}, name)
+    meta = [{"scenario": n, "policy": "vllm", "replicas": 1, "profile": "tiny",
+             "config_json": config(n, "vllm", 4), "summary_json": "{}"} for n in ends]  # fmt: skip
+    wh.write(SCENARIOS, table(SCENARIOS, meta), {"run_id": "R"}, "scenarios")
+    df = query(wh.connect(), "engine_timeline")
+    assert df["bucket_s"].unique().to_list() == [0.2]  # 46 s / 300 buckets -> 0.2 s
+    assert float(df["bucket_start_s"].max()) < 4 * 11.5  # type: ignore[arg-type]
+    got = dict(df.group_by("scenario").agg(pl.col("scenario_end_s").first()).iter_rows())
+    assert got == ends
+    spec = charts.engine_timeline(df, charts.ChartOptions(title="t")).to_dict()
+    assert "time axis cut at 46 s; 1 scenario run longer" in json.dumps(spec["title"])
+
+
+def test_booleans_read_yes_and_no_in_tables() -> None:
+    from pipeline.report.render import fmt
+
+    assert fmt(True, "text") == ("yes", False) and fmt(False, "text") == ("no", False)
