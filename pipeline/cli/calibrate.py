@@ -153,6 +153,7 @@ def measurements_command(
     help="Replays after the first, at most.",
 )
 @opt.output
+@opt.locked
 def observed_command(
     warehouse: Path | None,
     config_file: Path | None,

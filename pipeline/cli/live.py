@@ -106,6 +106,7 @@ def format_live(run: LiveRun) -> str:
     help="inprocess: transformers' continuous-batching scheduler.",
 )
 @opt.output
+@opt.locked
 def live_command(
     warehouse: Path | None,
     config_file: Path | None,

@@ -55,6 +55,7 @@ def format_validation(v: Validation) -> str:
     help="Scenario TOML to replay instead of the engine's own settings.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
+@opt.locked
 def validate_command(
     live_run: str,
     warehouse: Path | None,

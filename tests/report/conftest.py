@@ -138,6 +138,17 @@ def step(scenario: str, replica: int, idx: int, start: float, dur: float, **kw: 
     }
 
 
+def write_run(wh: Warehouse, rid: str, day: int) -> None:
+    """A committed replay run's row (the sim views show a run once it has one)."""
+    run = {
+        "run_id": rid, "command": "replay", "started_at": datetime(2024, 5, day, tzinfo=UTC),
+        "finished_at": datetime(2024, 5, day, 0, 1, tzinfo=UTC), "status": "ok",
+        "inputs": "[]", "rows_read": 0, "rows_kept": 0, "rows_quarantined": 0,
+        "rows_duplicate": 0, "details": "{}", "version": "0.1.0",
+    }  # fmt: skip
+    wh.write(RUNS, table(RUNS, [run]), {}, rid)
+
+
 def build(root: Path) -> Warehouse:
     wh = Warehouse(root)
     hashes = {"prefix_hashes": [1, 2], "block_size": 16}
@@ -162,13 +173,7 @@ def build(root: Path) -> Warehouse:
     ]  # fmt: skip
     wh.write(QUARANTINE, table(QUARANTINE, rejects), {}, "src-q")
     for rid, day in ((R1, 1), (R2, 2)):
-        run = {
-            "run_id": rid, "command": "replay", "started_at": datetime(2024, 5, day, tzinfo=UTC),
-            "finished_at": datetime(2024, 5, day, 0, 1, tzinfo=UTC), "status": "ok",
-            "inputs": "[]", "rows_read": 0, "rows_kept": 0, "rows_quarantined": 0,
-            "rows_duplicate": 0, "details": "{}", "version": "0.1.0",
-        }  # fmt: skip
-        wh.write(RUNS, table(RUNS, [run]), {}, rid)
+        write_run(wh, rid, day)
 
     old = sim_rows("old", [0.0] * 4, [9.0] * 4, [10.0] * 4, [0] * 4, [0] * 4)[:1]
     wh.write(SIM_REQUESTS, table(SIM_REQUESTS, old), {"run_id": R1}, "old")

@@ -14,7 +14,7 @@ from pipeline.contracts import SCENARIOS, SIM_REQUESTS
 from pipeline.errors import PipelineError
 from pipeline.report import build_report
 from pipeline.warehouse import Warehouse
-from tests.report.conftest import R1, R2, build, config, sim_rows, table
+from tests.report.conftest import R1, R2, build, config, sim_rows, table, write_run
 
 R3 = "20240503T000000Z-cccc"
 
@@ -28,6 +28,7 @@ def three_runs(tmp_path_factory: pytest.TempPathFactory) -> Warehouse:
     meta = [{"scenario": "renamed", "policy": "vllm", "replicas": 1, "profile": "tiny",
              "config_json": config("renamed", "vllm", 8), "summary_json": "{}"}]  # fmt: skip
     wh.write(SCENARIOS, table(SCENARIOS, meta), {"run_id": R3}, "scenarios")
+    write_run(wh, R3, 3)  # a run is visible once it has its runs row
     return wh
 
 
