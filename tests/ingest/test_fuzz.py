@@ -10,7 +10,7 @@ What must hold for every input:
   duplicates, or fails as a whole with an expected one-line error;
 * the warehouse holds exactly the kept rows and the quarantined ones.
 
-Examples per test: ``TRACEREPLAY_FUZZ_EXAMPLES`` (default 15, so the suite
+Examples per test: ``TRACEREPLAY_FUZZ_EXAMPLES`` (default 10, so the suite
 stays fast); e.g. ``TRACEREPLAY_FUZZ_EXAMPLES=2000 pytest tests/ingest/test_fuzz.py``
 for a long run.
 """
@@ -46,7 +46,7 @@ from tests.ingest.records import (
     token_ids,
 )
 
-EXAMPLES = int(os.environ.get("TRACEREPLAY_FUZZ_EXAMPLES", "15"))
+EXAMPLES = int(os.environ.get("TRACEREPLAY_FUZZ_EXAMPLES", "10"))
 FUZZ = settings(
     max_examples=EXAMPLES,
     deadline=None,
