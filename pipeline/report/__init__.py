@@ -17,14 +17,21 @@ import tomllib
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 import polars as pl
 
 from pipeline import __version__
 from pipeline.errors import ConfigError, PipelineError
-from pipeline.report import charts, render
+
+if TYPE_CHECKING:
+    from pipeline.report import charts, render
+else:  # altair and jinja2 load when a report is built, not when `tracereplay sql` runs
+    from pipeline.lazy import lazy_import
+
+    charts = lazy_import("pipeline.report.charts")
+    render = lazy_import("pipeline.report.render")
 from pipeline.report.sql import load_query, query
 from pipeline.warehouse import Warehouse
 

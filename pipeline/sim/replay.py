@@ -28,6 +28,7 @@ import pyarrow as pa
 from pipeline import __version__
 from pipeline.contracts import REQUESTS, RUNS, SCENARIOS, SIM_REQUESTS, SIM_STEPS, check_file
 from pipeline.errors import ConfigError, ScenarioError
+from pipeline.jit import compile_notice
 from pipeline.progress import progress
 from pipeline.sim.arrivals import make_arrivals
 from pipeline.sim.loop import simulate, warm_up
@@ -58,6 +59,7 @@ from pipeline.sim.state import (
     S_WAITING,
     SF_DURATION,
     SF_START,
+    EngineConfig,
     PrefixKeys,
     SimInput,
     SimResult,
@@ -180,7 +182,7 @@ def prepare(frame: pl.DataFrame, scenario: Scenario) -> Prepared:
     max_tokens = frame["max_tokens"].fill_null(0).to_numpy().astype(np.int64)[idx]
     prompt, output, keep = scenario.cap_lengths(prompt, output, max_tokens)
     ids = frame["request_id"].gather(idx)
-    if len(np.unique(idx)) < len(idx):  # drawn with replacement: keep ids unique
+    if _repeats(idx, frame.height):  # drawn with replacement: keep ids unique
         ids = ids + "#" + pl.Series(np.arange(len(idx))).cast(pl.String)
     keep_idx = np.flatnonzero(keep)
     rows = idx[keep_idx]  # frame rows, in replay order
@@ -229,6 +231,18 @@ def prepare(frame: pl.DataFrame, scenario: Scenario) -> Prepared:
         num_warmup=warm,
         prefix_info=info,
     )
+
+
+def _repeats(idx: npt.NDArray[np.int64], num_rows: int) -> bool:
+    """Whether some row index occurs twice; linear (no sort), and O(1) work for an arange."""
+    n = len(idx)
+    if n == 0 or (idx[0] == 0 and idx[-1] == n - 1 and n <= num_rows and _is_arange(idx)):
+        return False
+    return bool(np.bincount(idx, minlength=num_rows).max() > 1)
+
+
+def _is_arange(idx: npt.NDArray[np.int64]) -> bool:
+    return bool((np.diff(idx) == 1).all())
 
 
 def _priorities(
@@ -353,7 +367,7 @@ def replay(
     status = "failed"
     try:
         if scenarios:
-            warm_up(scenarios[0].engine())
+            load_loop(scenarios[0].engine(), quiet=quiet)
         for sc, prep in zip(scenarios, prepared, strict=True):
             runs.append(_run_one(wh, run_id, sc, prep, quiet=quiet))
         wh.write(SCENARIOS, _scenarios_table(runs), {"run_id": run_id}, "scenarios")
@@ -363,6 +377,12 @@ def replay(
     return ReplayResult(
         run_id=run_id, num_requests_read=frame.height, inputs=[str(f) for f in files], runs=runs
     )
+
+
+def load_loop(eng: EngineConfig, *, quiet: bool = False) -> None:
+    """Load the compiled loop from numba's cache, or compile it with a notice on stderr."""
+    with compile_notice(quiet=quiet):
+        warm_up(eng)
 
 
 def _run_one(
