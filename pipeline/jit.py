@@ -67,7 +67,9 @@ def _stamp() -> str:
 
     digest = hashlib.sha1()
     for path in sorted((PACKAGE / "sim").rglob("*.py")):
-        digest.update(path.read_bytes())
+        text = path.read_bytes()
+        if b"njit" in text:  # only compiled modules: editing replay.py compiles nothing
+            digest.update(text)
     digest.update(f"{version('numba')} {sys.version} {platform.machine()}".encode())
     return digest.hexdigest()[:16]
 
@@ -78,21 +80,29 @@ def compiled_marker() -> Path:
 
 
 @contextmanager
-def compile_notice(*, quiet: bool = False) -> Iterator[None]:
+def compile_notice(*, quiet: bool = False, loaded: bool = False) -> Iterator[None]:
     """Around the first call of the compiled simulator: say so when it will compile.
 
     The line is printed even when ``quiet`` (it appears once per machine); the
-    moving bar only on a terminal and when not ``quiet``.
+    moving bar only on a terminal and when not ``quiet``. ``loaded``: this
+    process has the compiled code already (nothing to say, but remember it).
     """
     marker = compiled_marker()
-    if marker.exists():
+    if marker.exists() or loaded:
         yield
+        _remember(marker)
         return
     from pipeline.progress import progress
 
     print(NOTICE, file=sys.stderr, flush=True)
     with progress("compiling the simulator", total=None, quiet=quiet):
         yield
+    _remember(marker)
+
+
+def _remember(marker: Path) -> None:
+    if marker.exists():
+        return
     try:
         marker.parent.mkdir(parents=True, exist_ok=True)
         marker.write_text("the simulator's numba cache in this folder is complete\n")

@@ -128,7 +128,7 @@ def test_report_command(tiny_warehouse: Warehouse, tmp_path: Path) -> None:
          "--slo-ttft-ms", "500"],
     )  # fmt: skip
     assert r.exit_code == 0, r.output
-    summary = json.loads(r.output)
+    summary = json.loads(r.stdout)
     assert summary["html"] == str(out) and summary["bytes"] == out.stat().st_size
     assert "500.0 ms (p99)" in out.read_text()
     r = CliRunner().invoke(cli, ["report", "nope", "--warehouse", str(tiny_warehouse.root)])

@@ -83,7 +83,7 @@ import os, pipeline.sim.loop as loop
 from pipeline.sim.replay import load_loop
 from pipeline.sim.scenario import build_scenario
 load_loop(build_scenario({'policy': 'vllm'}).engine(), quiet=True)
-print(os.environ.get('NUMBA_CACHE_DIR'), sum(loop._loop.stats.cache_hits.values()))
+print(loop.__file__, os.environ.get('NUMBA_CACHE_DIR'), sum(loop._loop.stats.cache_hits.values()))
 """
 
 
@@ -115,7 +115,10 @@ def test_read_only_install_compiles_once(tmp_path: Path) -> None:
                 d.chmod(0o555)
         cmd = python
     try:
-        runs = [subprocess.run(cmd, env=env, capture_output=True, text=True) for _ in range(2)]
+        runs = [
+            subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=tmp_path)
+            for _ in range(2)
+        ]
     finally:
         for d in [pkg, *pkg.rglob("*")]:
             if d.is_dir():
@@ -125,7 +128,8 @@ def test_read_only_install_compiles_once(tmp_path: Path) -> None:
     user_cache = tmp_path / "cache" / "tracereplay" / "numba"
     assert jit.NOTICE in runs[0].stderr
     assert jit.NOTICE not in runs[1].stderr
-    assert runs[0].stdout.split() == [str(user_cache), "0"]
-    assert runs[1].stdout.split() == [str(user_cache), "1"]  # loaded, not compiled again
+    loop_py = str(pkg / "pipeline" / "sim" / "loop.py")
+    assert runs[0].stdout.split() == [loop_py, str(user_cache), "0"]
+    assert runs[1].stdout.split() == [loop_py, str(user_cache), "1"]  # loaded, not compiled
     assert list(user_cache.rglob("*.nbi"))
     assert not list(pkg.rglob("*.nbi"))
