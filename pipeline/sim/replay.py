@@ -13,6 +13,7 @@ selected request (``arrival_time``; ``arrival_s`` is per source file).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from dataclasses import dataclass, field
@@ -368,6 +369,8 @@ def replay(
     )
     frame = read_requests(files)
     prepared = [prepare(frame, sc) for sc in scenarios]  # every check before any run
+    rows_read = frame.height
+    del frame  # the prepared arrays are all the runs need: free the frame's memory
     wh.init()
     runs: list[ScenarioRun] = []
     status = "failed"
@@ -379,9 +382,9 @@ def replay(
         wh.write(SCENARIOS, _scenarios_table(runs), {"run_id": run_id}, "scenarios")
         status = "ok"
     finally:
-        _write_run_row(wh, run_id, started, status, files, frame.height, runs)
+        _write_run_row(wh, run_id, started, status, files, rows_read, runs)
     return ReplayResult(
-        run_id=run_id, num_requests_read=frame.height, inputs=[str(f) for f in files], runs=runs
+        run_id=run_id, num_requests_read=rows_read, inputs=[str(f) for f in files], runs=runs
     )
 
 
@@ -416,9 +419,11 @@ def _run_one(
     paths = {
         "sim_requests": wh.write(
             SIM_REQUESTS, sim_requests_table(sc.name, prep.request_ids, res), part, sc.name
-        ),
-        "sim_steps": wh.write(SIM_STEPS, sim_steps_table(sc.name, res), part, sc.name),
+        )
     }
+    # the per-request arrays are written: let them go before the timeline's table is built
+    res = dataclasses.replace(res, rq=res.rq[:0].copy(), rqf=res.rqf[:0].copy())
+    paths["sim_steps"] = wh.write(SIM_STEPS, sim_steps_table(sc.name, res), part, sc.name)
     return ScenarioRun(
         scenario=sc, summary=summary, num_dropped=prep.num_dropped, sim_s=sim_s, paths=paths
     )
