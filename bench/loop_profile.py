@@ -10,7 +10,7 @@ samples the process while ``loop.simulate`` replays the first N requests of the
 
 Needs ``perf`` and ``nm`` on PATH and permission to profile one's own process.
 
-    .venv/bin/python bench/loop_profile.py            # 200,000 requests, 3 times
+    .venv/bin/python bench/loop_profile.py --record   # 200,000 requests, 3 times
     .venv/bin/python bench/loop_profile.py --n 100000 --repeats 1
 """
 
@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT))
 
 import numba.core.codegen as codegen  # noqa: E402
+from _measure import record  # noqa: E402
 
 _LOADED: dict[str, bytes] = {}  # library name -> object code, as numba's cache gives it
 _unserialize = codegen.CPUCodegen.unserialize_library
@@ -115,6 +116,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=200_000)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--record", action="store_true", help="write bench/RESULTS.md")
     args = parser.parse_args()
     from sim_speed import SCENARIO, make_warehouse
 
@@ -161,11 +163,28 @@ def main() -> None:
           f"({n * args.repeats / took:,.0f} req/s while profiled)")  # fmt: skip
     print("share of samples by function (numba functions named; inlined callees count "
           "in their caller):")  # fmt: skip
-    shown = 0
-    for line in report.splitlines():
-        if line.strip() and not line.startswith("#") and shown < 15:
-            print("  " + line.strip())
-            shown += 1
+    top = [ln.strip() for ln in report.splitlines() if ln.strip() and not ln.startswith("#")]
+    for line in top[:15]:
+        print("  " + line)
+    if args.record:
+        rows = []
+        for line in top[:12]:
+            share, _, name = line.split(maxsplit=2)
+            rows.append(f"| {name} | {share} |")
+        body = "\n".join(
+            [
+                f"`loop.simulate` x{args.repeats} on the first {n:,} requests of the 1M workload "
+                f"of `bench/sim_speed.py` (`vllm`, chunked prefill, one replica), sampled by "
+                f"`perf` at 1,999 Hz: {n * args.repeats / took:,.0f} req/s while profiled. "
+                "Inlined callees count in their caller; `NRT_incref`/`NRT_decref` are numba's "
+                "atomic reference counts of the arrays passed to every non-inlined call.",
+                "",
+                "| function | share of samples |",
+                "|---|---:|",
+                *rows,
+            ]
+        )
+        record("Loop profile", "python bench/loop_profile.py --record", body)
 
 
 if __name__ == "__main__":

@@ -198,7 +198,7 @@ def prepare(frame: pl.DataFrame, scenario: Scenario) -> Prepared:
     info: dict[str, Any] = {}
     if scenario.prefix_caching:
         engine_block = scenario.memory.block_size
-        if "prefix_hashes" in frame.columns and "block_size" in frame.columns:
+        if _has_hashes(frame):
             trace_block = frame["block_size"].fill_null(0).to_numpy().astype(np.int64)[rows]
             hashes = frame["prefix_hashes"].to_arrow().take(pa.array(rows))
             prefix = build_keys(prompt[keep_idx], trace_block, hashes, engine_block)
@@ -238,6 +238,13 @@ def prepare(frame: pl.DataFrame, scenario: Scenario) -> Prepared:
         num_warmup=warm,
         prefix_info=info,
     )
+
+
+def _has_hashes(frame: pl.DataFrame) -> bool:
+    """Whether any request carries prefix hashes (and a block size to read them with)."""
+    if "prefix_hashes" not in frame.columns or "block_size" not in frame.columns:
+        return False
+    return bool(frame["prefix_hashes"].list.len().sum() > 0)  # a pass over list offsets
 
 
 def _repeats(idx: npt.NDArray[np.int64], num_rows: int) -> bool:
