@@ -1,3 +1,7 @@
 """tracereplay: replay LLM serving request logs through scheduler models."""
 
+from pipeline.jit import use_writable_cache as _use_writable_cache
+
 __version__ = "0.1.0"
+
+_use_writable_cache()  # before any compiled (numba) function is defined

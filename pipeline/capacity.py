@@ -43,8 +43,7 @@ from pipeline.lock import with_warehouse_lock
 from pipeline.progress import progress
 from pipeline.search import SearchResult, highest_float, highest_int, lowest_int
 from pipeline.selection import RequestFilter
-from pipeline.sim.loop import warm_up
-from pipeline.sim.replay import prepare, read_requests, select_request_files
+from pipeline.sim.replay import load_loop, prepare, read_requests, select_request_files
 from pipeline.sim.scenario import Scenario, build_scenario
 from pipeline.slo import Slo, parse_slos
 from pipeline.tasks import (
@@ -279,7 +278,7 @@ def run_capacity(
     base_rate = offered_rate(prepare(frame, base).inp.arrival_s)
     plans = [_plan(spec, base, base_values, base_rate) for spec in specs]
     wh.init()
-    warm_up(base.engine())
+    load_loop(base.engine())
     result = CapacityResult(
         run_id=run_id,
         base=base,

@@ -497,7 +497,10 @@ def write_table(table: pa.Table, contract: Contract, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        pq.write_table(table, tmp, compression="zstd")
+        # Dictionary pages only for columns that can repeat: float columns (times) rarely
+        # do, and trying a dictionary first makes the write slower and the file larger.
+        keyed = [f.name for f in table.schema if not pa.types.is_floating(f.type)]
+        pq.write_table(table, tmp, compression="zstd", use_dictionary=keyed)
         os.replace(tmp, path)
     finally:
         if tmp.exists():

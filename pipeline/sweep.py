@@ -28,8 +28,14 @@ from pipeline.grid import Grid
 from pipeline.lock import with_warehouse_lock
 from pipeline.progress import progress
 from pipeline.selection import RequestFilter
-from pipeline.sim.loop import warm_up
-from pipeline.sim.replay import Prepared, ScenarioRun, prepare, read_requests, select_request_files
+from pipeline.sim.replay import (
+    Prepared,
+    ScenarioRun,
+    load_loop,
+    prepare,
+    read_requests,
+    select_request_files,
+)
 from pipeline.slo import Slo
 from pipeline.tasks import (
     ScenarioTask,
@@ -125,7 +131,7 @@ def sweep(
         executor = "this process" if jobs == 1 else f"{jobs} local processes"
     wh.init()
     if ray_address is None and scenarios:
-        warm_up(scenarios[0].engine())  # forked workers inherit the loaded loop
+        load_loop(scenarios[0].engine())  # forked workers inherit the loaded loop
     target = None if ray_address is not None else wh.root
 
     def tasks() -> Any:

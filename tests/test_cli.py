@@ -29,7 +29,7 @@ def test_run_on_bundled_sample(tmp_path: Path) -> None:
     wh = tmp_path / "wh"
     r = CliRunner().invoke(cli, ["run", "--warehouse", str(wh), "--json"])
     assert r.exit_code == 0, r.output
-    summary = json.loads(r.output)
+    summary = json.loads(r.stdout)
     ingest = summary["ingest"]
     assert ingest["rows_kept"] > 0
     assert ingest["rows_read"] == (

@@ -52,6 +52,22 @@ class PipelineGroup(click.Group):
         assert isinstance(command, click.Command)
         return command
 
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        # The summaries come from the commands' sources, so --help imports none of them.
+        from pipeline.cli.summaries import short_help
+
+        names = self.list_commands(ctx)
+        limit = formatter.width - 6 - max(map(len, names), default=0)
+        rows = []
+        for name in names:
+            text = short_help(COMMANDS[name], limit)
+            if text is None:
+                command = self.get_command(ctx, name)
+                text = command.get_short_help_str(limit) if command else ""
+            rows.append((name, text))
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)

@@ -17,7 +17,7 @@ import tomllib
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 import polars as pl
@@ -25,8 +25,15 @@ import polars as pl
 from pipeline import __version__
 from pipeline.errors import ConfigError, PipelineError
 from pipeline.pricing import prices_json
-from pipeline.report import charts, render
 from pipeline.report.layout import Layout, build_layout
+
+if TYPE_CHECKING:
+    from pipeline.report import charts, render
+else:  # altair and jinja2 load when a report is built, not when `tracereplay sql` runs
+    from pipeline.lazy import lazy_import
+
+    charts = lazy_import("pipeline.report.charts")
+    render = lazy_import("pipeline.report.render")
 from pipeline.report.sql import load_query, query
 from pipeline.warehouse import Warehouse
 

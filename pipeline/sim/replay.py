@@ -13,6 +13,7 @@ selected request (``arrival_time``; ``arrival_s`` is per source file).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ import pyarrow as pa
 from pipeline import __version__
 from pipeline.contracts import REQUESTS, RUNS, SCENARIOS, SIM_REQUESTS, SIM_STEPS, check_file
 from pipeline.errors import ConfigError, ScenarioError
+from pipeline.jit import compile_notice
 from pipeline.lock import with_warehouse_lock
 from pipeline.progress import progress
 from pipeline.selection import RequestFilter, check_request_columns
@@ -60,6 +62,7 @@ from pipeline.sim.state import (
     S_WAITING,
     SF_DURATION,
     SF_START,
+    EngineConfig,
     PrefixKeys,
     SimInput,
     SimResult,
@@ -166,18 +169,24 @@ def read_requests(files: list[Path], selection: RequestFilter | None = None) -> 
         source = pl.from_arrow(selection.read(files)).lazy()  # type: ignore[union-attr]
     else:
         source = pl.scan_parquet([str(p) for p in files], hive_partitioning=False)
-    frame = (
-        source.select(REQUEST_COLUMNS)
-        .with_columns(pl.col("arrival_time").dt.epoch("us").alias("_us"))
-        .sort(["_us", "request_id"])
-        .collect()
-    )
+    frame = source.select(REQUEST_COLUMNS).collect()
     if frame.height == 0:
         raise ConfigError("the selected requests files hold no requests")
-    us = frame["_us"].to_numpy()
-    return frame.drop("_us").with_columns(
-        pl.Series("arrival_s", (us - us[0]).astype(np.float64) / 1e6)
-    )
+    us = frame["arrival_time"].dt.epoch("us").to_numpy()
+    if not _in_order(us, frame["request_id"]):  # files written in arrival order skip the sort
+        order = frame.select(pl.arg_sort_by("arrival_time", "request_id")).to_series()
+        frame = frame[order]
+        us = us[order.to_numpy()]
+    return frame.with_columns(pl.Series("arrival_s", (us - us[0]).astype(np.float64) / 1e6))
+
+
+def _in_order(us: npt.NDArray[np.int64], request_id: pl.Series) -> bool:
+    """Whether rows are sorted by (arrival, request id) already; linear, unlike a sort."""
+    step = np.diff(us)
+    if not (step >= 0).all():
+        return False
+    ties = np.flatnonzero(step == 0)
+    return bool((request_id.gather(ties) <= request_id.gather(ties + 1)).all())
 
 
 def prepare(frame: pl.DataFrame, scenario: Scenario) -> Prepared:
@@ -198,7 +207,7 @@ def prepare(frame: pl.DataFrame, scenario: Scenario) -> Prepared:
     max_tokens = frame["max_tokens"].fill_null(0).to_numpy().astype(np.int64)[idx]
     prompt, output, keep = scenario.cap_lengths(prompt, output, max_tokens)
     ids = frame["request_id"].gather(idx)
-    if len(np.unique(idx)) < len(idx):  # drawn with replacement: keep ids unique
+    if _repeats(idx, frame.height):  # drawn with replacement: keep ids unique
         ids = ids + "#" + pl.Series(np.arange(len(idx))).cast(pl.String)
     keep_idx = np.flatnonzero(keep)
     rows = idx[keep_idx]  # frame rows, in replay order
@@ -207,7 +216,7 @@ def prepare(frame: pl.DataFrame, scenario: Scenario) -> Prepared:
     info: dict[str, Any] = {}
     if scenario.prefix_caching:
         engine_block = scenario.memory.block_size
-        if "prefix_hashes" in frame.columns and "block_size" in frame.columns:
+        if _has_hashes(frame):
             trace_block = frame["block_size"].fill_null(0).to_numpy().astype(np.int64)[rows]
             hashes = frame["prefix_hashes"].to_arrow().take(pa.array(rows))
             prefix = build_keys(prompt[keep_idx], trace_block, hashes, engine_block)
@@ -251,6 +260,25 @@ def prepare(frame: pl.DataFrame, scenario: Scenario) -> Prepared:
             c: frame[c].to_numpy()[idx][sel] for c in ("tenant", "model") if c in frame.columns
         },
     )
+
+
+def _has_hashes(frame: pl.DataFrame) -> bool:
+    """Whether any request carries prefix hashes (and a block size to read them with)."""
+    if "prefix_hashes" not in frame.columns or "block_size" not in frame.columns:
+        return False
+    return bool(frame["prefix_hashes"].list.len().sum() > 0)  # a pass over list offsets
+
+
+def _repeats(idx: npt.NDArray[np.int64], num_rows: int) -> bool:
+    """Whether some row index occurs twice; linear (no sort), and O(1) work for an arange."""
+    n = len(idx)
+    if n == 0 or (idx[0] == 0 and idx[-1] == n - 1 and n <= num_rows and _is_arange(idx)):
+        return False
+    return bool(np.bincount(idx, minlength=num_rows).max() > 1)
+
+
+def _is_arange(idx: npt.NDArray[np.int64]) -> bool:
+    return bool((np.diff(idx) == 1).all())
 
 
 def _priorities(
@@ -373,21 +401,32 @@ def replay(
     )
     frame = read_requests(files, selection)
     prepared = [prepare(frame, sc) for sc in scenarios]  # every check before any run
+    rows_read = frame.height
+    del frame  # the prepared arrays are all the runs need: free the frame's memory
     wh.init()
     runs: list[ScenarioRun] = []
     status = "failed"
     try:
         if scenarios:
-            warm_up(scenarios[0].engine())
+            load_loop(scenarios[0].engine(), quiet=quiet)
         for sc, prep in zip(scenarios, prepared, strict=True):
             runs.append(_run_one(wh, run_id, sc, prep, quiet=quiet))
         wh.write(SCENARIOS, _scenarios_table(runs), {"run_id": run_id}, "scenarios")
         status = "ok"
     finally:
-        _write_run_row(wh, run_id, started, status, files, frame.height, runs)
+        _write_run_row(wh, run_id, started, status, files, rows_read, runs)
     return ReplayResult(
-        run_id=run_id, num_requests_read=frame.height, inputs=[str(f) for f in files], runs=runs
+        run_id=run_id, num_requests_read=rows_read, inputs=[str(f) for f in files], runs=runs
     )
+
+
+def load_loop(eng: EngineConfig, *, quiet: bool = False) -> None:
+    """Load the compiled loop from numba's cache, or compile it with a notice on stderr."""
+    from pipeline.sim import loop
+
+    # NOTE: numba's list of compiled signatures: non-empty once this process has the loop
+    with compile_notice(quiet=quiet, loaded=bool(loop._loop.signatures)):
+        warm_up(eng)
 
 
 def _run_one(
@@ -412,9 +451,11 @@ def _run_one(
     paths = {
         "sim_requests": wh.write(
             SIM_REQUESTS, sim_requests_table(sc.name, prep.request_ids, res), part, sc.name
-        ),
-        "sim_steps": wh.write(SIM_STEPS, sim_steps_table(sc.name, res), part, sc.name),
+        )
     }
+    # the per-request arrays are written: let them go before the timeline's table is built
+    res = dataclasses.replace(res, rq=res.rq[:0].copy(), rqf=res.rqf[:0].copy())
+    paths["sim_steps"] = wh.write(SIM_STEPS, sim_steps_table(sc.name, res), part, sc.name)
     return ScenarioRun(
         scenario=sc, summary=summary, num_dropped=prep.num_dropped, sim_s=sim_s, paths=paths
     )

@@ -151,7 +151,7 @@ def test_command_with_a_capacity_file(tmp_path: Path, small_warehouse: Callable[
         cli, ["capacity", str(cfile), "--warehouse", str(wh), "--slo", "ttft_p99=1s", "--json"]
     )
     assert r.exit_code == 0, r.output
-    out = json.loads(r.output)
+    out = json.loads(r.stdout)
     assert out["slos"] == ["ttft_p99<=1s"] and list(out["searches"]) == ["concurrency", "rate"]
     assert out["searches"]["concurrency"]["range"] == [1.0, 64.0]
     assert out["num_replays"] == sum(len(s["probes"]) for s in out["searches"].values())

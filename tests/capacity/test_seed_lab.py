@@ -23,7 +23,7 @@ AZURE_CONV = (
 def _run(*args: str) -> Any:
     r = CliRunner().invoke(cli, list(args))
     assert r.exit_code == 0, r.output
-    return json.loads(r.output) if "--json" in args or "json" in args else r.output
+    return json.loads(r.stdout) if "--json" in args or "json" in args else r.output
 
 
 def _ingest(trace: Path, wh: Path) -> None:

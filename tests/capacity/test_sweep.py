@@ -141,7 +141,7 @@ def test_command_json_and_dry_run(
         ["sweep", str(grid), "--warehouse", str(wh), "-j", "2", "--json", "--slo", "e2e_p50=9s"],
     )
     assert r.exit_code == 0, r.output
-    out = json.loads(r.output)
+    out = json.loads(r.stdout)
     assert out["slos"] == ["ttft_p99<=1s", "e2e_p50<=9s"] and out["failures"] == {}
     assert out["scenarios"]["static-c32-x3"]["axes"] == {
         "policy": "static",

@@ -195,7 +195,7 @@ def test_cli_json_with_flags_overriding_the_file(
         ],
     )
     assert r.exit_code == 0, r.output
-    out = json.loads(r.output)
+    out = json.loads(r.stdout)
     config = out["scenarios"]["x"]["config"]
     assert (config["max_num_seqs"], config["watermark"], config["replicas"]) == (4, 0.01, 2)
     summary = out["scenarios"]["x"]["summary"]
@@ -247,5 +247,5 @@ def test_config_replay_section_gives_defaults(
         ["replay", "--warehouse", str(root), "--config", str(cfg), "--policy", "orca", "--json"],
     )
     assert r.exit_code == 0, r.output
-    config = json.loads(r.output)["scenarios"]["orca"]["config"]
+    config = json.loads(r.stdout)["scenarios"]["orca"]["config"]
     assert (config["num_gpu_blocks"], config["seed"], config["profile"]) == (2000, 7, "custom")

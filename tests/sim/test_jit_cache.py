@@ -1,0 +1,135 @@
+"""The compiled simulator's cache: the notice on first compile, a read-only install."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import pipeline
+from pipeline import jit
+from pipeline.sim.replay import _repeats
+
+
+def test_notice_once_then_silent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "cache"))
+    with jit.compile_notice(quiet=True):
+        pass
+    assert capsys.readouterr().err.strip() == jit.NOTICE
+    assert jit.compiled_marker().exists()
+    with jit.compile_notice(quiet=True):
+        pass
+    assert capsys.readouterr().err == ""
+
+
+def test_notice_comes_back_when_the_cache_is_gone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "cache"))
+    with jit.compile_notice(quiet=True):
+        pass
+    shutil.rmtree(tmp_path / "cache")
+    capsys.readouterr()
+    with jit.compile_notice(quiet=True):
+        pass
+    assert jit.NOTICE in capsys.readouterr().err
+
+
+def test_writable_package_keeps_numba_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+    monkeypatch.setattr(jit, "_writable", lambda folder: True)
+    jit.use_writable_cache()
+    assert "NUMBA_CACHE_DIR" not in os.environ
+
+
+def test_read_only_package_uses_the_user_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(jit, "_writable", lambda folder: False)
+    import numba.core.config
+
+    before = numba.core.config.CACHE_DIR
+    try:
+        jit.use_writable_cache()
+        assert os.environ["NUMBA_CACHE_DIR"] == str(tmp_path / "tracereplay" / "numba")
+        assert numba.core.config.CACHE_DIR == str(tmp_path / "tracereplay" / "numba")
+    finally:
+        numba.core.config.CACHE_DIR = before
+
+
+def test_repeats_is_a_duplicate_check() -> None:
+    rng = np.random.default_rng(0)
+    assert not _repeats(np.arange(10), 10)
+    assert not _repeats(np.arange(5), 10)
+    assert not _repeats(np.zeros(0, dtype=np.int64), 3)
+    assert not _repeats(rng.permutation(10), 10)
+    assert _repeats(np.array([0, 1, 1, 3]), 4)
+    assert _repeats(np.array([0, 2, 1, 3, 0, 5]), 6)  # starts 0, ends n-1, not an arange
+    idx = rng.integers(0, 1000, 500)
+    assert _repeats(idx, 1000) == (len(np.unique(idx)) < len(idx))
+
+
+LOAD = """
+import os, pipeline.sim.loop as loop
+from pipeline.sim.replay import load_loop
+from pipeline.sim.scenario import build_scenario
+load_loop(build_scenario({'policy': 'vllm'}).engine(), quiet=True)
+print(loop.__file__, os.environ.get('NUMBA_CACHE_DIR'), sum(loop._loop.stats.cache_hits.values()))
+"""
+
+
+@pytest.mark.slow
+def test_read_only_install_compiles_once(tmp_path: Path) -> None:
+    """A copy of the package on a read-only folder: compiled once into the user cache."""
+    pkg = tmp_path / "site"
+    shutil.copytree(
+        Path(pipeline.__file__).parent,
+        pkg / "pipeline",
+        ignore=shutil.ignore_patterns("*.nbi", "*.nbc", "tracereplay-compiled-*"),
+    )
+    env = {**os.environ, "PYTHONPATH": str(pkg), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    env.pop("NUMBA_CACHE_DIR", None)
+    python = [sys.executable, "-c", LOAD]
+    if os.geteuid() == 0:  # root writes anywhere: mount the copy read-only instead
+        if shutil.which("unshare") is None:
+            pytest.skip("running as root without unshare to mount a read-only folder")
+        p = str(pkg)
+        cmd = ["unshare", "-m", "sh", "-c",
+               f'mount --bind "{p}" "{p}" && mount -o remount,bind,ro "{p}" && exec "$@"',
+               "sh", *python]  # fmt: skip
+        probe = subprocess.run([*cmd[:5], "sh", "true"], capture_output=True)
+        if probe.returncode != 0:
+            pytest.skip("no privilege to mount a read-only folder")
+    else:
+        for d in [pkg, *pkg.rglob("*")]:
+            if d.is_dir():
+                d.chmod(0o555)
+        cmd = python
+    try:
+        runs = [
+            subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=tmp_path)
+            for _ in range(2)
+        ]
+    finally:
+        for d in [pkg, *pkg.rglob("*")]:
+            if d.is_dir():
+                d.chmod(0o755)
+    for r in runs:
+        assert r.returncode == 0, r.stderr
+    user_cache = tmp_path / "cache" / "tracereplay" / "numba"
+    assert jit.NOTICE in runs[0].stderr
+    assert jit.NOTICE not in runs[1].stderr
+    loop_py = str(pkg / "pipeline" / "sim" / "loop.py")
+    assert runs[0].stdout.split() == [loop_py, str(user_cache), "0"]
+    assert runs[1].stdout.split() == [loop_py, str(user_cache), "1"]  # loaded, not compiled
+    assert list(user_cache.rglob("*.nbi"))
+    assert not list(pkg.rglob("*.nbi"))

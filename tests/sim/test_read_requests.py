@@ -1,0 +1,59 @@
+"""read_requests: arrival order (ties by request id) whether or not the files are in order."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pytest
+
+from pipeline.contracts import REQUESTS
+from pipeline.sim.replay import read_requests
+from pipeline.warehouse import Warehouse
+
+from .conftest import requests_table
+
+
+def _expected(table: pa.Table) -> pl.DataFrame:
+    """The plain way: sort by (arrival, request id)."""
+    df = pl.from_arrow(table)
+    assert isinstance(df, pl.DataFrame)
+    return df.sort(["arrival_time", "request_id"])
+
+
+@pytest.mark.parametrize("order", ["sorted", "shuffled", "ties reversed"])
+def test_rows_in_arrival_then_id_order(order: str, warehouse_with: Callable[..., Path]) -> None:
+    n = 200
+    rng = np.random.default_rng(3)
+    gaps = rng.choice([0.0, 0.5, 1.0], size=n)  # many ties
+    table = requests_table(rng.integers(1, 100, n), rng.integers(1, 50, n), gaps)
+    if order == "shuffled":
+        table = table.take(pa.array(rng.permutation(n)))
+    elif order == "ties reversed":  # arrivals in order, equal ones by descending id
+        df = _expected(table).sort(["arrival_time", "request_id"], descending=[False, True])
+        table = df.to_arrow()
+    wh = warehouse_with(table)
+    got = read_requests(Warehouse(wh).files(REQUESTS))
+    want = _expected(table)
+    assert got["request_id"].to_list() == want["request_id"].to_list()
+    assert got["prompt_tokens"].to_list() == want["prompt_tokens"].to_list()
+    us = want["arrival_time"].dt.epoch("us").to_numpy()
+    assert np.array_equal(got["arrival_s"].to_numpy(), (us - us[0]) / 1e6)
+
+
+def test_files_of_several_days_out_of_order(tmp_path: Path) -> None:
+    early = requests_table([5, 6], [1, 2], prefix="a")
+    late = requests_table([7, 8], [3, 4], prefix="b")
+    late = late.set_column(
+        1, "arrival_time", pa.array([t.as_py().replace(day=2) for t in late["arrival_time"]],
+                                    pa.timestamp("us", tz="UTC")))  # fmt: skip
+    wh = Warehouse(tmp_path / "wh")
+    wh.write(REQUESTS, late, {"date": "2024-05-02"}, "src-b")
+    wh.write(REQUESTS, early, {"date": "2024-05-01"}, "src-a")
+    files = sorted(wh.files(REQUESTS), reverse=True)  # the later day first
+    got = read_requests(files)
+    assert got["request_id"].to_list() == ["a000000", "a000001", "b000000", "b000001"]
+    assert got["arrival_s"][0] == 0.0

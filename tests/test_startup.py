@@ -1,0 +1,74 @@
+"""Start-up: the top-level help and `sql` import only what they use; lazily loaded modules."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from pipeline.cli import COMMANDS, PipelineGroup, cli
+from pipeline.cli.summaries import short_help
+
+
+def _modules_after(code: str) -> set[str]:
+    """The modules a fresh interpreter holds after running ``code``."""
+    prog = f"{code}\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))"
+    r = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, check=True)
+    return set(json.loads(r.stdout.strip().splitlines()[-1]))
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+@pytest.mark.parametrize("limit", [45, 60])
+def test_summary_read_from_source_is_what_click_shows(name: str, limit: int) -> None:
+    group = cli
+    assert isinstance(group, PipelineGroup)
+    command = group.get_command(click.Context(cli), name)
+    assert command is not None
+    assert short_help(COMMANDS[name], limit) == command.get_short_help_str(limit)
+
+
+def test_top_level_help_lists_every_command() -> None:
+    r = CliRunner().invoke(cli, ["--help"])
+    assert r.exit_code == 0, r.output
+    listed = r.output.split("Commands:")[1]
+    for name in COMMANDS:
+        assert f"  {name} " in listed
+
+
+def test_help_imports_no_command_and_no_heavy_library() -> None:
+    code = (
+        "import sys\nfrom pipeline.cli import cli\n"
+        "try:\n    cli(['--help'])\nexcept SystemExit:\n    pass"
+    )
+    loaded = _modules_after(code)
+    heavy = {"polars", "numba", "numpy", "pyarrow", "duckdb", "altair", "pipeline.sim"}
+    assert not heavy & loaded
+    commands = {m for m in loaded if m.startswith("pipeline.cli.")} - {"pipeline.cli.summaries"}
+    assert not commands
+
+
+def test_sql_command_does_not_load_the_charts() -> None:
+    loaded = _modules_after("import pipeline.cli.sql")
+    assert "pipeline.report" in loaded
+    assert not {"altair", "jinja2", "numba", "pipeline.sim"} & loaded
+
+
+def test_lazy_module_loads_on_first_attribute() -> None:
+    code = (
+        "from pipeline.lazy import lazy_import\n"
+        "m = lazy_import('pipeline.report.charts')\n"
+        "import sys\nassert 'altair' not in sys.modules\n"
+        "m.ChartOptions\nassert 'altair' in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_lazy_module_that_does_not_exist() -> None:
+    from pipeline.lazy import lazy_import
+
+    with pytest.raises(ModuleNotFoundError, match="no_such_module"):
+        lazy_import("pipeline.no_such_module")
