@@ -3,8 +3,9 @@
 Importing a command module pulls in what the command uses (polars, numba, the
 simulator, altair), which takes seconds; the top-level help only needs the first
 line of each command's docstring. This module reads it from the module's source
-with ``ast``: the function decorated with ``@click.command`` (its ``short_help=``
-if given, else its docstring, shortened by click).
+with ``ast``: the function decorated with ``@click.command`` or ``@click.group``
+(the one named as the command's attribute where a module holds several; its
+``short_help=`` if given, else its docstring, shortened by click).
 """
 
 from __future__ import annotations
@@ -27,7 +28,10 @@ def short_help(target: str, limit: int = 45) -> str | None:
         tree = ast.parse(Path(spec.origin).read_text())
     except (OSError, SyntaxError):
         return None
+    attr = target.split(":")[1]
     found = [f for f in ast.walk(tree) if isinstance(f, ast.FunctionDef) and _command_call(f)]
+    named = [f for f in found if f.name == attr]  # a group and its subcommands: the group
+    found = named or found
     if len(found) != 1:  # none, or several commands in one module: let the caller import it
         return None
     func = found[0]
@@ -43,9 +47,9 @@ def short_help(target: str, limit: int = 45) -> str | None:
 
 
 def _command_call(func: ast.FunctionDef) -> ast.Call | None:
-    """The ``click.command(...)`` call decorating ``func``, if any."""
+    """The ``click.command(...)`` (or ``group``) call decorating ``func``, if any."""
     for dec in func.decorator_list:
         node = dec.func if isinstance(dec, ast.Call) else dec
-        if isinstance(node, ast.Attribute) and node.attr == "command":
+        if isinstance(node, ast.Attribute) and node.attr in ("command", "group"):
             return dec if isinstance(dec, ast.Call) else ast.Call(node, [], [])
     return None

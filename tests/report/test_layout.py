@@ -152,9 +152,10 @@ def test_engine_timeline_query_cuts_one_long_scenario(tmp_path: Path) -> None:
     from pipeline.contracts import SCENARIOS, SIM_STEPS
     from pipeline.report.sql import query
     from pipeline.warehouse import Warehouse
-    from tests.report.conftest import config, step, table
+    from tests.report.conftest import config, step, table, write_run
 
     wh = Warehouse(tmp_path / "wh")
+    write_run(wh, "R", 1)  # a run's rows show once it has its runs row
     ends = {"a": 10.0, "b": 11.0, "c": 12.0, "slow": 5000.0}
     for name, end in ends.items():
         rows = [step(name, 0, i, i * end / 10, end / 10, running=1, used=10) for i in range(10)]
