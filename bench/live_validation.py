@@ -44,7 +44,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--sample", type=int, default=120)
     ap.add_argument("--skip", type=int, default=300)
-    ap.add_argument("--time-scale", type=float, default=0.5)
+    ap.add_argument("--time-scale", type=float, default=0.05)
     ap.add_argument("--max-prompt-tokens", type=int, default=512)
     ap.add_argument("--max-output-tokens", type=int, default=64)
     ap.add_argument("--num-blocks", type=int, default=256)
