@@ -183,7 +183,8 @@ def main() -> None:
 | the same with `--cv 5` (6 fits) | {sp["cli_cv5_s"]:.2f} | {sp["cli_cv5_cpu_s"]:.2f} |
 
 Target <= 2 s. The machine's 1-minute load average was {sp["load"]:.1f} on 2 cores during
-the run: wall time is mostly waiting for a core; the CPU time is what the command costs.
+the run (on a loaded machine wall time includes waiting for a core; the CPU time is what
+the command costs).
 
 Recovery of a known v2 profile (5% noise, 5 outliers, 5 replicates; {seeds} seeds),
 |fitted / true - 1|:
