@@ -19,6 +19,7 @@ codes: ``EXIT_OK``, ``EXIT_FAILED``, ``EXIT_DRIFT`` (see docs/nightly.md).
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 from datetime import date
@@ -285,8 +286,20 @@ class NightResult:
 
 
 def nights(warehouse: Path) -> list[Path]:
-    """The manifests of the nights kept, oldest first."""
-    return sorted((warehouse / NIGHTS_DIR).glob("*/manifest.json"))
+    """The manifests of the nights kept, oldest first.
+
+    By the manifest's ``started_at`` (microseconds), then the id: night ids sort by start
+    time only to the second, and two nights can start within one.
+    """
+    return sorted((warehouse / NIGHTS_DIR).glob("*/manifest.json"), key=_started)
+
+
+def _started(manifest: Path) -> tuple[str, str]:
+    try:
+        started = str(json.loads(manifest.read_text()).get("started_at", ""))
+    except (OSError, ValueError, AttributeError):
+        started = ""
+    return (started, manifest.parent.name)
 
 
 def _previous_figures(warehouse: Path) -> tuple[str | None, dict[str, float | None]]:
