@@ -52,8 +52,8 @@ rate_scale = [1, 2, 3, 4]
 SWEEP = """
 import shutil
 from pathlib import Path
-from pipeline.grid import load_grid
-from pipeline.sweep import sweep
+from pipeline.plan.grid import load_grid
+from pipeline.plan.sweep import sweep
 wh = Path({wh!r})
 r = sweep(wh, load_grid(Path({grid!r})), jobs={jobs}, quiet=True)
 out = {{"stage_s": r.wall_s, "written": len(r.runs), "failed": len(r.failures)}}
@@ -69,7 +69,7 @@ for table in ("sim_requests", "sim_steps", "scenarios"):
 CAPACITY_RUN = """
 import shutil
 from pathlib import Path
-from pipeline.capacity import load_capacity_file, run_capacity
+from pipeline.plan.capacity import load_capacity_file, run_capacity
 wh = Path({wh!r})
 base, slos, specs = load_capacity_file(Path({cfile!r}))
 r = run_capacity(wh, base, slos, specs, quiet=True)

@@ -133,9 +133,9 @@ class NightlyConfig:
     path: Path
     inbox: list[str]
     scenarios: list[Scenario]
-    slos: list[Any] = field(default_factory=list)  # pipeline.slo.Slo
+    slos: list[Any] = field(default_factory=list)  # pipeline.plan.slo.Slo
     capacity_base: dict[str, Any] | None = None  # the scenario the searches start from
-    capacity_specs: list[Any] = field(default_factory=list)  # pipeline.capacity.SearchSpec
+    capacity_specs: list[Any] = field(default_factory=list)  # pipeline.plan.capacity.SearchSpec
     capacity_summary_only: bool = True
     thresholds: dict[str, float] = field(default_factory=dict)
     keep_nights: int = DEFAULT_KEEP_NIGHTS
@@ -152,11 +152,11 @@ def load_nightly_config(path: Path) -> NightlyConfig:
     """
     import tomllib
 
-    from pipeline.capacity import parse_specs
     from pipeline.drift import thresholds
     from pipeline.errors import ConfigError
+    from pipeline.plan.capacity import parse_specs
+    from pipeline.plan.slo import parse_slos
     from pipeline.sim.scenario import read_scenario_file
-    from pipeline.slo import parse_slos
 
     try:
         raw = tomllib.loads(Path(path).read_text())
@@ -405,11 +405,11 @@ def run_nightly(
     from datetime import UTC, datetime
 
     from pipeline import __version__
-    from pipeline.capacity import run_capacity
     from pipeline.drift import compare
     from pipeline.errors import PipelineError
     from pipeline.inbox import expand, load_manifest, new_or_changed, save_manifest
     from pipeline.lock import DEFAULT_TIMEOUT_S, warehouse_lock
+    from pipeline.plan.capacity import run_capacity
     from pipeline.warehouse import Warehouse, new_run_id
 
     say = log or (lambda line: None)

@@ -39,7 +39,7 @@ def alive(pid: int) -> bool:
 def test_workers_die_with_a_killed_parent() -> None:
     code = (
         "import time\n"
-        "from pipeline.executor import run_tasks\n"
+        "from pipeline.plan.executor import run_tasks\n"
         "for _ in run_tasks(time.sleep, [60] * 4, jobs=2):\n"
         "    pass\n"
     )

@@ -44,13 +44,13 @@ from pipeline import __version__
 from pipeline.calibrate.profile import derived_profile, read_profile_json, write_profile
 from pipeline.contracts import CALIBRATION
 from pipeline.errors import ConfigError, ScenarioError
+from pipeline.runs import write_run_row
 from pipeline.selection import RequestFilter
 from pipeline.sim.cost_model import StepCost
 from pipeline.sim.loop import simulate
 from pipeline.sim.replay import prepare, read_requests, select_request_files
 from pipeline.sim.scenario import Scenario
 from pipeline.sim.summary import request_metrics
-from pipeline.tasks import write_run_row
 from pipeline.warehouse import Warehouse, new_run_id
 
 F64 = npt.NDArray[np.float64]

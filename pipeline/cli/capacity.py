@@ -9,7 +9,11 @@ from typing import Any
 
 import click
 
-from pipeline.capacity import (
+from pipeline.cli import options as opt
+from pipeline.cli.replay import replay_command
+from pipeline.cli.sweep import number, render_table, seconds
+from pipeline.config import load_config, warehouse_path
+from pipeline.plan.capacity import (
     SEARCHES,
     CapacityResult,
     SearchOutcome,
@@ -17,14 +21,10 @@ from pipeline.capacity import (
     load_capacity_file,
     run_capacity,
 )
-from pipeline.cli import options as opt
-from pipeline.cli.replay import replay_command
-from pipeline.cli.sweep import number, render_table, seconds
-from pipeline.config import load_config, warehouse_path
+from pipeline.plan.slo import Slo, parse_slos
 from pipeline.pricing import deployment_cost, format_cost, gpu_prices
 from pipeline.sim.policies import POLICIES
 from pipeline.sim.scenario import read_scenario_file
-from pipeline.slo import Slo, parse_slos
 
 
 def _value(search: SearchOutcome, x: float | None) -> str:

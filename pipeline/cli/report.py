@@ -16,7 +16,7 @@ from pipeline.warehouse import Warehouse
 def report_slo_s(items: tuple[str, ...], slo_ttft_ms: float | None) -> float:
     """The report's p99 TTFT objective from --slo (capacity's syntax) or the old flag."""
     from pipeline.errors import ConfigError
-    from pipeline.slo import parse_slos
+    from pipeline.plan.slo import parse_slos
 
     if slo_ttft_ms is not None:
         if items:

@@ -15,7 +15,6 @@ hashes, where it has them, travel with the batch (``LiveBatch.prefix_hashes``).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -26,8 +25,8 @@ import numpy.typing as npt
 import polars as pl
 import pyarrow as pa
 
-from pipeline import __version__
-from pipeline.contracts import LIVE_METRICS, LIVE_REQUESTS, RUNS
+from pipeline import runs
+from pipeline.contracts import LIVE_METRICS, LIVE_REQUESTS
 from pipeline.errors import ConfigError
 from pipeline.live.types import LiveBatch, LiveResult
 from pipeline.progress import progress
@@ -318,21 +317,14 @@ def write_run_row(
     details: dict[str, Any],
 ) -> None:
     """The runs row of a live-engine stage (``live``, ``validate``): ends now."""
-    ts = pa.timestamp("us", tz="UTC")
-    table = pa.table(
-        {
-            "run_id": [run_id],
-            "command": [command],
-            "started_at": pa.array([started], ts),
-            "finished_at": pa.array([datetime.now(UTC)], ts),
-            "status": [status],
-            "inputs": [json.dumps(inputs)],
-            "rows_read": pa.array([rows_read], pa.int64()),
-            "rows_kept": pa.array([rows_kept], pa.int64()),
-            "rows_quarantined": pa.array([0], pa.int64()),
-            "rows_duplicate": pa.array([0], pa.int64()),
-            "details": [json.dumps(details, sort_keys=True, default=str)],
-            "version": [__version__],
-        }
+    runs.write_run_row(
+        wh,
+        run_id=run_id,
+        command=command,
+        started=started,
+        status=status,
+        inputs=inputs,
+        rows_read=rows_read,
+        rows_kept=rows_kept,
+        details=details,
     )
-    wh.write(RUNS, table, {}, run_id)

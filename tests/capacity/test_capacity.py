@@ -10,14 +10,14 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from pipeline.capacity import SearchSpec, run_capacity
 from pipeline.cli import cli
 from pipeline.contracts import CAPACITY_SEARCH, RUNS, SCENARIOS, SIM_REQUESTS, read_table
 from pipeline.errors import ConfigError, ScenarioError
-from pipeline.knobs import concurrency_knob
+from pipeline.plan.capacity import SearchSpec, run_capacity
+from pipeline.plan.knobs import concurrency_knob
+from pipeline.plan.slo import parse_slos
 from pipeline.report.sql import query
 from pipeline.sim import policies
-from pipeline.slo import parse_slos
 from pipeline.warehouse import Warehouse
 from tests.capacity.conftest import BASE
 
@@ -192,7 +192,7 @@ def test_bad_input_is_one_line_and_runs_nothing(
     ],
 )
 def test_bad_capacity_files(tmp_path: Path, text: str, message: str) -> None:
-    from pipeline.capacity import load_capacity_file
+    from pipeline.plan.capacity import load_capacity_file
 
     path = tmp_path / "c.toml"
     path.write_text(text)

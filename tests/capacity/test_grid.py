@@ -11,8 +11,8 @@ from click.testing import CliRunner
 
 from pipeline.cli import cli
 from pipeline.errors import ConfigError, ScenarioError
-from pipeline.grid import build_grid, load_grid
-from pipeline.slo import parse_slos
+from pipeline.plan.grid import build_grid, load_grid
+from pipeline.plan.slo import parse_slos
 from tests.capacity.conftest import BASE
 
 

@@ -7,7 +7,7 @@ import math
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.search import find_violation, highest_float, highest_int, lowest_int
+from pipeline.plan.search import find_violation, highest_float, highest_int, lowest_int
 
 
 @given(st.integers(1, 2000), st.integers(1, 2000), st.integers(1, 4096))

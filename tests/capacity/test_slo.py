@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from pipeline.errors import ConfigError
-from pipeline.slo import Slo, evaluate, format_seconds, parse_slo, parse_slos
+from pipeline.plan.slo import Slo, evaluate, format_seconds, parse_slo, parse_slos
 
 
 @pytest.mark.parametrize(

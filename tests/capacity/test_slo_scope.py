@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from pipeline.cli import cli
 from pipeline.errors import ConfigError
-from pipeline.slo import evaluate, parse_slos
+from pipeline.plan.slo import evaluate, parse_slos
 from pipeline.warehouse import Warehouse
 from tests.report.conftest import build
 

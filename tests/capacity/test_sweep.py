@@ -19,11 +19,11 @@ import pyarrow.compute as pc
 import pytest
 from click.testing import CliRunner
 
-import pipeline.tasks
+import pipeline.plan.tasks
 from pipeline.cli import cli
 from pipeline.contracts import RUNS, SCENARIOS, SIM_REQUESTS, SIM_STEPS, read_table
-from pipeline.grid import load_grid
-from pipeline.sweep import sweep
+from pipeline.plan.grid import load_grid
+from pipeline.plan.sweep import sweep
 from pipeline.warehouse import Warehouse
 
 AXES = {"policy": ["static", "vllm"], "concurrency": [4, 32], "rate_scale": [1, 3]}
@@ -90,7 +90,7 @@ def test_parallel_equals_serial(
 
 
 def _fail_one(name: str, how: str) -> Callable[..., Any]:
-    real = pipeline.tasks.run_prepared
+    real = pipeline.plan.tasks.run_prepared
 
     def run_prepared(sc: Any, prep: Any) -> Any:
         if sc.name == name:
@@ -112,7 +112,7 @@ def test_one_failing_scenario_does_not_lose_the_others(
 ) -> None:
     wh = small_warehouse(100)
     # forked workers inherit the patched module
-    monkeypatch.setattr(pipeline.tasks, "run_prepared", _fail_one("vllm-c4-x3", how))
+    monkeypatch.setattr(pipeline.plan.tasks, "run_prepared", _fail_one("vllm-c4-x3", how))
     r = CliRunner().invoke(
         cli, ["sweep", str(write_grid(AXES)), "--warehouse", str(wh), "--jobs", "2"]
     )

@@ -303,11 +303,11 @@ def build_sweep(root: Path, logs: Path) -> tuple[Warehouse, str, str, str]:
     """30 scenarios (2 policies x 5 caps x 3 time scales) and two capacity runs: one whose
     searches all answer, one whose SLO nothing meets. Returns (warehouse, sweep run id,
     capacity run id, 'none' capacity run id)."""
-    from pipeline.capacity import SearchSpec, run_capacity
     from pipeline.ingest import IngestOptions, ingest_logs
+    from pipeline.plan.capacity import SearchSpec, run_capacity
+    from pipeline.plan.slo import parse_slos
     from pipeline.sim.replay import replay
     from pipeline.sim.scenario import build_scenario
-    from pipeline.slo import parse_slos
 
     logs.mkdir(parents=True, exist_ok=True)
     wh = Warehouse(root)

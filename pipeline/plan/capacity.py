@@ -38,23 +38,23 @@ import pyarrow as pa
 
 from pipeline.contracts import CAPACITY_SEARCH
 from pipeline.errors import ConfigError, ScenarioError
-from pipeline.knobs import concurrency_knob
 from pipeline.lock import with_warehouse_lock
-from pipeline.progress import progress
-from pipeline.search import SearchResult, highest_float, highest_int, lowest_int
-from pipeline.selection import RequestFilter
-from pipeline.sim.replay import load_loop, prepare, read_requests, select_request_files
-from pipeline.sim.scenario import Scenario, build_scenario
-from pipeline.slo import Slo, parse_slos
-from pipeline.tasks import (
+from pipeline.plan.knobs import concurrency_knob
+from pipeline.plan.search import SearchResult, highest_float, highest_int, lowest_int
+from pipeline.plan.slo import Slo, parse_slos
+from pipeline.plan.tasks import (
     ScenarioTask,
     TaskOutcome,
     offered_rate,
     run_task,
-    write_run_row,
     write_scenarios,
 )
-from pipeline.unloaded import explain_none
+from pipeline.plan.unloaded import explain_none
+from pipeline.progress import progress
+from pipeline.runs import write_run_row
+from pipeline.selection import RequestFilter
+from pipeline.sim.replay import load_loop, prepare, read_requests, select_request_files
+from pipeline.sim.scenario import Scenario, build_scenario
 from pipeline.warehouse import Warehouse, new_run_id
 
 SEARCHES = ("concurrency", "rate", "replicas")

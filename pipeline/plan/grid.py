@@ -41,10 +41,10 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import ConfigError, ScenarioError
-from pipeline.knobs import concurrency_knob
+from pipeline.plan.knobs import concurrency_knob
+from pipeline.plan.slo import Slo, parse_slos
 from pipeline.sim.policies import POLICIES
 from pipeline.sim.scenario import COMMON, Scenario, build_scenario
-from pipeline.slo import Slo, parse_slos
 
 SECTIONS = ("name", "base", "axes", "slo")
 DERIVED = {

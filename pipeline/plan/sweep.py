@@ -23,10 +23,19 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
-from pipeline.executor import default_jobs, run_tasks
-from pipeline.grid import Grid
 from pipeline.lock import with_warehouse_lock
+from pipeline.plan.executor import default_jobs, run_tasks
+from pipeline.plan.grid import Grid
+from pipeline.plan.slo import Slo
+from pipeline.plan.tasks import (
+    ScenarioTask,
+    TaskOutcome,
+    run_task,
+    write_scenarios,
+    write_tables,
+)
 from pipeline.progress import progress
+from pipeline.runs import write_run_row
 from pipeline.selection import RequestFilter
 from pipeline.sim.replay import (
     Prepared,
@@ -35,15 +44,6 @@ from pipeline.sim.replay import (
     prepare,
     read_requests,
     select_request_files,
-)
-from pipeline.slo import Slo
-from pipeline.tasks import (
-    ScenarioTask,
-    TaskOutcome,
-    run_task,
-    write_run_row,
-    write_scenarios,
-    write_tables,
 )
 from pipeline.warehouse import Warehouse, new_run_id
 

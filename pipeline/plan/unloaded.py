@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from pipeline.plan.slo import Slo, format_seconds
 from pipeline.sim.cost_model import StepCost
 from pipeline.sim.scenario import Scenario
-from pipeline.slo import Slo, format_seconds
 
 
 @dataclass(frozen=True)

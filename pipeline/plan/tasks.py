@@ -16,10 +16,8 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import json
 import traceback
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,12 +25,11 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from pipeline import __version__
-from pipeline.contracts import RUNS, SCENARIOS, SIM_REQUESTS, SIM_STEPS
+from pipeline.contracts import SCENARIOS, SIM_REQUESTS, SIM_STEPS
 from pipeline.errors import PipelineError
+from pipeline.plan.slo import Slo, SloReport, evaluate
 from pipeline.sim.replay import Prepared, ScenarioRun, run_prepared, scenarios_table
 from pipeline.sim.scenario import Scenario
-from pipeline.slo import Slo, SloReport, evaluate
 from pipeline.warehouse import Warehouse
 
 METRIC_COLUMNS = ("ttft_s", "tpot_s", "e2e_s", "queue_s")
@@ -174,35 +171,3 @@ def write_scenarios(wh: Warehouse, run_id: str, runs: list[ScenarioRun]) -> Path
     if not runs:
         return None
     return wh.write(SCENARIOS, scenarios_table(runs), {"run_id": run_id}, "scenarios")
-
-
-def write_run_row(
-    wh: Warehouse,
-    *,
-    run_id: str,
-    command: str,
-    started: datetime,
-    status: str,
-    inputs: list[str],
-    rows_read: int,
-    rows_kept: int,
-    details: dict[str, Any],
-) -> Path:
-    """The runs row of a sweep or capacity run."""
-    table = pa.table(
-        {
-            "run_id": [run_id],
-            "command": [command],
-            "started_at": pa.array([started], pa.timestamp("us", tz="UTC")),
-            "finished_at": pa.array([datetime.now(UTC)], pa.timestamp("us", tz="UTC")),
-            "status": [status],
-            "inputs": [json.dumps(inputs)],
-            "rows_read": pa.array([rows_read], pa.int64()),
-            "rows_kept": pa.array([rows_kept], pa.int64()),
-            "rows_quarantined": pa.array([0], pa.int64()),
-            "rows_duplicate": pa.array([0], pa.int64()),
-            "details": [json.dumps(details, sort_keys=True, default=str)],
-            "version": [__version__],
-        }
-    )
-    return wh.write(RUNS, table, {}, run_id)
