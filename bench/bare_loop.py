@@ -154,7 +154,7 @@ def bare_steps(
                 p_tok += t
                 p_attn += t * c0 + t * (t + 1) // 2
             computed[i] = c0 + t
-        now += step_time(cost, p_tok, p_attn, d, ctx)
+        now += step_time(cost, p_tok, p_attn, float(m), d, ctx)
         steps += 1
         done = 0
         for j in range(m):

@@ -86,7 +86,7 @@ def empty_caches(
     return ck, cs, ht, np.require(keys, np.uint64, ["C", "W"]), uslot
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")
 def _home(key: np.uint64, mask: int) -> int:
     return np.int64(((key * _GOLDEN) >> np.uint64(29)) & np.uint64(mask))  # type: ignore[return-value]
 
@@ -209,13 +209,13 @@ def _evict_one(
     _delete(ck, cs, ht, rp, r, s)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")
 def capacity(rp: npt.NDArray[np.int64], r: int) -> int:
     """Blocks an allocation can get: free ones plus unreferenced cached ones."""
     return int(rp[r, P_FREE] + rp[r, P_EVICTABLE])
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")
 def make_free(rp: npt.NDArray[np.int64], r: int, need: int, kc: tuple) -> bool:  # type: ignore[type-arg]
     """Evict from the LRU head until ``need`` blocks are free (or nothing is left)."""
     ck, cs, ht = kc[0], kc[1], kc[2]
@@ -224,7 +224,7 @@ def make_free(rp: npt.NDArray[np.int64], r: int, need: int, kc: tuple) -> bool: 
     return bool(rp[r, P_FREE] >= need)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")
 def take(rp: npt.NDArray[np.int64], r: int, need: int, kc: tuple) -> None:  # type: ignore[type-arg]
     """Allocate ``need`` blocks (the caller checked ``capacity``), evicting as needed."""
     make_free(rp, r, need, kc)

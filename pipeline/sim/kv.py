@@ -28,7 +28,7 @@ from pipeline.sim.cache import capacity, release_units, take
 from pipeline.sim.state import P_FREE, R_HELD, R_SHARED
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")
 def blocks_needed(rq: npt.NDArray[np.int64], i: int, num_tokens: int, block_size: int) -> int:
     """Blocks request ``i`` must add to cover ``num_tokens`` tokens."""
     short = num_tokens - (rq[i, R_HELD] + rq[i, R_SHARED]) * block_size  # tokens beyond its blocks
@@ -37,7 +37,7 @@ def blocks_needed(rq: npt.NDArray[np.int64], i: int, num_tokens: int, block_size
     return (short + block_size - 1) // block_size
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")
 def grow(
     rq: npt.NDArray[np.int64],
     rp: npt.NDArray[np.int64],
@@ -59,7 +59,7 @@ def grow(
     return True
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")
 def reserve(
     rq: npt.NDArray[np.int64], rp: npt.NDArray[np.int64], r: int, i: int, num_blocks: int
 ) -> bool:
@@ -71,7 +71,7 @@ def reserve(
     return True
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")
 def release(
     rq: npt.NDArray[np.int64],
     rp: npt.NDArray[np.int64],

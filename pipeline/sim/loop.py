@@ -197,7 +197,7 @@ def _invalidate_stale_cache() -> None:
 _invalidate_stale_cache()
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")
 def _schedule(
     r: int,
     cfg: npt.NDArray[np.int64],
@@ -229,7 +229,7 @@ def _schedule(
     return static.schedule(r, cfg, cfgf, rq, rqf, rp, rpf, run, wq, sq, stt, now, kc)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")
 def _next_start(
     cfg: npt.NDArray[np.int64],
     cfgf: npt.NDArray[np.float64],
@@ -249,7 +249,7 @@ def _next_start(
     return clock
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")
 def _extra_blocks(
     rq: npt.NDArray[np.int64], sq: npt.NDArray[np.int64], n: int, k: int, bs: int
 ) -> int:
@@ -261,7 +261,7 @@ def _extra_blocks(
     return extra
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")
 def _run_length(
     cfg: npt.NDArray[np.int64],
     cost: npt.NDArray[np.float64],
@@ -332,7 +332,7 @@ def _run_length(
     return k_max
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")
 def _step(
     r: int,
     until: float,
@@ -500,7 +500,7 @@ def _step(
     rpf[r, Q_LAST_END] = end
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")
 def _advance(
     r: int,
     until: float,

@@ -156,20 +156,20 @@ Q_FIFO = 0
 Q_PRIORITY = 1
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")
 def cdiv(a: int, b: int) -> int:
     """Ceiling division of non-negative integers."""
     return -(-a // b)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")
 def wq_push_back(wq: npt.NDArray[np.int32], rp: npt.NDArray[np.int64], r: int, i: int) -> None:
     cap = wq.shape[1]
     wq[r, (rp[r, P_WQ_HEAD] + rp[r, P_WQ_LEN]) % cap] = i
     rp[r, P_WQ_LEN] += 1
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")
 def wq_push_front(wq: npt.NDArray[np.int32], rp: npt.NDArray[np.int64], r: int, i: int) -> None:
     cap = wq.shape[1]
     head = (rp[r, P_WQ_HEAD] - 1) % cap
@@ -178,12 +178,12 @@ def wq_push_front(wq: npt.NDArray[np.int32], rp: npt.NDArray[np.int64], r: int, 
     rp[r, P_WQ_LEN] += 1
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")
 def wq_peek(wq: npt.NDArray[np.int32], rp: npt.NDArray[np.int64], r: int) -> int:
     return int(wq[r, rp[r, P_WQ_HEAD]])
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")
 def wq_pop_front(wq: npt.NDArray[np.int32], rp: npt.NDArray[np.int64], r: int) -> int:
     i = int(wq[r, rp[r, P_WQ_HEAD]])
     rp[r, P_WQ_HEAD] = (rp[r, P_WQ_HEAD] + 1) % wq.shape[1]
@@ -253,7 +253,7 @@ def heap_pop(
     return top
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")
 def wait_add(
     cfg: npt.NDArray[np.int64],
     wq: npt.NDArray[np.int32],
@@ -270,7 +270,7 @@ def wait_add(
         wq_push_back(wq, rp, r, i)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")
 def wait_requeue(
     cfg: npt.NDArray[np.int64],
     wq: npt.NDArray[np.int32],
@@ -287,7 +287,7 @@ def wait_requeue(
         wq_push_front(wq, rp, r, i)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")
 def wait_head(
     cfg: npt.NDArray[np.int64], wq: npt.NDArray[np.int32], rp: npt.NDArray[np.int64], r: int
 ) -> int:
@@ -297,7 +297,7 @@ def wait_head(
     return wq_peek(wq, rp, r)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")
 def wait_pop(
     cfg: npt.NDArray[np.int64],
     wq: npt.NDArray[np.int32],

@@ -135,7 +135,7 @@ def fraction(name: str, value: float) -> None:
         raise ScenarioError(f"{name} must be in [0, 1), got {value}")
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")
 def add_scheduled(
     sched_q: npt.NDArray[np.int64], sched_t: npt.NDArray[np.int64], n: int, i: int, tokens: int
 ) -> int:
@@ -145,26 +145,26 @@ def add_scheduled(
     return n + 1
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")
 def num_tokens(rq: npt.NDArray[np.int64], i: int) -> int:
     """Prompt plus tokens generated so far."""
     return int(rq[i, R_PROMPT] + rq[i, R_GENERATED])
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")
 def in_prefill(rq: npt.NDArray[np.int64], i: int) -> bool:
     """Still computing its prompt (or recomputing after a preemption)."""
     return bool(rq[i, R_COMPUTED] < rq[i, R_PF_END])
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")
 def start(rq: npt.NDArray[np.int64], i: int) -> None:
     """Mark request i running: it computes up to prompt + generated before it decodes."""
     rq[i, R_STATUS] = ST_RUNNING
     rq[i, R_PF_END] = rq[i, R_PROMPT] + rq[i, R_GENERATED]
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")
 def take_waiting(
     cfg: npt.NDArray[np.int64],
     rq: npt.NDArray[np.int64],
@@ -179,7 +179,7 @@ def take_waiting(
     return i
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")
 def admit(
     cfg: npt.NDArray[np.int64],
     rq: npt.NDArray[np.int64],
