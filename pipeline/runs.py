@@ -1,7 +1,7 @@
-"""The ``runs`` row of a sweep, capacity or calibration run.
+"""The ``runs`` row of a replay, sweep, capacity, calibration, live or validate run.
 
-Shared by the planning stage (``pipeline.plan``) and calibration
-(``pipeline.calibrate``), so it lives below both.
+Shared by the simulator, planning, calibration and live stages, so it lives below them
+all (it needs only the contracts and the warehouse).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def write_run_row(
     rows_kept: int,
     details: dict[str, Any],
 ) -> Path:
-    """The runs row of a sweep or capacity run."""
+    """Write the run's ``runs`` row, finished now; written last, it commits the run."""
     table = pa.table(
         {
             "run_id": [run_id],

@@ -301,30 +301,15 @@ def run_live(
         }
         inputs = [str(f) for f in files]
         n = len(batch)
-        write_run_row(wh, run_id, "live", started, status, inputs, frame.height, n, details)
+        runs.write_run_row(
+            wh,
+            run_id=run_id,
+            command="live",
+            started=started,
+            status=status,
+            inputs=inputs,
+            rows_read=frame.height,
+            rows_kept=n,
+            details=details,
+        )
     return LiveRun(run_id, engine, summary, info, frame.height, paths)
-
-
-def write_run_row(
-    wh: Warehouse,
-    run_id: str,
-    command: str,
-    started: datetime,
-    status: str,
-    inputs: list[str],
-    rows_read: int,
-    rows_kept: int,
-    details: dict[str, Any],
-) -> None:
-    """The runs row of a live-engine stage (``live``, ``validate``): ends now."""
-    runs.write_run_row(
-        wh,
-        run_id=run_id,
-        command=command,
-        started=started,
-        status=status,
-        inputs=inputs,
-        rows_read=rows_read,
-        rows_kept=rows_kept,
-        details=details,
-    )

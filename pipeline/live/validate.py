@@ -34,7 +34,7 @@ import pyarrow as pa
 
 from pipeline.contracts import VALIDATION, VALIDATION_REQUESTS, Contract
 from pipeline.errors import ConfigError
-from pipeline.live.replay import write_run_row
+from pipeline.runs import write_run_row
 from pipeline.warehouse import Warehouse, new_run_id
 
 F64 = npt.NDArray[np.float64]
@@ -279,7 +279,15 @@ def validate_live(
         "errors": {f"{r['metric']}_{r['stat']}": r["error"] for r in aggregate.to_dicts()},
     }
     write_run_row(
-        wh, run_id, "validate", started, "ok", [live_run_id], frame.height, ok.height, details
+        wh,
+        run_id=run_id,
+        command="validate",
+        started=started,
+        status="ok",
+        inputs=[live_run_id],
+        rows_read=frame.height,
+        rows_kept=ok.height,
+        details=details,
     )
     return Validation(run_id, live_run_id, aggregate, per_request, scenario_json, info, paths)
 

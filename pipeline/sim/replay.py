@@ -26,12 +26,12 @@ import numpy.typing as npt
 import polars as pl
 import pyarrow as pa
 
-from pipeline import __version__
-from pipeline.contracts import REQUESTS, RUNS, SCENARIOS, SIM_REQUESTS, SIM_STEPS, check_file
+from pipeline.contracts import REQUESTS, SCENARIOS, SIM_REQUESTS, SIM_STEPS, check_file
 from pipeline.errors import ConfigError, ScenarioError
 from pipeline.jit import compile_notice
 from pipeline.lock import with_warehouse_lock
 from pipeline.progress import progress
+from pipeline.runs import write_run_row
 from pipeline.selection import RequestFilter, check_request_columns
 from pipeline.sim.arrivals import make_arrivals
 from pipeline.sim.loop import simulate, warm_up
@@ -488,23 +488,17 @@ def _write_run_row(
             r.scenario.name: {"config": r.scenario.to_dict(), "summary": r.summary} for r in runs
         }
     }
-    table = pa.table(
-        {
-            "run_id": [run_id],
-            "command": ["replay"],
-            "started_at": pa.array([started], pa.timestamp("us", tz="UTC")),
-            "finished_at": pa.array([datetime.now(UTC)], pa.timestamp("us", tz="UTC")),
-            "status": [status],
-            "inputs": [json.dumps([str(f) for f in files])],
-            "rows_read": pa.array([rows_read], pa.int64()),
-            "rows_kept": pa.array([sum(r.summary["num_requests"] for r in runs)], pa.int64()),
-            "rows_quarantined": pa.array([0], pa.int64()),
-            "rows_duplicate": pa.array([0], pa.int64()),
-            "details": [json.dumps(details, sort_keys=True)],
-            "version": [__version__],
-        }
+    write_run_row(
+        wh,
+        run_id=run_id,
+        command="replay",
+        started=started,
+        status=status,
+        inputs=[str(f) for f in files],
+        rows_read=rows_read,
+        rows_kept=sum(r.summary["num_requests"] for r in runs),
+        details=details,
     )
-    wh.write(RUNS, table, {}, run_id)
 
 
 # --- Hooks for stages that run many scenarios (sweeps, capacity searches) ---
