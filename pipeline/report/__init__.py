@@ -265,11 +265,15 @@ def build_report(
 
         # The trace is what the run replayed; when none of its requests are in the
         # warehouse (generated arrivals) or there is no run, the whole warehouse.
-        # NOTE: a run that replayed every request is the whole warehouse too, and the
-        # queries without the run filter skip a semi-join over every sim_requests row.
+        # NOTE: a run that read every request of the warehouse (its runs row says so)
+        # or replayed every one is the whole warehouse too, and the queries without the
+        # run filter skip a semi-join over every sim_requests row (a second or more per
+        # query at 1M requests x 5 scenarios).
         summary = run("trace_summary", run_id=None)
         trace_run = run_id
-        if run_id:
+        if run_id and _read_whole_warehouse(run_row, summary["num_requests"][0], warehouse):
+            trace_run = None
+        elif run_id:
             of_run = run("trace_summary", run_id=run_id)
             if of_run["num_requests"][0] in (0, summary["num_requests"][0]):
                 trace_run = None
@@ -371,7 +375,7 @@ def _render_item(
         return out
     if item.kind == "chart":
         assert item.chart is not None
-        specs[element_id] = charts.CHARTS[item.chart](df, opts).to_dict()
+        specs[element_id] = charts.spec(item.chart, df, opts)
         return out
     shown = df.head(item.max_rows)
     out["labels"] = [label for _, label, _ in item.columns]
@@ -385,6 +389,25 @@ def _cell(value: Any, kind: str) -> dict[str, Any]:
     gets room of its own rather than a word per line in a wide table)."""
     text, numeric = render.fmt(value, kind)
     return {"text": text, "numeric": numeric, "long": not numeric and len(text) > 60}
+
+
+def _read_whole_warehouse(run_row: dict[str, Any], num_requests: int, warehouse: Warehouse) -> bool:
+    """Whether the run read every request of the warehouse: as many rows as it holds, from
+    its own requests files (a ``--requests`` file elsewhere may hold other requests)."""
+    if not num_requests or run_row.get("rows_read") != num_requests:
+        return False
+    try:
+        inputs = json.loads(run_row.get("inputs") or "[]")
+    except json.JSONDecodeError:
+        return False
+    tables = warehouse.root / "requests"
+    # by the path inside the warehouse, so that a moved warehouse still matches
+    return bool(inputs) and all(
+        isinstance(f, str)
+        and Path(f).parent.parent.name == "requests"
+        and (tables / Path(f).parent.name / Path(f).name).is_file()
+        for f in inputs
+    )
 
 
 def _any_nonzero(df: pl.DataFrame, column: str) -> bool:

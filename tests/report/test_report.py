@@ -117,6 +117,20 @@ def test_chart_specs_are_valid_and_aggregated(replayed_html: str) -> None:
     assert points < 5000
 
 
+@pytest.mark.parametrize("page", ["tiny_html", "replayed_html"])
+def test_chart_specs_match_the_vega_lite_schema(page: str, request: pytest.FixtureRequest) -> None:
+    # the report builds specs without Altair's checks (charts.spec); this is where they are
+    from altair.utils.schemapi import validate_jsonschema
+    from altair.vegalite.v6.schema import load_schema
+
+    schema = load_schema()
+    all_specs = specs(request.getfixturevalue(page))
+    assert all_specs
+    for element_id, spec in all_specs.items():
+        error = validate_jsonschema(spec, schema, raise_error=False)
+        assert error is None, f"{element_id}: {error.message if error else ''}"
+
+
 def _data_values(node: Any) -> list[list[dict[str, Any]]]:
     found = []
     if isinstance(node, dict):
