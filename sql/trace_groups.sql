@@ -24,22 +24,29 @@ long AS (
            output_tokens
     FROM trace
 ),
-ranked AS (
-    SELECT dimension, group_name,
-           row_number() OVER (PARTITION BY dimension ORDER BY count(*) DESC, group_name) AS rank
+-- NOTE: each group is summed once, then the small groups are folded: ranking and folding
+-- the request rows themselves joined 2M rows back to their rank at 1M requests
+grouped AS (
+    SELECT dimension, group_name, count(*) AS num_requests,
+           sum(prompt_tokens) AS prompt_tokens, sum(output_tokens) AS output_tokens
     FROM long
     GROUP BY dimension, group_name
 ),
+ranked AS (
+    SELECT *,
+           row_number() OVER (PARTITION BY dimension ORDER BY num_requests DESC, group_name)
+               AS rank
+    FROM grouped
+),
 folded AS (
     SELECT
-        l.dimension,
-        CASE WHEN k.rank <= coalesce(getvariable('max_groups')::INTEGER, 12) THEN l.group_name
-             ELSE '(other)' END      AS group_name,
-        count(*)                     AS num_requests,
-        sum(l.prompt_tokens)::BIGINT AS prompt_tokens,
-        sum(l.output_tokens)::BIGINT AS output_tokens
-    FROM long AS l
-    JOIN ranked AS k USING (dimension, group_name)
+        dimension,
+        CASE WHEN rank <= coalesce(getvariable('max_groups')::INTEGER, 12) THEN group_name
+             ELSE '(other)' END        AS group_name,
+        sum(num_requests)::BIGINT      AS num_requests,
+        sum(prompt_tokens)::BIGINT     AS prompt_tokens,
+        sum(output_tokens)::BIGINT     AS output_tokens
+    FROM ranked
     GROUP BY ALL
 )
 SELECT

@@ -201,7 +201,7 @@ CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any], Rows]] = {
         {"queue_depth_lo": 8, "queue_depth_hi": 15, "num_requests": 1, "p99_ttft_s": 0.5},
     ]),
     "ttft_by_queue_depth_too_few": ("ttft_by_queue_depth", {}, {}, []),
-    "ttft_vs_concurrency_cap": ("ttft_vs_concurrency_cap", {}, {}, [
+    "latency_percentiles_cap_and_load": ("latency_percentiles", {}, {}, [
         {"scenario": "static-4", "policy": "static", "max_concurrency": 4,
          "offered_requests_per_s": 4 / 3, "p50_ttft_s": 0.35, "p99_ttft_s": 0.497,
          "mean_queue_depth": 1.5},
