@@ -221,6 +221,7 @@ def build_report(
     report: str = DEFAULT_REPORT,
     compare: str | None = None,
     gpu_prices: dict[str, float] | None = None,
+    slos: list[str] | None = None,
 ) -> Path:
     """Write one self-contained HTML report of a replay run (and its trace).
 
@@ -235,6 +236,9 @@ def build_report(
         report: which ``reports/<report>.toml`` to build.
         compare: a second run to draw beside this one (the comparison section).
         gpu_prices: dollars per GPU-hour per GPU kind (``pipeline.pricing``): the costs.
+        slos: the SLOs the sweep charts judge, as ``capacity`` writes them
+            (``ttft_p99<=200ms``, ``ttft_p99@tenant=chat<=500ms``); None: the run's own
+            (``sweep``/``capacity --slo``), else p99 TTFT <= ``slo_ttft_s``.
 
     Returns:
         The path of the HTML file.
@@ -261,7 +265,8 @@ def build_report(
         if compare is not None and compare not in runs["run_id"].to_list():
             known = ", ".join(runs["run_id"].head(5).to_list()) or "none"
             raise PipelineError(f"--compare: no run {compare!r} in the warehouse; latest: {known}")
-        given = {"compare_run_id": compare, "prices_json": prices_json(gpu_prices or {})}
+        given = {"compare_run_id": compare, "prices_json": prices_json(gpu_prices or {}),
+                 "slos": json.dumps(slos) if slos else None}  # fmt: skip
 
         # The trace is what the run replayed; when none of its requests are in the
         # warehouse (generated arrivals) or there is no run, the whole warehouse.

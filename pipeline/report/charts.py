@@ -708,53 +708,93 @@ def prefix_hit_rate_by_group(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
 
 
 def slo_capacity(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
-    """Tail TTFT along each sweep, the SLO as a rule, the capacity point ringed.
+    """Each SLO along each sweep: the measured statistic of the SLO's scope (p99 TTFT of
+    every request, of tenant chat, of prompts over 2000 tokens, ...) per sweep point, the
+    SLO's limit as a rule, one row of panels per SLO (its name and scope in the header);
+    a cross marks a point that misses that SLO, a ring the sweep's capacity (the highest
+    point meeting every SLO); the tooltip lists the SLOs a point meets and misses.
 
-    Expects: sweep (concurrency | rate), sweep_id, sweep_label, scenario, value,
-    ttft_q_s, meets_slo, is_capacity.
+    Expects the rows of slo_capacity.sql: sweep (concurrency | rate), sweep_id,
+    sweep_label, scenario, value, slo, slo_label, limit_s, measured_s, scope_requests,
+    meets_slo, slos_met, slos_missed, is_capacity.
     """
     axis = {
         "concurrency": ("concurrency cap (max_num_seqs / max_batch_size)", "log"),
         "rate": ("offered load (requests/s)", "linear"),
     }
+    labels = natural_sorted(set(df["slo_label"].to_list())) if df.height else []
     charts = []
     for kind in ("concurrency", "rate"):
-        part = df.filter(pl.col("sweep") == kind).with_columns(
-            (pl.col("sweep_id").cast(pl.String) + ": " + pl.col("sweep_label")).alias("sweep_name")
+        part = df.filter(
+            (pl.col("sweep") == kind) & pl.col("measured_s").is_not_null()
+        ).with_columns(
+            (pl.col("sweep_id").cast(pl.String) + ": " + pl.col("sweep_label")).alias("sweep_name"),
+            pl.col("slos_met").fill_null("none"),
+            pl.col("slos_missed").fill_null("none"),
         )
         if part.is_empty():
             continue
         names = natural_sorted(set(part["sweep_name"].to_list()))
         title, scale = axis[kind]
         x_scale = alt.Scale(type="log", base=2) if scale == "log" else alt.Scale(zero=False)
-        base = alt.Chart(values(part))
-        line = base.mark_line(point=alt.OverlayMarkDef(size=60)).encode(
-            x=alt.X("value:Q", title=title, scale=x_scale),
-            y=alt.Y("ttft_q_s:Q", title="tail TTFT (s, log scale)", scale=alt.Scale(type="log")),
+        y_scale = alt.Scale(type="log")
+        x = alt.X("value:Q", title=title, scale=x_scale)
+        line = alt.Chart().mark_line(point=False).encode(
+            x=x,
+            y=alt.Y("measured_s:Q", title="the SLO's statistic (s, log scale)", scale=y_scale),
             color=alt.Color("sweep_name:N", title=f"{kind} sweep (what it holds fixed)",
                             sort=names,
                             scale=alt.Scale(domain=names, scheme="tableau20" if len(names) > 10
                                             else "tableau10"),
                             legend=alt.Legend(orient="bottom", direction="vertical",
-                                              labelLimit=WIDTH, symbolLimit=0)),
+                                              labelLimit=WIDTH, titleLimit=WIDTH,
+                                              symbolLimit=0)),
+            detail="slo:N",
+        )  # fmt: skip
+        points = alt.Chart().mark_point(size=60, filled=True).encode(
+            x=x,
+            y=alt.Y("measured_s:Q", scale=y_scale),
+            color=alt.Color("sweep_name:N", sort=names, legend=None,
+                            scale=alt.Scale(domain=names, scheme="tableau20" if len(names) > 10
+                                            else "tableau10")),
+            shape=alt.Shape("meets_slo:N", title="this SLO",
+                            scale=alt.Scale(domain=[True, False], range=["circle", "cross"]),
+                            legend=alt.Legend(labelExpr="datum.value ? 'met' : 'missed'")),
             tooltip=[
                 alt.Tooltip("sweep_name:N", title="sweep"),
                 alt.Tooltip("scenario:N"),
                 alt.Tooltip("value:Q", title=title, format=",.3~f"),
-                alt.Tooltip("ttft_q_s:Q", title="tail TTFT (s)", format=".4~f"),
-                alt.Tooltip("meets_slo:N", title="meets SLO"),
+                alt.Tooltip("slo_label:N", title="SLO"),
+                alt.Tooltip("measured_s:Q", title="measured (s)", format=".4~g"),
+                alt.Tooltip("scope_requests:Q", title="requests in scope", format=","),
+                alt.Tooltip("slos_met:N", title="SLOs met here"),
+                alt.Tooltip("slos_missed:N", title="SLOs missed here"),
             ],
         )  # fmt: skip
         ring = (
-            base.transform_filter("datum.is_capacity")
+            alt.Chart()
+            .transform_filter("datum.is_capacity")
             .mark_point(size=260, shape="circle", filled=False, strokeWidth=2, color="#222")
-            .encode(x="value:Q", y="ttft_q_s:Q")
+            .encode(x=x, y=alt.Y("measured_s:Q", scale=y_scale))
         )
+        rule = alt.Chart().mark_rule(color="#b00", strokeDash=[4, 3]).encode(
+            y=alt.Y("max(limit_s):Q", scale=y_scale),
+            tooltip=[alt.Tooltip("max(limit_s):Q", title="limit (s)", format=".4~g")],
+        )  # fmt: skip
         charts.append(
-            alt.layer(line, ring, _slo_rule(opts)).properties(
-                width=WIDTH // 2 - 30, height=HEIGHT, title=f"{kind} sweeps"
+            alt.layer(line, points, ring, rule, data=values(part))
+            .properties(width=WIDTH // 2 - 30, height=HEIGHT // 2 if len(labels) > 1 else HEIGHT)
+            .facet(
+                row=alt.Row("slo_label:N", title=None, sort=labels,
+                            header=alt.Header(labelAngle=0, labelOrient="top",
+                                              labelAnchor="start", labelPadding=2,
+                                              labelFontSize=12, labelFontWeight="bold",
+                                              labelLimit=WIDTH)),
+                spacing=40,
+                title=f"{kind} sweeps",
             )
-        )
+            .resolve_scale(y="independent")
+        )  # fmt: skip
     return alt.hconcat(*charts, title=opts.title).resolve_scale(color="independent")
 
 

@@ -123,7 +123,9 @@ def test_a_30_scenario_sweep_and_capacity_report_in_chromium(
     from playwright.sync_api import sync_playwright
 
     wh, sweep_id, cap_id, none_id = sweep_warehouse
-    sweep_html = build_report(wh, sweep_id, output=tmp_path / "sweep.html")
+    # the sweep charts judge scoped SLOs too (a hostile tenant name among them)
+    slos = ["ttft_p99<=2s", "ttft_p99@tenant=team-a<=1s", f"tpot_p90@tenant={EVIL_TENANT}<=40ms"]
+    sweep_html = build_report(wh, sweep_id, output=tmp_path / "sweep.html", slos=slos)
     cap_html = build_report(wh, cap_id, output=tmp_path / "capacity.html",
                             gpu_prices={"h100-80gb": 2.49})  # fmt: skip
     none_html = build_report(wh, none_id, output=tmp_path / "none.html")
@@ -158,6 +160,13 @@ def test_a_30_scenario_sweep_and_capacity_report_in_chromium(
             toc_sticky = page.evaluate(
                 "() => getComputedStyle(document.querySelector('nav.toc')).position"
             )
+            slo_headers = page.evaluate(
+                "() => Array.from(document.querySelectorAll('#capacity svg text'))"
+                ".map(t => t.textContent)"
+            )
+            page.locator("#chart-capacity-6").screenshot(
+                path=str(ARTIFACTS / "report_sweep30_slos.png")
+            )
 
             cap_data = _open(page, cap_html.resolve().as_uri())
             cap_marks = page.evaluate(COUNT_MARKS)
@@ -187,5 +196,8 @@ def test_a_30_scenario_sweep_and_capacity_report_in_chromium(
     assert 0 < after < total  # the clicked series stays, the others fade
     assert 0 < picked < queue_total
     assert toc_sticky == "sticky"
+    # one row of panels per scoped SLO, in each sweep kind, named with its scope
+    assert slo_headers.count("ttft_p99 of tenant=team-a <= 1s") == 2
+    assert slo_headers.count(f"tpot_p90 of tenant={EVIL_TENANT} <= 40ms") == 2
     assert "What each capacity search found" in cap_text
     assert "ttft_p99<=2s" in cap_text and "concurrency" in cap_text and "replicas" in cap_text

@@ -206,7 +206,8 @@ def test_slo_is_a_parameter(tiny_warehouse: Warehouse, tmp_path: Path) -> None:
     html = build_report(tiny_warehouse, output=tmp_path / "r.html", slo_ttft_s=0.1).read_text()
     assert "100.0 ms (p99)" in html
     # at 100 ms no sweep point meets the SLO: the capacity table shows dashes
-    assert "A dash means no scenario of that sweep meets the SLO." in html
+    assert "A dash means no scenario of that sweep meets every SLO." in html
+    assert "ttft_p99 &lt;= 100ms" in html
 
 
 @pytest.mark.parametrize("chart", sorted(charts.CHARTS))

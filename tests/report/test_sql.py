@@ -6,6 +6,7 @@ sits at position 3q, so p50 = (v1 + v2) / 2 and p99 = v2 + 0.97 (v3 - v2).
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,11 @@ from pipeline.warehouse import SQL_DIR, VIEWS_SQL, Warehouse, load_sql
 from tests.report.conftest import R1, R2
 
 Rows = list[dict[str, Any]]
+
+# SLOs with a scope on each kind of thing a scope can name (and p100, which no usual
+# quantile covers); as `capacity` and `sweep` write them
+SCOPED = ["ttft_p99<=200ms", "ttft_p50@tenant=t1<=150ms", "tpot_mean@prompt>150<=100ms",
+          "e2e_p100@model=m-b<=2s"]  # fmt: skip
 
 # name: (query, params, only rows matching these values, expected rows in order)
 CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any], Rows]] = {
@@ -254,19 +260,54 @@ CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any], Rows]] = {
     "slo_capacity": ("slo_capacity", {}, {}, [
         # vllm-2 / vllm-4 differ only in max_num_seqs; vllm-4 / vllm-4-fast only in time_scale
         {"sweep": "concurrency", "sweep_id": 1, "num_points": 2, "scenario": "vllm-2",
-         "value": 2.0, "ttft_q_s": 0.494, "meets_slo": False, "capacity": 4.0,
-         "capacity_scenario": "vllm-4", "capacity_ttft_q_s": 0.197, "is_capacity": False,
-         "is_first": True},
+         "value": 2.0, "slo": "ttft_p99", "slo_label": "ttft_p99 <= 200ms", "scope": None,
+         "limit_s": 0.2, "scope_requests": 4, "measured_s": 0.494, "meets_slo": False,
+         "meets_all": False, "slos_met": None, "slos_missed": "ttft_p99",
+         "slos": "ttft_p99 <= 200ms", "capacity": 4.0, "capacity_scenario": "vllm-4",
+         "capacity_measured_s": 0.197, "is_capacity": False, "is_first": True},
         {"sweep": "concurrency", "scenario": "vllm-4", "value": 4.0, "meets_slo": True,
-         "is_capacity": True, "is_first": False},
+         "meets_all": True, "slos_met": "ttft_p99", "is_capacity": True, "is_first": False},
         {"sweep": "rate", "scenario": "vllm-4", "value": 4 / 3, "capacity": 4 / 3,
          "is_capacity": True},
-        {"sweep": "rate", "scenario": "vllm-4-fast", "value": 4 / 1.5, "ttft_q_s": 0.3,
+        {"sweep": "rate", "scenario": "vllm-4-fast", "value": 4 / 1.5, "measured_s": 0.3,
          "meets_slo": False, "is_capacity": False},
     ]),
     "slo_capacity_none_meets": ("slo_capacity", {"slo_ttft_s": 0.1}, {"is_first": True}, [
         {"sweep": "concurrency", "capacity": None, "capacity_scenario": None},
         {"sweep": "rate", "capacity": None},
+    ]),
+    # tenant t1 = r1, r3; model m-b = r3; prompts over 150 tokens: r2, r3, r4 (r4 has one
+    # output token, so no TPOT). vllm-2: TTFT of r1, r3 0.1, 0.3 -> p50 0.2 (misses 150 ms);
+    # TPOT of r2 (2.0 - 1.0 - 0.2) / 19 and r3 (1.0 - 0.3) / 4 -> mean 0.1086 (misses 100 ms)
+    "slo_capacity_scoped": ("slo_capacity", {"slos": json.dumps(SCOPED)},
+                            {"sweep": "concurrency"}, [
+        {"scenario": "vllm-2", "slo": "e2e_p100@model=m-b", "scope": "model=m-b",
+         "slo_label": "e2e_p100 of model=m-b <= 2s", "scope_requests": 1, "measured_s": 1.0,
+         "meets_slo": True, "meets_all": False, "slos_met": "e2e_p100@model=m-b",
+         "slos_missed": "tpot_mean@prompt>150, ttft_p50@tenant=t1, ttft_p99",
+         "capacity": None},
+        {"scenario": "vllm-2", "slo": "tpot_mean@prompt>150", "scope_requests": 2,
+         "measured_s": (0.8 / 19 + 0.7 / 4) / 2, "meets_slo": False},
+        {"scenario": "vllm-2", "slo": "ttft_p50@tenant=t1", "scope_requests": 2,
+         "measured_s": 0.2, "meets_slo": False},
+        {"scenario": "vllm-2", "slo": "ttft_p99", "measured_s": 0.494},
+        # vllm-4: TTFT of t1 0.1, 0.1; TPOT of r2 (2.0 - 1.0 - 0.1) / 19, r3 (1.0 - 0.1) / 4
+        {"scenario": "vllm-4", "slo": "e2e_p100@model=m-b", "measured_s": 1.0,
+         "slos_met": "e2e_p100@model=m-b, ttft_p50@tenant=t1, ttft_p99",
+         "slos_missed": "tpot_mean@prompt>150"},
+        {"scenario": "vllm-4", "slo": "tpot_mean@prompt>150",
+         "measured_s": (0.9 / 19 + 0.9 / 4) / 2},
+        {"scenario": "vllm-4", "slo": "ttft_p50@tenant=t1", "measured_s": 0.1,
+         "meets_slo": True},
+        {"scenario": "vllm-4", "slo": "ttft_p99", "measured_s": 0.197, "meets_all": False},
+    ]),
+    # a looser TPOT objective: vllm-4 meets all four, vllm-2 still misses TTFT
+    "slo_capacity_scoped_capacity": ("slo_capacity",
+        {"slos": json.dumps([*SCOPED[:2], "tpot_mean@prompt>150<=0.2s", SCOPED[3]])},
+        {"sweep": "concurrency", "is_first": True}, [
+        {"capacity": 4.0, "capacity_scenario": "vllm-4",
+         "slos": "e2e_p100 of model=m-b <= 2s, tpot_mean of prompt>150 <= 200ms, "
+                 "ttft_p50 of tenant=t1 <= 150ms, ttft_p99 <= 200ms"},
     ]),
 }  # fmt: skip
 
