@@ -102,15 +102,32 @@ in_group AS (
     SELECT r.request_id, l.slo
     FROM requests AS r JOIN slo_list AS l ON l.dim = 'model' AND r.model = l.group_name
 ),
--- (scenario, SLO, the request's value of the SLO's metric) for every request an SLO judges
+-- (scenario, SLO, the request's value of the SLO's metric) for every request an SLO judges.
+-- NOTE: one branch per metric, so that only the columns the SLOs name are read: a branch
+-- whose SLO list is empty ends before it scans
+unscoped_or_prompt AS (
+    SELECT * FROM slo_list WHERE dim IS NULL OR dim = 'prompt'
+),
 metric_values AS (
-    SELECT s.scenario, l.slo, l.stat, l.q,
-           CASE l.metric WHEN 'ttft' THEN s.ttft_s WHEN 'tpot' THEN s.tpot_s
-                         WHEN 'e2e' THEN s.e2e_s WHEN 'queue' THEN s.queue_s END AS v
-    FROM sims AS s, slo_list AS l
-    WHERE l.dim IS NULL
-       OR (l.op = '<=' AND s.prompt_tokens <= l.prompt_limit)
-       OR (l.op = '>' AND s.prompt_tokens > l.prompt_limit)
+    SELECT s.scenario, l.slo, l.stat, l.q, s.ttft_s AS v
+    FROM sims AS s, unscoped_or_prompt AS l
+    WHERE l.metric = 'ttft' AND (l.dim IS NULL OR (l.op = '<=' AND s.prompt_tokens <= l.prompt_limit)
+                                 OR (l.op = '>' AND s.prompt_tokens > l.prompt_limit))
+    UNION ALL
+    SELECT s.scenario, l.slo, l.stat, l.q, s.tpot_s AS v
+    FROM sims AS s, unscoped_or_prompt AS l
+    WHERE l.metric = 'tpot' AND (l.dim IS NULL OR (l.op = '<=' AND s.prompt_tokens <= l.prompt_limit)
+                                 OR (l.op = '>' AND s.prompt_tokens > l.prompt_limit))
+    UNION ALL
+    SELECT s.scenario, l.slo, l.stat, l.q, s.e2e_s AS v
+    FROM sims AS s, unscoped_or_prompt AS l
+    WHERE l.metric = 'e2e' AND (l.dim IS NULL OR (l.op = '<=' AND s.prompt_tokens <= l.prompt_limit)
+                                OR (l.op = '>' AND s.prompt_tokens > l.prompt_limit))
+    UNION ALL
+    SELECT s.scenario, l.slo, l.stat, l.q, s.queue_s AS v
+    FROM sims AS s, unscoped_or_prompt AS l
+    WHERE l.metric = 'queue' AND (l.dim IS NULL OR (l.op = '<=' AND s.prompt_tokens <= l.prompt_limit)
+                                  OR (l.op = '>' AND s.prompt_tokens > l.prompt_limit))
     UNION ALL
     SELECT s.scenario, l.slo, l.stat, l.q,
            CASE l.metric WHEN 'ttft' THEN s.ttft_s WHEN 'tpot' THEN s.tpot_s
