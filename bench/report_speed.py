@@ -18,9 +18,14 @@ Figures (medians of 3 runs, each in a fresh process; peak RSS: the max):
   the cache;
 - the same with ``png=True`` (one PNG per chart), for information.
 
+With ``--against REV`` the report of that git revision (its pipeline/, sql/ and
+reports/, exported to a temporary folder) is built on the same warehouse too,
+alternately with this one, each in a fresh process: the baseline in the same run.
+
 Run from the repository root:
 
     .venv/bin/python bench/report_speed.py            # writes the Report section of RESULTS.md
+    .venv/bin/python bench/report_speed.py --against f6ad365   # and beside that revision's
     .venv/bin/python bench/report_speed.py --quick    # one run, prints, writes nothing
 
 Targets: build <= 10 s and peak RSS <= 1 GB (and HTML <= 5 MB) for 1M requests x 5
@@ -30,7 +35,12 @@ scenarios, aggregated in DuckDB, never materialising sim_requests in Python.
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -115,10 +125,67 @@ def ensure_warehouse() -> None:
     print(f"replay: {len(scenarios)} scenarios in {time.perf_counter() - t:.1f} s ({run.run_id})")
 
 
+def _one(code: str, pythonpath: str | None) -> dict[str, float]:
+    """One build in a fresh interpreter (``pythonpath`` first on the path: a baseline)."""
+    prog = (
+        "import json, resource, time\n"
+        "t0 = time.perf_counter()\n"
+        f"{code}\n"
+        "out['peak_rss_mb'] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024\n"
+        "print(json.dumps(out))\n"
+    )
+    env = dict(os.environ)
+    if pythonpath:
+        env["PYTHONPATH"] = pythonpath
+    r = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, env=env,
+                       cwd=pythonpath or ROOT)  # fmt: skip
+    if r.returncode != 0:
+        raise RuntimeError(r.stderr[-2000:])
+    return json.loads(r.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def against(rev: str, repeats: int) -> list[str]:
+    """Build the report of ``rev`` and of this tree alternately; the table's lines."""
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = subprocess.run(["git", "archive", rev, "pipeline", "sql", "reports"],
+                                 cwd=ROOT, check=True, capture_output=True).stdout  # fmt: skip
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        code = BUILD.format(wh=str(WAREHOUSE), out=str(OUT / "baseline.html"), png=False,
+                            cold=False)  # fmt: skip
+        base, new = [], []
+        for _ in range(repeats):
+            base.append(_one(code, tmp))
+            new.append(_one(code.replace("baseline.html", "review.html"), None))
+    lines = [
+        f"Against {rev} (the report before this change), alternately in fresh processes:",
+        "",
+        "| report | build s, median | runs | CPU s, median | peak RSS MB | load average |",
+        "|---|---:|---|---:|---:|---:|",
+    ]
+    for label, runs in ((rev, base), ("this tree", new)):
+        walls = [r["wall_s"] for r in runs]
+        lines.append(
+            f"| {label} | {statistics.median(walls):.2f} | "
+            + ", ".join(f"{w:.2f}" for w in walls)
+            + f" | {statistics.median(r['cpu_s'] for r in runs):.2f} "
+            f"| {max(r['peak_rss_mb'] for r in runs):.0f} "
+            f"| {statistics.median(r['load1'] for r in runs):.1f} |"
+        )
+    ratio = statistics.median(r["wall_s"] for r in new) / statistics.median(
+        r["wall_s"] for r in base
+    )
+    cpu_ratio = statistics.median(r["cpu_s"] for r in new) / statistics.median(
+        r["cpu_s"] for r in base
+    )
+    lines += ["", f"Ratio of medians (this / {rev}): build {ratio:.2f}, CPU {cpu_ratio:.2f}."]
+    return lines
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="one run, print, write nothing")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--against", metavar="REV", help="also build this git revision's report")
     args = ap.parse_args()
     ensure_warehouse()
     repeats = 1 if args.quick else args.repeats
@@ -156,11 +223,15 @@ def main() -> None:
             "Targets: build <= 10 s and peak RSS <= 1 GB (HTML <= 5 MB). CPU s: user + "
             "system time of the build over all threads, which the machine's other jobs do not "
             "change; load average: the 1-minute load when each build ended (median), on 2 cores.",
+            *(["", *against(args.against, repeats)] if args.against else []),
         ]
     )
     print(body)
     if not args.quick:
-        record("Report", ".venv/bin/python bench/report_speed.py", body)
+        command = ".venv/bin/python bench/report_speed.py" + (
+            f" --against {args.against}" if args.against else ""
+        )
+        record("Report", command, body)
 
 
 if __name__ == "__main__":
