@@ -85,7 +85,8 @@ slo_list AS (
         regexp_extract(slo, '@(?:tenant|model)=(.+)$', 1)              AS group_name,
         TRY_CAST(regexp_extract(slo, '@prompt(?:<=|>)([0-9]+)$', 1) AS BIGINT)
                                                                        AS prompt_limit,
-        TRY_CAST(regexp_extract(slo, '^[a-z0-9]+_p([0-9.]+)', 1) AS DOUBLE) / 100 AS q
+        TRY_CAST(regexp_extract(slo, '^[a-z0-9]+_p([0-9.]+)', 1) AS DOUBLE) / 100 AS q,
+        row_number() OVER (ORDER BY slo)                               AS id
     FROM written
 ),
 sims AS NOT MATERIALIZED (
@@ -94,7 +95,7 @@ sims AS NOT MATERIALIZED (
     WHERE run_id = (SELECT run_id FROM run)
 ),
 -- the requests of each tenant or model a scope names; without such a scope this is empty
--- and the request ids of sim_requests are joined with nothing
+-- and the request ids of sim_requests are never read
 in_group AS (
     SELECT r.request_id, l.slo
     FROM requests AS r JOIN slo_list AS l ON l.dim = 'tenant' AND r.tenant = l.group_name
@@ -103,33 +104,30 @@ in_group AS (
     FROM requests AS r JOIN slo_list AS l ON l.dim = 'model' AND r.model = l.group_name
 ),
 -- (scenario, SLO, the request's value of the SLO's metric) for every request an SLO judges.
--- NOTE: one branch per metric, so that only the columns the SLOs name are read: a branch
--- whose SLO list is empty ends before it scans
-unscoped_or_prompt AS (
-    SELECT * FROM slo_list WHERE dim IS NULL OR dim = 'prompt'
-),
+-- NOTE: an SLO on every request has a branch per metric, so that only the columns the SLOs
+-- name are read and no row is tested; a branch whose SLO list is empty ends before it
+-- scans (so do the prompt and group branches without such a scope)
 metric_values AS (
-    SELECT s.scenario, l.slo, l.stat, l.q, s.ttft_s AS v
-    FROM sims AS s, unscoped_or_prompt AS l
-    WHERE l.metric = 'ttft' AND (l.dim IS NULL OR (l.op = '<=' AND s.prompt_tokens <= l.prompt_limit)
-                                 OR (l.op = '>' AND s.prompt_tokens > l.prompt_limit))
+    SELECT s.scenario, l.id, s.ttft_s AS v
+    FROM sims AS s, (SELECT id FROM slo_list WHERE dim IS NULL AND metric = 'ttft') AS l
     UNION ALL
-    SELECT s.scenario, l.slo, l.stat, l.q, s.tpot_s AS v
-    FROM sims AS s, unscoped_or_prompt AS l
-    WHERE l.metric = 'tpot' AND (l.dim IS NULL OR (l.op = '<=' AND s.prompt_tokens <= l.prompt_limit)
-                                 OR (l.op = '>' AND s.prompt_tokens > l.prompt_limit))
+    SELECT s.scenario, l.id, s.tpot_s AS v
+    FROM sims AS s, (SELECT id FROM slo_list WHERE dim IS NULL AND metric = 'tpot') AS l
     UNION ALL
-    SELECT s.scenario, l.slo, l.stat, l.q, s.e2e_s AS v
-    FROM sims AS s, unscoped_or_prompt AS l
-    WHERE l.metric = 'e2e' AND (l.dim IS NULL OR (l.op = '<=' AND s.prompt_tokens <= l.prompt_limit)
-                                OR (l.op = '>' AND s.prompt_tokens > l.prompt_limit))
+    SELECT s.scenario, l.id, s.e2e_s AS v
+    FROM sims AS s, (SELECT id FROM slo_list WHERE dim IS NULL AND metric = 'e2e') AS l
     UNION ALL
-    SELECT s.scenario, l.slo, l.stat, l.q, s.queue_s AS v
-    FROM sims AS s, unscoped_or_prompt AS l
-    WHERE l.metric = 'queue' AND (l.dim IS NULL OR (l.op = '<=' AND s.prompt_tokens <= l.prompt_limit)
-                                  OR (l.op = '>' AND s.prompt_tokens > l.prompt_limit))
+    SELECT s.scenario, l.id, s.queue_s AS v
+    FROM sims AS s, (SELECT id FROM slo_list WHERE dim IS NULL AND metric = 'queue') AS l
     UNION ALL
-    SELECT s.scenario, l.slo, l.stat, l.q,
+    SELECT s.scenario, l.id,
+           CASE l.metric WHEN 'ttft' THEN s.ttft_s WHEN 'tpot' THEN s.tpot_s
+                         WHEN 'e2e' THEN s.e2e_s WHEN 'queue' THEN s.queue_s END AS v
+    FROM sims AS s, (SELECT * FROM slo_list WHERE dim = 'prompt') AS l
+    WHERE (l.op = '<=' AND s.prompt_tokens <= l.prompt_limit)
+       OR (l.op = '>' AND s.prompt_tokens > l.prompt_limit)
+    UNION ALL
+    SELECT s.scenario, l.id,
            CASE l.metric WHEN 'ttft' THEN s.ttft_s WHEN 'tpot' THEN s.tpot_s
                          WHEN 'e2e' THEN s.e2e_s WHEN 'queue' THEN s.queue_s END AS v
     FROM sims AS s
@@ -139,16 +137,21 @@ metric_values AS (
 -- NOTE: quantile_cont takes constant quantiles and the SLOs' differ: the usual ones are
 -- selected in one call (no full sort); only an SLO on another percentile has its values
 -- sorted into a list, read at (n - 1) q as quantile_cont interpolates
-stats AS (
+aggregated AS (
     SELECT
-        scenario, slo, stat, q,
-        count(v)                                                AS scope_requests,
-        avg(v)                                                  AS mean_v,
-        quantile_cont(v, [0.5, 0.75, 0.9, 0.95, 0.99, 0.999])   AS usual,
-        list(v) FILTER (WHERE q NOT IN (0.5, 0.75, 0.9, 0.95, 0.99, 0.999)) AS other
-    FROM metric_values
-    WHERE v IS NOT NULL
-    GROUP BY scenario, slo, stat, q
+        m.scenario, m.id,
+        count(m.v)                                                AS scope_requests,
+        avg(m.v)                                                  AS mean_v,
+        quantile_cont(m.v, [0.5, 0.75, 0.9, 0.95, 0.99, 0.999])   AS usual,
+        list(m.v) FILTER (WHERE m.id IN (SELECT id FROM slo_list
+                                         WHERE q NOT IN (0.5, 0.75, 0.9, 0.95, 0.99, 0.999)))
+                                                                  AS other
+    FROM metric_values AS m
+    WHERE m.v IS NOT NULL
+    GROUP BY m.scenario, m.id
+),
+stats AS (
+    SELECT a.*, l.slo, l.stat, l.q FROM aggregated AS a JOIN slo_list AS l USING (id)
 ),
 at_rank AS (
     SELECT *, list_sort(other) AS vs, (len(other) - 1) * q AS h FROM stats
