@@ -51,6 +51,7 @@ import numpy as np
 import numpy.typing as npt
 from numba import njit
 
+from pipeline.sim.borrow import borrow
 from pipeline.sim.cache import commit, empty_caches, take, warm
 from pipeline.sim.cost_model import (
     decode_run_s,
@@ -156,6 +157,7 @@ RET_YIELD = 2  # processed the arrivals asked for: report progress and call agai
 
 _SOURCES = (
     "state.py",
+    "borrow.py",
     "cache.py",
     "kv.py",
     "loop.py",
@@ -553,6 +555,11 @@ def _loop(
     max_arrivals: int,
 ) -> int:
     """Route arrivals in order and advance replicas between them; resumable."""
+    # borrowed views: the calls and bindings below then count no references (borrow.py)
+    cfg, cfgf, cost, rq, rqf = borrow(cfg), borrow(cfgf), borrow(cost), borrow(rq), borrow(rqf)
+    rp, rpf, run, wq, st = borrow(rp), borrow(rpf), borrow(run), borrow(wq), borrow(st)
+    stf, g, sq, stt, ev = borrow(stf), borrow(g), borrow(sq), borrow(stt), borrow(ev)
+    kc = (borrow(kc[0]), borrow(kc[1]), borrow(kc[2]), borrow(kc[3]), borrow(kc[4]))
     n = rq.shape[0]
     num_replicas = cfg[C_REPLICAS]
     rr = cfg[C_ROUTER] == ROUND_ROBIN or num_replicas == 1
