@@ -77,7 +77,6 @@ from pipeline.sim.state import (
     F_FIRST_TOKEN,
     NRP,
     NRPF,
-    NRQ,
     NRQF,
     NST,
     NSTF,
@@ -105,24 +104,17 @@ from pipeline.sim.state import (
     Q_RATIO,
     R_CHUNKS,
     R_COMPUTED,
-    R_DISCARDED,
     R_GENERATED,
     R_HELD,
-    R_HITS,
-    R_HOFF,
     R_NUNITS,
     R_OUTPUT,
     R_PF_END,
-    R_PRIORITY,
     R_PROMPT,
     R_QDEPTH,
     R_REPLICA,
     R_SETTLED,
     R_SHARED,
     R_STATUS,
-    R_TOTAL,
-    R_UNIT_BLK,
-    R_UNIT_TOK,
     S_DECODE,
     S_EVICTED,
     S_KV_USED,
@@ -139,11 +131,16 @@ from pipeline.sim.state import (
     SF_START,
     ST_FINISHED,
     ST_WAITING,
+    W_DISCARDED,
+    W_HITS,
+    W_TOTAL,
     EngineConfig,
     PrefixKeys,
     SimInput,
     SimResult,
+    request_state,
     wait_add,
+    wide,
     wq_peek,
 )
 
@@ -204,7 +201,7 @@ def _schedule(
     r: int,
     cfg: npt.NDArray[np.int64],
     cfgf: npt.NDArray[np.float64],
-    rq: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int32],
     rqf: npt.NDArray[np.float64],
     rp: npt.NDArray[np.int64],
     rpf: npt.NDArray[np.float64],
@@ -253,7 +250,7 @@ def _next_start(
 
 @njit(cache=True, error_model="numpy", inline="always")
 def _extra_blocks(
-    rq: npt.NDArray[np.int64], sq: npt.NDArray[np.int64], n: int, k: int, bs: int
+    rq: npt.NDArray[np.int32], sq: npt.NDArray[np.int64], n: int, k: int, bs: int
 ) -> int:
     """Blocks the scheduled decodes add over steps 2..k of a run (step 1 is computed)."""
     extra = 0
@@ -267,7 +264,7 @@ def _extra_blocks(
 def _run_length(
     cfg: npt.NDArray[np.int64],
     cost: npt.NDArray[np.float64],
-    rq: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int32],
     rp: npt.NDArray[np.int64],
     sq: npt.NDArray[np.int64],
     n: int,
@@ -341,7 +338,7 @@ def _step(
     cfg: npt.NDArray[np.int64],
     cfgf: npt.NDArray[np.float64],
     cost: npt.NDArray[np.float64],
-    rq: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int32],
     rqf: npt.NDArray[np.float64],
     rp: npt.NDArray[np.int64],
     rpf: npt.NDArray[np.float64],
@@ -509,7 +506,7 @@ def _advance(
     cfg: npt.NDArray[np.int64],
     cfgf: npt.NDArray[np.float64],
     cost: npt.NDArray[np.float64],
-    rq: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int32],
     rqf: npt.NDArray[np.float64],
     rp: npt.NDArray[np.int64],
     rpf: npt.NDArray[np.float64],
@@ -539,7 +536,7 @@ def _loop(
     cfg: npt.NDArray[np.int64],
     cfgf: npt.NDArray[np.float64],
     cost: npt.NDArray[np.float64],
-    rq: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int32],
     rqf: npt.NDArray[np.float64],
     rp: npt.NDArray[np.int64],
     rpf: npt.NDArray[np.float64],
@@ -660,19 +657,10 @@ def simulate(
     bs = eng.get(C_BLOCK_SIZE)
     num_blocks = eng.get(C_NUM_BLOCKS)
     caching = eng.get(C_CACHING) != 0
-    rq = np.zeros((n, NRQ), dtype=np.int64)
-    rq[:, R_PROMPT] = inp.prompt_tokens
-    rq[:, R_OUTPUT] = inp.output_tokens
-    rq[:, R_REPLICA] = -1
-    if inp.priority is not None:
-        rq[:, R_PRIORITY] = inp.priority
     pk = inp.prefix if caching and inp.prefix is not None else PrefixKeys.empty(n)
     if caching and eng.get(C_POLICY) == vllm.CODE:  # vLLM caches generated blocks too
         pk = extend_keys(pk, inp.prompt_tokens, inp.output_tokens)
-    rq[:, R_HOFF] = pk.offsets[:-1]
-    rq[:, R_NUNITS] = np.diff(pk.offsets)
-    rq[:, R_UNIT_TOK] = pk.unit_tokens
-    rq[:, R_UNIT_BLK] = pk.unit_tokens // bs
+    rq = request_state(inp, pk, bs)
     warmup = inp.warmup if caching and inp.warmup is not None else PrefixKeys.empty(0)
     kc = empty_caches(num_replicas, _num_slots(num_blocks, [pk, warmup], bs), pk.keys)
     rqf = np.full((n, NRQF), np.nan)
@@ -717,7 +705,8 @@ def simulate(
         on_progress(n)
     # every token computed is still held (computed), was thrown away by a preemption,
     # or was not computed at all because the prefix cache had it
-    rq[:, R_TOTAL] = rq[:, R_COMPUTED] + rq[:, R_DISCARDED] - rq[:, R_HITS]
+    rqw = wide(rq)
+    rqw[:, W_TOTAL] = rq[:, R_COMPUTED] + rqw[:, W_DISCARDED] - rqw[:, W_HITS]
     rows = int(g[G_ROWS])
     return SimResult(
         rq=rq,

@@ -20,7 +20,6 @@ from pipeline.sim.state import (
     F_FIRST_SCHED,
     F_FIRST_TOKEN,
     R_CACHED,
-    R_HITS,
     R_LOOKUPS,
     R_PREEMPT,
     R_REPLICA,
@@ -29,6 +28,7 @@ from pipeline.sim.state import (
     S_PHIT,
     S_PQUERY,
     S_PREFILL,
+    W_HITS,
     SimInput,
     SimResult,
 )
@@ -117,7 +117,7 @@ def test_a_resumed_request_looks_up_again() -> None:
     inp = with_prefix(make_input([0.0, 0.0], [8, 12], [24, 16]), hashes, 4, 4)
     res = run_both(inp, sc)
     assert res.rq[1, R_PREEMPT] == 1 and res.rq[1, R_LOOKUPS] == 2
-    assert (res.rq[1, R_CACHED], res.rq[1, R_HITS]) == (0, 12)
+    assert (res.rq[1, R_CACHED], res.rqw[1, W_HITS]) == (0, 12)
     assert summarize(res)["prefix_resumed_hit_tokens"] == 12
 
 
@@ -283,7 +283,7 @@ def test_vllm_a_resumed_request_hits_its_own_generated_blocks() -> None:
     inp = with_prefix(make_input([0.0, 0.0], [8, 4], [20, 20]), hashes, 4, 4)
     res = run_both(inp, sc)
     assert res.rq[1, R_PREEMPT] >= 1
-    assert res.rq[1, R_HITS] - res.rq[1, R_CACHED] > 4  # more than its prompt's block
+    assert res.rqw[1, W_HITS] - res.rq[1, R_CACHED] > 4  # more than its prompt's block
 
 
 def test_request_hit_rate_counts_prompts_shorter_than_a_unit() -> None:
