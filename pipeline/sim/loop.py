@@ -362,12 +362,13 @@ def _step(
     assert n > 0 or n_pre > 0  # a step that does nothing would never end
     # One pass: the step's cost features (before) and what it computes (after);
     # first and last tokens are listed in ev and timed once the duration is known.
-    p_tok = 0.0
-    p_attn = 0.0
+    # integer sums (exact, as the float sums were below 2**53), made floats after the loop
+    tok_sum = 0
+    attn_sum = 0
     n_pf = 0  # prefill chunks (sequences) in the step
     d = 0
-    ctx = 0.0
-    kv_all = 0.0  # KV tokens of every scheduled sequence after the step (packed attention)
+    ctx_sum = 0
+    pf_kv = 0  # KV tokens of the prefill chunks after the step (packed attention)
     min_left = np.iinfo(np.int64).max
     n_ev = 0
     for j in range(n):
@@ -375,8 +376,7 @@ def _step(
         c0 = rq[i, R_COMPUTED]
         if c0 >= rq[i, R_PF_END]:  # a decode: context c0 + 1, samples a token
             d += 1
-            ctx += c0 + 1
-            kv_all += c0 + 1
+            ctx_sum += c0 + 1
             gen = rq[i, R_GENERATED] + 1
             rq[i, R_COMPUTED] = c0 + 1
             rq[i, R_GENERATED] = gen
@@ -389,9 +389,9 @@ def _step(
         else:  # a prefill (or recompute) chunk
             t = stt[j]
             n_pf += 1
-            p_tok += t
-            p_attn += t * c0 + t * (t + 1) // 2  # causal (query, key) pairs
-            kv_all += c0 + t
+            tok_sum += t
+            attn_sum += t * c0 + t * (t + 1) // 2  # causal (query, key) pairs
+            pf_kv += c0 + t
             if math.isnan(rqf[i, F_FIRST_SCHED]):
                 rqf[i, F_FIRST_SCHED] = start
             if c0 < rq[i, R_PROMPT]:
@@ -403,8 +403,11 @@ def _step(
                 if gen == 1 or gen >= rq[i, R_OUTPUT]:
                     ev[n_ev] = i
                     n_ev += 1
-    if cfg[C_POLICY] == transformers.CODE:
-        p_attn = transformers.packed_attention(p_tok, float(d), kv_all, ctx)
+    p_tok = float(tok_sum)
+    ctx = float(ctx_sum)
+    p_attn = float(attn_sum)
+    if cfg[C_POLICY] == transformers.CODE:  # KV of every scheduled sequence after the step
+        p_attn = transformers.packed_attention(p_tok, float(d), float(ctx_sum + pf_kv), ctx)
     k = 1
     if (
         p_tok == 0
