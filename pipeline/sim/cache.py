@@ -194,7 +194,7 @@ def _lru_remove(cs: npt.NDArray[np.int64], rp: npt.NDArray[np.int64], r: int, s:
     rp[r, P_EVICTABLE] -= cs[r, s, CS_BLK]
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")
 def _evict_one(
     ck: npt.NDArray[np.uint64],
     cs: npt.NDArray[np.int64],
@@ -285,6 +285,17 @@ def use_hits(
         _ref(cs, rp, r, uslot[base + k])
     rq[i, R_SETTLED] = h
     rq[i, R_SHARED] = h * rq[i, R_UNIT_BLK]
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def settles(rq: npt.NDArray[np.int32], i: int, num_tokens: int) -> bool:
+    """Whether ``commit`` up to ``num_tokens`` tokens would settle a new unit of request i.
+
+    Callers that commit every scheduled request every step test this first:
+    it is inlined, ``commit`` is a call, and most steps complete no unit.
+    """
+    k = rq[i, R_SETTLED]
+    return bool(k < rq[i, R_NUNITS] and (k + 1) * rq[i, R_UNIT_TOK] <= num_tokens)
 
 
 @njit(cache=True, error_model="numpy")

@@ -52,7 +52,7 @@ import numpy.typing as npt
 from numba import njit
 
 from pipeline.sim.borrow import borrow
-from pipeline.sim.cache import commit, empty_caches, take, warm
+from pipeline.sim.cache import commit, empty_caches, settles, take, warm
 from pipeline.sim.cost_model import (
     decode_run_s,
     step_time,
@@ -106,13 +106,11 @@ from pipeline.sim.state import (
     R_COMPUTED,
     R_GENERATED,
     R_HELD,
-    R_NUNITS,
     R_OUTPUT,
     R_PF_END,
     R_PROMPT,
     R_QDEPTH,
     R_REPLICA,
-    R_SETTLED,
     R_SHARED,
     R_STATUS,
     S_DECODE,
@@ -168,6 +166,7 @@ _SOURCES = (
     "policies/sglang.py",
     "policies/tgi.py",
     "policies/transformers.py",
+    "prefix.py",
 )
 
 
@@ -446,7 +445,7 @@ def _step(
         if code == vllm.CODE and cfg[C_CACHING] != 0:  # what steps 2..k commit
             for j in range(n):
                 i = sq[j]
-                if rq[i, R_SETTLED] < rq[i, R_NUNITS]:
+                if settles(rq, i, rq[i, R_COMPUTED]):
                     commit(rq, rp, i, r, rq[i, R_COMPUTED], False, kc)
         if code == sglang.CODE:
             sglang.decay(cfgf, rpf, r, k - 1)

@@ -51,7 +51,7 @@ import numpy.typing as npt
 from numba import njit
 
 from pipeline.errors import ScenarioError
-from pipeline.sim.cache import capacity, commit, lookup, make_free, take, use_hits
+from pipeline.sim.cache import capacity, commit, lookup, make_free, settles, take, use_hits
 from pipeline.sim.kv import blocks_needed, grow
 from pipeline.sim.policies.base import (
     Memory,
@@ -505,7 +505,8 @@ def _prefill(
     if caching:
         for j in range(n):
             i = sched_q[j]
-            commit(rq, rp, i, r, rq[i, R_COMPUTED] + sched_t[j], True, kc)
+            if settles(rq, i, rq[i, R_COMPUTED] + sched_t[j]):
+                commit(rq, rp, i, r, rq[i, R_COMPUTED] + sched_t[j], True, kc)
     rp[r, P_CHUNKED] = new_chunked
     return n, n_adm
 

@@ -60,7 +60,7 @@ import numpy.typing as npt
 from numba import njit
 
 from pipeline.errors import ScenarioError
-from pipeline.sim.cache import commit, use_hits
+from pipeline.sim.cache import commit, settles, use_hits
 from pipeline.sim.kv import blocks_needed, grow
 from pipeline.sim.policies.base import (
     Memory,
@@ -95,9 +95,7 @@ from pipeline.sim.state import (
     Q_PRIORITY,
     R_COMPUTED,
     R_HELD,
-    R_NUNITS,
     R_PRIORITY,
-    R_SETTLED,
     R_UNIT_BLK,
     R_UNIT_TOK,
     cdiv,
@@ -285,7 +283,7 @@ def schedule(
             if by_priority:  # it left the list; the requests after it may still fit
                 continue
             break
-        if caching and rq[i, R_SETTLED] < rq[i, R_NUNITS]:  # prompt and generated blocks
+        if caching and settles(rq, i, rq[i, R_COMPUTED] + new):  # prompt and generated blocks
             commit(rq, rp, i, r, rq[i, R_COMPUTED] + new, False, kc)
         n = add_scheduled(sched_q, sched_t, n, i, new)
         budget -= new
