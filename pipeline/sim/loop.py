@@ -364,8 +364,7 @@ def _step(
     # integer sums (exact, as the float sums were below 2**53), made floats after the loop
     tok_sum = 0
     attn_sum = 0
-    n_pf = 0  # prefill chunks (sequences) in the step
-    d = 0
+    n_pf = 0  # prefill chunks (sequences) in the step; the other n - n_pf are decodes
     ctx_sum = 0
     pf_kv = 0  # KV tokens of the prefill chunks after the step (packed attention)
     min_left = np.iinfo(np.int64).max
@@ -374,7 +373,6 @@ def _step(
         i = sq[j]
         c0 = rq[i, R_COMPUTED]
         if c0 >= rq[i, R_PF_END]:  # a decode: context c0 + 1, samples a token
-            d += 1
             ctx_sum += c0 + 1
             gen = rq[i, R_GENERATED] + 1
             rq[i, R_COMPUTED] = c0 + 1
@@ -402,6 +400,7 @@ def _step(
                 if gen == 1 or gen >= rq[i, R_OUTPUT]:
                     ev[n_ev] = i
                     n_ev += 1
+    d = n - n_pf
     p_tok = float(tok_sum)
     ctx = float(ctx_sum)
     p_attn = float(attn_sum)
