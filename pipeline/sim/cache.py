@@ -43,12 +43,13 @@ from pipeline.sim.state import (
     P_NCACHED,
     P_SLOT_FREE,
     R_HELD,
-    R_HOFF,
     R_NUNITS,
     R_SETTLED,
     R_SHARED,
     R_UNIT_BLK,
     R_UNIT_TOK,
+    W_HOFF,
+    wide,
 )
 
 CS_REF = 0
@@ -193,7 +194,7 @@ def _lru_remove(cs: npt.NDArray[np.int64], rp: npt.NDArray[np.int64], r: int, s:
     rp[r, P_EVICTABLE] -= cs[r, s, CS_BLK]
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")
 def _evict_one(
     ck: npt.NDArray[np.uint64],
     cs: npt.NDArray[np.int64],
@@ -233,7 +234,7 @@ def take(rp: npt.NDArray[np.int64], r: int, need: int, kc: tuple) -> None:  # ty
 
 @njit(cache=True, error_model="numpy")
 def lookup(
-    rq: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int32],
     i: int,
     r: int,
     max_units: int,
@@ -245,7 +246,7 @@ def lookup(
     chained, so nothing after a miss can be a hit. Changes nothing.
     """
     ck, cs, ht, ukey, uslot = kc[0], kc[1], kc[2], kc[3], kc[4]
-    base = rq[i, R_HOFF]
+    base = wide(rq)[i, W_HOFF]
     n = min(max_units, rq[i, R_NUNITS])
     h = 0
     idle = 0
@@ -270,7 +271,7 @@ def _ref(cs: npt.NDArray[np.int64], rp: npt.NDArray[np.int64], r: int, s: int) -
 
 @njit(cache=True, error_model="numpy")
 def use_hits(
-    rq: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int32],
     rp: npt.NDArray[np.int64],
     i: int,
     r: int,
@@ -279,16 +280,27 @@ def use_hits(
 ) -> None:
     """Request i (holding nothing) references its first ``h`` units, just found by ``lookup``."""
     cs, uslot = kc[1], kc[4]
-    base = rq[i, R_HOFF]
+    base = wide(rq)[i, W_HOFF]
     for k in range(h):
         _ref(cs, rp, r, uslot[base + k])
     rq[i, R_SETTLED] = h
     rq[i, R_SHARED] = h * rq[i, R_UNIT_BLK]
 
 
+@njit(cache=True, error_model="numpy", inline="always")
+def settles(rq: npt.NDArray[np.int32], i: int, num_tokens: int) -> bool:
+    """Whether ``commit`` up to ``num_tokens`` tokens would settle a new unit of request i.
+
+    Callers that commit every scheduled request every step test this first:
+    it is inlined, ``commit`` is a call, and most steps complete no unit.
+    """
+    k = rq[i, R_SETTLED]
+    return bool(k < rq[i, R_NUNITS] and (k + 1) * rq[i, R_UNIT_TOK] <= num_tokens)
+
+
 @njit(cache=True, error_model="numpy")
 def commit(
-    rq: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int32],
     rp: npt.NDArray[np.int64],
     i: int,
     r: int,
@@ -311,7 +323,7 @@ def commit(
     if k >= upto:
         return
     ck, cs, ht, ukey, uslot = kc[0], kc[1], kc[2], kc[3], kc[4]
-    base = rq[i, R_HOFF]
+    base = wide(rq)[i, W_HOFF]
     m = rq[i, R_UNIT_BLK]
     while k < upto:
         key = ukey[base + k]
@@ -334,7 +346,7 @@ def commit(
 
 @njit(cache=True, error_model="numpy")
 def release_units(
-    rq: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int32],
     rp: npt.NDArray[np.int64],
     i: int,
     r: int,
@@ -345,7 +357,7 @@ def release_units(
     if k == 0:
         return
     cs, uslot = kc[1], kc[4]
-    base = rq[i, R_HOFF]
+    base = wide(rq)[i, W_HOFF]
     while k > 0:
         k -= 1
         s = uslot[base + k]

@@ -29,7 +29,7 @@ from pipeline.sim.state import P_FREE, R_HELD, R_SHARED
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def blocks_needed(rq: npt.NDArray[np.int64], i: int, num_tokens: int, block_size: int) -> int:
+def blocks_needed(rq: npt.NDArray[np.int32], i: int, num_tokens: int, block_size: int) -> int:
     """Blocks request ``i`` must add to cover ``num_tokens`` tokens."""
     short = num_tokens - (rq[i, R_HELD] + rq[i, R_SHARED]) * block_size  # tokens beyond its blocks
     if short <= 0:
@@ -39,7 +39,7 @@ def blocks_needed(rq: npt.NDArray[np.int64], i: int, num_tokens: int, block_size
 
 @njit(cache=True, error_model="numpy", inline="always")
 def grow(
-    rq: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int32],
     rp: npt.NDArray[np.int64],
     r: int,
     i: int,
@@ -61,7 +61,7 @@ def grow(
 
 @njit(cache=True, error_model="numpy", inline="always")
 def reserve(
-    rq: npt.NDArray[np.int64], rp: npt.NDArray[np.int64], r: int, i: int, num_blocks: int
+    rq: npt.NDArray[np.int32], rp: npt.NDArray[np.int64], r: int, i: int, num_blocks: int
 ) -> bool:
     """Reserve ``num_blocks`` for request ``i`` up front; False if they are not free."""
     if num_blocks > rp[r, P_FREE]:
@@ -73,7 +73,7 @@ def reserve(
 
 @njit(cache=True, error_model="numpy", inline="always")
 def release(
-    rq: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int32],
     rp: npt.NDArray[np.int64],
     r: int,
     i: int,

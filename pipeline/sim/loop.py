@@ -51,7 +51,8 @@ import numpy as np
 import numpy.typing as npt
 from numba import njit
 
-from pipeline.sim.cache import commit, empty_caches, take, warm
+from pipeline.sim.borrow import borrow
+from pipeline.sim.cache import commit, empty_caches, settles, take, warm
 from pipeline.sim.cost_model import (
     decode_run_s,
     step_time,
@@ -76,7 +77,6 @@ from pipeline.sim.state import (
     F_FIRST_TOKEN,
     NRP,
     NRPF,
-    NRQ,
     NRQF,
     NST,
     NSTF,
@@ -104,24 +104,15 @@ from pipeline.sim.state import (
     Q_RATIO,
     R_CHUNKS,
     R_COMPUTED,
-    R_DISCARDED,
     R_GENERATED,
     R_HELD,
-    R_HITS,
-    R_HOFF,
-    R_NUNITS,
     R_OUTPUT,
     R_PF_END,
-    R_PRIORITY,
     R_PROMPT,
     R_QDEPTH,
     R_REPLICA,
-    R_SETTLED,
     R_SHARED,
     R_STATUS,
-    R_TOTAL,
-    R_UNIT_BLK,
-    R_UNIT_TOK,
     S_DECODE,
     S_EVICTED,
     S_KV_USED,
@@ -138,11 +129,16 @@ from pipeline.sim.state import (
     SF_START,
     ST_FINISHED,
     ST_WAITING,
+    W_DISCARDED,
+    W_HITS,
+    W_TOTAL,
     EngineConfig,
     PrefixKeys,
     SimInput,
     SimResult,
+    request_state,
     wait_add,
+    wide,
     wq_peek,
 )
 
@@ -156,6 +152,7 @@ RET_YIELD = 2  # processed the arrivals asked for: report progress and call agai
 
 _SOURCES = (
     "state.py",
+    "borrow.py",
     "cache.py",
     "kv.py",
     "loop.py",
@@ -169,6 +166,7 @@ _SOURCES = (
     "policies/sglang.py",
     "policies/tgi.py",
     "policies/transformers.py",
+    "prefix.py",
 )
 
 
@@ -202,7 +200,7 @@ def _schedule(
     r: int,
     cfg: npt.NDArray[np.int64],
     cfgf: npt.NDArray[np.float64],
-    rq: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int32],
     rqf: npt.NDArray[np.float64],
     rp: npt.NDArray[np.int64],
     rpf: npt.NDArray[np.float64],
@@ -251,7 +249,7 @@ def _next_start(
 
 @njit(cache=True, error_model="numpy", inline="always")
 def _extra_blocks(
-    rq: npt.NDArray[np.int64], sq: npt.NDArray[np.int64], n: int, k: int, bs: int
+    rq: npt.NDArray[np.int32], sq: npt.NDArray[np.int64], n: int, k: int, bs: int
 ) -> int:
     """Blocks the scheduled decodes add over steps 2..k of a run (step 1 is computed)."""
     extra = 0
@@ -265,7 +263,7 @@ def _extra_blocks(
 def _run_length(
     cfg: npt.NDArray[np.int64],
     cost: npt.NDArray[np.float64],
-    rq: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int32],
     rp: npt.NDArray[np.int64],
     sq: npt.NDArray[np.int64],
     n: int,
@@ -339,7 +337,7 @@ def _step(
     cfg: npt.NDArray[np.int64],
     cfgf: npt.NDArray[np.float64],
     cost: npt.NDArray[np.float64],
-    rq: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int32],
     rqf: npt.NDArray[np.float64],
     rp: npt.NDArray[np.int64],
     rpf: npt.NDArray[np.float64],
@@ -363,21 +361,19 @@ def _step(
     assert n > 0 or n_pre > 0  # a step that does nothing would never end
     # One pass: the step's cost features (before) and what it computes (after);
     # first and last tokens are listed in ev and timed once the duration is known.
-    p_tok = 0.0
-    p_attn = 0.0
-    n_pf = 0  # prefill chunks (sequences) in the step
-    d = 0
-    ctx = 0.0
-    kv_all = 0.0  # KV tokens of every scheduled sequence after the step (packed attention)
+    # integer sums (exact, as the float sums were below 2**53), made floats after the loop
+    tok_sum = 0
+    attn_sum = 0
+    n_pf = 0  # prefill chunks (sequences) in the step; the other n - n_pf are decodes
+    ctx_sum = 0
+    pf_kv = 0  # KV tokens of the prefill chunks after the step (packed attention)
     min_left = np.iinfo(np.int64).max
     n_ev = 0
     for j in range(n):
         i = sq[j]
         c0 = rq[i, R_COMPUTED]
         if c0 >= rq[i, R_PF_END]:  # a decode: context c0 + 1, samples a token
-            d += 1
-            ctx += c0 + 1
-            kv_all += c0 + 1
+            ctx_sum += c0 + 1
             gen = rq[i, R_GENERATED] + 1
             rq[i, R_COMPUTED] = c0 + 1
             rq[i, R_GENERATED] = gen
@@ -390,9 +386,9 @@ def _step(
         else:  # a prefill (or recompute) chunk
             t = stt[j]
             n_pf += 1
-            p_tok += t
-            p_attn += t * c0 + t * (t + 1) // 2  # causal (query, key) pairs
-            kv_all += c0 + t
+            tok_sum += t
+            attn_sum += t * c0 + t * (t + 1) // 2  # causal (query, key) pairs
+            pf_kv += c0 + t
             if math.isnan(rqf[i, F_FIRST_SCHED]):
                 rqf[i, F_FIRST_SCHED] = start
             if c0 < rq[i, R_PROMPT]:
@@ -404,8 +400,12 @@ def _step(
                 if gen == 1 or gen >= rq[i, R_OUTPUT]:
                     ev[n_ev] = i
                     n_ev += 1
-    if cfg[C_POLICY] == transformers.CODE:
-        p_attn = transformers.packed_attention(p_tok, float(d), kv_all, ctx)
+    d = n - n_pf
+    p_tok = float(tok_sum)
+    ctx = float(ctx_sum)
+    p_attn = float(attn_sum)
+    if cfg[C_POLICY] == transformers.CODE:  # KV of every scheduled sequence after the step
+        p_attn = transformers.packed_attention(p_tok, float(d), float(ctx_sum + pf_kv), ctx)
     k = 1
     if (
         p_tok == 0
@@ -444,7 +444,7 @@ def _step(
         if code == vllm.CODE and cfg[C_CACHING] != 0:  # what steps 2..k commit
             for j in range(n):
                 i = sq[j]
-                if rq[i, R_SETTLED] < rq[i, R_NUNITS]:
+                if settles(rq, i, rq[i, R_COMPUTED]):
                     commit(rq, rp, i, r, rq[i, R_COMPUTED], False, kc)
         if code == sglang.CODE:
             sglang.decay(cfgf, rpf, r, k - 1)
@@ -507,7 +507,7 @@ def _advance(
     cfg: npt.NDArray[np.int64],
     cfgf: npt.NDArray[np.float64],
     cost: npt.NDArray[np.float64],
-    rq: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int32],
     rqf: npt.NDArray[np.float64],
     rp: npt.NDArray[np.int64],
     rpf: npt.NDArray[np.float64],
@@ -537,7 +537,7 @@ def _loop(
     cfg: npt.NDArray[np.int64],
     cfgf: npt.NDArray[np.float64],
     cost: npt.NDArray[np.float64],
-    rq: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int32],
     rqf: npt.NDArray[np.float64],
     rp: npt.NDArray[np.int64],
     rpf: npt.NDArray[np.float64],
@@ -553,6 +553,11 @@ def _loop(
     max_arrivals: int,
 ) -> int:
     """Route arrivals in order and advance replicas between them; resumable."""
+    # borrowed views: the calls and bindings below then count no references (borrow.py)
+    cfg, cfgf, cost, rq, rqf = borrow(cfg), borrow(cfgf), borrow(cost), borrow(rq), borrow(rqf)
+    rp, rpf, run, wq, st = borrow(rp), borrow(rpf), borrow(run), borrow(wq), borrow(st)
+    stf, g, sq, stt, ev = borrow(stf), borrow(g), borrow(sq), borrow(stt), borrow(ev)
+    kc = (borrow(kc[0]), borrow(kc[1]), borrow(kc[2]), borrow(kc[3]), borrow(kc[4]))
     n = rq.shape[0]
     num_replicas = cfg[C_REPLICAS]
     rr = cfg[C_ROUTER] == ROUND_ROBIN or num_replicas == 1
@@ -653,19 +658,10 @@ def simulate(
     bs = eng.get(C_BLOCK_SIZE)
     num_blocks = eng.get(C_NUM_BLOCKS)
     caching = eng.get(C_CACHING) != 0
-    rq = np.zeros((n, NRQ), dtype=np.int64)
-    rq[:, R_PROMPT] = inp.prompt_tokens
-    rq[:, R_OUTPUT] = inp.output_tokens
-    rq[:, R_REPLICA] = -1
-    if inp.priority is not None:
-        rq[:, R_PRIORITY] = inp.priority
     pk = inp.prefix if caching and inp.prefix is not None else PrefixKeys.empty(n)
     if caching and eng.get(C_POLICY) == vllm.CODE:  # vLLM caches generated blocks too
         pk = extend_keys(pk, inp.prompt_tokens, inp.output_tokens)
-    rq[:, R_HOFF] = pk.offsets[:-1]
-    rq[:, R_NUNITS] = np.diff(pk.offsets)
-    rq[:, R_UNIT_TOK] = pk.unit_tokens
-    rq[:, R_UNIT_BLK] = pk.unit_tokens // bs
+    rq = request_state(inp, pk, bs)
     warmup = inp.warmup if caching and inp.warmup is not None else PrefixKeys.empty(0)
     kc = empty_caches(num_replicas, _num_slots(num_blocks, [pk, warmup], bs), pk.keys)
     rqf = np.full((n, NRQF), np.nan)
@@ -710,7 +706,8 @@ def simulate(
         on_progress(n)
     # every token computed is still held (computed), was thrown away by a preemption,
     # or was not computed at all because the prefix cache had it
-    rq[:, R_TOTAL] = rq[:, R_COMPUTED] + rq[:, R_DISCARDED] - rq[:, R_HITS]
+    rqw = wide(rq)
+    rqw[:, W_TOTAL] = rq[:, R_COMPUTED] + rqw[:, W_DISCARDED] - rqw[:, W_HITS]
     rows = int(g[G_ROWS])
     return SimResult(
         rq=rq,

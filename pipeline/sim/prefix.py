@@ -45,6 +45,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
+from numba import njit
 
 from pipeline.sim.state import PrefixKeys
 
@@ -100,6 +101,7 @@ def build_keys(
 
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
+_GOLDEN_U = np.uint64(_GOLDEN)
 
 
 def extend_keys(
@@ -114,29 +116,41 @@ def extend_keys(
     keys chained from its last prompt key (or from its index when it has none)
     through splitmix64, unique to the request.
     """
-    n = len(prefix)
     old = np.diff(prefix.offsets)
     u = prefix.unit_tokens
     total = np.where(u > 0, (prompt_tokens + output_tokens - 1) // np.maximum(u, 1), 0)
     total = np.maximum(total, old).astype(np.int64)
     offsets = np.concatenate([[0], np.cumsum(total)]).astype(np.int64)
-    owner = np.repeat(np.arange(n), total)
-    k = np.arange(int(offsets[-1])) - offsets[:-1][owner]  # unit index within its request
-    prompt_unit = k < old[owner]
-    keys = np.zeros(len(k), dtype=np.uint64)
-    keys[prompt_unit] = prefix.keys[prefix.offsets[:-1][owner[prompt_unit]] + k[prompt_unit]]
-    # the request's own chain: its last prompt key (or its index), then splitmix64
-    j = np.arange(n, dtype=np.uint64)
-    last = prefix.keys[np.maximum(prefix.offsets[1:] - 1, 0)] if len(prefix.keys) else j
-    tail = ~prompt_unit
-    t = owner[tail]
-    with np.errstate(over="ignore"):  # uint64 arithmetic wraps, as the hash wants
-        seed = np.where(old > 0, last, j * np.uint64(_GOLDEN)) ^ ((j + np.uint64(1)) * _MIX1)
-        x = seed[t] + (k[tail] - old[t] + 1).astype(np.uint64) * np.uint64(_GOLDEN)
-        x = (x ^ (x >> np.uint64(30))) * _MIX1
-        x = (x ^ (x >> np.uint64(27))) * _MIX2
-    keys[tail] = x ^ (x >> np.uint64(31))
+    old_offsets = np.ascontiguousarray(prefix.offsets, dtype=np.int64)
+    keys = _extended(old_offsets, np.ascontiguousarray(prefix.keys, dtype=np.uint64), offsets)
     return PrefixKeys(offsets, keys, u.copy())
+
+
+@njit(cache=True)
+def _extended(
+    old_offsets: npt.NDArray[np.int64],
+    old_keys: npt.NDArray[np.uint64],
+    offsets: npt.NDArray[np.int64],
+) -> npt.NDArray[np.uint64]:
+    """The keys of ``extend_keys``: each request's prompt keys, then its own chain."""
+    keys = np.empty(offsets[-1], dtype=np.uint64)
+    one = np.uint64(1)
+    for j in range(len(offsets) - 1):
+        a = old_offsets[j]
+        m = old_offsets[j + 1] - a
+        base = offsets[j]
+        for k in range(m):
+            keys[base + k] = old_keys[a + k]
+        # the request's own chain: its last prompt key (or its index), then splitmix64
+        uj = np.uint64(j)
+        seed = old_keys[a + m - 1] if m > 0 else uj * _GOLDEN_U
+        seed ^= (uj + one) * _MIX1
+        for k in range(m, offsets[j + 1] - base):
+            x = seed + np.uint64(k - m + 1) * _GOLDEN_U
+            x = (x ^ (x >> np.uint64(30))) * _MIX1
+            x = (x ^ (x >> np.uint64(27))) * _MIX2
+            keys[base + k] = x ^ (x >> np.uint64(31))
+    return keys
 
 
 def describe(

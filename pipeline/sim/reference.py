@@ -41,11 +41,8 @@ from pipeline.sim.state import (
     R_CACHED,
     R_CHUNKS,
     R_COMPUTED,
-    R_DISCARDED,
     R_GENERATED,
     R_HELD,
-    R_HITS,
-    R_HOFF,
     R_LOOKUPS,
     R_NUNITS,
     R_OUTPUT,
@@ -58,13 +55,18 @@ from pipeline.sim.state import (
     R_SETTLED,
     R_SHARED,
     R_STATUS,
-    R_TOTAL,
     R_UNIT_BLK,
     R_UNIT_TOK,
     ST_FINISHED,
+    W_DISCARDED,
+    W_HITS,
+    W_HOFF,
+    W_TOTAL,
     PrefixKeys,
     SimInput,
     SimResult,
+    priority_column,
+    wide,
 )
 
 
@@ -411,7 +413,8 @@ class ReferenceLoop(EngineSchedulers):
         return sum(1 for q in rep.assigned if not q.finished_s <= t)
 
     def result(self, reqs: list[Req], reps: list[Replica]) -> SimResult:
-        rq = np.zeros((len(reqs), NRQ), dtype=np.int64)
+        rq = np.zeros((len(reqs), NRQ), dtype=np.int32)
+        rqw = wide(rq)
         rqf = np.full((len(reqs), NRQF), np.nan)
         off = self.prefix.offsets
         for k, q in enumerate(reqs):
@@ -427,21 +430,21 @@ class ReferenceLoop(EngineSchedulers):
             rq[k, R_PREEMPT] = q.preemptions
             rq[k, R_CHUNKS] = q.chunks
             rq[k, R_QDEPTH] = q.queue_depth
-            rq[k, R_TOTAL] = q.total_computed
-            rq[k, R_DISCARDED] = q.discarded
-            rq[k, R_PRIORITY] = q.priority
-            rq[k, R_HOFF] = off[k]
+            rqw[k, W_TOTAL] = q.total_computed
+            rqw[k, W_DISCARDED] = q.discarded
+            rqw[k, W_HOFF] = off[k]
             rq[k, R_NUNITS] = len(q.keys)
             rq[k, R_UNIT_TOK] = q.unit_tokens
             rq[k, R_UNIT_BLK] = q.unit_blocks
             rq[k, R_SETTLED] = len(q.settled)
             rq[k, R_CACHED] = q.cached
             rq[k, R_LOOKUPS] = q.lookups
-            rq[k, R_HITS] = q.hits
+            rqw[k, W_HITS] = q.hits
             rqf[k, F_ARRIVAL] = q.arrival_s
             rqf[k, F_FIRST_SCHED] = q.first_scheduled_s
             rqf[k, F_FIRST_TOKEN] = q.first_token_s
             rqf[k, F_FINISH] = q.finished_s
+        rq[:, R_PRIORITY] = priority_column(np.array([q.priority for q in reqs], dtype=np.int64))
         rows = [row for rep in reps for row in rep.rows]
         rows.sort(key=lambda x: (x[1][0], x[0][0]))
         st = np.array([r[0] for r in rows], dtype=np.int64).reshape(-1, NST)

@@ -83,7 +83,7 @@ def least_outstanding(rp: npt.NDArray[np.int64], rpf: npt.NDArray[np.float64], t
 def prefix_aware(
     cfg: npt.NDArray[np.int64],
     cfgf: npt.NDArray[np.float64],
-    rq: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int32],
     rp: npt.NDArray[np.int64],
     rpf: npt.NDArray[np.float64],
     i: int,

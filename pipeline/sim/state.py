@@ -3,7 +3,8 @@
 The fast loop (``loop.py``) is compiled with numba, so its state is a handful of
 plain numpy arrays addressed by the column constants below, not Python objects:
 
-    rq[i, R_*]   int64 state of request i (its lengths, where it is, what it has computed)
+    rq[i, R_*]   int32 state of request i (its lengths, where it is, what it has computed);
+                 wide(rq)[i, W_*] its int64 counters, in the same rows
     rqf[i, F_*]  float64 times of request i (seconds from replay start; NaN = not yet)
     rp[r, P_*]   int64 state of replica r (batch size, waiting queue, free KV blocks, ...)
     rpf[r, Q_*]  float64 clock of replica r
@@ -33,7 +34,9 @@ import numpy as np
 import numpy.typing as npt
 from numba import njit
 
-# --- rq: int64 per request -------------------------------------------------
+# --- rq: int32 per request ----------------------------------------------------
+# Lengths, counts and positions of one request fit in int32 (``simulate`` checks
+# the lengths); what can pass 2**31 lives in the wide columns below.
 R_PROMPT = 0  # prompt tokens
 R_OUTPUT = 1  # output tokens to generate (after every cap), >= 1
 R_REPLICA = 2  # replica it was routed to (-1 before arrival)
@@ -45,19 +48,24 @@ R_PF_END = 7  # num_tokens when it was last admitted: computed < this means "in 
 R_PREEMPT = 8  # times preempted
 R_CHUNKS = 9  # steps that computed part of its prompt
 R_QDEPTH = 10  # waiting requests on its replica when it arrived
-R_TOTAL = 11  # tokens computed over its life, recomputation included
-R_DISCARDED = 12  # computed tokens thrown away by preemptions (recomputed later)
-R_SHARED = 13  # KV blocks it holds through prefix-cache entries it references
-R_PRIORITY = 14  # scheduling priority (lower first; vLLM's priority policy)
-R_HOFF = 15  # offset of its prefix keys in kc's key array
-R_NUNITS = 16  # prefix keys it has: full cache units of its prompt
-R_UNIT_TOK = 17  # tokens per cache unit (0: no prefix hashes, never looked up)
-R_UNIT_BLK = 18  # KV blocks per cache unit
-R_SETTLED = 19  # leading units it holds as cache entries (or as private duplicates)
-R_CACHED = 20  # prompt tokens found in the prefix cache at its first lookup
-R_LOOKUPS = 21  # prefix-cache lookups made for it (the first, then one per resumption)
-R_HITS = 22  # tokens found in the cache over all its lookups
-NRQ = 23
+R_SHARED = 11  # KV blocks it holds through prefix-cache entries it references
+R_PRIORITY = 12  # scheduling priority (lower first; vLLM's priority policy), as a rank
+R_NUNITS = 13  # prefix keys it has: full cache units of its prompt
+R_UNIT_TOK = 14  # tokens per cache unit (0: no prefix hashes, never looked up)
+R_UNIT_BLK = 15  # KV blocks per cache unit
+R_SETTLED = 16  # leading units it holds as cache entries (or as private duplicates)
+R_CACHED = 17  # prompt tokens found in the prefix cache at its first lookup
+R_LOOKUPS = 18  # prefix-cache lookups made for it (the first, then one per resumption)
+# column 19 is padding: the wide columns start 8-byte aligned
+NRQ = 28  # int32 columns of rq (19 narrow, 1 padding, 4 wide ones of two each)
+
+# --- wide(rq): int64 per request, in rq's last 8 int32 columns ------------------
+# ``wide(rq)[i, W_*]`` (a view of the same memory; ``SimResult.rqw`` in Python).
+# Cumulative counts can pass 2**31 for a request preempted thousands of times.
+W_HOFF = 10  # offset of its prefix keys in kc's key array
+W_DISCARDED = 11  # computed tokens thrown away by preemptions (recomputed later)
+W_HITS = 12  # tokens found in the cache over all its lookups
+W_TOTAL = 13  # tokens computed over its life, recomputation included
 
 # --- rqf: float64 per request ----------------------------------------------
 F_ARRIVAL = 0
@@ -157,6 +165,12 @@ Q_PRIORITY = 1
 
 
 @njit(cache=True, error_model="numpy", inline="always")
+def wide(rq: npt.NDArray[np.int32]) -> npt.NDArray[np.int64]:
+    """rq as int64 columns: ``wide(rq)[i, W_*]`` (the same memory)."""
+    return rq.view(np.int64)
+
+
+@njit(cache=True, error_model="numpy", inline="always")
 def cdiv(a: int, b: int) -> int:
     """Ceiling division of non-negative integers."""
     return -(-a // b)
@@ -192,7 +206,7 @@ def wq_pop_front(wq: npt.NDArray[np.int32], rp: npt.NDArray[np.int64], r: int) -
 
 
 @njit(cache=True, error_model="numpy")
-def _before(rq: npt.NDArray[np.int64], rqf: npt.NDArray[np.float64], a: int, b: int) -> bool:
+def _before(rq: npt.NDArray[np.int32], rqf: npt.NDArray[np.float64], a: int, b: int) -> bool:
     """Priority order: lower priority value first, then earlier arrival, then index."""
     if rq[a, R_PRIORITY] != rq[b, R_PRIORITY]:
         return bool(rq[a, R_PRIORITY] < rq[b, R_PRIORITY])
@@ -205,7 +219,7 @@ def _before(rq: npt.NDArray[np.int64], rqf: npt.NDArray[np.float64], a: int, b: 
 def heap_push(
     wq: npt.NDArray[np.int32],
     rp: npt.NDArray[np.int64],
-    rq: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int32],
     rqf: npt.NDArray[np.float64],
     r: int,
     i: int,
@@ -227,7 +241,7 @@ def heap_push(
 def heap_pop(
     wq: npt.NDArray[np.int32],
     rp: npt.NDArray[np.int64],
-    rq: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int32],
     rqf: npt.NDArray[np.float64],
     r: int,
 ) -> int:
@@ -258,7 +272,7 @@ def wait_add(
     cfg: npt.NDArray[np.int64],
     wq: npt.NDArray[np.int32],
     rp: npt.NDArray[np.int64],
-    rq: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int32],
     rqf: npt.NDArray[np.float64],
     r: int,
     i: int,
@@ -275,7 +289,7 @@ def wait_requeue(
     cfg: npt.NDArray[np.int64],
     wq: npt.NDArray[np.int32],
     rp: npt.NDArray[np.int64],
-    rq: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int32],
     rqf: npt.NDArray[np.float64],
     r: int,
     i: int,
@@ -302,7 +316,7 @@ def wait_pop(
     cfg: npt.NDArray[np.int64],
     wq: npt.NDArray[np.int32],
     rp: npt.NDArray[np.int64],
-    rq: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int32],
     rqf: npt.NDArray[np.float64],
     r: int,
 ) -> int:
@@ -368,6 +382,42 @@ class SimInput:
         return len(self.arrival_s)
 
 
+def priority_column(priority: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """Priorities as ``rq`` holds them: as given if they fit int32, else their ranks
+    (only their order matters to the schedulers)."""
+    info = np.iinfo(np.int32)
+    if len(priority) and (priority.min() < info.min or priority.max() > info.max):
+        return np.unique(priority, return_inverse=True)[1].astype(np.int64)
+    return priority
+
+
+def request_state(inp: SimInput, keys: PrefixKeys, block_size: int) -> npt.NDArray[np.int32]:
+    """``rq`` for the requests of ``inp`` before the replay, with their prefix ``keys``.
+
+    Raises:
+        ValueError: a request's prompt plus output does not fit in int32.
+    """
+    n = len(inp)
+    longest = int((inp.prompt_tokens.astype(np.int64) + inp.output_tokens).max(initial=0))
+    if longest > np.iinfo(np.int32).max:
+        k = int(np.argmax(inp.prompt_tokens.astype(np.int64) + inp.output_tokens))
+        raise ValueError(
+            f"request {k} has {longest:,} prompt + output tokens, more than the simulator "
+            f"holds ({np.iinfo(np.int32).max:,}); cap the lengths (max_model_len) first"
+        )
+    rq = np.zeros((n, NRQ), dtype=np.int32)
+    rq[:, R_PROMPT] = inp.prompt_tokens
+    rq[:, R_OUTPUT] = inp.output_tokens
+    rq[:, R_REPLICA] = -1
+    if inp.priority is not None:
+        rq[:, R_PRIORITY] = priority_column(inp.priority)
+    wide(rq)[:, W_HOFF] = keys.offsets[:-1]
+    rq[:, R_NUNITS] = np.diff(keys.offsets)
+    rq[:, R_UNIT_TOK] = keys.unit_tokens
+    rq[:, R_UNIT_BLK] = keys.unit_tokens // block_size
+    return rq
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     """What the loops need of a scenario: the packed engine configuration and step cost."""
@@ -384,11 +434,16 @@ class EngineConfig:
 class SimResult:
     """What one replay produced: per-request outcomes and the step timeline."""
 
-    rq: npt.NDArray[np.int64]  # [n, NRQ]
+    rq: npt.NDArray[np.int32]  # [n, NRQ]; wide(rq) = rqw for the W_* columns
     rqf: npt.NDArray[np.float64]  # [n, NRQF]
     st: npt.NDArray[np.int64]  # [rows, NST]
     stf: npt.NDArray[np.float64]  # [rows, NSTF]
     num_kv_blocks: int  # usable blocks per replica
+
+    @property
+    def rqw(self) -> npt.NDArray[np.int64]:
+        """The wide (int64) per-request columns: ``rqw[:, W_*]``."""
+        return self.rq.view(np.int64)
 
     @property
     def num_requests(self) -> int:

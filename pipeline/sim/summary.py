@@ -37,7 +37,6 @@ from pipeline.sim.state import (
     F_FIRST_SCHED,
     F_FIRST_TOKEN,
     R_CACHED,
-    R_HITS,
     R_LOOKUPS,
     R_OUTPUT,
     R_PREEMPT,
@@ -50,6 +49,7 @@ from pipeline.sim.state import (
     S_PREEMPT,
     S_WAITING,
     SF_DURATION,
+    W_HITS,
     SimResult,
 )
 
@@ -137,6 +137,6 @@ def prefix_summary(res: SimResult) -> dict[str, Any]:
         "prefix_request_hit_rate": float((res.rq[looked, R_CACHED] > 0).mean())
         if looked.any()
         else None,
-        "prefix_resumed_hit_tokens": int((res.rq[:, R_HITS] - res.rq[:, R_CACHED]).sum()),
+        "prefix_resumed_hit_tokens": int((res.rqw[:, W_HITS] - res.rq[:, R_CACHED]).sum()),
         "prefix_evicted_blocks": int(res.st[:, S_EVICTED].sum()),
     }

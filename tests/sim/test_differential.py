@@ -26,17 +26,14 @@ from pipeline.sim.state import (
     F_FIRST_SCHED,
     F_FIRST_TOKEN,
     R_CACHED,
-    R_DISCARDED,
     R_GENERATED,
     R_HELD,
-    R_HITS,
     R_LOOKUPS,
     R_OUTPUT,
     R_PREEMPT,
     R_PROMPT,
     R_SHARED,
     R_STATUS,
-    R_TOTAL,
     R_UNIT_TOK,
     S_DECODE,
     S_EVICTED,
@@ -51,6 +48,9 @@ from pipeline.sim.state import (
     S_STEP,
     S_WAITING,
     ST_FINISHED,
+    W_DISCARDED,
+    W_HITS,
+    W_TOTAL,
     SimInput,
     SimResult,
 )
@@ -221,20 +221,20 @@ def expand(res: SimResult) -> np.ndarray:
 
 
 def check_invariants(inp: SimInput, sc: Scenario, res: SimResult) -> None:
-    rq, rqf = res.rq, res.rqf
+    rq, rqw, rqf = res.rq, res.rqw, res.rqf
     # every request completes exactly once, with all its tokens
     assert (rq[:, R_STATUS] == ST_FINISHED).all()
     assert (rq[:, R_GENERATED] == rq[:, R_OUTPUT]).all()
     assert not np.isnan(rqf[:, F_FINISH]).any()
     # tokens computed = tokens needed + recomputation - tokens found in the prefix cache
     needed = rq[:, R_PROMPT] + rq[:, R_OUTPUT] - 1
-    assert (rq[:, R_TOTAL] == needed + rq[:, R_DISCARDED] - rq[:, R_HITS]).all()
-    assert (rq[rq[:, R_PREEMPT] == 0, R_DISCARDED] == 0).all()
+    assert (rqw[:, W_TOTAL] == needed + rqw[:, W_DISCARDED] - rqw[:, W_HITS]).all()
+    assert (rqw[rq[:, R_PREEMPT] == 0, W_DISCARDED] == 0).all()
     # nothing is held at the end; hits are whole units, never the whole prompt
     assert (rq[:, R_HELD] == 0).all() and (rq[:, R_SHARED] == 0).all()
     assert (rq[:, R_CACHED] <= rq[:, R_PROMPT] - 1).all()
     units = np.maximum(rq[:, R_UNIT_TOK], 1)
-    assert (rq[:, R_CACHED] % units == 0).all() and (rq[:, R_HITS] % units == 0).all()
+    assert (rq[:, R_CACHED] % units == 0).all() and (rqw[:, W_HITS] % units == 0).all()
     looked = rq[:, R_UNIT_TOK] > 0
     assert (rq[looked, R_LOOKUPS] >= 1).all() and (rq[~looked, R_LOOKUPS] == 0).all()
     assert res.st[:, S_PQUERY].sum() == rq[looked, R_PROMPT].sum()

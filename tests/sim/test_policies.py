@@ -13,7 +13,6 @@ from pipeline.sim.state import (
     F_FIRST_SCHED,
     F_FIRST_TOKEN,
     R_CHUNKS,
-    R_DISCARDED,
     R_PREEMPT,
     R_QDEPTH,
     R_REPLICA,
@@ -22,6 +21,7 @@ from pipeline.sim.state import (
     S_PREEMPT,
     S_PREFILL,
     S_RUNNING,
+    W_DISCARDED,
     SimInput,
     SimResult,
 )
@@ -119,7 +119,7 @@ def test_vllm_preempts_the_last_admitted_and_requeues_it_first() -> None:
     res = run_both(make_input([0.0, 0.0, 0.0], [8, 8, 4], [10, 10, 1]), sc)
     assert res.rq[:, R_PREEMPT].tolist() == [0, 1, 0]
     # B had computed 8 + 4 tokens (3 full blocks) when A needed a 4th block
-    assert res.rq[1, R_DISCARDED] == 12
+    assert res.rqw[1, W_DISCARDED] == 12
     pre = np.flatnonzero(res.st[:, S_PREEMPT])
     assert len(pre) == 1
     # no admission in the step that preempted: only A runs in it

@@ -20,7 +20,6 @@ from pipeline.sim.state import (
     F_FIRST_SCHED,
     F_FIRST_TOKEN,
     R_CACHED,
-    R_HITS,
     R_LOOKUPS,
     R_PREEMPT,
     R_REPLICA,
@@ -29,6 +28,7 @@ from pipeline.sim.state import (
     S_PHIT,
     S_PQUERY,
     S_PREFILL,
+    W_HITS,
     SimInput,
     SimResult,
 )
@@ -117,7 +117,7 @@ def test_a_resumed_request_looks_up_again() -> None:
     inp = with_prefix(make_input([0.0, 0.0], [8, 12], [24, 16]), hashes, 4, 4)
     res = run_both(inp, sc)
     assert res.rq[1, R_PREEMPT] == 1 and res.rq[1, R_LOOKUPS] == 2
-    assert (res.rq[1, R_CACHED], res.rq[1, R_HITS]) == (0, 12)
+    assert (res.rq[1, R_CACHED], res.rqw[1, W_HITS]) == (0, 12)
     assert summarize(res)["prefix_resumed_hit_tokens"] == 12
 
 
@@ -283,7 +283,7 @@ def test_vllm_a_resumed_request_hits_its_own_generated_blocks() -> None:
     inp = with_prefix(make_input([0.0, 0.0], [8, 4], [20, 20]), hashes, 4, 4)
     res = run_both(inp, sc)
     assert res.rq[1, R_PREEMPT] >= 1
-    assert res.rq[1, R_HITS] - res.rq[1, R_CACHED] > 4  # more than its prompt's block
+    assert res.rqw[1, W_HITS] - res.rq[1, R_CACHED] > 4  # more than its prompt's block
 
 
 def test_request_hit_rate_counts_prompts_shorter_than_a_unit() -> None:
@@ -316,3 +316,27 @@ def test_generated_block_keys_are_the_request_s_own() -> None:
     assert own[0][:2] == own[1][:2] == keys.keys[:2].tolist()
     tails = own[0][2:] + own[1][2:] + own[2]
     assert len(set(tails)) == 5 and not set(tails) & set(keys.keys.tolist())
+
+
+def test_generated_block_keys_follow_the_splitmix_chain() -> None:
+    # the compiled key builder against the rule written out in Python integers
+    m64 = (1 << 64) - 1
+    golden, mix1, mix2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
+
+    def chain_key(seed: int, step: int) -> int:
+        x = (seed + step * golden) & m64
+        x = ((x ^ (x >> 30)) * mix1) & m64
+        x = ((x ^ (x >> 27)) * mix2) & m64
+        return x ^ (x >> 31)
+
+    prompt = np.array([40, 10, 33])
+    hashes = pa.array([chain(7, 8), [], chain(9, 10)], pa.list_(pa.uint64()))
+    keys = build_keys(prompt, np.array([16, 16, 16]), hashes, 16)
+    ext = extend_keys(keys, prompt, np.array([30, 7, 1]))
+    for j in range(3):
+        own = ext.keys[ext.offsets[j] : ext.offsets[j + 1]].tolist()
+        mine = keys.keys[keys.offsets[j] : keys.offsets[j + 1]].tolist()
+        seed = (mine[-1] if mine else j * golden & m64) ^ ((j + 1) * mix1 & m64)
+        tail = [chain_key(seed, s + 1) for s in range(len(own) - len(mine))]
+        assert own == mine + tail
+    assert np.diff(ext.offsets).tolist() == [4, 1, 2]

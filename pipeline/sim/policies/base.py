@@ -48,9 +48,7 @@ from pipeline.sim.state import (
     P_STEP_QUERY,
     R_CACHED,
     R_COMPUTED,
-    R_DISCARDED,
     R_GENERATED,
-    R_HITS,
     R_LOOKUPS,
     R_PF_END,
     R_PREEMPT,
@@ -59,9 +57,12 @@ from pipeline.sim.state import (
     R_UNIT_TOK,
     ST_RUNNING,
     ST_WAITING,
+    W_DISCARDED,
+    W_HITS,
     cdiv,
     wait_pop,
     wait_requeue,
+    wide,
     wq_push_back,
 )
 
@@ -146,19 +147,19 @@ def add_scheduled(
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def num_tokens(rq: npt.NDArray[np.int64], i: int) -> int:
+def num_tokens(rq: npt.NDArray[np.int32], i: int) -> int:
     """Prompt plus tokens generated so far."""
     return int(rq[i, R_PROMPT] + rq[i, R_GENERATED])
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def in_prefill(rq: npt.NDArray[np.int64], i: int) -> bool:
+def in_prefill(rq: npt.NDArray[np.int32], i: int) -> bool:
     """Still computing its prompt (or recomputing after a preemption)."""
     return bool(rq[i, R_COMPUTED] < rq[i, R_PF_END])
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def start(rq: npt.NDArray[np.int64], i: int) -> None:
+def start(rq: npt.NDArray[np.int32], i: int) -> None:
     """Mark request i running: it computes up to prompt + generated before it decodes."""
     rq[i, R_STATUS] = ST_RUNNING
     rq[i, R_PF_END] = rq[i, R_PROMPT] + rq[i, R_GENERATED]
@@ -167,7 +168,7 @@ def start(rq: npt.NDArray[np.int64], i: int) -> None:
 @njit(cache=True, error_model="numpy", inline="always")
 def take_waiting(
     cfg: npt.NDArray[np.int64],
-    rq: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int32],
     rqf: npt.NDArray[np.float64],
     rp: npt.NDArray[np.int64],
     wq: npt.NDArray[np.int32],
@@ -182,7 +183,7 @@ def take_waiting(
 @njit(cache=True, error_model="numpy", inline="always")
 def admit(
     cfg: npt.NDArray[np.int64],
-    rq: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int32],
     rqf: npt.NDArray[np.float64],
     rp: npt.NDArray[np.int64],
     run: npt.NDArray[np.int64],
@@ -199,7 +200,7 @@ def admit(
 @njit(cache=True, error_model="numpy")
 def cache_lookup(
     cfg: npt.NDArray[np.int64],
-    rq: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int32],
     r: int,
     i: int,
     kc: tuple,  # type: ignore[type-arg]
@@ -218,7 +219,7 @@ def cache_lookup(
 
 @njit(cache=True, error_model="numpy")
 def count_lookup(
-    rq: npt.NDArray[np.int64], rp: npt.NDArray[np.int64], r: int, i: int, h: int
+    rq: npt.NDArray[np.int32], rp: npt.NDArray[np.int64], r: int, i: int, h: int
 ) -> None:
     """Record a lookup of request i that found h units (first lookups go to the step's counts)."""
     u = rq[i, R_UNIT_TOK]
@@ -229,7 +230,7 @@ def count_lookup(
         rp[r, P_STEP_QUERY] += num_tokens(rq, i)
         rp[r, P_STEP_HIT] += h * u
     rq[i, R_LOOKUPS] += 1
-    rq[i, R_HITS] += h * u
+    wide(rq)[i, W_HITS] += h * u
 
 
 @njit(cache=True, error_model="numpy")
@@ -246,7 +247,7 @@ def sort_running(rp: npt.NDArray[np.int64], run: npt.NDArray[np.int64], r: int) 
 
 @njit(cache=True, error_model="numpy")
 def drop(
-    rq: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int32],
     rp: npt.NDArray[np.int64],
     r: int,
     i: int,
@@ -254,7 +255,7 @@ def drop(
 ) -> None:
     """Recompute preemption of request i: drop its KV and forget its progress."""
     release(rq, rp, r, i, kc)
-    rq[i, R_DISCARDED] += rq[i, R_COMPUTED]
+    wide(rq)[i, W_DISCARDED] += rq[i, R_COMPUTED]
     rq[i, R_COMPUTED] = 0
     rq[i, R_STATUS] = ST_WAITING
     rq[i, R_PREEMPT] += 1
@@ -263,7 +264,7 @@ def drop(
 @njit(cache=True, error_model="numpy")
 def preempt(
     cfg: npt.NDArray[np.int64],
-    rq: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int32],
     rqf: npt.NDArray[np.float64],
     rp: npt.NDArray[np.int64],
     wq: npt.NDArray[np.int32],
@@ -281,7 +282,7 @@ def preempt(
 
 @njit(cache=True, error_model="numpy")
 def retract(
-    rq: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int32],
     rp: npt.NDArray[np.int64],
     wq: npt.NDArray[np.int32],
     r: int,

@@ -51,7 +51,7 @@ import numpy.typing as npt
 from numba import njit
 
 from pipeline.errors import ScenarioError
-from pipeline.sim.cache import capacity, commit, lookup, make_free, take, use_hits
+from pipeline.sim.cache import capacity, commit, lookup, make_free, settles, take, use_hits
 from pipeline.sim.kv import blocks_needed, grow
 from pipeline.sim.policies.base import (
     Memory,
@@ -86,11 +86,12 @@ from pipeline.sim.state import (
     R_COMPUTED,
     R_GENERATED,
     R_HELD,
-    R_HOFF,
     R_OUTPUT,
     R_PROMPT,
     R_UNIT_TOK,
+    W_HOFF,
     cdiv,
+    wide,
     wq_pop_front,
 )
 
@@ -223,7 +224,7 @@ def _splitmix(rp: npt.NDArray[np.int64], r: int) -> np.uint64:
 
 
 @njit(cache=True, error_model="numpy")
-def _max_units(rq: npt.NDArray[np.int64], i: int) -> int:
+def _max_units(rq: npt.NDArray[np.int32], i: int) -> int:
     u = rq[i, R_UNIT_TOK]
     return 0 if u == 0 else (num_tokens(rq, i) - 1) // u
 
@@ -279,7 +280,7 @@ def _dfs_before(
 
 @njit(cache=True, error_model="numpy")
 def _dfs_order(
-    rq: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int32],
     r: int,
     q: npt.NDArray[np.int64],
     kc: tuple,  # type: ignore[type-arg]
@@ -301,7 +302,7 @@ def _dfs_order(
     slot = np.empty(total, dtype=np.int64)  # node (cache slot) of each path entry
     owner = np.empty(total, dtype=np.int64)
     for j in range(m):
-        base = rq[q[j], R_HOFF]
+        base = wide(rq)[q[j], W_HOFF]
         for d in range(off[j + 1] - off[j]):
             slot[off[j] + d] = uslot[base + d]  # written by lookup above
             owner[off[j] + d] = j
@@ -345,7 +346,7 @@ def _dfs_order(
 @njit(cache=True, error_model="numpy")
 def _sort_waiting(
     cfg: npt.NDArray[np.int64],
-    rq: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int32],
     rp: npt.NDArray[np.int64],
     wq: npt.NDArray[np.int32],
     r: int,
@@ -393,7 +394,7 @@ def _sort_waiting(
 def _prefill(
     r: int,
     cfg: npt.NDArray[np.int64],
-    rq: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int32],
     rp: npt.NDArray[np.int64],
     rpf: npt.NDArray[np.float64],
     run: npt.NDArray[np.int64],
@@ -504,7 +505,8 @@ def _prefill(
     if caching:
         for j in range(n):
             i = sched_q[j]
-            commit(rq, rp, i, r, rq[i, R_COMPUTED] + sched_t[j], True, kc)
+            if settles(rq, i, rq[i, R_COMPUTED] + sched_t[j]):
+                commit(rq, rp, i, r, rq[i, R_COMPUTED] + sched_t[j], True, kc)
     rp[r, P_CHUNKED] = new_chunked
     return n, n_adm
 
@@ -514,7 +516,7 @@ def _decode(
     r: int,
     cfg: npt.NDArray[np.int64],
     cfgf: npt.NDArray[np.float64],
-    rq: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int32],
     rp: npt.NDArray[np.int64],
     rpf: npt.NDArray[np.float64],
     run: npt.NDArray[np.int64],
@@ -587,7 +589,7 @@ def schedule(
     r: int,
     cfg: npt.NDArray[np.int64],
     cfgf: npt.NDArray[np.float64],
-    rq: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int32],
     rqf: npt.NDArray[np.float64],
     rp: npt.NDArray[np.int64],
     rpf: npt.NDArray[np.float64],

@@ -184,7 +184,7 @@ POLICY = TgiPolicy()
 def _next_batch(
     r: int,
     cfg: npt.NDArray[np.int64],
-    rq: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int32],
     rp: npt.NDArray[np.int64],
     run: npt.NDArray[np.int64],
     wq: npt.NDArray[np.int32],
@@ -260,7 +260,7 @@ def _next_batch(
 @njit(cache=True, error_model="numpy")
 def _running(
     cfg: npt.NDArray[np.int64],
-    rq: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int32],
     rp: npt.NDArray[np.int64],
     run: npt.NDArray[np.int64],
     r: int,
@@ -292,7 +292,7 @@ def schedule(
     r: int,
     cfg: npt.NDArray[np.int64],
     cfgf: npt.NDArray[np.float64],
-    rq: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int32],
     rqf: npt.NDArray[np.float64],
     rp: npt.NDArray[np.int64],
     rpf: npt.NDArray[np.float64],

@@ -167,7 +167,7 @@ def packed_attention(p_tok: float, d: float, kv_all: float, ctx: float) -> float
 @njit(cache=True, error_model="numpy")
 def _candidates(
     cfg: npt.NDArray[np.int64],
-    rq: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int32],
     rp: npt.NDArray[np.int64],
     run: npt.NDArray[np.int64],
     wq: npt.NDArray[np.int32],
@@ -195,7 +195,7 @@ def _candidates(
 @njit(cache=True, error_model="numpy")
 def _try(
     cfg: npt.NDArray[np.int64],
-    rq: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int32],
     rp: npt.NDArray[np.int64],
     run: npt.NDArray[np.int64],
     wq: npt.NDArray[np.int32],
@@ -257,7 +257,7 @@ def _try(
 @njit(cache=True, error_model="numpy")
 def _offload(
     cfg: npt.NDArray[np.int64],
-    rq: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int32],
     rp: npt.NDArray[np.int64],
     run: npt.NDArray[np.int64],
     wq: npt.NDArray[np.int32],
@@ -309,7 +309,7 @@ def schedule(
     r: int,
     cfg: npt.NDArray[np.int64],
     cfgf: npt.NDArray[np.float64],
-    rq: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int32],
     rqf: npt.NDArray[np.float64],
     rp: npt.NDArray[np.int64],
     rpf: npt.NDArray[np.float64],

@@ -60,7 +60,7 @@ import numpy.typing as npt
 from numba import njit
 
 from pipeline.errors import ScenarioError
-from pipeline.sim.cache import commit, use_hits
+from pipeline.sim.cache import commit, settles, use_hits
 from pipeline.sim.kv import blocks_needed, grow
 from pipeline.sim.policies.base import (
     Memory,
@@ -95,9 +95,7 @@ from pipeline.sim.state import (
     Q_PRIORITY,
     R_COMPUTED,
     R_HELD,
-    R_NUNITS,
     R_PRIORITY,
-    R_SETTLED,
     R_UNIT_BLK,
     R_UNIT_TOK,
     cdiv,
@@ -195,7 +193,7 @@ POLICY = VllmPolicy()
 
 @njit(cache=True, error_model="numpy")
 def _victim(
-    rq: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int32],
     rqf: npt.NDArray[np.float64],
     rp: npt.NDArray[np.int64],
     run: npt.NDArray[np.int64],
@@ -215,11 +213,67 @@ def _victim(
 
 
 @njit(cache=True, error_model="numpy")
+def _make_room(
+    cfg: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int32],
+    rqf: npt.NDArray[np.float64],
+    rp: npt.NDArray[np.int64],
+    run: npt.NDArray[np.int64],
+    wq: npt.NDArray[np.int32],
+    sched_q: npt.NDArray[np.int64],
+    sched_t: npt.NDArray[np.int64],
+    r: int,
+    i: int,
+    tokens: int,
+    k: int,
+    n: int,
+    budget: int,
+    kc: tuple,  # type: ignore[type-arg]
+) -> tuple[bool, int, int, int, int]:
+    """Preempt until running request i (position k) gets blocks for ``tokens`` tokens.
+
+    The caller tried to grow it and failed.
+
+    Returns (scheduled, k, n, budget, preempted): scheduled is False when i itself
+    was preempted; k, n and budget change when a victim was already scheduled.
+    """
+    bs = cfg[C_BLOCK_SIZE]
+    by_priority = cfg[C_QUEUE] == Q_PRIORITY
+    n_pre = 0
+    while True:
+        if by_priority:
+            v = _victim(rq, rqf, rp, run, r)
+            victim = run[r, v]
+            for j in range(v, rp[r, P_RUN_N] - 1):
+                run[r, j] = run[r, j + 1]
+            rp[r, P_RUN_N] -= 1
+            if v < k:  # scheduled already this step: unschedule it
+                for j in range(n):
+                    if sched_q[j] == victim:
+                        budget += sched_t[j]
+                        for jj in range(j, n - 1):
+                            sched_q[jj] = sched_q[jj + 1]
+                            sched_t[jj] = sched_t[jj + 1]
+                        n -= 1
+                        break
+                k -= 1
+        else:
+            rp[r, P_RUN_N] -= 1
+            victim = run[r, rp[r, P_RUN_N]]
+        preempt(cfg, rq, rqf, rp, wq, r, victim, kc)
+        n_pre += 1
+        if victim == i:
+            return False, k, n, budget, n_pre
+        if grow(rq, rp, r, i, tokens, bs, 0, kc):
+            return True, k, n, budget, n_pre
+
+
+@njit(cache=True, error_model="numpy")
 def schedule(
     r: int,
     cfg: npt.NDArray[np.int64],
     cfgf: npt.NDArray[np.float64],
-    rq: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int32],
     rqf: npt.NDArray[np.float64],
     rp: npt.NDArray[np.int64],
     rpf: npt.NDArray[np.float64],
@@ -256,36 +310,18 @@ def schedule(
             rp[r, P_FREE] -= need
             rq[i, R_HELD] += need
             need = 0
-        while need > 0 and not grow(rq, rp, r, i, rq[i, R_COMPUTED] + new, bs, 0, kc):
-            if by_priority:
-                v = _victim(rq, rqf, rp, run, r)
-                victim = run[r, v]
-                for j in range(v, rp[r, P_RUN_N] - 1):
-                    run[r, j] = run[r, j + 1]
-                rp[r, P_RUN_N] -= 1
-                if v < k:  # scheduled already this step: unschedule it
-                    for j in range(n):
-                        if sched_q[j] == victim:
-                            budget += sched_t[j]
-                            for jj in range(j, n - 1):
-                                sched_q[jj] = sched_q[jj + 1]
-                                sched_t[jj] = sched_t[jj + 1]
-                            n -= 1
-                            break
-                    k -= 1
-            else:
-                rp[r, P_RUN_N] -= 1
-                victim = run[r, rp[r, P_RUN_N]]
-            preempt(cfg, rq, rqf, rp, wq, r, victim, kc)
-            n_pre += 1
-            if victim == i:
-                scheduled = False
-                break
+        if need > 0 and not grow(rq, rp, r, i, rq[i, R_COMPUTED] + new, bs, 0, kc):
+            # the pool is short: preempt (a call, out of this loop's hot path)
+            scheduled, k, n, budget, pre = _make_room(
+                cfg, rq, rqf, rp, run, wq, sched_q, sched_t, r, i, rq[i, R_COMPUTED] + new, k, n,
+                budget, kc,
+            )  # fmt: skip
+            n_pre += pre
         if not scheduled:
             if by_priority:  # it left the list; the requests after it may still fit
                 continue
             break
-        if caching and rq[i, R_SETTLED] < rq[i, R_NUNITS]:  # prompt and generated blocks
+        if caching and settles(rq, i, rq[i, R_COMPUTED] + new):  # prompt and generated blocks
             commit(rq, rp, i, r, rq[i, R_COMPUTED] + new, False, kc)
         n = add_scheduled(sched_q, sched_t, n, i, new)
         budget -= new
