@@ -204,6 +204,10 @@ class EngineSchedulers(ReferenceKV):
             rem_input -= paged
             rem_chunk -= paged
         for req in list(rep.fifo):
+            cap = rep.cache.capacity * bs
+            room = cap - offset_total > 0 and cap - offset_cur > 0
+            if room and (rem_input <= 0 or (chunking and rem_chunk <= 0)):
+                break  # budget_state() == OTHER: the chunked request spent the budget
             if len(batch) >= allocatable:
                 rep.full = True
                 break
@@ -215,7 +219,7 @@ class EngineSchedulers(ReferenceKV):
                 rep.full = True
                 break
             paged = self.blocks_for(ext) * bs
-            if paged >= rem_input and batch:
+            if not chunking and paged >= rem_input and batch:  # input cap: unchunked only
                 break
             if total >= (rep.cache.capacity - idle) * bs - offset_total:
                 rep.full = True

@@ -443,6 +443,9 @@ def _prefill(
     cap = wq.shape[1]
     head = rp[r, P_WQ_HEAD]
     for j in range(rp[r, P_WQ_LEN]):
+        room = capacity(rp, r) * bs - offset_total > 0 and capacity(rp, r) * bs - offset_cur > 0
+        if room and (rem_input <= 0 or (chunking and rem_chunk <= 0)):
+            break  # budget_state() == OTHER: the chunked request spent the budget
         if n >= allocatable:
             rp[r, P_FULL] = 1
             break
@@ -458,7 +461,7 @@ def _prefill(
             rp[r, P_FULL] = 1
             break
         paged = cdiv(ext, bs) * bs
-        if paged >= rem_input and n > 0:
+        if not chunking and paged >= rem_input and n > 0:  # input cap: unchunked only
             break
         if total >= (capacity(rp, r) - idle) * bs - offset_total:  # after locking its prefix
             rp[r, P_FULL] = 1
