@@ -193,14 +193,18 @@ class EngineSchedulers(ReferenceKV):
         new_chunked = None
         if chunked is not None:
             ext = chunked.num_tokens - chunked.computed
-            truncated = chunking and ext > rem_chunk
+            limit = rem_chunk  # available_chunk_tokens: capped by the memory left, if any
+            left = rep.cache.capacity * bs - offset_total
+            if left >= 1:
+                limit = min(limit, int(left))
+            truncated = chunking and ext > limit
             if truncated:
-                ext = rem_chunk
+                ext = limit
                 new_chunked = chunked
             batch.append((chunked, ext))
             paged = self.blocks_for(ext) * bs
-            offset_total += paged + (0 if truncated else min(chunked.output, clip))
-            offset_cur += paged
+            offset_total += paged + bs + (0 if truncated else min(chunked.output, clip))
+            offset_cur += paged + bs  # reserve(): one page more per request
             rem_input -= paged
             rem_chunk -= paged
         for req in list(rep.fifo):
@@ -214,7 +218,7 @@ class EngineSchedulers(ReferenceKV):
             hits, idle = self.lookup(rep, req) if req.computed == 0 else ([], 0)
             prefix = len(hits) * req.unit_tokens
             ext = req.num_tokens - prefix
-            total = ext + min(req.output - req.generated, clip)
+            total = ext + min(req.output - req.generated, clip) + bs  # + per_req_token_overhead
             if total >= rep.cache.capacity * bs - offset_total:
                 rep.full = True
                 break
@@ -238,8 +242,8 @@ class EngineSchedulers(ReferenceKV):
                 self.count_lookup(rep, req, len(hits))
             batch.append((req, ext))
             admitted.append(req)
-            offset_total += paged + reserve
-            offset_cur += paged
+            offset_total += paged + bs + reserve
+            offset_cur += paged + bs
             rem_input -= paged
             rem_chunk -= paged
             cap = rep.cache.capacity * bs

@@ -61,6 +61,7 @@ TRACES_RAW = REPO.parent / "shared" / "traces_raw"
 MOONCAKE_RAW = TRACES_RAW / "mooncake" / "conversation_trace.jsonl"
 AZURE_RAW = TRACES_RAW / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv"
 AZURE_SAMPLE = REPO / "traces" / "azure_conv.csv"
+MOONCAKE_SAMPLE = REPO / "traces" / "mooncake.jsonl.zst"
 PROFILE = "llama-3-8b_h100-80gb_tp1"
 TAIL = 1 << 62  # token ids of prompt tails and generated tokens: unique per request
 OUT = 1 << 61
@@ -126,9 +127,7 @@ def load_sglang() -> types.SimpleNamespace:
     (any use of it raises); transformers is asked first, so it still sees no
     torchvision. Nothing of SGLang is replaced.
     """
-    if not _torchvision_loads() and not any(
-        isinstance(f, _StandIn) for f in sys.meta_path
-    ):
+    if not _torchvision_loads() and not any(isinstance(f, _StandIn) for f in sys.meta_path):
         from transformers.utils import import_utils
 
         import_utils.is_torchvision_available()  # cached as False before the stand-in
@@ -197,24 +196,29 @@ class Workload:
         )
 
 
-def mooncake(n: int, *, start: int = 0, time_scale: float = 1.0, path: Path = MOONCAKE_RAW) -> Workload:
-    """``n`` requests of the Mooncake conversation trace from row ``start``: its chained
-    512-token block hashes are the prefix keys (full blocks only)."""
-    rows = []
-    with path.open() as f:
-        for k, line in enumerate(f):
-            if k < start:
-                continue
-            rows.append(json.loads(line))
-            if len(rows) == n:
-                break
+def mooncake(
+    n: int, *, start: int = 0, time_scale: float = 1.0, path: Path = MOONCAKE_RAW
+) -> Workload:
+    """``n`` requests of a Mooncake trace (JSONL, plain or zstd) from row ``start``: its
+    chained 512-token block hashes are the prefix keys (full blocks only)."""
+    from pipeline.ingest.reader import open_source, read_all
+
+    opened = open_source(path)
+    try:
+        lines = read_all(path, opened).decode().splitlines()
+    finally:
+        opened.stream.close()
+    rows = [json.loads(line) for line in lines[start : start + n]]
     t0 = rows[0]["timestamp"]
     prompt = np.array([r["input_length"] for r in rows])
     return Workload(
         np.array([(r["timestamp"] - t0) / 1000.0 / time_scale for r in rows]),
         prompt,
         np.array([max(int(r["output_length"]), 1) for r in rows]),
-        [[int(h) + 1 for h in r["hash_ids"][: p // 512]] for r, p in zip(rows, prompt, strict=True)],
+        [
+            [int(h) + 1 for h in r["hash_ids"][: p // 512]]
+            for r, p in zip(rows, prompt, strict=True)
+        ],
         512,
     )
 
@@ -311,10 +315,29 @@ def _state(r: Any) -> ReqState:
     return ReqState(r.index, r.prompt, r.generated, r.output, r.computed)
 
 
+@dataclass
+class RatioStep:
+    """One decode step of the simulator: ``new_token_ratio`` before and after, and the
+    running requests (generated, wanted tokens) left after any retraction."""
+
+    ratio: float
+    retracted: int
+    left: list[tuple[int, int]]
+    after: float
+
+
 class _Recording(ReferenceLoop):
     def __init__(self, scenario: Scenario) -> None:
         super().__init__(scenario)
         self.decisions: list[Decision] = []
+        self.ratio_steps: list[RatioStep] = []
+
+    def sglang_decode(self, rep: Replica) -> tuple[Scheduled, int]:
+        before = rep.ratio
+        out = super().sglang_decode(rep)
+        left = [(r.generated, r.output) for r in rep.running]
+        self.ratio_steps.append(RatioStep(before, out[1], left, rep.ratio))
+        return out
 
     def sglang_sort(self, rep: Replica) -> None:
         super().sglang_sort(rep)
@@ -371,6 +394,32 @@ class Config:
         )
 
 
+def ratio_mismatches(loop: _Recording) -> tuple[int, int, int]:
+    """(decode steps, retractions, steps whose new ``new_token_ratio`` differs from
+    SGLang's ``NewTokenRatioTracker``: ``decay_step``, or after a retraction
+    ``estimate_new_token_ratio_after_retract`` over the requests left)."""
+    from sglang.srt.managers.scheduler_components.new_token_ratio_tracker import (
+        NewTokenRatioTracker,
+    )
+
+    sg = load_sglang()
+    init, low, decay = loop.ratio_init, loop.ratio_min, loop.ratio_decay
+    bad = 0
+    for st in loop.ratio_steps:
+        t = NewTokenRatioTracker(init=init, min=low, decay=decay, current=st.ratio)
+        if st.retracted:
+            reqs = []
+            for j, (gen, want) in enumerate(st.left):
+                r = sg.Req(str(j), "", array("q", [1]), sg.SamplingParams(max_new_tokens=want))
+                r.output_ids = array("q", [0] * gen)
+                reqs.append(r)
+            t.current = NewTokenRatioTracker.estimate_new_token_ratio_after_retract(reqs)
+        else:
+            t.decay_step()
+        bad += t.current != st.after
+    return len(loop.ratio_steps), sum(1 for st in loop.ratio_steps if st.retracted), bad
+
+
 def record(cfg: Config) -> tuple[list[Decision], _Recording]:
     loop = _Recording(cfg.scenario())
     loop.run(cfg.workload.sim_input())
@@ -397,9 +446,7 @@ class SglangSide:
         sg = self.sg
         sg.reset_context()
         sg.publish(
-            sg.ServerArgs(
-                model_path="dummy", device="cpu", schedule_policy=cfg.schedule_policy
-            ),
+            sg.ServerArgs(model_path="dummy", device="cpu", schedule_policy=cfg.schedule_policy),
             role="test",
             ranks=sg.SpawnRanks(world_rank=0, dp_rank=None),
         )
@@ -523,9 +570,7 @@ class SglangSide:
         policy.calc_priority(waiting, batch)
         order = [int(r.rid) for r in waiting]
         chunk = cfg.chunked_prefill_size if cfg.chunked_prefill_size > 0 else None
-        adder = sg.PrefillAdder(
-            1, tc, alloc, batch, d.ratio, cfg.max_prefill_tokens, chunk, 0
-        )
+        adder = sg.PrefillAdder(1, tc, alloc, batch, d.ratio, cfg.max_prefill_tokens, chunk, 0)
         if chunked is not None:
             chunked.init_next_round_input()
             chunked.prefix_len = d.chunked.computed  # type: ignore[union-attr]
@@ -538,26 +583,29 @@ class SglangSide:
             if full:
                 break
             req.init_next_round_input(tc)
-            res = adder.add_one_req(req, has_chunked_req=chunked is not None, truncation_align_size=None)
+            res = adder.add_one_req(
+                req, has_chunked_req=chunked is not None, truncation_align_size=None
+            )
             if res != sg.AddReqResult.CONTINUE:
                 if res == sg.AddReqResult.NO_TOKEN:
                     full = len(adder.can_run_list) > 0 or bool(batch.reqs)
                 break
-        admitted = [
-            (int(r.rid), int(r.extend_end - r.prefix_len)) for r in adder.can_run_list
-        ]
+        admitted = [(int(r.rid), int(r.extend_end - r.prefix_len)) for r in adder.can_run_list]
         return Verdict(admitted, order, full), check
 
 
 @dataclass
 class Outcome:
     name: str
-    decisions: int
-    admissions: int
-    same: int
-    first_diff: Decision | None
-    first_verdict: Verdict | None
-    state_mismatch: int
+    decisions: int  # prefill decisions (calls of sglang_prefill)
+    admissions: int  # decisions that formed a batch
+    same: int  # decisions where SGLang's code did the same
+    state_mismatch: int  # rebuilt states whose evictable tokens differ (a harness error)
+    decode_steps: int
+    retractions: int
+    ratio_diffs: int  # decode steps whose new_token_ratio differs from SGLang's
+    ratio_diffs_decay: int  # ... of them, steps without a retraction
+    seconds: float
     diffs: list[tuple[Decision, Verdict]] = field(default_factory=list)
 
     @property
@@ -566,44 +614,74 @@ class Outcome:
 
 
 def compare(cfg: Config, *, limit: int | None = None) -> Outcome:
+    import time
+
+    t0 = time.perf_counter()
     decisions, loop = record(cfg)
+    decisions = decisions[:limit]
     side = SglangSide(cfg, loop.max_running)
     same = 0
     mism = 0
     diffs: list[tuple[Decision, Verdict]] = []
-    for d in decisions[:limit]:
+    for d in decisions:
         v, check = side.decide(d)
         if check and check["evictable_sglang"] != check["evictable_sim"]:
             mism += 1
         ok = v.admitted == d.admitted and v.full_after == d.full_after
-        ok = ok and (not d.admitted or v.order[: len(d.order)] == d.order[: len(v.order)])
+        ok = ok and (not d.admitted or v.order == d.order)
         if ok:
             same += 1
         else:
             diffs.append((d, v))
-    n = len(decisions[:limit])
+    steps, retractions, bad = ratio_mismatches(loop)
+    decay_only = _Recording.__new__(_Recording)
+    decay_only.ratio_steps = [st for st in loop.ratio_steps if not st.retracted]
+    decay_only.ratio_init, decay_only.ratio_min, decay_only.ratio_decay = (
+        loop.ratio_init,
+        loop.ratio_min,
+        loop.ratio_decay,
+    )
     return Outcome(
         cfg.name,
-        n,
-        sum(1 for d in decisions[:limit] if d.admitted),
+        len(decisions),
+        sum(1 for d in decisions if d.admitted),
         same,
-        diffs[0][0] if diffs else None,
-        diffs[0][1] if diffs else None,
         mism,
+        steps,
+        retractions,
+        bad,
+        ratio_mismatches(decay_only)[2],
+        time.perf_counter() - t0,
         diffs,
     )
 
 
-def configurations(full: bool = False) -> list[Config]:
-    n = 600 if full else 150
-    moon = mooncake(n)
-    shared = shared_prefixes(n, rate=6.0)
-    az = azure(n)
+def configurations(n: int = 600) -> list[Config]:
+    """The configurations on ``n`` requests of the real Mooncake and Azure conversation
+    traces beside the project, and of the shared-prefix generator."""
+    return _configurations(
+        mooncake(n, path=MOONCAKE_RAW), azure(n, path=AZURE_RAW), shared_prefixes(n, rate=6.0)
+    )
+
+
+def fast_configurations() -> list[Config]:
+    """The test suite's set: 100 requests each, from the real traces where they are beside
+    the project, else from the bundled synthetic samples of the same layouts."""
+    real = MOONCAKE_RAW.exists() and AZURE_RAW.exists()
+    moon = mooncake(100, path=MOONCAKE_RAW if real else MOONCAKE_SAMPLE)
+    az = azure(100, path=AZURE_RAW if real else AZURE_SAMPLE)
+    return _configurations(moon, az, shared_prefixes(100, rate=6.0))
+
+
+def _configurations(moon: Workload, az: Workload, shared: Workload) -> list[Config]:
     return [
         Config("mooncake_fcfs", moon, 400_000, what="Mooncake conversation, fcfs, ample KV"),
         Config("mooncake_lpm", moon, 400_000, schedule_policy="lpm", what="Mooncake, lpm"),
         Config(
-            "mooncake_tight", moon, 160_000, what="Mooncake, tight KV: NO_TOKEN, retraction"
+            "mooncake_tight",
+            moon,
+            160_000,
+            what="Mooncake, tight KV (160k tokens): NO_TOKEN, retractions",
         ),
         Config(
             "mooncake_chunk_2048",
@@ -618,30 +696,57 @@ def configurations(full: bool = False) -> list[Config]:
             moon,
             400_000,
             chunked_prefill_size=-1,
-            what="chunked prefill off",
+            what="chunked prefill off: max_prefill_tokens caps the batch",
         ),
-        Config("shared_lpm", shared, 60_000, schedule_policy="lpm", what="shared prefixes, lpm"),
-        Config("shared_fcfs_tight", shared, 20_000, what="shared prefixes, fcfs, tight KV"),
-        Config("azure_tight", az, 30_000, enable_prefix_caching=False, what="Azure conversation 4x, no caching, tight KV"),
-        Config("azure_max_running_8", az, 200_000, max_running_requests=8, enable_prefix_caching=False, what="max_running_requests 8"),
+        Config(
+            "shared_lpm",
+            shared,
+            60_000,
+            schedule_policy="lpm",
+            what="shared prefixes (64-token units), lpm",
+        ),
+        Config(
+            "shared_fcfs_tight",
+            shared,
+            20_000,
+            what="shared prefixes, fcfs, tight KV (20k tokens)",
+        ),
+        Config(
+            "azure_tight",
+            az,
+            30_000,
+            enable_prefix_caching=False,
+            what="Azure conversation at 4x, no radix cache, tight KV (30k tokens)",
+        ),
+        Config(
+            "azure_max_running_8",
+            az,
+            200_000,
+            max_running_requests=8,
+            enable_prefix_caching=False,
+            what="Azure conversation at 4x, max_running_requests 8",
+        ),
     ]
 
 
 def summary(o: Outcome) -> str:
-    s = f"{o.name}: {o.same}/{o.decisions} same ({o.admissions} admitting), state mismatches {o.state_mismatch}"
-    if o.first_diff is not None and o.first_verdict is not None:
-        d, v = o.first_diff, o.first_verdict
+    s = (
+        f"{o.name}: {o.same}/{o.decisions} decisions the same ({o.admissions} batches), "
+        f"state mismatches {o.state_mismatch}; decode steps {o.decode_steps}, retractions "
+        f"{o.retractions}, new_token_ratio differs in {o.ratio_diffs} "
+        f"({o.ratio_diffs_decay} without retraction); {o.seconds:.0f} s"
+    )
+    for d, v in o.diffs[:3]:
         s += (
-            f"\n  first diff step {d.step}: sim {d.admitted} full={d.full_after}; "
-            f"sglang {v.admitted} full={v.full_after}; ratio {d.ratio:.4f} free {d.free} "
-            f"waiting {len(d.waiting)} running {len(d.running)} chunked "
-            f"{d.chunked.index if d.chunked else None}"
+            f"\n  step {d.step}: simulator {d.admitted[:4]} full={d.full_after}; SGLang "
+            f"{v.admitted[:4]} full={v.full_after} (ratio {d.ratio:.4f}, free {d.free}, "
+            f"{len(d.waiting)} waiting, {len(d.running)} running)"
         )
     return s
 
 
 def _main(argv: Sequence[str] = ()) -> None:  # pragma: no cover - a manual entry point
-    for cfg in configurations(full="--full" in argv):
+    for cfg in configurations() if "--full" in argv else fast_configurations():
         print(summary(compare(cfg)), flush=True)
 
 
