@@ -376,6 +376,7 @@ class Config:
     max_running_requests: int = 0
     schedule_policy: str = "fcfs"
     enable_prefix_caching: bool = True
+    schedule_conservativeness: float = 1.0
     what: str = ""
 
     def scenario(self) -> Scenario:
@@ -390,6 +391,7 @@ class Config:
                 "max_prefill_tokens": self.max_prefill_tokens,
                 "max_running_requests": self.max_running_requests,
                 "schedule_policy": self.schedule_policy,
+                "schedule_conservativeness": self.schedule_conservativeness,
             }
         )
 
@@ -710,6 +712,13 @@ def _configurations(moon: Workload, az: Workload, shared: Workload) -> list[Conf
             shared,
             20_000,
             what="shared prefixes, fcfs, tight KV (20k tokens)",
+        ),
+        Config(
+            "shared_retract",
+            shared,
+            8_000,
+            schedule_conservativeness=0.1,
+            what="shared prefixes, 8k tokens, schedule_conservativeness 0.1: a retraction",
         ),
         Config(
             "azure_tight",
