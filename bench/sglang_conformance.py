@@ -1,7 +1,7 @@
 """The SGLang conformance table: SGLang's own admission code on the ``sglang`` policy's states.
 
-    python bench/sglang_conformance.py          # the test suite's set (100 requests each)
-    python bench/sglang_conformance.py --full   # 600 requests of the real traces each
+    python bench/sglang_conformance.py          # the test suite's set (50-100 requests each)
+    python bench/sglang_conformance.py --full   # 300 requests of the real traces each
 
 Prints one markdown row per configuration (see docs/conformance.md): prefill
 decisions and the batches among them, how many SGLang's ``PrefillAdder`` decided

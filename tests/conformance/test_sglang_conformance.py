@@ -56,27 +56,23 @@ def test_sglang_admission_is_identical(name: str) -> None:
 @pytest.mark.conformance
 def test_the_harness_sees_a_different_chunk_size() -> None:
     # SGLang told 2048-token chunks where the simulator used 8192: batches differ
-    cfg: Config = FAST["shared_fcfs_tight"]
+    cfg: Config = FAST["azure_tight"]
     decisions, loop = record(cfg)
     side = SglangSide(dataclasses.replace(cfg, chunked_prefill_size=2048), loop.max_running)
-    differ = [d for d in decisions if d.admitted and side.decide(d)[0].admitted != d.admitted]
-    assert differ, "a different chunked_prefill_size went unnoticed"
+    assert any(side.decide(d)[0].admitted != d.admitted for d in decisions if d.admitted)
 
 
 @pytest.mark.conformance
 def test_the_harness_sees_a_different_new_token_ratio() -> None:
     # SGLang given a ratio of 1 where the simulator reserved less: it admits fewer
-    cfg: Config = FAST["shared_fcfs_tight"]
+    cfg: Config = FAST["mooncake_tight"]
     decisions, loop = record(cfg)
     side = SglangSide(cfg, loop.max_running)
-    differ = [
-        d
+    assert any(
+        side.decide(dataclasses.replace(d, ratio=1.0))[0].admitted != d.admitted
         for d in decisions
-        if d.admitted
-        and d.running
-        and side.decide(dataclasses.replace(d, ratio=1.0))[0].admitted != d.admitted
-    ]
-    assert differ, "a different new_token_ratio went unnoticed"
+        if d.admitted and d.running
+    )
 
 
 @pytest.mark.conformance_full
