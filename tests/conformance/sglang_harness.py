@@ -689,12 +689,14 @@ def fast_configurations() -> list[Config]:
 def _configurations(moon: Workload, az: Workload, shared: Workload) -> list[Config]:
     return [
         Config("mooncake_fcfs", moon, 400_000, what="Mooncake conversation, fcfs, ample KV"),
-        Config("mooncake_lpm", moon, 400_000, schedule_policy="lpm", what="Mooncake, lpm"),
+        Config(
+            "mooncake_lpm", moon, 400_000, schedule_policy="lpm", what="Mooncake, lpm, ample KV"
+        ),
         Config(
             "mooncake_tight",
             moon,
             160_000,
-            what="Mooncake, tight KV (160k tokens): NO_TOKEN, retractions",
+            what="Mooncake, tight KV (160k tokens): NO_TOKEN refusals",
         ),
         Config(
             "mooncake_chunk_2048",
