@@ -3,7 +3,8 @@
 # CPU torch build, transformers, httpx), `transformers serve` and vLLM's own
 # scheduler into ./.venv, then run the whole suite: ruff (lint and format), mypy,
 # and pytest (tests/live runs real engines on CPU with tiny random models;
-# tests/conformance drives vLLM's scheduler against the simulator).
+# tests/conformance drives vLLM's scheduler and SGLang's admission code against the
+# simulator).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m venv .venv
@@ -14,6 +15,8 @@ python3 -m venv .venv
 # CPU one the extras pin.
 .venv/bin/python -m pip install --quiet --no-deps 'accelerate>=1.1'
 .venv/bin/python -m pip install --quiet --no-deps 'vllm==0.33.0'
+# SGLang's own scheduling code for tests/conformance (its requirements pin a CUDA torch too)
+.venv/bin/python -m pip install --quiet --no-deps 'sglang==0.5.23'
 # The report's browser test drives Debian's chromium through Playwright (never
 # `playwright install`, which downloads its own browser build).
 if [ ! -x /usr/bin/chromium ]; then

@@ -193,29 +193,37 @@ class EngineSchedulers(ReferenceKV):
         new_chunked = None
         if chunked is not None:
             ext = chunked.num_tokens - chunked.computed
-            truncated = chunking and ext > rem_chunk
+            limit = rem_chunk  # available_chunk_tokens: capped by the memory left, if any
+            left = rep.cache.capacity * bs - offset_total
+            if left >= 1:
+                limit = min(limit, int(left))
+            truncated = chunking and ext > limit
             if truncated:
-                ext = rem_chunk
+                ext = limit
                 new_chunked = chunked
             batch.append((chunked, ext))
             paged = self.blocks_for(ext) * bs
-            offset_total += paged + (0 if truncated else min(chunked.output, clip))
-            offset_cur += paged
+            offset_total += paged + bs + (0 if truncated else min(chunked.output, clip))
+            offset_cur += paged + bs  # reserve(): one page more per request
             rem_input -= paged
             rem_chunk -= paged
         for req in list(rep.fifo):
+            cap = rep.cache.capacity * bs
+            room = cap - offset_total > 0 and cap - offset_cur > 0
+            if room and (rem_input <= 0 or (chunking and rem_chunk <= 0)):
+                break  # budget_state() == OTHER: the chunked request spent the budget
             if len(batch) >= allocatable:
                 rep.full = True
                 break
             hits, idle = self.lookup(rep, req) if req.computed == 0 else ([], 0)
             prefix = len(hits) * req.unit_tokens
             ext = req.num_tokens - prefix
-            total = ext + min(req.output - req.generated, clip)
+            total = ext + min(req.output - req.generated, clip) + bs  # + per_req_token_overhead
             if total >= rep.cache.capacity * bs - offset_total:
                 rep.full = True
                 break
             paged = self.blocks_for(ext) * bs
-            if paged >= rem_input and batch:
+            if not chunking and paged >= rem_input and batch:  # input cap: unchunked only
                 break
             if total >= (rep.cache.capacity - idle) * bs - offset_total:
                 rep.full = True
@@ -234,8 +242,8 @@ class EngineSchedulers(ReferenceKV):
                 self.count_lookup(rep, req, len(hits))
             batch.append((req, ext))
             admitted.append(req)
-            offset_total += paged + reserve
-            offset_cur += paged
+            offset_total += paged + bs + reserve
+            offset_cur += paged + bs
             rem_input -= paged
             rem_chunk -= paged
             cap = rep.cache.capacity * bs

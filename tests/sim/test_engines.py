@@ -44,9 +44,13 @@ def test_sglang_runs_a_prefill_batch_whenever_it_can() -> None:
 
 
 def test_sglang_max_prefill_tokens_closes_a_batch() -> None:
-    res = run_both(make_input([0.0] * 3, [100] * 3, [1] * 3), sglang(max_prefill_tokens=250))
-    # A and B (200 < 250); C's 100 would reach what is left (50): next batch
+    # without chunking: A and B (200 < 250); C's 100 would reach what is left (50): next batch
+    inp = make_input([0.0] * 3, [100] * 3, [1] * 3)
+    res = run_both(inp, sglang(max_prefill_tokens=250, chunked_prefill_size=-1))
     assert res.st[:, S_PREFILL].tolist() == [200, 100]
+    # with chunking (SGLang 0.5.23) the cap only ends the batch once spent: C joins
+    res = run_both(inp, sglang(max_prefill_tokens=250))
+    assert res.st[:, S_PREFILL].tolist() == [300]
 
 
 def test_sglang_chunks_a_long_prompt() -> None:

@@ -75,7 +75,10 @@ def test_unbounded_cache_hit_rate_is_the_trace_s_own(mooncake: pl.DataFrame, pol
     res, s = replay(mooncake, policy=policy, num_gpu_blocks=UNBOUNDED)
     expected = independent_hit_rate()
     assert expected == pytest.approx(0.3734, abs=5e-4)
-    assert s["prefix_token_hit_rate"] == pytest.approx(expected, rel=1e-12)
+    if policy == "vllm":
+        assert s["prefix_token_hit_rate"] == pytest.approx(expected, rel=1e-12)
+    else:  # SGLang caches a batch's prompts after it: two in one batch both miss what they share
+        assert expected - 1e-4 < s["prefix_token_hit_rate"] <= expected
     assert s["prefix_evicted_blocks"] == 0
     assert s["prefix_request_hit_rate"] > 0.999  # every prompt starts with the system prompt
     assert s["prefix_bridged"] and s["prefix_unit_tokens"] == [512]

@@ -11,17 +11,22 @@ prefill. The waiting queue is first sorted in place by ``schedule_policy``
 than 128 wait; ``dfs-weight``: depth-first over the prefix tree of the waiting
 requests, heavier subtrees first; ``lof``: longest output first; ``random``).
 The request in chunked prefill goes first and takes its next chunk of at most
-``chunked_prefill_size`` tokens. Then, in queue order, while fewer than
+``chunked_prefill_size`` tokens (and at most the memory left after the running
+requests' reservation, when that is at least a token); a chunk that spends the
+token budget ends the batch. Then, in queue order, while fewer than
 ``max_running_requests`` run: a request's extend tokens (after its cache hit)
-plus ``min(max_new_tokens - generated, 4096)`` must be below the free and
-evictable tokens minus ``Σ min(max_new - generated, 4096) × new_token_ratio``
-over the running requests and what this batch has taken (else NO_TOKEN:
-``batch_is_full`` is set and the batch closes); beyond the first, its extend
+plus ``min(max_new_tokens - generated, 4096)`` plus one page must be below the
+free and evictable tokens minus ``Σ min(max_new - generated, 4096) ×
+new_token_ratio`` over the running requests and what this batch has taken,
+each admitted request counting one page more (else NO_TOKEN: ``batch_is_full``
+is set and the batch closes); without chunking, beyond the first, its extend
 tokens must be below what is left of ``max_prefill_tokens`` (else the batch
 closes); it is truncated to what is left of ``chunked_prefill_size`` (and
-becomes the chunked request). Its KV is allocated after the batch is formed and
-its prompt units are inserted into the radix cache at the end of the step
-(identical units computed twice are shared, the second copy freed).
+becomes the chunked request). These rules follow SGLang 0.5.23
+(``PrefillAdder``, ``PrefillBudget``), checked by tests/conformance. Its KV is
+allocated after the batch is formed and its prompt units are inserted into the
+radix cache at the end of the step (identical units computed twice are shared,
+the second copy freed).
 
 Decode step (``update_running_batch``). Finished requests leave the running
 batch here (they still count against ``max_running_requests`` until then);
@@ -194,8 +199,8 @@ class SglangPolicy(Policy):
         prompt: npt.NDArray[np.int64],
         output: npt.NDArray[np.int64],
     ) -> npt.NDArray[np.int64]:
-        # admitted alone: prompt + min(output, 4096) must be below the KV tokens
-        admit = (prompt + np.minimum(output, CLIP_MAX_NEW_TOKENS)) // mem.block_size + 1
+        # admitted alone: prompt + min(output, 4096) + a page must be below the KV tokens
+        admit = (prompt + np.minimum(output, CLIP_MAX_NEW_TOKENS)) // mem.block_size + 2
         return np.maximum(super().blocks_alone(params, mem, prompt, output), admit)
 
 
@@ -429,21 +434,28 @@ def _prefill(
     new_chunked = -1
     if chunked >= 0:
         ext = num_tokens(rq, chunked) - rq[chunked, R_COMPUTED]
-        truncated = chunking and ext > rem_chunk
+        limit = rem_chunk  # available_chunk_tokens: capped by the memory left, if any
+        left = capacity(rp, r) * bs - offset_total
+        if left >= 1:
+            limit = min(limit, int(left))
+        truncated = chunking and ext > limit
         if truncated:
-            ext = rem_chunk
+            ext = limit
             new_chunked = chunked
         n = add_scheduled(sched_q, sched_t, n, chunked, ext)
         paged = cdiv(ext, bs) * bs
         reserve = 0 if truncated else min(rq[chunked, R_OUTPUT], CLIP_MAX_NEW_TOKENS)
-        offset_total += paged + reserve
-        offset_cur += paged
+        offset_total += paged + bs + reserve  # reserve(): one page more per request
+        offset_cur += paged + bs
         rem_input -= paged
         rem_chunk -= paged
     n_adm = 0
     cap = wq.shape[1]
     head = rp[r, P_WQ_HEAD]
     for j in range(rp[r, P_WQ_LEN]):
+        room = capacity(rp, r) * bs - offset_total > 0 and capacity(rp, r) * bs - offset_cur > 0
+        if room and (rem_input <= 0 or (chunking and rem_chunk <= 0)):
+            break  # budget_state() == OTHER: the chunked request spent the budget
         if n >= allocatable:
             rp[r, P_FULL] = 1
             break
@@ -454,12 +466,13 @@ def _prefill(
             h, idle = lookup(rq, i, r, _max_units(rq, i), kc)
         prefix = h * rq[i, R_UNIT_TOK]
         ext = num_tokens(rq, i) - prefix
-        total = ext + min(rq[i, R_OUTPUT] - rq[i, R_GENERATED], CLIP_MAX_NEW_TOKENS)
+        # + a page: per_req_token_overhead, for the allocator's page alignment
+        total = ext + min(rq[i, R_OUTPUT] - rq[i, R_GENERATED], CLIP_MAX_NEW_TOKENS) + bs
         if total >= capacity(rp, r) * bs - offset_total:
             rp[r, P_FULL] = 1
             break
         paged = cdiv(ext, bs) * bs
-        if paged >= rem_input and n > 0:
+        if not chunking and paged >= rem_input and n > 0:  # input cap: unchunked only
             break
         if total >= (capacity(rp, r) - idle) * bs - offset_total:  # after locking its prefix
             rp[r, P_FULL] = 1
@@ -480,8 +493,8 @@ def _prefill(
             count_lookup(rq, rp, r, i, h)
         n = add_scheduled(sched_q, sched_t, n, i, ext)
         n_adm += 1
-        offset_total += paged + reserve
-        offset_cur += paged
+        offset_total += paged + bs + reserve
+        offset_cur += paged + bs
         rem_input -= paged
         rem_chunk -= paged
         if capacity(rp, r) * bs - offset_total <= 0 or capacity(rp, r) * bs - offset_cur <= 0:
