@@ -18,7 +18,13 @@ from __future__ import annotations
 
 import polars as pl
 
-from pipeline.ingest.fields import fix_timestamps, int_expr, timestamp_expr, to_number
+from pipeline.ingest.fields import (
+    fix_timestamps,
+    int_expr,
+    iso_timestamps,
+    timestamp_expr,
+    to_number,
+)
 from pipeline.ingest.formats import Block, Parsed, ParseOptions
 from pipeline.ingest.jsonl import read_block
 
@@ -80,12 +86,16 @@ def parse(block: Block, opts: ParseOptions) -> Parsed:
         .fill_null(to_number(nested))
         .alias("_cached"),
     )
+    fast = {out: iso_timestamps(f[raw]) for out, raw in _TIMES.items()}
     status = pl.col("status").str.to_lowercase()
     failed = status.is_not_null() & ~status.is_in(["success", "ok", ""])
     # One select, so polars evaluates the columns in parallel.
     rows = f.select(
         pl.col("request_id"),
-        *(timestamp_expr(raw).alias(out) for out, raw in _TIMES.items()),
+        *(
+            (timestamp_expr(raw) if fast[out] is None else pl.lit(fast[out])).alias(out)
+            for out, raw in _TIMES.items()
+        ),
         int_expr(pl.col("prompt_tokens")).alias("prompt_tokens"),
         int_expr(pl.col("completion_tokens")).alias("output_tokens"),
         pl.coalesce("model", "model_group").alias("model"),
@@ -103,7 +113,8 @@ def parse(block: Block, opts: ParseOptions) -> Parsed:
         .alias("_reject"),
     )
     for out, raw in _TIMES.items():
-        rows = fix_timestamps(rows, out, f[raw])
+        if fast[out] is None:
+            rows = fix_timestamps(rows, out, f[raw])
     start = pl.col("arrival_time")
     rows = rows.with_columns(
         ((pl.col("_first") - start).dt.total_microseconds() / 1e6).alias("observed_ttft_s"),
