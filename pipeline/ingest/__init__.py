@@ -351,6 +351,8 @@ def _dedupe(good: pl.DataFrame, taken: IdSet, kept: list[np.ndarray]) -> tuple[p
 
 
 def _arrival_time(good: pl.DataFrame, trace_start: datetime) -> pl.DataFrame:
+    if good["arrival_offset_s"].null_count() == good.height:  # absolute times only
+        return good.drop("arrival_offset_s")
     base = pl.lit(trace_start).dt.cast_time_unit("us").dt.convert_time_zone("UTC")
     offset = pl.duration(microseconds=(pl.col("arrival_offset_s") * 1e6).round().cast(pl.Int64))
     return good.with_columns(

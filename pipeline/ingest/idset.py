@@ -36,11 +36,15 @@ class IdSet:
         n = len(keys)
         if not n:
             return np.zeros(0, dtype=np.bool_)
-        order = np.argsort(keys, kind="stable")  # equal keys keep their order: first one wins
+        order = np.argsort(keys)  # ~6x faster than a stable sort; enough without repeats
         sk = keys[order]
         seen = np.empty(n, dtype=np.bool_)
         seen[0] = False
         np.equal(sk[1:], sk[:-1], out=seen[1:])
+        if seen.any():  # repeats within keys: equal keys must keep their order (first one wins)
+            order = np.argsort(keys, kind="stable")
+            sk = keys[order]
+            np.equal(sk[1:], sk[:-1], out=seen[1:])
         for level in self._levels:
             pos = np.searchsorted(level, sk)
             np.minimum(pos, len(level) - 1, out=pos)

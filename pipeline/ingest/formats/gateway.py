@@ -8,10 +8,12 @@ table: ``request_id``, ``startTime``, ``endTime``, ``completionStartTime``
 or ``cache_read_input_tokens``, or from
 ``metadata.usage_object.prompt_tokens_details.cached_tokens``.
 
-``messages`` and ``response`` (present when the proxy stores prompts) are never
-read. Observed TTFT is completionStartTime - startTime and E2E is endTime -
-startTime. Rows whose ``status`` is not success are failed calls and are
-rejected (they did not run on the engine).
+``response`` is never read. ``prompt`` or ``messages`` (present when the proxy
+stores prompts) are read only with ``--tokenizer``: tokenized, hashed into
+``prefix_hashes`` (``pipeline.ingest.prompt_text``) and dropped. Observed TTFT
+is completionStartTime - startTime and E2E is endTime - startTime. Rows whose
+``status`` is not success are failed calls and are rejected (they did not run
+on the engine).
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ from pipeline.ingest.fields import (
     to_number,
 )
 from pipeline.ingest.formats import Block, Parsed, ParseOptions
+from pipeline.ingest.formats._lines import load_json_object
 from pipeline.ingest.jsonl import read_block
+from pipeline.ingest.prompt_text import Prompt, prompt_of, with_prompt_hashes
 
 name = "gateway"
 line_based = True
@@ -120,4 +124,18 @@ def parse(block: Block, opts: ParseOptions) -> Parsed:
         ((pl.col("_first") - start).dt.total_microseconds() / 1e6).alias("observed_ttft_s"),
         ((pl.col("_end") - start).dt.total_microseconds() / 1e6).alias("observed_e2e_s"),
     ).drop("_first", "_end")
+    if opts.tokenizer is not None:
+        rows = with_prompt_hashes(rows, _prompts(block, rows["byte_offset"]), opts)
     return Parsed(rows, parsed.rejects)
+
+
+def _prompts(block: Block, offsets: pl.Series) -> list[Prompt | None]:
+    """The ``prompt`` or ``messages`` of each record (read only with ``--tokenizer``)."""
+    data = block.data
+    out: list[Prompt | None] = []
+    for off in offsets.to_list():
+        start = off - block.offset
+        end = data.find(b"\n", start)
+        record, _ = load_json_object(data[start : end if end >= 0 else len(data)])
+        out.append(None if record is None else prompt_of(record))
+    return out
