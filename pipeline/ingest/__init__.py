@@ -346,8 +346,12 @@ def _dedupe(good: pl.DataFrame, taken: IdSet, kept: list[np.ndarray]) -> tuple[p
         return good, 0
     h = good["request_id"].hash().to_numpy()
     dup = taken.add(h)
+    ndup = int(dup.sum())
+    if not ndup:  # the common case: no copy of the block
+        kept.append(h)
+        return good, 0
     kept.append(h[~dup])
-    return good.filter(pl.Series(~dup)), int(dup.sum())
+    return good.filter(pl.Series(~dup)), ndup
 
 
 def _arrival_time(good: pl.DataFrame, trace_start: datetime) -> pl.DataFrame:

@@ -86,9 +86,16 @@ class RequestSink:
 
     def _write(self, frame: pl.DataFrame) -> None:
         dates = frame["arrival_time"].dt.date()
-        for (date,), sub in frame.with_columns(dates.alias("_d")).group_by(
-            "_d", maintain_order=True
-        ):
+        if dates.min() == dates.max():  # one day (most blocks): no grouping, no copy
+            days: list[tuple[object, pl.DataFrame]] = [(dates[0], frame)]
+        else:
+            days = [
+                (date, sub.drop("_d"))
+                for (date,), sub in frame.with_columns(dates.alias("_d")).group_by(
+                    "_d", maintain_order=True
+                )
+            ]
+        for date, sub in days:
             d = str(date)
             if d not in self._writers:
                 final = self._wh.partition_path(REQUESTS, {"date": d}, self._stem)
@@ -96,7 +103,9 @@ class RequestSink:
                 tmp.parent.mkdir(parents=True, exist_ok=True)
                 writer = pq.ParquetWriter(tmp, REQUESTS.schema(), **WRITE_OPTIONS)
                 self._writers[d] = (writer, tmp, final)
-            table = conform(sub.sort("arrival_time").to_arrow(), REQUESTS, self._src)
+            if not sub["arrival_time"].is_sorted():
+                sub = sub.sort("arrival_time")
+            table = conform(sub.to_arrow(), REQUESTS, self._src)
             self._writers[d][0].write_table(table)
 
     def _finish(self) -> None:
