@@ -6,6 +6,7 @@ Run from the repository root:
 
     .venv/bin/python bench/ingest_speed.py            # all figures, writes bench/RESULTS.md
     .venv/bin/python bench/ingest_speed.py --quick    # 1M only, prints
+    .venv/bin/python bench/ingest_speed.py --quick --against f6ad365  # and that commit's ingest
 
 Each figure is the median of 3 runs in fresh processes, ingest and the polars read
 interleaved (ingest, read, ingest, read, ...) so that both see the same machine load;
@@ -19,7 +20,9 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,12 +65,17 @@ out = {{"wall_s": time.perf_counter() - t, "rows": n}}
 """
 
 
-def interleaved(codes: dict[str, str], repeats: int) -> dict[str, dict[str, float]]:
-    """Medians of ``repeats`` fresh-process runs of each code, run in turn (a, b, a, b, ...)."""
+def interleaved(
+    codes: dict[str, str], repeats: int, paths: dict[str, str] | None = None
+) -> dict[str, dict[str, float]]:
+    """Medians of ``repeats`` fresh-process runs of each code, run in turn (a, b, a, b, ...).
+
+    ``paths`` names the package folder a code runs against (default: this checkout).
+    """
     runs: dict[str, list[dict[str, float]]] = {k: [] for k in codes}
     for _ in range(repeats):
         for name, code in codes.items():
-            runs[name].append(child(code, 1))
+            runs[name].append(child(code, 1, (paths or {}).get(name)))
     out = {}
     for name, rs in runs.items():
         med = {k: statistics.median(r[k] for r in rs) for k in rs[0]}
@@ -92,7 +100,13 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="1M records only, no RESULTS.md")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument(
+        "--against",
+        metavar="COMMIT",
+        help="also time that git commit's ingest in the same run (its pipeline/ on the path)",
+    )
     args = ap.parse_args()
+    before = _checkout(args.against) if args.against else None
     cases = [(1_000_000, 0.0), (1_000_000, 0.01)] + ([] if args.quick else [(5_000_000, 0.0)])
     fmt = {"cpu": CPU, "cpu_end": CPU_END, "out": str(OUT)}
     lines = [
@@ -106,7 +120,11 @@ def main() -> None:
         codes = {"ingest": INGEST.format(path=str(path), **fmt)}
         if not bad:
             codes["scan"] = SCAN.format(path=str(path), **fmt)
-        m = interleaved(codes, args.repeats)
+        paths = {}
+        if before:
+            codes[f"ingest at {args.against}"] = codes["ingest"]
+            paths[f"ingest at {args.against}"] = before
+        m = interleaved(codes, args.repeats, paths)
         ing, scan = m["ingest"], m.get("scan")
         for name, r in m.items():
             each = ", ".join(f"{x['wall_s']:.2f}" for x in r["walls"])  # type: ignore[attr-defined]
@@ -127,6 +145,14 @@ def main() -> None:
         )
         lines.append(head + tail + f"| {counts} |")
         print(lines[-1], flush=True)
+        if before and scan:
+            old = m[f"ingest at {args.against}"]
+            print(
+                f"  at {args.against}: wall {old['wall_s']:.2f} s "
+                f"({old['wall_s'] / scan['wall_s']:.2f}x polars), CPU {old['cpu_s']:.2f} s "
+                f"({old['cpu_s'] / scan['cpu_s']:.2f}x), kept {int(old['rows_kept']):,}",
+                flush=True,
+            )
     real = ["| real trace | rows kept | ingest wall s |", "|---|---|---|"]
     for rel in (
         "azure_llm_2023/AzureLLMInferenceTrace_conv.csv",
@@ -154,6 +180,16 @@ def main() -> None:
     )
     if not args.quick:
         record("Ingest", "python bench/ingest_speed.py", body)
+
+
+def _checkout(commit: str) -> str:
+    """That commit's ``pipeline`` package in a temporary folder (``git archive``)."""
+    folder = tempfile.mkdtemp(prefix="ingest-at-")
+    archive = subprocess.run(
+        ["git", "archive", commit, "pipeline"], cwd=ROOT, capture_output=True, check=True
+    )
+    subprocess.run(["tar", "-x", "-C", folder], input=archive.stdout, check=True)
+    return folder
 
 
 if __name__ == "__main__":
