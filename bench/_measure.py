@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import statistics
 import subprocess
@@ -13,11 +14,13 @@ from pathlib import Path
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 
 
-def child(code: str, repeats: int = 3) -> dict[str, float]:
+def child(code: str, repeats: int = 3, pythonpath: str | None = None) -> dict[str, float]:
     """Run ``code`` (which must print one JSON object) in fresh interpreters.
 
     Returns the medians of every numeric field over ``repeats`` runs, plus
-    ``peak_rss_mb`` of each run's whole process (max over runs).
+    ``peak_rss_mb`` of each run's whole process (max over runs). With
+    ``pythonpath``, the interpreter runs in that folder with it first on the path
+    (to time another version of the package).
     """
     prog = (
         "import json, resource, time\n"
@@ -29,7 +32,10 @@ def child(code: str, repeats: int = 3) -> dict[str, float]:
     )
     runs = []
     for _ in range(repeats):
-        r = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True)
+        env = {**os.environ, "PYTHONPATH": pythonpath} if pythonpath else None
+        r = subprocess.run(
+            [sys.executable, "-c", prog], capture_output=True, text=True, env=env, cwd=pythonpath
+        )
         if r.returncode != 0:
             raise RuntimeError(r.stderr[-2000:])
         runs.append(json.loads(r.stdout.strip().splitlines()[-1]))

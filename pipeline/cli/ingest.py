@@ -93,9 +93,10 @@ def options_from(
 @click.option("--hash-salt", default=None, help="Salt mixed into the first block hash.")
 @click.option(
     "--tokenizer",
-    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    type=click.Path(exists=True, path_type=Path),
     default=None,
-    help="tokenizer.json, for logs that carry prompt text but no ids.",
+    help="tokenizer.json (or the model folder holding it, with its chat template): hash "
+    "the prompt text of gateway, OTel and token_ids logs into prefix hashes, then drop it.",
 )
 @click.option(
     "--trace-start",

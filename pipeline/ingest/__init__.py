@@ -47,6 +47,7 @@ from pipeline.errors import SourceError
 from pipeline.ingest.formats import FORMATS, Block, LogFormat, ParseOptions, detect
 from pipeline.ingest.idset import IdSet
 from pipeline.ingest.reader import (
+    BLOCK_BYTES,
     HEAD_BYTES,
     Opened,
     check_encoding,
@@ -78,7 +79,7 @@ class IngestOptions:
     hash_salt: str = ""
     tokenizer: Path | None = None
     trace_start: datetime = datetime(1970, 1, 1, tzinfo=UTC)  # for relative-time logs
-    block_bytes: int = 32 * 1024 * 1024
+    block_bytes: int = BLOCK_BYTES
     quiet: bool = False
 
 
@@ -139,7 +140,7 @@ class _IdIndex:
     def for_source(self, stem: str) -> IdSet:
         """The ids a source may not reuse: other sources' in the warehouse, and this run's."""
         other = self._existing.filter(pl.col("src") != stem)["h"].to_numpy()
-        taken = IdSet(len(other) + sum(len(a) for a in self._run))
+        taken = IdSet()
         taken.add(other)
         for a in self._run:
             taken.add(a)
@@ -345,11 +346,17 @@ def _dedupe(good: pl.DataFrame, taken: IdSet, kept: list[np.ndarray]) -> tuple[p
         return good, 0
     h = good["request_id"].hash().to_numpy()
     dup = taken.add(h)
+    ndup = int(dup.sum())
+    if not ndup:  # the common case: no copy of the block
+        kept.append(h)
+        return good, 0
     kept.append(h[~dup])
-    return good.filter(pl.Series(~dup)), int(dup.sum())
+    return good.filter(pl.Series(~dup)), ndup
 
 
 def _arrival_time(good: pl.DataFrame, trace_start: datetime) -> pl.DataFrame:
+    if good["arrival_offset_s"].null_count() == good.height:  # absolute times only
+        return good.drop("arrival_offset_s")
     base = pl.lit(trace_start).dt.cast_time_unit("us").dt.convert_time_zone("UTC")
     offset = pl.duration(microseconds=(pl.col("arrival_offset_s") * 1e6).round().cast(pl.Int64))
     return good.with_columns(

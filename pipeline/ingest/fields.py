@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from pipeline.ingest.formats import REJECT_SCHEMA, Block
 from pipeline.ingest.reader import line_starts
@@ -106,8 +109,85 @@ def epoch_number(s: pl.Series) -> pl.Series:
     return out.cast(pl.Datetime("us", "UTC"))
 
 
+# The common ISO-8601 layouts, each valid value of which polars' parsing (``timestamp_expr``
+# then ``fix_timestamps``) and Arrow's cast read as the same instant; years 1900-2999.
+_ISO_DATE_TIME = (
+    r"^(19|2[0-9])[0-9]{2}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?"
+)
+_ISO_ZONED = _ISO_DATE_TIME + r"(Z|[+-][0-9]{2}:[0-9]{2})$"
+_ISO_NAIVE = _ISO_DATE_TIME + "$"
+
+
+def iso_timestamps(s: pl.Series) -> pl.Series | None:
+    """Fast path of ``parse_timestamp``: a column written in one common ISO-8601 layout.
+
+    When every value (nulls aside) has the layout ``_ISO_ZONED`` (or every value
+    ``_ISO_NAIVE``, taken as UTC), Arrow's ISO-8601 cast parses the column about
+    ten times faster than polars' format inference. Returns None when the column
+    has another layout, or any value Arrow refuses (an invalid date or time, a
+    leap second, an offset of 24 hours or more): the caller then parses it the
+    slow way, which gives the same instants for the values both accept
+    (``tests/ingest/test_timestamps.py`` checks that).
+    """
+    if s.dtype != pl.String or s.null_count() == len(s):
+        return None
+    raw = s.to_arrow()
+    if isinstance(raw, pa.ChunkedArray):
+        raw = raw.combine_chunks()
+    first = s[0] if not s.null_count() else None
+    for pattern, unit in ((_ISO_ZONED, pa.timestamp("us", tz="UTC")), (_ISO_NAIVE, None)):
+        if (
+            first is not None
+            and re.fullmatch(pattern[1:-1], first)
+            and _same_layout(raw, first.encode())
+        ) or s.str.contains(pattern).fill_null(True).all():
+            try:
+                arr = pc.cast(raw, unit or pa.timestamp("us"))
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                return None
+            out = pl.Series(s.name, arr)
+            return out if unit is not None else out.dt.replace_time_zone("UTC")
+    return None
+
+
+def _same_layout(arr: pa.Array, first: bytes) -> bool:
+    """True when every value of a null-free string array is laid out like ``first``.
+
+    Same length, digits where ``first`` has digits, the same other characters (``-``,
+    ``T``, ``:``, ``.``, ``Z``, ``+``) at the same places, years 1900-2999: with
+    ``first`` matching a layout's regex, every value then matches it too. Checked on
+    the raw bytes with numpy (~1 ms for 100k values, a quarter of the regex's time).
+    """
+    if arr.null_count or not pa.types.is_large_string(arr.type):
+        return False
+    width = len(first)
+    n = len(arr)
+    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int64)[arr.offset : arr.offset + n + 1]
+    if offsets[-1] - offsets[0] != n * width or (np.diff(offsets) != width).any():
+        return False
+    data = np.frombuffer(arr.buffers()[2], dtype=np.uint8)[offsets[0] : offsets[-1]]
+    rows = data.reshape(n, width)
+    tmpl = np.frombuffer(first, dtype=np.uint8)
+    digit = (tmpl >= ord("0")) & (tmpl <= ord("9"))
+    d = rows[:, digit]
+    if ((d < ord("0")) | (d > ord("9"))).any():
+        return False
+    if (rows[:, ~digit] != tmpl[~digit]).any():
+        return False
+    century = (rows[:, 0] == ord("2")) | ((rows[:, 0] == ord("1")) & (rows[:, 1] == ord("9")))
+    return bool(century.all())
+
+
 def parse_timestamp(s: pl.Series) -> pl.Series:
-    """Series version of ``timestamp_expr`` + ``fix_timestamps``."""
+    """Series version of ``timestamp_expr`` + ``fix_timestamps`` (``iso_timestamps`` first)."""
+    fast = iso_timestamps(s)
+    if fast is not None:
+        return fast
+    return slow_timestamps(s)
+
+
+def slow_timestamps(s: pl.Series) -> pl.Series:
+    """``parse_timestamp`` without the fast path (every layout; the reference for tests)."""
     frame = pl.DataFrame({"raw": s}).with_columns(timestamp_expr("raw").alias("t"))
     return fix_timestamps(frame, "t", s)["t"].alias(s.name)
 

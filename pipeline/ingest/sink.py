@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 import polars as pl
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.contracts import REQUESTS, conform
@@ -31,6 +32,16 @@ def seconds_since(times: pl.Series, origin_us: int) -> npt.NDArray[np.float64]:
     """
     delta = times.dt.epoch("us").to_numpy() - origin_us
     return (delta // 1_000_000) + (delta % 1_000_000) / 1e6  # type: ignore[no-any-return]
+
+
+# Dictionary pages only for columns whose values repeat (names, counts, small ints): on
+# ids, times, line numbers and hashes a dictionary is built, overflows and is dropped,
+# which made writing ~25% slower and the files ~15% larger (bench/ingest_speed.py).
+_UNIQUE = {"request_id", "arrival_time", "arrival_s", "source_line", "prefix_hashes"}
+DICTIONARY_COLUMNS = [
+    f.name for f in REQUESTS.schema() if f.name not in _UNIQUE and not pa.types.is_floating(f.type)
+]
+WRITE_OPTIONS = {"compression": "zstd", "use_dictionary": DICTIONARY_COLUMNS}
 
 
 class RequestSink:
@@ -75,17 +86,26 @@ class RequestSink:
 
     def _write(self, frame: pl.DataFrame) -> None:
         dates = frame["arrival_time"].dt.date()
-        for (date,), sub in frame.with_columns(dates.alias("_d")).group_by(
-            "_d", maintain_order=True
-        ):
+        if dates.min() == dates.max():  # one day (most blocks): no grouping, no copy
+            days: list[tuple[object, pl.DataFrame]] = [(dates[0], frame)]
+        else:
+            days = [
+                (date, sub.drop("_d"))
+                for (date,), sub in frame.with_columns(dates.alias("_d")).group_by(
+                    "_d", maintain_order=True
+                )
+            ]
+        for date, sub in days:
             d = str(date)
             if d not in self._writers:
                 final = self._wh.partition_path(REQUESTS, {"date": d}, self._stem)
                 tmp = final.with_name(f".{final.name}{self._suffix}")
                 tmp.parent.mkdir(parents=True, exist_ok=True)
-                writer = pq.ParquetWriter(tmp, REQUESTS.schema(), compression="zstd")
+                writer = pq.ParquetWriter(tmp, REQUESTS.schema(), **WRITE_OPTIONS)
                 self._writers[d] = (writer, tmp, final)
-            table = conform(sub.sort("arrival_time").to_arrow(), REQUESTS, self._src)
+            if not sub["arrival_time"].is_sorted():
+                sub = sub.sort("arrival_time")
+            table = conform(sub.to_arrow(), REQUESTS, self._src)
             self._writers[d][0].write_table(table)
 
     def _finish(self) -> None:
@@ -113,7 +133,7 @@ class RequestSink:
         df = pl.read_parquet(tmp)
         df = df.with_columns(pl.Series("arrival_s", seconds_since(df["arrival_time"], origin)))
         again = tmp.with_name(tmp.name + "-rebased")
-        pq.write_table(conform(df.to_arrow(), REQUESTS, self._src), again, compression="zstd")
+        pq.write_table(conform(df.to_arrow(), REQUESTS, self._src), again, **WRITE_OPTIONS)
         again.replace(tmp)
 
     def abort(self) -> None:

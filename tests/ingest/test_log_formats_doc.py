@@ -14,6 +14,7 @@ import pytest
 from pipeline.contracts import QUARANTINE, REQUESTS
 from pipeline.ingest import IngestOptions, ingest_logs
 from pipeline.warehouse import Warehouse
+from tests.ingest import offline_tokenizer
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "log_formats.md"
 
@@ -33,7 +34,7 @@ def _ingest(tmp_path: Path, name: str, text: str, fmt: str) -> tuple[list[dict],
 
 
 def test_the_minimal_gateway_record(tmp_path: Path) -> None:
-    gateway, _ = _records()
+    gateway, _, _ = _records()
     (row,), _ = _ingest(tmp_path, "gw.jsonl", gateway, "gateway")
     assert row["request_id"] == "req-1" and row["model"] == "llama-3-8b"
     assert row["tenant"] == "chat" and row["cached_tokens"] == 512
@@ -44,7 +45,7 @@ def test_the_minimal_gateway_record(tmp_path: Path) -> None:
 
 
 def test_the_minimal_otel_document(tmp_path: Path) -> None:
-    _, otel = _records()
+    _, otel, _ = _records()
     (row,), _ = _ingest(tmp_path, "spans.json", otel, "otel")
     assert row["request_id"] == "5b8efff798038103d269b633813fc60c-eee19b7ec3c1b174"
     assert row["model"] == "llama-3-8b" and row["cached_tokens"] == 512
@@ -52,6 +53,19 @@ def test_the_minimal_otel_document(tmp_path: Path) -> None:
     assert row["arrival_time"] == datetime(2024, 5, 1, 18, 20, tzinfo=UTC)
     assert row["observed_ttft_s"] == pytest.approx(0.18)
     assert row["observed_e2e_s"] == pytest.approx(2.5)
+
+
+def test_the_gateway_record_with_a_prompt_is_hashed_and_dropped(tmp_path: Path) -> None:
+    _, _, with_prompt = _records()
+    tok = offline_tokenizer.build(tmp_path / "tok")
+    src = tmp_path / "gw.jsonl"
+    src.write_text(with_prompt + "\n")
+    wh = Warehouse(tmp_path / "wh")
+    ingest_logs([str(src)], wh, IngestOptions(quiet=True, tokenizer=tok))
+    (row,) = [r for p in wh.files(REQUESTS) for r in pq.read_table(p).to_pylist()]
+    assert row["prompt_tokens"] == 40 and row["block_size"] == 16
+    assert len(row["prefix_hashes"]) == 1  # 18 tokens with this small vocabulary: one block
+    assert "capital" not in json.dumps(row, default=str)
 
 
 def test_listed_timestamps_and_failed_calls(tmp_path: Path) -> None:

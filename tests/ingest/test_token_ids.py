@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-import types
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,9 @@ import pytest
 from pipeline.errors import SourceError
 from pipeline.ingest.formats import CANONICAL, Block, ParseOptions, token_ids
 from pipeline.ingest.hashing import prefix_hashes
+from pipeline.ingest.prompt_text import load_tokenizer
 from pipeline.samples import SAMPLES_DIR, read_sample
+from tests.ingest import offline_tokenizer
 
 SYSTEM = list(range(100, 140))  # 40 tokens: two full 16-token blocks and a partial one
 
@@ -167,38 +168,28 @@ def test_text_without_tokenizer_is_a_source_error() -> None:
 
 def test_text_with_tokenizer_but_no_package(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "tokenizers", None)  # import fails
-    token_ids._tokenizer.cache_clear()
+    load_tokenizer.cache_clear()
     data = _line(request_id="a", timestamp=1.0, messages=[{"role": "user", "content": "hi"}])
     with pytest.raises(SourceError, match="pip install tokenizers"):
         _parse(data, tokenizer=Path("tok.json"))
-    token_ids._tokenizer.cache_clear()
+    load_tokenizer.cache_clear()
 
 
-def test_text_is_tokenized_and_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
-    class FakeTokenizer:
-        @staticmethod
-        def from_file(path: str) -> FakeTokenizer:
-            return FakeTokenizer()
-
-        def encode(self, text: str) -> Any:
-            return types.SimpleNamespace(ids=[ord(c) for c in text])
-
-    fake = types.ModuleType("tokenizers")
-    fake.Tokenizer = FakeTokenizer  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "tokenizers", fake)
-    token_ids._tokenizer.cache_clear()
-    text = "s" * 40
+def test_text_is_tokenized_and_dropped(tmp_path: Path) -> None:
+    tok = offline_tokenizer.build(tmp_path / "tok")
+    text = " ".join(["s"] * 40)
     data = _line(request_id="a", timestamp=1.0, prompt=text, output_tokens=2) + _line(
         request_id="b",
         timestamp=2.0,
         messages=[{"role": "user", "content": [{"type": "text", "text": "hello"}]}],
         output_tokens=2,
     )
-    rows = _parse(data, tokenizer=Path("tok.json")).rows
-    token_ids._tokenizer.cache_clear()
-    assert rows["prompt_tokens"].to_list() == [40, len("user: hello")]
-    assert rows["prefix_hashes"][0].to_list() == prefix_hashes([ord("s")] * 40).tolist()
-    assert "s" * 10 not in str(rows.to_dicts())
+    rows = _parse(data, tokenizer=tok).rows
+    vocab = json.loads(tok.read_text())["model"]["vocab"]
+    assert rows["prompt_tokens"].to_list() == [41, 4]  # BOS + 40 words; BOS user : hello
+    ids = [vocab["<s>"]] + [vocab["s"]] * 40
+    assert rows["prefix_hashes"][0].to_list() == prefix_hashes(ids).tolist()
+    assert "s s s" not in str(rows.to_dicts())
 
 
 def test_sniff() -> None:

@@ -27,9 +27,11 @@ spans (HTTP, database, ...) are skipped and not counted. Attributes read:
   ``gen_ai.latency.time_to_first_token`` or ``gen_ai.server.time_to_first_token``
   -> ``observed_ttft_s``; ``gen_ai.latency.time_in_queue`` -> ``observed_queue_s``.
 
-Spans whose status is ERROR are failed requests and are rejected. Message
-content (``gen_ai.input.messages``, ``gen_ai.output.messages``, prompts in
-events) is never read.
+Spans whose status is ERROR are failed requests and are rejected. Output
+messages and events are never read; the prompt (``gen_ai.input.messages``, a
+JSON string of messages whose ``parts`` hold the text, else ``gen_ai.prompt``)
+is read only with ``--tokenizer``: tokenized, hashed into ``prefix_hashes``
+(``pipeline.ingest.prompt_text``) and dropped.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ from pipeline.ingest.formats._lines import (
     split_lines,
     utf8_reason,
 )
+from pipeline.ingest.prompt_text import Prompt, messages_of, with_prompt_hashes
 
 name = "otel"
 line_based = False
@@ -79,6 +82,9 @@ _WANTED = frozenset(
         "gen_ai.latency.time_in_queue",
     }
 )
+# prompt text, read only with --tokenizer (hashed, then dropped): the current convention's
+# JSON messages, else the older plain prompt (or JSON messages in it)
+_PROMPT_KEYS = ("gen_ai.input.messages", "gen_ai.prompt")
 _USAGE_PREFIX = "gen_ai.usage."
 _RESOURCE_KEYS = ("resourceSpans", "resource_spans")
 _SCOPE_KEYS = ("scopeSpans", "scope_spans", "instrumentationLibrarySpans")
@@ -132,8 +138,9 @@ def _value(v: Any) -> Any:
     return None
 
 
-def _attributes(span: dict[str, Any]) -> tuple[dict[str, Any], bool]:
-    """The wanted attributes of a span, and whether it has any gen_ai.usage attribute."""
+def _attributes(span: dict[str, Any], text: bool) -> tuple[dict[str, Any], bool]:
+    """The wanted attributes of a span (prompt text too when ``text``), and whether it
+    has any gen_ai.usage attribute."""
     attrs = span.get("attributes") or []
     if not isinstance(attrs, list):
         raise _BadRecordError("span attributes: expected a list")
@@ -147,7 +154,7 @@ def _attributes(span: dict[str, Any]) -> tuple[dict[str, Any], bool]:
             continue
         if key.startswith(_USAGE_PREFIX):
             usage = True
-        if key in _WANTED:
+        if key in _WANTED or (text and key in _PROMPT_KEYS):
             found[key] = lenient(_value, a.get("value"))
     return found, usage
 
@@ -204,11 +211,30 @@ def _text(value: Any) -> str | None:
     return out
 
 
-def _row(span: Any) -> dict[str, Any] | None:
-    """The canonical fields of one span; None when it is not a GenAI request span."""
+def _prompt(attrs: dict[str, Any]) -> Prompt | None:
+    for key in _PROMPT_KEYS:
+        value = attrs.get(key)
+        if not isinstance(value, str):
+            continue
+        try:
+            messages = messages_of(json.loads(value))
+        except (ValueError, RecursionError):
+            messages = None
+        if messages is not None:
+            return messages
+        if key == "gen_ai.prompt":
+            return value
+    return None
+
+
+def _row(span: Any, with_text: bool = False) -> dict[str, Any] | None:
+    """The canonical fields of one span; None when it is not a GenAI request span.
+
+    With ``with_text``, the span's prompt (if any) is under ``_prompt``.
+    """
     if not isinstance(span, dict):
         raise _BadRecordError(f"span: not a JSON object ({json_kind(span)})")
-    attrs, usage = _attributes(span)
+    attrs, usage = _attributes(span, with_text)
     if not usage:
         return None
     status = span.get("status")
@@ -243,6 +269,7 @@ def _row(span: Any) -> dict[str, Any] | None:
         "observed_e2e_s": None if end is None or start is None else (end - start) / 1e9,
         "observed_queue_s": num(float, "gen_ai.latency.time_in_queue"),
         "cached_tokens": num(int, "gen_ai.usage.cache_read.input_tokens"),
+        "_prompt": _prompt(attrs) if with_text else None,
     }
 
 
@@ -252,6 +279,7 @@ def _add_doc(
     rejects: Rejects,
     line: int | None,
     offset: int,
+    text: bool,
 ) -> None:
     """Rows (or rejects) for every GenAI span of one export request.
 
@@ -263,7 +291,7 @@ def _add_doc(
             index += 1
             where = line if line is not None else index
             try:
-                row = _row(span)
+                row = _row(span, text)
             except _BadRecordError as exc:
                 rejects.add(where, offset, str(exc))
                 continue
@@ -291,6 +319,7 @@ def parse(block: Block, opts: ParseOptions) -> Parsed:
     skip = len(data) - len(body)
     rows: list[dict[str, Any]] = []
     rejects = Rejects()
+    text = opts.tokenizer is not None
     lines = split_lines(body, block.first_line, block.offset + skip)
     content = [i for i, raw in enumerate(lines.raw) if raw.strip()]
 
@@ -311,7 +340,7 @@ def parse(block: Block, opts: ParseOptions) -> Parsed:
     if len(content) > 1 and whole_error is None:
         # one (pretty-printed) document: records are numbered by span index
         first = content[0]
-        _add_doc(whole, rows, rejects, None, int(lines.offsets[first]))
+        _add_doc(whole, rows, rejects, None, int(lines.offsets[first]), text)
     elif len(content) > 1 and not _looks_like_jsonl([lines.raw[i] for i in content[:5]]):
         raise SourceError(
             str(opts.path),
@@ -326,8 +355,10 @@ def parse(block: Block, opts: ParseOptions) -> Parsed:
             if why is not None:
                 rejects.add(line_no, off, why)
                 continue
-            _add_doc(doc, rows, rejects, line_no, off)
+            _add_doc(doc, rows, rejects, line_no, off, text)
 
     frame = pl.DataFrame({k: [r.get(k) for r in rows] for k in _SCHEMA}, schema=_SCHEMA)
     frame = frame.with_columns(pl.col("arrival_time").cast(pl.Datetime("us", "UTC")))
+    if text:
+        frame = with_prompt_hashes(frame, [r["_prompt"] for r in rows], opts)
     return Parsed(rows=frame, rejects=rejects.frame())

@@ -25,24 +25,21 @@ Fields (others are ignored):
   into the first block hash exactly as vLLM does).
 
 Records with text but no token ids (``prompt`` or ``messages``) are tokenized
-with ``--tokenizer tokenizer.json`` through the optional ``tokenizers`` package;
-``messages`` are joined as ``role: content`` lines because a tokenizer.json has
-no chat template, so their counts are close to, not equal to, the engine's. The
-text is dropped as soon as it is tokenized and never stored, and reject reasons
-never quote record content.
+with ``--tokenizer tokenizer.json`` through the optional ``tokenizers`` package,
+the same way as every other format's text (``pipeline.ingest.prompt_text``: the
+chat template next to the tokenizer when there is one, else ``role: content``
+lines). The text is dropped as soon as it is tokenized and never stored, and
+reject reasons never quote record content.
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
 import polars as pl
-import pyarrow as pa
 
-from pipeline.errors import SourceError
 from pipeline.ingest.fields import epoch_us
 from pipeline.ingest.formats import Block, Parsed, ParseOptions
 from pipeline.ingest.formats._lines import (
@@ -55,6 +52,7 @@ from pipeline.ingest.formats._lines import (
     split_lines,
 )
 from pipeline.ingest.hashing import DEFAULT_BLOCK_SIZE, prefix_hashes
+from pipeline.ingest.prompt_text import hash_list_series, prompt_of, token_ids
 
 name = "token_ids"
 line_based = True
@@ -111,53 +109,6 @@ def _parse_time(value: Any) -> int | None:
     if us is None:
         raise ValueError("epoch time out of range")
     return us
-
-
-@lru_cache(maxsize=4)
-def _tokenizer(path: str, source: str) -> Any:
-    try:
-        from tokenizers import Tokenizer  # optional dependency
-    except ImportError:
-        raise SourceError(
-            source,
-            "records carry prompt text but no prompt_token_ids; tokenizing them needs the "
-            "optional `tokenizers` package (`pip install tokenizers`)",
-        ) from None
-    try:
-        return Tokenizer.from_file(path)
-    except Exception as exc:  # the package raises its own exception types
-        raise SourceError(source, f"cannot load tokenizer {path}: {exc}") from None
-
-
-def _text_of(obj: dict[str, Any]) -> str | None:
-    prompt = obj.get("prompt")
-    if isinstance(prompt, str):
-        return prompt
-    messages = obj.get("messages")
-    if isinstance(messages, list):
-        parts = []
-        for m in messages:
-            if not isinstance(m, dict):
-                continue
-            content = m.get("content")
-            if isinstance(content, list):  # OpenAI content parts
-                content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
-            parts.append(f"{m.get('role', '')}: {content if isinstance(content, str) else ''}")
-        return "\n".join(parts)
-    return None
-
-
-def _tokenize(text: str, opts: ParseOptions) -> list[int]:
-    if opts.tokenizer is None:
-        raise SourceError(
-            str(opts.path),
-            "records carry prompt text but no prompt_token_ids; pass --tokenizer "
-            "tokenizer.json (needs `pip install tokenizers`) to tokenize them, or export "
-            "prompt_token_ids",
-        )
-    tok = _tokenizer(str(opts.tokenizer), str(opts.path))
-    ids: list[int] = tok.encode(text).ids
-    return ids
 
 
 def _token_list(value: Any) -> list[int]:
@@ -220,9 +171,9 @@ def parse(block: Block, opts: ParseOptions) -> Parsed:
             if obj.get("prompt_token_ids") is not None:
                 ids = _token_list(obj["prompt_token_ids"])
             else:
-                text = _text_of(obj)
+                text = prompt_of(obj)
                 if text is not None:
-                    ids = _tokenize(text, opts)
+                    ids = token_ids([text], opts)[0]
         except ValueError as exc:
             rejects.add(line_no, off, f"prompt_token_ids: {exc}")
             continue
@@ -278,7 +229,7 @@ def parse(block: Block, opts: ParseOptions) -> Parsed:
     )
     rows = rows.with_columns(
         pl.col("arrival_time").cast(pl.Datetime("us", "UTC")),
-        _hash_series(hash_values, hash_lens),
+        hash_list_series(hash_values, hash_lens),
     ).select(
         "request_id",
         "arrival_time",
@@ -295,13 +246,3 @@ def parse(block: Block, opts: ParseOptions) -> Parsed:
         "byte_offset",
     )
     return Parsed(rows=rows, rejects=rejects.frame())
-
-
-def _hash_series(values: list[np.ndarray], lens: list[int]) -> pl.Series:
-    """One List(UInt64) series from per-row hash arrays, built without per-row objects."""
-    flat = np.concatenate(values) if values else np.zeros(0, dtype=np.uint64)
-    offsets = np.zeros(len(lens) + 1, dtype=np.int32)
-    np.cumsum(lens, out=offsets[1:])
-    arr = pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat, type=pa.uint64()))
-    series = pl.Series("prefix_hashes", arr)
-    return series.cast(pl.List(pl.UInt64()))
