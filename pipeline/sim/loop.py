@@ -59,7 +59,13 @@ from pipeline.sim.cost_model import (
 from pipeline.sim.kv import blocks_needed, release
 from pipeline.sim.policies import orca, sarathi, sglang, static, tgi, transformers, vllm
 from pipeline.sim.prefix import extend_keys
-from pipeline.sim.routing import PREFIX_AWARE, ROUND_ROBIN, least_outstanding, prefix_aware
+from pipeline.sim.routing import (
+    PREFIX_AWARE,
+    ROUND_ROBIN,
+    least_outstanding,
+    outstanding,
+    prefix_aware,
+)
 from pipeline.sim.state import (
     C_BLOCK_SIZE,
     C_CACHING,
@@ -88,6 +94,9 @@ from pipeline.sim.state import (
     P_LAST_DONE,
     P_LRU_HEAD,
     P_LRU_TAIL,
+    P_PEND_EV0,
+    P_PEND_K,
+    P_PEND_LEFT,
     P_PENDING,
     P_RNG,
     P_ROUTED,
@@ -101,6 +110,8 @@ from pipeline.sim.state import (
     P_WQ_LEN,
     Q_CLOCK,
     Q_LAST_END,
+    Q_PEND_CTX,
+    Q_PEND_LAST,
     Q_RATIO,
     R_CHUNKS,
     R_COMPUTED,
@@ -145,10 +156,12 @@ from pipeline.sim.state import (
     wait_add,
     wq_peek,
 )
+from pipeline.sim.trees import new_trees, set_load, set_wake
 
 G_NEXT = 0  # next request to arrive
 G_ROWS = 1  # timeline rows written
-NG = 2
+G_LAZY = 2  # 1 while replicas are advanced lazily (decode runs past ``until`` are deferred)
+NG = 3
 
 RET_DONE = 0
 RET_FULL = 1  # the timeline arrays are full: grow them and call again
@@ -160,6 +173,8 @@ _SOURCES = (
     "kv.py",
     "loop.py",
     "routing.py",
+    "trees.py",
+    "prefix_index.py",
     "cost_model.py",
     "policies/base.py",
     "policies/static.py",
@@ -416,7 +431,50 @@ def _step(
         and min_left > 1
         and rp[r, P_STABLE] > 0
     ):
-        k = _run_length(cfg, cost, rq, rp, sq, n, r, start, until, d, ctx, min_left)
+        lazy = g[G_LAZY] != 0
+        k = _run_length(cfg, cost, rq, rp, sq, n, r, start, math.inf if lazy else until, d, ctx,
+                        min_left)  # fmt: skip
+        if lazy and k > 1:
+            last = start + decode_run_s(cost, d, ctx, k - 1)  # start of its last step
+            if last >= until:  # it reaches past the arrival: decide it when it is needed
+                if _defer(r, cfg, rq, rp, rpf, run, sq, n, n_ev, ctx, min_left, evicted0, last, k):
+                    return
+                k = _run_length(cfg, cost, rq, rp, sq, n, r, start, until, d, ctx, min_left)
+    _finish(r, k, start, n, n_pre, n_ev, p_tok, p_attn, n_pf, d, ctx, num_waiting, evicted0,
+            cfg, cfgf, cost, rq, rqf, rp, rpf, run, st, stf, g, sq, ev, kc)  # fmt: skip
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _finish(
+    r: int,
+    k: int,
+    start: float,
+    n: int,
+    n_pre: int,
+    n_ev: int,
+    p_tok: float,
+    p_attn: float,
+    n_pf: int,
+    d: int,
+    ctx: float,
+    num_waiting: int,
+    evicted0: int,
+    cfg: npt.NDArray[np.int64],
+    cfgf: npt.NDArray[np.float64],
+    cost: npt.NDArray[np.float64],
+    rq: npt.NDArray[np.int64],
+    rqf: npt.NDArray[np.float64],
+    rp: npt.NDArray[np.int64],
+    rpf: npt.NDArray[np.float64],
+    run: npt.NDArray[np.int64],
+    st: npt.NDArray[np.int64],
+    stf: npt.NDArray[np.float64],
+    g: npt.NDArray[np.int64],
+    sq: npt.NDArray[np.int64],
+    ev: npt.NDArray[np.int64],
+    kc: tuple,  # type: ignore[type-arg]
+) -> None:
+    """The rest of a step ``_step`` decided: repeat it k times, finish requests, write the row."""
     code = cfg[C_POLICY]
     if k == 1:
         duration = step_time(cost, p_tok, p_attn, float(n_pf + d), float(d), ctx)
@@ -501,6 +559,76 @@ def _step(
 
 
 @njit(cache=True, error_model="numpy", inline="always")
+def _defer(
+    r: int,
+    cfg: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int64],
+    rp: npt.NDArray[np.int64],
+    rpf: npt.NDArray[np.float64],
+    run: npt.NDArray[np.int64],
+    sq: npt.NDArray[np.int64],
+    n: int,
+    n_ev: int,
+    ctx: float,
+    left: int,
+    evicted0: int,
+    last: float,
+    k: int,
+) -> bool:
+    """Leave the decode run just decided (its first step done) to ``_resolve``; False if it can't.
+
+    What ``_resolve`` needs is kept in the replica's row: nothing else happens
+    on the replica until then, and the run's requests are its running list.
+    """
+    if n_ev != 0:
+        return False
+    for j in range(n):
+        if sq[j] != run[r, j]:
+            return False
+    if cfg[C_ROUTER] == PREFIX_AWARE and (
+        _extra_blocks(rq, sq, n, k, cfg[C_BLOCK_SIZE]) > rp[r, P_FREE]
+    ):  # its later steps would evict cached units, which the router must see when they do
+        return False
+    rp[r, P_PEND_K] = k
+    rp[r, P_PEND_LEFT] = left
+    rp[r, P_PEND_EV0] = evicted0
+    rpf[r, Q_PEND_CTX] = ctx
+    rpf[r, Q_PEND_LAST] = last
+    return True
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _resolve(
+    r: int,
+    until: float,
+    cfg: npt.NDArray[np.int64],
+    cfgf: npt.NDArray[np.float64],
+    cost: npt.NDArray[np.float64],
+    rq: npt.NDArray[np.int64],
+    rqf: npt.NDArray[np.float64],
+    rp: npt.NDArray[np.int64],
+    rpf: npt.NDArray[np.float64],
+    run: npt.NDArray[np.int64],
+    st: npt.NDArray[np.int64],
+    stf: npt.NDArray[np.float64],
+    g: npt.NDArray[np.int64],
+    sq: npt.NDArray[np.int64],
+    ev: npt.NDArray[np.int64],
+    kc: tuple,  # type: ignore[type-arg]
+) -> None:
+    """Apply replica r's deferred decode run: its steps that start before ``until``."""
+    n = rp[r, P_RUN_N]
+    for j in range(n):
+        sq[j] = run[r, j]
+    start = rpf[r, Q_CLOCK]
+    ctx = rpf[r, Q_PEND_CTX]
+    k = _run_length(cfg, cost, rq, rp, sq, n, r, start, until, n, ctx, rp[r, P_PEND_LEFT])
+    rp[r, P_PEND_K] = 0
+    _finish(r, k, start, n, 0, 0, 0.0, 0.0, 0, n, ctx, rp[r, P_WQ_LEN], rp[r, P_PEND_EV0],
+            cfg, cfgf, cost, rq, rqf, rp, rpf, run, st, stf, g, sq, ev, kc)  # fmt: skip
+
+
+@njit(cache=True, error_model="numpy", inline="always")
 def _advance(
     r: int,
     until: float,
@@ -521,15 +649,50 @@ def _advance(
     ev: npt.NDArray[np.int64],
     kc: tuple,  # type: ignore[type-arg]
 ) -> bool:
-    """Run replica r's steps that start before ``until``; False if the timeline is full."""
+    """Run replica r's steps that start before ``until``; False if the timeline is full.
+
+    Lazily (``g[G_LAZY]``), a decode run that starts before ``until`` but
+    reaches past it is left deferred (``_defer``) and applied once its last
+    step starts before ``until``; otherwise it is cut at ``until``.
+    """
     while True:
         if g[G_ROWS] >= st.shape[0]:
             return False
+        if rp[r, P_PEND_K] > 0:
+            if g[G_LAZY] != 0 and not rpf[r, Q_PEND_LAST] < until:
+                return True
+            _resolve(r, until, cfg, cfgf, cost, rq, rqf, rp, rpf, run, st, stf, g, sq, ev, kc)
+            continue
         s = _next_start(cfg, cfgf, rqf, rp, rpf, wq, r)
         if not s < until:
             return True
         rpf[r, Q_CLOCK] = s
         _step(r, until, cfg, cfgf, cost, rq, rqf, rp, rpf, run, wq, st, stf, g, sq, stt, ev, kc)
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _wake(
+    cfg: npt.NDArray[np.int64],
+    cfgf: npt.NDArray[np.float64],
+    rqf: npt.NDArray[np.float64],
+    rp: npt.NDArray[np.int64],
+    rpf: npt.NDArray[np.float64],
+    wq: npt.NDArray[np.int32],
+    r: int,
+    t: float,
+) -> float:
+    """Replica r (advanced to t) needs the loop again at the first arrival later than this.
+
+    That is when a step of it starts before the arrival (its deferred run's
+    last one, or its next one), or when its latest step's completions stop
+    being outstanding (at their end time: just after the float before it).
+    """
+    if rp[r, P_PEND_K] > 0:
+        return rpf[r, Q_PEND_LAST]
+    w = _next_start(cfg, cfgf, rqf, rp, rpf, wq, r)
+    if rp[r, P_LAST_DONE] > 0 and rpf[r, Q_LAST_END] > t:
+        w = min(w, np.nextafter(rpf[r, Q_LAST_END], -math.inf))
+    return w
 
 
 @njit(cache=True, error_model="numpy")
@@ -550,12 +713,23 @@ def _loop(
     stt: npt.NDArray[np.int64],
     ev: npt.NDArray[np.int64],
     kc: tuple,  # type: ignore[type-arg]
+    trees: tuple,  # type: ignore[type-arg]
     max_arrivals: int,
 ) -> int:
-    """Route arrivals in order and advance replicas between them; resumable."""
+    """Route arrivals in order and advance replicas between them; resumable.
+
+    Round robin needs nothing of the other replicas: only the one the
+    arrival goes to is advanced. The other routers see every replica at the
+    arrival time, but only replicas that need it are touched (the wake tree,
+    ``trees.py``, keeps them by the time they next do), lazily: a decode run
+    that reaches past the arrival is deferred, not cut, so that only the
+    arrivals a replica gets break up its runs. The load tree holds each
+    replica's outstanding requests at the latest arrival.
+    """
     n = rq.shape[0]
     num_replicas = cfg[C_REPLICAS]
     rr = cfg[C_ROUTER] == ROUND_ROBIN or num_replicas == 1
+    wt, wi, lmin, li, lmax = trees
     arrived = 0
     while True:
         k = g[G_NEXT]
@@ -565,25 +739,42 @@ def _loop(
             return RET_YIELD
         else:
             until = rqf[k, F_ARRIVAL]
-        first = 0
-        last = num_replicas
-        if k < n and rr:  # round robin: only the replica it goes to matters now
-            first = k % num_replicas
-            last = first + 1
-        for q in range(first, last):
-            ok = _advance(q, until, cfg, cfgf, cost, rq, rqf, rp, rpf, run, wq, st, stf, g, sq,
-                          stt, ev, kc)  # fmt: skip
-            if not ok:
-                return RET_FULL
-        if k >= n:
-            return RET_DONE
         t = until
-        if rr:
+        if k >= n or rr:
+            first = 0
+            last = num_replicas
+            if k < n:  # round robin: only the replica it goes to matters now
+                first = k % num_replicas
+                last = first + 1
+            for q in range(first, last):
+                ok = _advance(q, until, cfg, cfgf, cost, rq, rqf, rp, rpf, run, wq, st, stf, g,
+                              sq, stt, ev, kc)  # fmt: skip
+                if not ok:
+                    return RET_FULL
+            if k >= n:
+                return RET_DONE
             r = first
-        elif cfg[C_ROUTER] == PREFIX_AWARE:
-            r = prefix_aware(cfg, cfgf, rq, rp, rpf, k, t, kc)
         else:
-            r = least_outstanding(rp, rpf, t)
+            g[G_LAZY] = 1
+            while wt[1] < t:  # a replica with a step (or completions) before the arrival
+                q = wi[1]
+                ok = _advance(q, t, cfg, cfgf, cost, rq, rqf, rp, rpf, run, wq, st, stf, g, sq,
+                              stt, ev, kc)  # fmt: skip
+                if not ok:
+                    g[G_LAZY] = 0
+                    return RET_FULL
+                set_wake(wt, wi, q, _wake(cfg, cfgf, rqf, rp, rpf, wq, q, t))
+                set_load(lmin, li, lmax, q, outstanding(rp, rpf, q, t))
+            g[G_LAZY] = 0
+            if cfg[C_ROUTER] == PREFIX_AWARE:
+                r = prefix_aware(cfg, cfgf, rq, k, kc, lmin, li, lmax)
+            else:
+                r = least_outstanding(lmin, li)
+            if rp[r, P_PEND_K] > 0:  # its deferred run stops before the arrival
+                ok = _advance(r, t, cfg, cfgf, cost, rq, rqf, rp, rpf, run, wq, st, stf, g, sq,
+                              stt, ev, kc)  # fmt: skip
+                if not ok:
+                    return RET_FULL
         rq[k, R_QDEPTH] = rp[r, P_WQ_LEN]
         rq[k, R_REPLICA] = r
         rq[k, R_STATUS] = ST_WAITING
@@ -591,6 +782,9 @@ def _loop(
         rp[r, P_ROUTED] += 1
         if rp[r, P_RUN_N] == 0 and rpf[r, Q_CLOCK] < t:
             rpf[r, Q_CLOCK] = t
+        if not rr:
+            set_wake(wt, wi, r, _wake(cfg, cfgf, rqf, rp, rpf, wq, r, t))
+            set_load(lmin, li, lmax, r, outstanding(rp, rpf, r, t))
         g[G_NEXT] = k + 1
         arrived += 1
 
@@ -667,7 +861,11 @@ def simulate(
     rq[:, R_UNIT_TOK] = pk.unit_tokens
     rq[:, R_UNIT_BLK] = pk.unit_tokens // bs
     warmup = inp.warmup if caching and inp.warmup is not None else PrefixKeys.empty(0)
-    kc = empty_caches(num_replicas, _num_slots(num_blocks, [pk, warmup], bs), pk.keys)
+    slots = _num_slots(num_blocks, [pk, warmup], bs)
+    index = 0  # the prefix_aware router's index of which replicas hold each unit
+    if eng.get(C_ROUTER) == PREFIX_AWARE and num_replicas > 1:
+        index = min(num_replicas * slots, len(pk.keys) + len(warmup.keys))
+    kc = empty_caches(num_replicas, slots, pk.keys, index=index)
     rqf = np.full((n, NRQF), np.nan)
     rqf[:, F_ARRIVAL] = inp.arrival_s
     rp = np.zeros((num_replicas, NRP), dtype=np.int64)
@@ -690,13 +888,14 @@ def simulate(
     st = np.zeros((rows, NST), dtype=np.int64)
     stf = np.zeros((rows, NSTF))
     g = np.zeros(NG, dtype=np.int64)
+    trees = new_trees(num_replicas)
     sq = np.zeros(max_seqs + 1, dtype=np.int64)
     stt = np.zeros(max_seqs + 1, dtype=np.int64)
     ev = np.zeros(max_seqs + 1, dtype=np.int64)
     while True:
         ret = _loop(
             eng.cfg, eng.cfgf, eng.cost, rq, rqf, rp, rpf, run, wq, st, stf, g, sq, stt, ev, kc,
-            chunk,
+            trees, chunk,
         )  # fmt: skip
         if ret == RET_FULL:
             st = np.concatenate([st, np.zeros_like(st)])

@@ -1,0 +1,163 @@
+"""Router speed: round_robin, least_outstanding and prefix_aware at 1, 4, 16 and 64 replicas.
+
+Workload: 1M requests with the Azure conversation trace's lengths (drawn with
+replacement, seed 1) and Poisson arrivals at 16.8 req/s per replica (75% of
+what one Llama-3-8B/H100 replica of the ``vllm`` scenario sustains, see the
+Simulator section of RESULTS.md), so each replica sees the same load at every
+replica count. Scenario ``vllm`` with chunked prefill, every step recorded
+(runs of identical decode steps as one row).
+
+Two families:
+- caching off: round_robin and least_outstanding (the issue's measurement);
+- caching on, with synthetic prefix keys (256-token units; each request's
+  first 1 to 3 units shared with its group, one of 2,000 groups drawn with a
+  skew, the rest its own): all three routers, prefix_aware needing the cache.
+
+Figures: simulated requests per second of ``loop.simulate`` alone (median of
+``--repeats`` runs in one fresh process per configuration, after a warm-up
+that loads the compiled loop), timeline rows, steps, and the ratio to
+round_robin at the same replica count (the target: >= 0.5 at 64 replicas).
+
+Run from the repository root:
+
+    .venv/bin/python bench/router_speed.py            # 1M requests, writes bench/RESULTS.md
+    .venv/bin/python bench/router_speed.py --quick    # 100k, 1 run each; prints only
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+from _measure import child, record  # noqa: E402
+
+OUT = ROOT / "bench" / "out" / "routers"
+AZURE = ROOT.parent / "shared" / "traces_raw" / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv"
+RATE_PER_REPLICA = 16.8
+UNIT = 256
+GROUPS = 2000
+REPLICAS = (1, 4, 16, 64)
+
+RUN = """
+import numpy as np
+from pipeline.sim.loop import simulate
+from pipeline.sim.scenario import build_scenario
+from pipeline.sim.state import PrefixKeys, SimInput
+d = np.load({data!r})
+n = {n}
+values = {{"policy": "vllm", "enable_chunked_prefill": True, "max_model_len": 16384,
+          "replicas": {replicas}, "router": {router!r}, "enable_prefix_caching": {caching}}}
+sc = build_scenario(values)
+prefix = None
+if {caching}:
+    off = d["offsets"][: n + 1]
+    prefix = PrefixKeys(off, d["keys"][: off[-1]], d["unit_tokens"][:n])
+arrival = np.cumsum(d["gaps"][:n]) / ({rate} * {replicas})
+inp = SimInput(arrival, d["prompt"][:n], d["output"][:n], prefix=prefix)
+tiny = SimInput(np.zeros(2), np.array([300, 300]), np.array([3, 3]),
+                prefix=None if prefix is None else prefix.slice(0, 2))
+simulate(tiny, sc.engine())
+times = []
+for _ in range({repeats}):
+    t = time.perf_counter()
+    res = simulate(inp, sc.engine())
+    times.append(time.perf_counter() - t)
+loop_s = sorted(times)[len(times) // 2]
+out = {{"loop_s": loop_s, "requests_per_s": n / loop_s, "rows": len(res.st),
+        "steps": res.num_steps}}
+"""
+
+
+def make_data(n: int) -> Path:
+    """Lengths, unit-rate gaps and prefix keys of n requests, saved once."""
+    import numpy as np
+    import polars as pl
+
+    path = OUT / f"requests_{n}.npz"
+    if path.exists():
+        return path
+    OUT.mkdir(parents=True, exist_ok=True)
+    df = pl.read_csv(AZURE)
+    rng = np.random.default_rng(1)
+    idx = rng.integers(0, len(df), n)
+    prompt = df["ContextTokens"].to_numpy()[idx].astype(np.int64)
+    output = df["GeneratedTokens"].to_numpy()[idx].astype(np.int64)
+    gaps = rng.exponential(1.0, n)
+    units = prompt // UNIT
+    group = (GROUPS * rng.random(n) ** 2).astype(np.int64)  # skewed: low groups are popular
+    shared = np.minimum(units, 1 + group % 3)
+    offsets = np.concatenate([[0], np.cumsum(units)]).astype(np.int64)
+    owner = np.repeat(np.arange(n), units)
+    j = np.arange(int(offsets[-1])) - offsets[:-1][owner]  # unit index within its request
+    base = np.where(j < shared[owner], group[owner], GROUPS + owner).astype(np.uint64)
+    with np.errstate(over="ignore"):  # splitmix64 of (source, unit): wraps by design
+        x = base * np.uint64(1 << 20) + j.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        keys = x ^ (x >> np.uint64(31))
+    unit_tokens = np.where(units > 0, UNIT, 0).astype(np.int64)
+    np.savez(path, prompt=prompt, output=output, gaps=gaps, offsets=offsets, keys=keys,
+             unit_tokens=unit_tokens)  # fmt: skip
+    return path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="100k requests, 1 run; print only")
+    parser.add_argument("--repeats", type=int, default=3, help="timed runs per configuration")
+    args = parser.parse_args()
+    sys.path.insert(0, str(ROOT))
+    n = 100_000 if args.quick else 1_000_000
+    repeats = 1 if args.quick else args.repeats
+    data = make_data(1_000_000)
+    configs = [(False, r) for r in ("round_robin", "least_outstanding")]
+    configs += [(True, r) for r in ("round_robin", "least_outstanding", "prefix_aware")]
+    results: dict[tuple[bool, str, int], dict[str, float]] = {}
+    # replica counts outermost: a router's figure and its baseline come from the same minutes
+    for replicas in REPLICAS:
+        for caching, router in configs:
+            code = RUN.format(data=str(data), n=n, replicas=replicas, router=router,
+                              caching=caching, rate=RATE_PER_REPLICA, repeats=repeats)  # fmt: skip
+            m = child(code, repeats=1)
+            results[(caching, router, replicas)] = m
+            rr = results[(caching, "round_robin", replicas)]["requests_per_s"]
+            print(
+                f"cache {'on ' if caching else 'off'} {router:18s} x{replicas:<3d}"
+                f" {m['requests_per_s']:>10,.0f} req/s  loop {m['loop_s']:6.2f} s"
+                f"  rows {m['rows']:>11,.0f}  steps {m['steps']:>11,.0f}"
+                f"  vs round_robin {m['requests_per_s'] / rr:.2f}x",
+                flush=True,
+            )
+    lines = [
+        "| prefix cache | router | replicas | req/s | loop s | timeline rows | steps "
+        "| / round_robin |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for caching, router in configs:
+        for replicas in REPLICAS:
+            m = results[(caching, router, replicas)]
+            rr = results[(caching, "round_robin", replicas)]["requests_per_s"]
+            lines.append(
+                f"| {'on' if caching else 'off'} | {router} | {replicas} "
+                f"| {m['requests_per_s']:,.0f} | {m['loop_s']:.2f} | {m['rows']:,.0f} "
+                f"| {m['steps']:,.0f} | {m['requests_per_s'] / rr:.2f}x |"
+            )
+    table = "\n".join(lines)
+    print(table)
+    if args.quick:
+        return
+    head = (
+        f"{n:,} requests (Azure conversation lengths), Poisson arrivals at "
+        f"{RATE_PER_REPLICA} req/s per replica; `vllm` with chunked prefill on Llama-3-8B/H100 "
+        f"replicas. Loop only (`loop.simulate`), median of {repeats} runs in one fresh process "
+        "per row; round_robin at the same replica count measured in the same run, just before.\n"
+    )
+    record("Routers", ".venv/bin/python bench/router_speed.py", head + "\n" + table + "\n")
+
+
+if __name__ == "__main__":
+    main()
