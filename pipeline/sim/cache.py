@@ -77,7 +77,8 @@ def empty_caches(
 ]:
     """``kc`` for ``num_replicas`` empty caches of ``num_slots`` units each.
 
-    ``index``: (key, replica) pairs the replica index must hold at once (0: no index).
+    ``index``: most distinct keys cached at once over all replicas, for the
+    index of which replicas hold each key (0: no index).
     The caller links the free-slot lists (``init_replica``) and sets the
     replica fields.
     """

@@ -20,13 +20,20 @@ lasts ``cost_model.step_time(P, A, N, D, C)`` where, over the scheduled requests
 The reference loop (``reference.py``) uses the same definitions.
 
 A request that arrives at time ``a`` can be scheduled by a step that starts at
-``s >= a``. Each replica is simulated up to an arrival (every step starting
-before it) before the request is routed.
+``s >= a``. The router sees each replica as simulated up to an arrival (every
+step starting before it). Round robin needs no replica but the one the request
+goes to; for the other routers ``_loop`` touches only the replicas with a step
+or a completion before the arrival, and advances them lazily: a decode run
+that reaches past the arrival is deferred (``_defer``) and applied later
+(``_resolve``), whole once its last step starts before some arrival, or cut at
+an arrival routed to its replica. Until then the replica's outstanding
+requests are known without it (no request finishes inside a run), so other
+replicas' arrivals never cut a replica's runs.
 
 Skipping. When a step is a pure decode step of every running request, with no
 admission and no preemption, the following steps are identical until an
-event: an arrival (the run stops before a step that starts at or after the
-next arrival), a completion (the run ends with the step that finishes the
+event: an arrival to its replica (the run stops before a step that starts at
+or after it), a completion (the run ends with the step that finishes the
 first request), or a KV block boundary that cannot be served (the run stops
 before the step whose allocations would not fit). Whatever blocked admission
 in the first step still blocks it (free blocks only shrink and the batch does
@@ -96,7 +103,6 @@ from pipeline.sim.state import (
     P_LRU_TAIL,
     P_PEND_EV0,
     P_PEND_K,
-    P_PEND_LEFT,
     P_PENDING,
     P_RNG,
     P_ROUTED,
@@ -277,6 +283,28 @@ def _extra_blocks(
 
 
 @njit(cache=True, error_model="numpy", inline="always")
+def _steps_before(
+    cost: npt.NDArray[np.float64], start: float, until: float, d: float, ctx: float, k_max: int
+) -> int:
+    """Steps of a decode run (at most k_max, at least 1) that start before ``until``."""
+    # step j (0-based) starts at start + decode_run_s(j) and must start before until
+    if until < math.inf and start + decode_run_s(cost, d, ctx, k_max - 1) >= until:
+        lo = 1
+        hi = k_max
+        first = decode_run_s(cost, d, ctx, 1)  # steps only get longer (the context grows)
+        if first > 0 and (until - start) / first + 2 < hi:
+            hi = int((until - start) / first) + 2
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if start + decode_run_s(cost, d, ctx, mid - 1) < until:
+                lo = mid
+            else:
+                hi = mid
+        return lo
+    return k_max
+
+
+@njit(cache=True, error_model="numpy", inline="always")
 def _run_length(
     cfg: npt.NDArray[np.int64],
     cost: npt.NDArray[np.float64],
@@ -291,21 +319,13 @@ def _run_length(
     ctx: float,
     k_max: int,
 ) -> int:
-    """Steps the current pure-decode step can be repeated unchanged (>= 1)."""
-    # arrivals: step j (0-based) starts at start + decode_run_s(j) and must start before until
-    if until < math.inf and start + decode_run_s(cost, d, ctx, k_max - 1) >= until:
-        lo = 1
-        hi = k_max
-        first = decode_run_s(cost, d, ctx, 1)  # steps only get longer (the context grows)
-        if first > 0 and (until - start) / first + 2 < hi:
-            hi = int((until - start) / first) + 2
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if start + decode_run_s(cost, d, ctx, mid - 1) < until:
-                lo = mid
-            else:
-                hi = mid
-        k_max = lo
+    """Steps the current pure-decode step can be repeated unchanged (>= 1).
+
+    The limits (arrival, completion, KV blocks) are independent and each
+    allows a prefix of the steps, so the run with a later ``until`` cut at
+    ``until`` is this run: ``_steps_before`` of it.
+    """
+    k_max = _steps_before(cost, start, until, d, ctx, k_max)  # the next arrival
     if k_max <= 1:
         return 1
     code = cfg[C_POLICY]
@@ -437,9 +457,9 @@ def _step(
         if lazy and k > 1:
             last = start + decode_run_s(cost, d, ctx, k - 1)  # start of its last step
             if last >= until:  # it reaches past the arrival: decide it when it is needed
-                if _defer(r, cfg, rq, rp, rpf, run, sq, n, n_ev, ctx, min_left, evicted0, last, k):
+                if _defer(r, cfg, rq, rp, rpf, run, sq, n, n_ev, ctx, evicted0, last, k):
                     return
-                k = _run_length(cfg, cost, rq, rp, sq, n, r, start, until, d, ctx, min_left)
+                k = _steps_before(cost, start, until, d, ctx, k)
     _finish(r, k, start, n, n_pre, n_ev, p_tok, p_attn, n_pf, d, ctx, num_waiting, evicted0,
             cfg, cfgf, cost, rq, rqf, rp, rpf, run, st, stf, g, sq, ev, kc)  # fmt: skip
 
@@ -570,7 +590,6 @@ def _defer(
     n: int,
     n_ev: int,
     ctx: float,
-    left: int,
     evicted0: int,
     last: float,
     k: int,
@@ -590,7 +609,6 @@ def _defer(
     ):  # its later steps would evict cached units, which the router must see when they do
         return False
     rp[r, P_PEND_K] = k
-    rp[r, P_PEND_LEFT] = left
     rp[r, P_PEND_EV0] = evicted0
     rpf[r, Q_PEND_CTX] = ctx
     rpf[r, Q_PEND_LAST] = last
@@ -622,7 +640,7 @@ def _resolve(
         sq[j] = run[r, j]
     start = rpf[r, Q_CLOCK]
     ctx = rpf[r, Q_PEND_CTX]
-    k = _run_length(cfg, cost, rq, rp, sq, n, r, start, until, n, ctx, rp[r, P_PEND_LEFT])
+    k = _steps_before(cost, start, until, n, ctx, rp[r, P_PEND_K])
     rp[r, P_PEND_K] = 0
     _finish(r, k, start, n, 0, 0, 0.0, 0.0, 0, n, ctx, rp[r, P_WQ_LEN], rp[r, P_PEND_EV0],
             cfg, cfgf, cost, rq, rqf, rp, rpf, run, st, stf, g, sq, ev, kc)  # fmt: skip
@@ -740,41 +758,42 @@ def _loop(
         else:
             until = rqf[k, F_ARRIVAL]
         t = until
-        if k >= n or rr:
-            first = 0
-            last = num_replicas
-            if k < n:  # round robin: only the replica it goes to matters now
-                first = k % num_replicas
-                last = first + 1
-            for q in range(first, last):
-                ok = _advance(q, until, cfg, cfgf, cost, rq, rqf, rp, rpf, run, wq, st, stf, g,
-                              sq, stt, ev, kc)  # fmt: skip
-                if not ok:
-                    return RET_FULL
-            if k >= n:
-                return RET_DONE
-            r = first
-        else:
-            g[G_LAZY] = 1
-            while wt[1] < t:  # a replica with a step (or completions) before the arrival
+        lazy = k < n and not rr
+        q = 0  # advance replicas q..last-1, or (lazily) those the wake tree says need it
+        last = num_replicas
+        if k < n and rr:  # round robin: only the replica it goes to matters now
+            q = k % num_replicas
+            last = q + 1
+        r = q
+        while True:
+            if lazy:
+                if not wt[1] < t:  # no replica has a step (or completions) before the arrival
+                    break
                 q = wi[1]
-                ok = _advance(q, t, cfg, cfgf, cost, rq, rqf, rp, rpf, run, wq, st, stf, g, sq,
-                              stt, ev, kc)  # fmt: skip
-                if not ok:
-                    g[G_LAZY] = 0
-                    return RET_FULL
+            elif q >= last:
+                break
+            g[G_LAZY] = 1 if lazy else 0
+            ok = _advance(q, until, cfg, cfgf, cost, rq, rqf, rp, rpf, run, wq, st, stf, g, sq,
+                          stt, ev, kc)  # fmt: skip
+            g[G_LAZY] = 0
+            if not ok:
+                return RET_FULL
+            if lazy:
                 set_wake(wt, wi, q, _wake(cfg, cfgf, rqf, rp, rpf, wq, q, t))
                 set_load(lmin, li, lmax, q, outstanding(rp, rpf, q, t))
-            g[G_LAZY] = 0
+            else:
+                q += 1
+        if k >= n:
+            return RET_DONE
+        if lazy:
             if cfg[C_ROUTER] == PREFIX_AWARE:
                 r = prefix_aware(cfg, cfgf, rq, k, kc, lmin, li, lmax)
             else:
                 r = least_outstanding(lmin, li)
             if rp[r, P_PEND_K] > 0:  # its deferred run stops before the arrival
-                ok = _advance(r, t, cfg, cfgf, cost, rq, rqf, rp, rpf, run, wq, st, stf, g, sq,
-                              stt, ev, kc)  # fmt: skip
-                if not ok:
+                if g[G_ROWS] >= st.shape[0]:
                     return RET_FULL
+                _resolve(r, t, cfg, cfgf, cost, rq, rqf, rp, rpf, run, st, stf, g, sq, ev, kc)
         rq[k, R_QDEPTH] = rp[r, P_WQ_LEN]
         rq[k, R_REPLICA] = r
         rq[k, R_STATUS] = ST_WAITING
@@ -782,7 +801,7 @@ def _loop(
         rp[r, P_ROUTED] += 1
         if rp[r, P_RUN_N] == 0 and rpf[r, Q_CLOCK] < t:
             rpf[r, Q_CLOCK] = t
-        if not rr:
+        if lazy:
             set_wake(wt, wi, r, _wake(cfg, cfgf, rqf, rp, rpf, wq, r, t))
             set_load(lmin, li, lmax, r, outstanding(rp, rpf, r, t))
         g[G_NEXT] = k + 1

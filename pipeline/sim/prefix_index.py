@@ -25,7 +25,7 @@ PrefixIndex = tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint64], npt.NDArray[
 
 
 def new_index(num_replicas: int, max_entries: int) -> PrefixIndex:
-    """An empty index for up to ``max_entries`` (key, replica) pairs cached at once."""
+    """An empty index for up to ``max_entries`` distinct keys cached at once."""
     words = max(1, -(-num_replicas // 64))
     size = 0 if max_entries <= 0 else 1 << max(4, (2 * max_entries - 1).bit_length())
     gk = np.zeros(size, dtype=np.uint64)

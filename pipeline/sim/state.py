@@ -96,9 +96,8 @@ P_RNG = 20  # state of the replica's random generator (splitmix64)
 P_STEP_QUERY = 21  # prefix-lookup tokens of the step being decided
 P_STEP_HIT = 22  # of which found in the cache
 P_PEND_K = 23  # a deferred decode run (loop.py, lazy advance): its steps if uncut (0: none)
-P_PEND_LEFT = 24  # ... the fewest tokens any of its requests has left to generate
-P_PEND_EV0 = 25  # ... P_EVICTED before its first step
-NRP = 26
+P_PEND_EV0 = 24  # ... P_EVICTED before its first step
+NRP = 25
 
 Q_CLOCK = 0  # earliest start of its next step (end of the previous one, or an arrival)
 Q_LAST_END = 1  # end of its latest step
