@@ -13,15 +13,17 @@ Two families:
   first 1 to 3 units shared with its group, one of 2,000 groups drawn with a
   skew, the rest its own): all three routers, prefix_aware needing the cache.
 
-Figures: simulated requests per second of ``loop.simulate`` alone (median of
-``--repeats`` runs in one fresh process per configuration, after a warm-up
-that loads the compiled loop), timeline rows, steps, and the ratio to
-round_robin at the same replica count (the target: >= 0.5 at 64 replicas).
+Figures: simulated requests per second of ``loop.simulate`` alone (one fresh
+process per family and replica count, a warm-up that loads the compiled loop,
+then the routers' runs interleaved; medians of ``--repeats`` rounds, of
+``--cached-repeats`` with caching, whose runs take a minute each), timeline
+rows, steps, and the ratio to round_robin at the same replica count (the
+target: >= 0.5 at 64 replicas).
 
 Run from the repository root:
 
     .venv/bin/python bench/router_speed.py            # 1M requests, writes bench/RESULTS.md
-    .venv/bin/python bench/router_speed.py --quick    # 100k, 1 run each; prints only
+    .venv/bin/python bench/router_speed.py --quick    # 100k, 1 round; prints only
 """
 
 from __future__ import annotations
@@ -49,9 +51,10 @@ from pipeline.sim.scenario import build_scenario
 from pipeline.sim.state import PrefixKeys, SimInput
 d = np.load({data!r})
 n = {n}
-values = {{"policy": "vllm", "enable_chunked_prefill": True, "max_model_len": 16384,
-          "replicas": {replicas}, "router": {router!r}, "enable_prefix_caching": {caching}}}
-sc = build_scenario(values)
+routers = {routers!r}
+scenarios = [build_scenario({{"policy": "vllm", "enable_chunked_prefill": True,
+                              "max_model_len": 16384, "replicas": {replicas}, "router": name,
+                              "enable_prefix_caching": {caching}}}) for name in routers]
 prefix = None
 if {caching}:
     off = d["offsets"][: n + 1]
@@ -60,15 +63,21 @@ arrival = np.cumsum(d["gaps"][:n]) / ({rate} * {replicas})
 inp = SimInput(arrival, d["prompt"][:n], d["output"][:n], prefix=prefix)
 tiny = SimInput(np.zeros(2), np.array([300, 300]), np.array([3, 3]),
                 prefix=None if prefix is None else prefix.slice(0, 2))
-simulate(tiny, sc.engine())
-times = []
-for _ in range({repeats}):
-    t = time.perf_counter()
-    res = simulate(inp, sc.engine())
-    times.append(time.perf_counter() - t)
-loop_s = sorted(times)[len(times) // 2]
-out = {{"loop_s": loop_s, "requests_per_s": n / loop_s, "rows": len(res.st),
-        "steps": res.num_steps}}
+simulate(tiny, scenarios[-1].engine())
+times = {{name: [] for name in routers}}
+out = {{}}
+for _ in range({repeats}):  # interleaved: each router's runs and its baseline's share the minutes
+    for name, sc in zip(routers, scenarios):
+        t = time.perf_counter()
+        res = simulate(inp, sc.engine())
+        times[name].append(time.perf_counter() - t)
+        out[name + ".rows"] = len(res.st)
+        out[name + ".steps"] = res.num_steps
+        del res
+for name in routers:
+    loop_s = sorted(times[name])[len(times[name]) // 2]
+    out[name + ".loop_s"] = loop_s
+    out[name + ".requests_per_s"] = n / loop_s
 """
 
 
@@ -108,37 +117,46 @@ def make_data(n: int) -> Path:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="100k requests, 1 run; print only")
-    parser.add_argument("--repeats", type=int, default=3, help="timed runs per configuration")
+    parser.add_argument("--repeats", type=int, default=3, help="timed runs, caching off")
+    parser.add_argument("--cached-repeats", type=int, default=1, help="timed runs, caching on")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     n = 100_000 if args.quick else 1_000_000
     repeats = 1 if args.quick else args.repeats
+    cached_repeats = 1 if args.quick else args.cached_repeats
     data = make_data(1_000_000)
-    configs = [(False, r) for r in ("round_robin", "least_outstanding")]
-    configs += [(True, r) for r in ("round_robin", "least_outstanding", "prefix_aware")]
+    families = {
+        False: ("round_robin", "least_outstanding"),
+        True: ("round_robin", "least_outstanding", "prefix_aware"),
+    }
     results: dict[tuple[bool, str, int], dict[str, float]] = {}
-    # replica counts outermost: a router's figure and its baseline come from the same minutes
     for replicas in REPLICAS:
-        for caching, router in configs:
-            code = RUN.format(data=str(data), n=n, replicas=replicas, router=router,
-                              caching=caching, rate=RATE_PER_REPLICA, repeats=repeats)  # fmt: skip
+        for caching, routers in families.items():
+            reps = repeats if not caching else cached_repeats
+            code = RUN.format(data=str(data), n=n, replicas=replicas, routers=routers,
+                              caching=caching, rate=RATE_PER_REPLICA, repeats=reps)  # fmt: skip
             m = child(code, repeats=1)
-            results[(caching, router, replicas)] = m
-            rr = results[(caching, "round_robin", replicas)]["requests_per_s"]
-            print(
-                f"cache {'on ' if caching else 'off'} {router:18s} x{replicas:<3d}"
-                f" {m['requests_per_s']:>10,.0f} req/s  loop {m['loop_s']:6.2f} s"
-                f"  rows {m['rows']:>11,.0f}  steps {m['steps']:>11,.0f}"
-                f"  vs round_robin {m['requests_per_s'] / rr:.2f}x",
-                flush=True,
-            )
+            for router in routers:
+                results[(caching, router, replicas)] = {
+                    k.split(".", 1)[1]: v for k, v in m.items() if k.startswith(router + ".")
+                }
+                r = results[(caching, router, replicas)]
+                rr = results[(caching, "round_robin", replicas)]["requests_per_s"]
+                print(
+                    f"cache {'on ' if caching else 'off'} {router:18s} x{replicas:<3d}"
+                    f" {r['requests_per_s']:>10,.0f} req/s  loop {r['loop_s']:6.2f} s"
+                    f"  rows {r['rows']:>11,.0f}  steps {r['steps']:>11,.0f}"
+                    f"  vs round_robin {r['requests_per_s'] / rr:.2f}x",
+                    flush=True,
+                )
+            print(f"  peak RSS {m['peak_rss_mb']:,.0f} MB", flush=True)
     lines = [
         "| prefix cache | router | replicas | req/s | loop s | timeline rows | steps "
         "| / round_robin |",
         "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
-    for caching, router in configs:
-        for replicas in REPLICAS:
+    for caching, routers in families.items():
+        for router, replicas in [(x, y) for x in routers for y in REPLICAS]:
             m = results[(caching, router, replicas)]
             rr = results[(caching, "round_robin", replicas)]["requests_per_s"]
             lines.append(
@@ -153,8 +171,10 @@ def main() -> None:
     head = (
         f"{n:,} requests (Azure conversation lengths), Poisson arrivals at "
         f"{RATE_PER_REPLICA} req/s per replica; `vllm` with chunked prefill on Llama-3-8B/H100 "
-        f"replicas. Loop only (`loop.simulate`), median of {repeats} runs in one fresh process "
-        "per row; round_robin at the same replica count measured in the same run, just before.\n"
+        "replicas; with caching, synthetic prefix keys (256-token units, the first 1-3 shared "
+        "within one of 2,000 skewed groups). Loop only (`loop.simulate`); one fresh process per "
+        "replica count and family, the routers' runs interleaved with round_robin's in it; "
+        f"medians of {repeats} runs (caching off) and {cached_repeats} (caching on).\n"
     )
     record("Routers", ".venv/bin/python bench/router_speed.py", head + "\n" + table + "\n")
 
