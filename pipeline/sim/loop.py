@@ -66,9 +66,11 @@ from pipeline.sim.cost_model import (
 from pipeline.sim.kv import blocks_needed, release
 from pipeline.sim.policies import orca, sarathi, sglang, static, tgi, transformers, vllm
 from pipeline.sim.prefix import extend_keys
+from pipeline.sim.prefix_index import find_key
 from pipeline.sim.routing import (
     PREFIX_AWARE,
     ROUND_ROBIN,
+    imbalanced,
     least_outstanding,
     outstanding,
     prefix_aware,
@@ -102,6 +104,7 @@ from pipeline.sim.state import (
     P_LRU_HEAD,
     P_LRU_TAIL,
     P_PEND_EV0,
+    P_PEND_EVICTS,
     P_PEND_K,
     P_PENDING,
     P_RNG,
@@ -604,10 +607,11 @@ def _defer(
     for j in range(n):
         if sq[j] != run[r, j]:
             return False
+    rp[r, P_PEND_EVICTS] = 0
     if cfg[C_ROUTER] == PREFIX_AWARE and (
         _extra_blocks(rq, sq, n, k, cfg[C_BLOCK_SIZE]) > rp[r, P_FREE]
-    ):  # its later steps would evict cached units, which the router must see when they do
-        return False
+    ):  # its later steps evict cached units: the router must see them (_settle_holders)
+        rp[r, P_PEND_EVICTS] = 1
     rp[r, P_PEND_K] = k
     rp[r, P_PEND_EV0] = evicted0
     rpf[r, Q_PEND_CTX] = ctx
@@ -686,6 +690,55 @@ def _advance(
             return True
         rpf[r, Q_CLOCK] = s
         _step(r, until, cfg, cfgf, cost, rq, rqf, rp, rpf, run, wq, st, stf, g, sq, stt, ev, kc)
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _settle_holders(
+    i: int,
+    t: float,
+    cfg: npt.NDArray[np.int64],
+    cfgf: npt.NDArray[np.float64],
+    cost: npt.NDArray[np.float64],
+    rq: npt.NDArray[np.int64],
+    rqf: npt.NDArray[np.float64],
+    rp: npt.NDArray[np.int64],
+    rpf: npt.NDArray[np.float64],
+    run: npt.NDArray[np.int64],
+    wq: npt.NDArray[np.int32],
+    st: npt.NDArray[np.int64],
+    stf: npt.NDArray[np.float64],
+    g: npt.NDArray[np.int64],
+    sq: npt.NDArray[np.int64],
+    ev: npt.NDArray[np.int64],
+    kc: tuple,  # type: ignore[type-arg]
+    wt: npt.NDArray[np.float64],
+    wi: npt.NDArray[np.int64],
+) -> bool:
+    """Before prefix_aware looks up request i: cut at t the deferred runs that evict.
+
+    Only replicas caching the request's first unit can hold a prefix of it,
+    so only their runs matter; a cut run's steps are those before t, as the
+    router must see them. False if the timeline is full.
+    """
+    if rq[i, R_UNIT_TOK] == 0 or rq[i, R_NUNITS] == 0:
+        return True
+    e = find_key(kc[5], kc[7], kc[3][rq[i, R_HOFF]])
+    if e < 0:
+        return True
+    held = kc[6][e].copy()  # evictions below may move entries of the index
+    for w in range(held.shape[0]):
+        m = held[w]
+        b = 0
+        while m:
+            q = 64 * w + b
+            if m & np.uint64(1) and rp[q, P_PEND_K] > 0 and rp[q, P_PEND_EVICTS] != 0:
+                if g[G_ROWS] >= st.shape[0]:
+                    return False
+                _resolve(q, t, cfg, cfgf, cost, rq, rqf, rp, rpf, run, st, stf, g, sq, ev, kc)
+                set_wake(wt, wi, q, _wake(cfg, cfgf, rqf, rp, rpf, wq, q, t))
+            m >>= np.uint64(1)
+            b += 1
+    return True
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -787,6 +840,11 @@ def _loop(
             return RET_DONE
         if lazy:
             if cfg[C_ROUTER] == PREFIX_AWARE:
+                if not imbalanced(cfg, cfgf, lmin, lmax) and not _settle_holders(
+                    k, t, cfg, cfgf, cost, rq, rqf, rp, rpf, run, wq, st, stf, g, sq, ev, kc,
+                    wt, wi,
+                ):  # fmt: skip
+                    return RET_FULL
                 r = prefix_aware(cfg, cfgf, rq, k, kc, lmin, li, lmax)
             else:
                 r = least_outstanding(lmin, li)

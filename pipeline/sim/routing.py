@@ -78,6 +78,19 @@ def least_outstanding(lmin: npt.NDArray[np.int64], li: npt.NDArray[np.int64]) ->
     return int(li[1])
 
 
+@njit(cache=True, error_model="numpy", inline="always")
+def imbalanced(
+    cfg: npt.NDArray[np.int64],
+    cfgf: npt.NDArray[np.float64],
+    lmin: npt.NDArray[np.int64],
+    lmax: npt.NDArray[np.int64],
+) -> bool:
+    """prefix_aware's test: the load gap and ratio both over their thresholds."""
+    lo_n = lmin[1]
+    hi = lmax[1]
+    return bool(hi - lo_n > cfg[C_BAL_ABS] and hi > cfgf[CF_BAL_REL] * lo_n)
+
+
 @njit(cache=True, error_model="numpy")
 def prefix_aware(
     cfg: npt.NDArray[np.int64],
@@ -99,9 +112,7 @@ def prefix_aware(
     unit matched plus one per replica in that set, not one lookup per replica.
     """
     lo = int(li[1])
-    lo_n = lmin[1]
-    hi = lmax[1]
-    if hi - lo_n > cfg[C_BAL_ABS] and hi > cfgf[CF_BAL_REL] * lo_n:
+    if imbalanced(cfg, cfgf, lmin, lmax):
         return lo
     u = rq[i, R_UNIT_TOK]
     n = rq[i, R_NUNITS]

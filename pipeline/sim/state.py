@@ -97,7 +97,8 @@ P_STEP_QUERY = 21  # prefix-lookup tokens of the step being decided
 P_STEP_HIT = 22  # of which found in the cache
 P_PEND_K = 23  # a deferred decode run (loop.py, lazy advance): its steps if uncut (0: none)
 P_PEND_EV0 = 24  # ... P_EVICTED before its first step
-NRP = 25
+P_PEND_EVICTS = 25  # ... 1 if its later steps evict cached units (prefix_aware must see them)
+NRP = 26
 
 Q_CLOCK = 0  # earliest start of its next step (end of the previous one, or an arrival)
 Q_LAST_END = 1  # end of its latest step
