@@ -24,6 +24,7 @@ Run from the repository root:
 
     .venv/bin/python bench/router_speed.py            # 1M requests, writes bench/RESULTS.md
     .venv/bin/python bench/router_speed.py --quick    # 100k, 1 round; prints only
+    .venv/bin/python bench/router_speed.py --replicas 64 --cached-only   # one part; prints only
 """
 
 from __future__ import annotations
@@ -119,7 +120,12 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="100k requests, 1 run; print only")
     parser.add_argument("--repeats", type=int, default=3, help="timed runs, caching off")
     parser.add_argument("--cached-repeats", type=int, default=1, help="timed runs, caching on")
+    parser.add_argument(
+        "--replicas", type=int, nargs="+", default=list(REPLICAS), help="replica counts; print only"
+    )
+    parser.add_argument("--cached-only", action="store_true", help="caching on only (print only)")
     args = parser.parse_args()
+    partial = args.quick or args.cached_only or sorted(args.replicas) != sorted(REPLICAS)
     sys.path.insert(0, str(ROOT))
     n = 100_000 if args.quick else 1_000_000
     repeats = 1 if args.quick else args.repeats
@@ -129,8 +135,10 @@ def main() -> None:
         False: ("round_robin", "least_outstanding"),
         True: ("round_robin", "least_outstanding", "prefix_aware"),
     }
+    if args.cached_only:
+        del families[False]
     results: dict[tuple[bool, str, int], dict[str, float]] = {}
-    for replicas in REPLICAS:
+    for replicas in args.replicas:
         for caching, routers in families.items():
             reps = repeats if not caching else cached_repeats
             code = RUN.format(data=str(data), n=n, replicas=replicas, routers=routers,
@@ -156,7 +164,7 @@ def main() -> None:
         "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for caching, routers in families.items():
-        for router, replicas in [(x, y) for x in routers for y in REPLICAS]:
+        for router, replicas in [(x, y) for x in routers for y in args.replicas]:
             m = results[(caching, router, replicas)]
             rr = results[(caching, "round_robin", replicas)]["requests_per_s"]
             lines.append(
@@ -166,7 +174,7 @@ def main() -> None:
             )
     table = "\n".join(lines)
     print(table)
-    if args.quick:
+    if partial:
         return
     head = (
         f"{n:,} requests (Azure conversation lengths), Poisson arrivals at "
