@@ -619,7 +619,7 @@ def _defer(
     return True
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@njit(cache=True, error_model="numpy")  # called at three places: one compiled copy
 def _resolve(
     r: int,
     until: float,
