@@ -8,7 +8,7 @@ exactly when their first ``(k + 1) * unit_tokens`` tokens are equal. When the
 trace's hash blocks are the engine's KV blocks, a unit is one block (vLLM's
 own model); when the trace's blocks are coarser, a unit is one trace block.
 
-State per replica r (``kc = (ck, cs, ht, ukey, uslot)``):
+State per replica r (``kc = (ck, cs, ht, ukey, uslot, gk, gb, gn)``):
 
 - slots: ``ck[r, s]`` the key of cached unit s, ``cs[r, s, CS_REF]`` how many
   running requests reference it, ``cs[r, s, CS_BLK]`` its blocks, and
@@ -17,7 +17,9 @@ State per replica r (``kc = (ck, cs, ht, ukey, uslot)``):
 - ``ht[r, :]``: open addressing with linear probing over slot + 1 (0 = empty),
   deletion by backward shift, so no tombstones;
 - per request: ``ukey[hoff:hoff + nunits]`` its unit keys and ``uslot`` the
-  slot each settled unit references (-1: held privately).
+  slot each settled unit references (-1: held privately);
+- over all replicas, ``(gk, gb, gn)``: which replicas cache each key
+  (``prefix_index.py``; kept only for the ``prefix_aware`` router).
 
 Free capacity is ``rp[r, P_FREE]`` (blocks holding nothing) plus
 ``rp[r, P_EVICTABLE]`` (blocks of cached units nobody references, vLLM's
@@ -34,6 +36,7 @@ import numpy as np
 import numpy.typing as npt
 from numba import njit
 
+from pipeline.sim.prefix_index import index_add, index_remove, new_index
 from pipeline.sim.state import (
     P_EVICTABLE,
     P_EVICTED,
@@ -62,16 +65,21 @@ _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 
 def empty_caches(
-    num_replicas: int, num_slots: int, keys: npt.NDArray[np.uint64]
+    num_replicas: int, num_slots: int, keys: npt.NDArray[np.uint64], *, index: int = 0
 ) -> tuple[
     npt.NDArray[np.uint64],
     npt.NDArray[np.int64],
     npt.NDArray[np.int64],
     npt.NDArray[np.uint64],
     npt.NDArray[np.int64],
+    npt.NDArray[np.uint64],
+    npt.NDArray[np.uint64],
+    npt.NDArray[np.int64],
 ]:
     """``kc`` for ``num_replicas`` empty caches of ``num_slots`` units each.
 
+    ``index``: most distinct keys cached at once over all replicas, for the
+    index of which replicas hold each key (0: no index).
     The caller links the free-slot lists (``init_replica``) and sets the
     replica fields.
     """
@@ -84,7 +92,8 @@ def empty_caches(
     ht = np.zeros((num_replicas, size), dtype=np.int64)
     uslot = np.full(len(keys), -1, dtype=np.int64)
     # writable: numba compiles a loop of its own for read-only arrays (Ray's object store)
-    return ck, cs, ht, np.require(keys, np.uint64, ["C", "W"]), uslot
+    gk, gb, gn = new_index(num_replicas, index)
+    return ck, cs, ht, np.require(keys, np.uint64, ["C", "W"]), uslot, gk, gb, gn
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -221,7 +230,9 @@ def make_free(rp: npt.NDArray[np.int64], r: int, need: int, kc: tuple) -> bool: 
     """Evict from the LRU head until ``need`` blocks are free (or nothing is left)."""
     ck, cs, ht = kc[0], kc[1], kc[2]
     while rp[r, P_FREE] < need and rp[r, P_LRU_HEAD] >= 0:
+        key = ck[r, rp[r, P_LRU_HEAD]]
         _evict_one(ck, cs, ht, rp, r)
+        index_remove(kc[5], kc[6], kc[7], r, key)
     return bool(rp[r, P_FREE] >= need)
 
 
@@ -330,6 +341,7 @@ def commit(
         s = find(ck, ht, r, key)
         if s < 0:
             uslot[base + k] = _insert(ck, cs, ht, rp, r, key, m)
+            index_add(kc[5], kc[6], kc[7], r, key)
             rq[i, R_HELD] -= m
             rq[i, R_SHARED] += m
         elif dedupe:
@@ -394,6 +406,7 @@ def warm(
                 break
             take(rp, r, unit_blocks, kc)
             s = _insert(ck, cs, ht, rp, r, keys[k], unit_blocks)
+            index_add(kc[5], kc[6], kc[7], r, keys[k])
         slots[n] = s
         n += 1
     while n > 0:

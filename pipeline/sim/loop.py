@@ -20,13 +20,20 @@ lasts ``cost_model.step_time(P, A, N, D, C)`` where, over the scheduled requests
 The reference loop (``reference.py``) uses the same definitions.
 
 A request that arrives at time ``a`` can be scheduled by a step that starts at
-``s >= a``. Each replica is simulated up to an arrival (every step starting
-before it) before the request is routed.
+``s >= a``. The router sees each replica as simulated up to an arrival (every
+step starting before it). Round robin needs no replica but the one the request
+goes to; for the other routers ``_loop`` touches only the replicas with a step
+or a completion before the arrival, and advances them lazily: a decode run
+that reaches past the arrival is deferred (``_defer``) and applied later
+(``_resolve``), whole once its last step starts before some arrival, or cut at
+an arrival routed to its replica. Until then the replica's outstanding
+requests are known without it (no request finishes inside a run), so other
+replicas' arrivals never cut a replica's runs.
 
 Skipping. When a step is a pure decode step of every running request, with no
 admission and no preemption, the following steps are identical until an
-event: an arrival (the run stops before a step that starts at or after the
-next arrival), a completion (the run ends with the step that finishes the
+event: an arrival to its replica (the run stops before a step that starts at
+or after it), a completion (the run ends with the step that finishes the
 first request), or a KV block boundary that cannot be served (the run stops
 before the step whose allocations would not fit). Whatever blocked admission
 in the first step still blocks it (free blocks only shrink and the batch does
@@ -60,7 +67,15 @@ from pipeline.sim.cost_model import (
 from pipeline.sim.kv import blocks_needed, release
 from pipeline.sim.policies import orca, sarathi, sglang, static, tgi, transformers, vllm
 from pipeline.sim.prefix import extend_keys
-from pipeline.sim.routing import PREFIX_AWARE, ROUND_ROBIN, least_outstanding, prefix_aware
+from pipeline.sim.prefix_index import find_key
+from pipeline.sim.routing import (
+    PREFIX_AWARE,
+    ROUND_ROBIN,
+    imbalanced,
+    least_outstanding,
+    outstanding,
+    prefix_aware,
+)
 from pipeline.sim.state import (
     C_BLOCK_SIZE,
     C_CACHING,
@@ -88,6 +103,9 @@ from pipeline.sim.state import (
     P_LAST_DONE,
     P_LRU_HEAD,
     P_LRU_TAIL,
+    P_PEND_EV0,
+    P_PEND_EVICTS,
+    P_PEND_K,
     P_PENDING,
     P_RNG,
     P_ROUTED,
@@ -101,11 +119,14 @@ from pipeline.sim.state import (
     P_WQ_LEN,
     Q_CLOCK,
     Q_LAST_END,
+    Q_PEND_CTX,
+    Q_PEND_LAST,
     Q_RATIO,
     R_CHUNKS,
     R_COMPUTED,
     R_GENERATED,
     R_HELD,
+    R_NUNITS,
     R_OUTPUT,
     R_PF_END,
     R_PROMPT,
@@ -113,6 +134,7 @@ from pipeline.sim.state import (
     R_REPLICA,
     R_SHARED,
     R_STATUS,
+    R_UNIT_TOK,
     S_DECODE,
     S_EVICTED,
     S_KV_USED,
@@ -131,6 +153,7 @@ from pipeline.sim.state import (
     ST_WAITING,
     W_DISCARDED,
     W_HITS,
+    W_HOFF,
     W_TOTAL,
     EngineConfig,
     PrefixKeys,
@@ -141,10 +164,12 @@ from pipeline.sim.state import (
     wide,
     wq_peek,
 )
+from pipeline.sim.trees import new_trees, set_load, set_wake
 
 G_NEXT = 0  # next request to arrive
 G_ROWS = 1  # timeline rows written
-NG = 2
+G_LAZY = 2  # 1 while replicas are advanced lazily (decode runs past ``until`` are deferred)
+NG = 3
 
 RET_DONE = 0
 RET_FULL = 1  # the timeline arrays are full: grow them and call again
@@ -157,6 +182,8 @@ _SOURCES = (
     "kv.py",
     "loop.py",
     "routing.py",
+    "trees.py",
+    "prefix_index.py",
     "cost_model.py",
     "policies/base.py",
     "policies/static.py",
@@ -260,6 +287,28 @@ def _extra_blocks(
 
 
 @njit(cache=True, error_model="numpy", inline="always")
+def _steps_before(
+    cost: npt.NDArray[np.float64], start: float, until: float, d: float, ctx: float, k_max: int
+) -> int:
+    """Steps of a decode run (at most k_max, at least 1) that start before ``until``."""
+    # step j (0-based) starts at start + decode_run_s(j) and must start before until
+    if until < math.inf and start + decode_run_s(cost, d, ctx, k_max - 1) >= until:
+        lo = 1
+        hi = k_max
+        first = decode_run_s(cost, d, ctx, 1)  # steps only get longer (the context grows)
+        if first > 0 and (until - start) / first + 2 < hi:
+            hi = int((until - start) / first) + 2
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if start + decode_run_s(cost, d, ctx, mid - 1) < until:
+                lo = mid
+            else:
+                hi = mid
+        return lo
+    return k_max
+
+
+@njit(cache=True, error_model="numpy", inline="always")
 def _run_length(
     cfg: npt.NDArray[np.int64],
     cost: npt.NDArray[np.float64],
@@ -274,21 +323,13 @@ def _run_length(
     ctx: float,
     k_max: int,
 ) -> int:
-    """Steps the current pure-decode step can be repeated unchanged (>= 1)."""
-    # arrivals: step j (0-based) starts at start + decode_run_s(j) and must start before until
-    if until < math.inf and start + decode_run_s(cost, d, ctx, k_max - 1) >= until:
-        lo = 1
-        hi = k_max
-        first = decode_run_s(cost, d, ctx, 1)  # steps only get longer (the context grows)
-        if first > 0 and (until - start) / first + 2 < hi:
-            hi = int((until - start) / first) + 2
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if start + decode_run_s(cost, d, ctx, mid - 1) < until:
-                lo = mid
-            else:
-                hi = mid
-        k_max = lo
+    """Steps the current pure-decode step can be repeated unchanged (>= 1).
+
+    The limits (arrival, completion, KV blocks) are independent and each
+    allows a prefix of the steps, so the run with a later ``until`` cut at
+    ``until`` is this run: ``_steps_before`` of it.
+    """
+    k_max = _steps_before(cost, start, until, d, ctx, k_max)  # the next arrival
     if k_max <= 1:
         return 1
     code = cfg[C_POLICY]
@@ -416,7 +457,50 @@ def _step(
         and min_left > 1
         and rp[r, P_STABLE] > 0
     ):
-        k = _run_length(cfg, cost, rq, rp, sq, n, r, start, until, d, ctx, min_left)
+        lazy = g[G_LAZY] != 0
+        k = _run_length(cfg, cost, rq, rp, sq, n, r, start, math.inf if lazy else until, d, ctx,
+                        min_left)  # fmt: skip
+        if lazy and k > 1:
+            last = start + decode_run_s(cost, d, ctx, k - 1)  # start of its last step
+            if last >= until:  # it reaches past the arrival: decide it when it is needed
+                if _defer(r, cfg, rq, rp, rpf, run, sq, n, n_ev, ctx, evicted0, last, k):
+                    return
+                k = _steps_before(cost, start, until, d, ctx, k)
+    _finish(r, k, start, n, n_pre, n_ev, p_tok, p_attn, n_pf, d, ctx, num_waiting, evicted0,
+            cfg, cfgf, cost, rq, rqf, rp, rpf, run, st, stf, g, sq, ev, kc)  # fmt: skip
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _finish(
+    r: int,
+    k: int,
+    start: float,
+    n: int,
+    n_pre: int,
+    n_ev: int,
+    p_tok: float,
+    p_attn: float,
+    n_pf: int,
+    d: int,
+    ctx: float,
+    num_waiting: int,
+    evicted0: int,
+    cfg: npt.NDArray[np.int64],
+    cfgf: npt.NDArray[np.float64],
+    cost: npt.NDArray[np.float64],
+    rq: npt.NDArray[np.int32],
+    rqf: npt.NDArray[np.float64],
+    rp: npt.NDArray[np.int64],
+    rpf: npt.NDArray[np.float64],
+    run: npt.NDArray[np.int64],
+    st: npt.NDArray[np.int64],
+    stf: npt.NDArray[np.float64],
+    g: npt.NDArray[np.int64],
+    sq: npt.NDArray[np.int64],
+    ev: npt.NDArray[np.int64],
+    kc: tuple,  # type: ignore[type-arg]
+) -> None:
+    """The rest of a step ``_step`` decided: repeat it k times, finish requests, write the row."""
     code = cfg[C_POLICY]
     if k == 1:
         duration = step_time(cost, p_tok, p_attn, float(n_pf + d), float(d), ctx)
@@ -501,6 +585,75 @@ def _step(
 
 
 @njit(cache=True, error_model="numpy", inline="always")
+def _defer(
+    r: int,
+    cfg: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int32],
+    rp: npt.NDArray[np.int64],
+    rpf: npt.NDArray[np.float64],
+    run: npt.NDArray[np.int64],
+    sq: npt.NDArray[np.int64],
+    n: int,
+    n_ev: int,
+    ctx: float,
+    evicted0: int,
+    last: float,
+    k: int,
+) -> bool:
+    """Leave the decode run just decided (its first step done) to ``_resolve``; False if it can't.
+
+    What ``_resolve`` needs is kept in the replica's row: nothing else happens
+    on the replica until then, and the run's requests are its running list.
+    """
+    if n_ev != 0:
+        return False
+    for j in range(n):
+        if sq[j] != run[r, j]:
+            return False
+    rp[r, P_PEND_EVICTS] = 0
+    if cfg[C_ROUTER] == PREFIX_AWARE and (
+        _extra_blocks(rq, sq, n, k, cfg[C_BLOCK_SIZE]) > rp[r, P_FREE]
+    ):  # its later steps evict cached units: the router must see them (_settle_holders)
+        rp[r, P_PEND_EVICTS] = 1
+    rp[r, P_PEND_K] = k
+    rp[r, P_PEND_EV0] = evicted0
+    rpf[r, Q_PEND_CTX] = ctx
+    rpf[r, Q_PEND_LAST] = last
+    return True
+
+
+@njit(cache=True, error_model="numpy")  # called at three places: one compiled copy
+def _resolve(
+    r: int,
+    until: float,
+    cfg: npt.NDArray[np.int64],
+    cfgf: npt.NDArray[np.float64],
+    cost: npt.NDArray[np.float64],
+    rq: npt.NDArray[np.int32],
+    rqf: npt.NDArray[np.float64],
+    rp: npt.NDArray[np.int64],
+    rpf: npt.NDArray[np.float64],
+    run: npt.NDArray[np.int64],
+    st: npt.NDArray[np.int64],
+    stf: npt.NDArray[np.float64],
+    g: npt.NDArray[np.int64],
+    sq: npt.NDArray[np.int64],
+    ev: npt.NDArray[np.int64],
+    kc: tuple,  # type: ignore[type-arg]
+) -> None:
+    """Apply replica r's deferred decode run: its steps that start before ``until``."""
+    n = rp[r, P_RUN_N]
+    for j in range(n):
+        sq[j] = run[r, j]
+    start = rpf[r, Q_CLOCK]
+    ctx = rpf[r, Q_PEND_CTX]
+    k = _steps_before(cost, start, until, n, ctx, rp[r, P_PEND_K])
+    rp[r, P_PEND_K] = 0
+    _finish(r, k, start, n, 0, 0, 0.0, 0.0, 0, n, ctx, rp[r, P_WQ_LEN], rp[r, P_PEND_EV0],
+            cfg, cfgf, cost, rq, rqf, rp, rpf, run, st, stf, g, sq, ev, kc)  # fmt: skip
+
+
+@njit(cache=True, error_model="numpy", inline="always")
 def _advance(
     r: int,
     until: float,
@@ -521,15 +674,99 @@ def _advance(
     ev: npt.NDArray[np.int64],
     kc: tuple,  # type: ignore[type-arg]
 ) -> bool:
-    """Run replica r's steps that start before ``until``; False if the timeline is full."""
+    """Run replica r's steps that start before ``until``; False if the timeline is full.
+
+    Lazily (``g[G_LAZY]``), a decode run that starts before ``until`` but
+    reaches past it is left deferred (``_defer``) and applied once its last
+    step starts before ``until``; otherwise it is cut at ``until``.
+    """
     while True:
         if g[G_ROWS] >= st.shape[0]:
             return False
+        if rp[r, P_PEND_K] > 0:
+            if g[G_LAZY] != 0 and not rpf[r, Q_PEND_LAST] < until:
+                return True
+            _resolve(r, until, cfg, cfgf, cost, rq, rqf, rp, rpf, run, st, stf, g, sq, ev, kc)
+            continue
         s = _next_start(cfg, cfgf, rqf, rp, rpf, wq, r)
         if not s < until:
             return True
         rpf[r, Q_CLOCK] = s
         _step(r, until, cfg, cfgf, cost, rq, rqf, rp, rpf, run, wq, st, stf, g, sq, stt, ev, kc)
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _settle_holders(
+    i: int,
+    t: float,
+    cfg: npt.NDArray[np.int64],
+    cfgf: npt.NDArray[np.float64],
+    cost: npt.NDArray[np.float64],
+    rq: npt.NDArray[np.int32],
+    rqf: npt.NDArray[np.float64],
+    rp: npt.NDArray[np.int64],
+    rpf: npt.NDArray[np.float64],
+    run: npt.NDArray[np.int64],
+    wq: npt.NDArray[np.int32],
+    st: npt.NDArray[np.int64],
+    stf: npt.NDArray[np.float64],
+    g: npt.NDArray[np.int64],
+    sq: npt.NDArray[np.int64],
+    ev: npt.NDArray[np.int64],
+    kc: tuple,  # type: ignore[type-arg]
+    wt: npt.NDArray[np.float64],
+    wi: npt.NDArray[np.int64],
+) -> bool:
+    """Before prefix_aware looks up request i: cut at t the deferred runs that evict.
+
+    Only replicas caching the request's first unit can hold a prefix of it,
+    so only their runs matter; a cut run's steps are those before t, as the
+    router must see them. False if the timeline is full.
+    """
+    if rq[i, R_UNIT_TOK] == 0 or rq[i, R_NUNITS] == 0:
+        return True
+    e = find_key(kc[5], kc[7], kc[3][wide(rq)[i, W_HOFF]])
+    if e < 0:
+        return True
+    held = kc[6][e].copy()  # evictions below may move entries of the index
+    for w in range(held.shape[0]):
+        m = held[w]
+        b = 0
+        while m:
+            q = 64 * w + b
+            if m & np.uint64(1) and rp[q, P_PEND_K] > 0 and rp[q, P_PEND_EVICTS] != 0:
+                if g[G_ROWS] >= st.shape[0]:
+                    return False
+                _resolve(q, t, cfg, cfgf, cost, rq, rqf, rp, rpf, run, st, stf, g, sq, ev, kc)
+                set_wake(wt, wi, q, _wake(cfg, cfgf, rqf, rp, rpf, wq, q, t))
+            m >>= np.uint64(1)
+            b += 1
+    return True
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _wake(
+    cfg: npt.NDArray[np.int64],
+    cfgf: npt.NDArray[np.float64],
+    rqf: npt.NDArray[np.float64],
+    rp: npt.NDArray[np.int64],
+    rpf: npt.NDArray[np.float64],
+    wq: npt.NDArray[np.int32],
+    r: int,
+    t: float,
+) -> float:
+    """Replica r (advanced to t) needs the loop again at the first arrival later than this.
+
+    That is when a step of it starts before the arrival (its deferred run's
+    last one, or its next one), or when its latest step's completions stop
+    being outstanding (at their end time: just after the float before it).
+    """
+    if rp[r, P_PEND_K] > 0:
+        return rpf[r, Q_PEND_LAST]
+    w = _next_start(cfg, cfgf, rqf, rp, rpf, wq, r)
+    if rp[r, P_LAST_DONE] > 0 and rpf[r, Q_LAST_END] > t:
+        w = min(w, np.nextafter(rpf[r, Q_LAST_END], -math.inf))
+    return w
 
 
 @njit(cache=True, error_model="numpy")
@@ -550,17 +787,31 @@ def _loop(
     stt: npt.NDArray[np.int64],
     ev: npt.NDArray[np.int64],
     kc: tuple,  # type: ignore[type-arg]
+    trees: tuple,  # type: ignore[type-arg]
     max_arrivals: int,
 ) -> int:
-    """Route arrivals in order and advance replicas between them; resumable."""
+    """Route arrivals in order and advance replicas between them; resumable.
+
+    Round robin needs nothing of the other replicas: only the one the
+    arrival goes to is advanced. The other routers see every replica at the
+    arrival time, but only replicas that need it are touched (the wake tree,
+    ``trees.py``, keeps them by the time they next do), lazily: a decode run
+    that reaches past the arrival is deferred, not cut, so that only the
+    arrivals a replica gets break up its runs. The load tree holds each
+    replica's outstanding requests at the latest arrival.
+    """
     # borrowed views: the calls and bindings below then count no references (borrow.py)
     cfg, cfgf, cost, rq, rqf = borrow(cfg), borrow(cfgf), borrow(cost), borrow(rq), borrow(rqf)
     rp, rpf, run, wq, st = borrow(rp), borrow(rpf), borrow(run), borrow(wq), borrow(st)
     stf, g, sq, stt, ev = borrow(stf), borrow(g), borrow(sq), borrow(stt), borrow(ev)
-    kc = (borrow(kc[0]), borrow(kc[1]), borrow(kc[2]), borrow(kc[3]), borrow(kc[4]))
+    kc = (borrow(kc[0]), borrow(kc[1]), borrow(kc[2]), borrow(kc[3]), borrow(kc[4]),
+          borrow(kc[5]), borrow(kc[6]), borrow(kc[7]))  # fmt: skip
+    trees = (borrow(trees[0]), borrow(trees[1]), borrow(trees[2]), borrow(trees[3]),
+             borrow(trees[4]))  # fmt: skip
     n = rq.shape[0]
     num_replicas = cfg[C_REPLICAS]
     rr = cfg[C_ROUTER] == ROUND_ROBIN or num_replicas == 1
+    wt, wi, lmin, li, lmax = trees
     arrived = 0
     while True:
         k = g[G_NEXT]
@@ -570,25 +821,48 @@ def _loop(
             return RET_YIELD
         else:
             until = rqf[k, F_ARRIVAL]
-        first = 0
+        t = until
+        lazy = k < n and not rr
+        q = 0  # advance replicas q..last-1, or (lazily) those the wake tree says need it
         last = num_replicas
         if k < n and rr:  # round robin: only the replica it goes to matters now
-            first = k % num_replicas
-            last = first + 1
-        for q in range(first, last):
+            q = k % num_replicas
+            last = q + 1
+        r = q
+        while True:
+            if lazy:
+                if not wt[1] < t:  # no replica has a step (or completions) before the arrival
+                    break
+                q = wi[1]
+            elif q >= last:
+                break
+            g[G_LAZY] = 1 if lazy else 0
             ok = _advance(q, until, cfg, cfgf, cost, rq, rqf, rp, rpf, run, wq, st, stf, g, sq,
                           stt, ev, kc)  # fmt: skip
+            g[G_LAZY] = 0
             if not ok:
                 return RET_FULL
+            if lazy:
+                set_wake(wt, wi, q, _wake(cfg, cfgf, rqf, rp, rpf, wq, q, t))
+                set_load(lmin, li, lmax, q, outstanding(rp, rpf, q, t))
+            else:
+                q += 1
         if k >= n:
             return RET_DONE
-        t = until
-        if rr:
-            r = first
-        elif cfg[C_ROUTER] == PREFIX_AWARE:
-            r = prefix_aware(cfg, cfgf, rq, rp, rpf, k, t, kc)
-        else:
-            r = least_outstanding(rp, rpf, t)
+        if lazy:
+            if cfg[C_ROUTER] == PREFIX_AWARE:
+                if not imbalanced(cfg, cfgf, lmin, lmax) and not _settle_holders(
+                    k, t, cfg, cfgf, cost, rq, rqf, rp, rpf, run, wq, st, stf, g, sq, ev, kc,
+                    wt, wi,
+                ):  # fmt: skip
+                    return RET_FULL
+                r = prefix_aware(cfg, cfgf, rq, k, kc, lmin, li, lmax)
+            else:
+                r = least_outstanding(lmin, li)
+            if rp[r, P_PEND_K] > 0:  # its deferred run stops before the arrival
+                if g[G_ROWS] >= st.shape[0]:
+                    return RET_FULL
+                _resolve(r, t, cfg, cfgf, cost, rq, rqf, rp, rpf, run, st, stf, g, sq, ev, kc)
         rq[k, R_QDEPTH] = rp[r, P_WQ_LEN]
         rq[k, R_REPLICA] = r
         rq[k, R_STATUS] = ST_WAITING
@@ -596,6 +870,9 @@ def _loop(
         rp[r, P_ROUTED] += 1
         if rp[r, P_RUN_N] == 0 and rpf[r, Q_CLOCK] < t:
             rpf[r, Q_CLOCK] = t
+        if lazy:
+            set_wake(wt, wi, r, _wake(cfg, cfgf, rqf, rp, rpf, wq, r, t))
+            set_load(lmin, li, lmax, r, outstanding(rp, rpf, r, t))
         g[G_NEXT] = k + 1
         arrived += 1
 
@@ -663,7 +940,11 @@ def simulate(
         pk = extend_keys(pk, inp.prompt_tokens, inp.output_tokens)
     rq = request_state(inp, pk, bs)
     warmup = inp.warmup if caching and inp.warmup is not None else PrefixKeys.empty(0)
-    kc = empty_caches(num_replicas, _num_slots(num_blocks, [pk, warmup], bs), pk.keys)
+    slots = _num_slots(num_blocks, [pk, warmup], bs)
+    index = 0  # the prefix_aware router's index of which replicas hold each unit
+    if eng.get(C_ROUTER) == PREFIX_AWARE and num_replicas > 1:
+        index = min(num_replicas * slots, len(pk.keys) + len(warmup.keys))
+    kc = empty_caches(num_replicas, slots, pk.keys, index=index)
     rqf = np.full((n, NRQF), np.nan)
     rqf[:, F_ARRIVAL] = inp.arrival_s
     rp = np.zeros((num_replicas, NRP), dtype=np.int64)
@@ -686,13 +967,14 @@ def simulate(
     st = np.zeros((rows, NST), dtype=np.int64)
     stf = np.zeros((rows, NSTF))
     g = np.zeros(NG, dtype=np.int64)
+    trees = new_trees(num_replicas)
     sq = np.zeros(max_seqs + 1, dtype=np.int64)
     stt = np.zeros(max_seqs + 1, dtype=np.int64)
     ev = np.zeros(max_seqs + 1, dtype=np.int64)
     while True:
         ret = _loop(
             eng.cfg, eng.cfgf, eng.cost, rq, rqf, rp, rpf, run, wq, st, stf, g, sq, stt, ev, kc,
-            chunk,
+            trees, chunk,
         )  # fmt: skip
         if ret == RET_FULL:
             st = np.concatenate([st, np.zeros_like(st)])

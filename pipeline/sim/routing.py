@@ -17,9 +17,12 @@
   used instead.)
 
 A request that finishes exactly at the arrival time is no longer outstanding.
-Each replica is simulated up to the arrival time before the router looks at
-it: every step that starts before the arrival has been decided, and requests
-of a step still running at that time are outstanding.
+The router sees each replica as simulated up to the arrival time: every step
+that starts before the arrival has been decided, and requests of a step still
+running at that time are outstanding. (The loop keeps the counts in a load
+tree, ``trees.py``, so that a routing decision costs O(log R) plus, for
+``prefix_aware``, the prefix walk; see ``loop.py`` for how replicas are
+advanced lazily.)
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import numpy as np
 import numpy.typing as npt
 from numba import njit
 
-from pipeline.sim.cache import lookup
+from pipeline.sim.prefix_index import find_key
 from pipeline.sim.state import (
     C_BAL_ABS,
     CF_BAL_REL,
@@ -40,7 +43,10 @@ from pipeline.sim.state import (
     R_NUNITS,
     R_PROMPT,
     R_UNIT_TOK,
+    W_HOFF,
+    wide,
 )
+from pipeline.sim.trees import load_of
 
 ROUND_ROBIN = 0
 LEAST_OUTSTANDING = 1
@@ -67,16 +73,23 @@ def outstanding(rp: npt.NDArray[np.int64], rpf: npt.NDArray[np.float64], r: int,
     return n
 
 
-@njit(cache=True, error_model="numpy")
-def least_outstanding(rp: npt.NDArray[np.int64], rpf: npt.NDArray[np.float64], t: float) -> int:
-    best = 0
-    best_n = outstanding(rp, rpf, 0, t)
-    for r in range(1, rp.shape[0]):
-        n = outstanding(rp, rpf, r, t)
-        if n < best_n:
-            best = r
-            best_n = n
-    return best
+@njit(cache=True, error_model="numpy", inline="always")
+def least_outstanding(lmin: npt.NDArray[np.int64], li: npt.NDArray[np.int64]) -> int:
+    """The least-loaded replica (lowest index on a tie): the load tree's root."""
+    return int(li[1])
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def imbalanced(
+    cfg: npt.NDArray[np.int64],
+    cfgf: npt.NDArray[np.float64],
+    lmin: npt.NDArray[np.int64],
+    lmax: npt.NDArray[np.int64],
+) -> bool:
+    """prefix_aware's test: the load gap and ratio both over their thresholds."""
+    lo_n = lmin[1]
+    hi = lmax[1]
+    return bool(hi - lo_n > cfg[C_BAL_ABS] and hi > cfgf[CF_BAL_REL] * lo_n)
 
 
 @njit(cache=True, error_model="numpy")
@@ -84,33 +97,64 @@ def prefix_aware(
     cfg: npt.NDArray[np.int64],
     cfgf: npt.NDArray[np.float64],
     rq: npt.NDArray[np.int32],
-    rp: npt.NDArray[np.int64],
-    rpf: npt.NDArray[np.float64],
     i: int,
-    t: float,
     kc: tuple,  # type: ignore[type-arg]
+    lmin: npt.NDArray[np.int64],
+    li: npt.NDArray[np.int64],
+    lmax: npt.NDArray[np.int64],
 ) -> int:
-    """Replica for request i arriving at t: longest cached prefix unless load is imbalanced."""
-    num = rp.shape[0]
-    loads = np.empty(num, dtype=np.int64)
-    lo = 0
-    for r in range(num):
-        loads[r] = outstanding(rp, rpf, r, t)
-        if loads[r] < loads[lo]:
-            lo = r
-    hi = int(loads.max())
-    if hi - loads[lo] > cfg[C_BAL_ABS] and hi > cfgf[CF_BAL_REL] * loads[lo]:
+    """Replica for request i: longest cached prefix unless load is imbalanced.
+
+    The loads are the load tree's (``trees.py``); the replicas holding the
+    longest prefix come from the replica index (``prefix_index.py``): the
+    set of replicas holding units 0..h-1, narrowed unit by unit until it
+    would be empty, is the set whose caches hold the longest prefix, h units
+    (a replica's cache lookup stops at its first miss). Cost: one probe per
+    unit matched plus one per replica in that set, not one lookup per replica.
+    """
+    lo = int(li[1])
+    if imbalanced(cfg, cfgf, lmin, lmax):
         return lo
     u = rq[i, R_UNIT_TOK]
-    if u == 0:
+    n = rq[i, R_NUNITS]
+    if u == 0 or n == 0:
+        return lo
+    ukey, gk, gb, gn = kc[3], kc[5], kc[6], kc[7]
+    base = wide(rq)[i, W_HOFF]
+    e = find_key(gk, gn, ukey[base])
+    if e < 0:
+        return lo
+    words = gb.shape[1]
+    held = gb[e].copy()  # replicas holding every unit so far
+    h = 1
+    while h < n:
+        e = find_key(gk, gn, ukey[base + h])
+        if e < 0:
+            break
+        any_left = False
+        for w in range(words):
+            if held[w] & gb[e, w]:
+                any_left = True
+                break
+        if not any_left:
+            break
+        for w in range(words):
+            held[w] &= gb[e, w]
+        h += 1
+    if not h * u > cfgf[CF_CACHE_THRESHOLD] * rq[i, R_PROMPT]:
         return lo
     best = -1
-    best_units = 0
-    for r in range(num):
-        h, _ = lookup(rq, i, r, rq[i, R_NUNITS], kc)
-        if h > best_units or (h == best_units and best >= 0 and loads[r] < loads[best]):
-            best = r
-            best_units = h
-    if best >= 0 and best_units > 0 and best_units * u > cfgf[CF_CACHE_THRESHOLD] * rq[i, R_PROMPT]:
-        return best
-    return lo
+    best_n = 0
+    for w in range(words):  # the least loaded of them, lowest index on a tie
+        m = held[w]
+        b = 0
+        while m:
+            if m & np.uint64(1):
+                r = 64 * w + b
+                load = load_of(lmin, r)
+                if best < 0 or load < best_n:
+                    best = r
+                    best_n = load
+            m >>= np.uint64(1)
+            b += 1
+    return best

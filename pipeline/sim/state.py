@@ -103,12 +103,17 @@ P_WAIT_TOK = 19  # tgi: waiting_tokens (decode steps since a batch was last adde
 P_RNG = 20  # state of the replica's random generator (splitmix64)
 P_STEP_QUERY = 21  # prefix-lookup tokens of the step being decided
 P_STEP_HIT = 22  # of which found in the cache
-NRP = 23
+P_PEND_K = 23  # a deferred decode run (loop.py, lazy advance): its steps if uncut (0: none)
+P_PEND_EV0 = 24  # ... P_EVICTED before its first step
+P_PEND_EVICTS = 25  # ... 1 if its later steps evict cached units (prefix_aware must see them)
+NRP = 26
 
 Q_CLOCK = 0  # earliest start of its next step (end of the previous one, or an arrival)
 Q_LAST_END = 1  # end of its latest step
 Q_RATIO = 2  # sglang: new_token_ratio
-NRPF = 3
+Q_PEND_CTX = 3  # a deferred decode run: total context of its first step
+Q_PEND_LAST = 4  # ... start of its last step if uncut
+NRPF = 5
 
 # --- st: int64 per timeline row ----------------------------------------------
 S_REPLICA = 0

@@ -57,17 +57,22 @@ from pipeline.sim.state import (
 from tests.sim.conftest import shared_prefix_hashes, with_prefix
 
 
-def _case(draw: Any, policy: str, *, caching: bool | None = None) -> tuple[SimInput, Scenario]:
+def _case(
+    draw: Any,
+    policy: str,
+    *,
+    caching: bool | None = None,
+    replicas: tuple[int, int] = (1, 3),
+    routers: tuple[str, ...] = ("round_robin", "least_outstanding", "prefix_aware"),
+) -> tuple[SimInput, Scenario]:
     seed = draw(st.integers(0, 2**32 - 1))
     n = draw(st.integers(1, 40))
-    replicas = draw(st.integers(1, 3))
-    routers = ["round_robin", "least_outstanding"]
+    num_replicas = draw(st.integers(*replicas))
     caches = policy in ("vllm", "sglang", "tgi")
     if caching is None:
         caching = caches and draw(st.booleans())
-    if caching:
-        routers.append("prefix_aware")
-    router = draw(st.sampled_from(routers))
+    allowed = [r for r in routers if caching or r != "prefix_aware"]
+    router = draw(st.sampled_from(allowed))
     block_size = draw(st.sampled_from([1, 4, 16]))
     # 1.0: the largest request just fits; sarathi preempts only with the pool nearly full
     pressure = draw(st.sampled_from([1.0, 1.0, 1.1, 1.3, 2.0, 6.0]))
@@ -97,7 +102,7 @@ def _case(draw: Any, policy: str, *, caching: bool | None = None) -> tuple[SimIn
     values: dict[str, Any] = {
         "policy": policy,
         "cost": cost,
-        "replicas": replicas,
+        "replicas": num_replicas,
         "router": router,
         "block_size": block_size,
         "max_model_len": max_model_len,
