@@ -628,12 +628,17 @@ def _num_slots(num_blocks: int, keys: list[PrefixKeys], block_size: int) -> int:
     return min(total, num_blocks // max(smallest, 1))
 
 
+StepSink = Callable[[npt.NDArray[np.int64], npt.NDArray[np.float64]], None]
+
+
 def simulate(
     inp: SimInput,
     eng: EngineConfig,
     *,
     on_progress: Callable[[int], None] | None = None,
     chunk: int = 1 << 16,
+    on_steps: StepSink | None = None,
+    step_rows: int = 1 << 18,
 ) -> SimResult:
     """Replay ``inp`` through the engine configuration with the compiled loop.
 
@@ -644,6 +649,13 @@ def simulate(
         on_progress: called with the number of requests routed so far, every
             ``chunk`` arrivals.
         chunk: arrivals per call of the compiled loop.
+        on_steps: takes the step timeline in chunks of ``step_rows`` rows (the
+            last one shorter), in order, as ``(st, stf)`` views that are
+            overwritten once it returns: convert or copy what it keeps. The
+            timeline then never lives whole, and the result's ``st``/``stf``
+            are empty (add the chunks up with ``summary.StepTotals``).
+            Without it the timeline is kept whole and returned.
+        step_rows: rows per chunk handed to ``on_steps``.
 
     Returns:
         Per-request outcomes and the (compressed) step timeline.
@@ -686,7 +698,8 @@ def simulate(
     max_seqs = min(eng.get(C_MAX_SEQS), max(n, 1))
     run = np.zeros((num_replicas, max_seqs + 1), dtype=np.int64)
     wq = np.zeros((num_replicas, max(n, 1)), dtype=np.int32)
-    rows = 2 * n + 1024
+    assert step_rows >= 1, "step_rows must be >= 1"
+    rows = step_rows if on_steps is not None else 2 * n + 1024
     st = np.zeros((rows, NST), dtype=np.int64)
     stf = np.zeros((rows, NSTF))
     g = np.zeros(NG, dtype=np.int64)
@@ -699,8 +712,15 @@ def simulate(
             chunk,
         )  # fmt: skip
         if ret == RET_FULL:
-            st = np.concatenate([st, np.zeros_like(st)])
-            stf = np.concatenate([stf, np.zeros_like(stf)])
+            if on_steps is not None:  # hand the full chunk out and fill the arrays again
+                on_steps(st, stf)
+                g[G_ROWS] = 0
+            else:  # twice the rows; the new ones stay untouched (no memory until written)
+                st2 = np.zeros((2 * len(st), NST), dtype=st.dtype)
+                stf2 = np.zeros((2 * len(stf), NSTF), dtype=stf.dtype)
+                st2[: len(st)] = st
+                stf2[: len(stf)] = stf
+                st, stf = st2, stf2
         elif ret == RET_YIELD:
             if on_progress is not None:
                 on_progress(int(g[G_NEXT]))
@@ -712,6 +732,12 @@ def simulate(
     # or was not computed at all because the prefix cache had it
     rq[:, R_TOTAL] = rq[:, R_COMPUTED] + rq[:, R_DISCARDED] - rq[:, R_HITS]
     rows = int(g[G_ROWS])
+    if on_steps is not None:
+        if rows:
+            on_steps(st[:rows], stf[:rows])
+        rows = 0
+        st = np.zeros((0, NST), dtype=st.dtype)
+        stf = np.zeros((0, NSTF), dtype=stf.dtype)
     return SimResult(
         rq=rq,
         rqf=rqf,
