@@ -1,8 +1,8 @@
 """Peak memory of a long replay: 10M requests through the replay stage.
 
-The workload is bench/sim_speed.py's: Azure conversation lengths (drawn with
-replacement, seed 1) and Poisson arrivals at 75% of what the scenario
-sustains saturated; the scenario is ``vllm`` with chunked prefill on one
+The workload is bench/e2e_scale.py's (the same warehouses): Azure conversation
+lengths (drawn with replacement, seed 1) and Poisson arrivals at a fixed
+16.8 req/s; the scenario is ``vllm`` with chunked prefill on one
 Llama-3-8B/H100 replica, every step recorded. The replay runs as
 ``replay()`` does for ``tracereplay replay``: read the Parquet, prepare, run,
 write sim_requests and sim_steps. Peak RSS is the child process's maximum
@@ -29,7 +29,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT))
 
 from _measure import child, record  # noqa: E402
-from sim_speed import SCENARIO, STAGE, capacity, make_warehouse  # noqa: E402
+from e2e_scale import RATE  # noqa: E402
+from sim_speed import SCENARIO, STAGE, make_warehouse  # noqa: E402
 
 TARGET_MB = 3 * 1024
 
@@ -92,9 +93,8 @@ def main() -> None:
     ap.add_argument("--sizes", type=int, nargs="+", default=[1_000_000, 10_000_000])
     ap.add_argument("--no-record", action="store_true", help="print only")
     args = ap.parse_args()
-    cap = capacity()
-    rate = 0.75 * cap
-    print(f"capacity {cap:.1f} req/s; Poisson arrivals at {rate:.1f} req/s", flush=True)
+    # a fixed rate: the warehouses are cached by size only, and shared with e2e_scale.py
+    rate = RATE
     rows = []
     for n in args.sizes:
         wh = make_warehouse(n, rate)
@@ -112,8 +112,9 @@ def main() -> None:
         return
     lines = [
         "Scenario: `vllm`, chunked prefill, 1 replica, llama-3-8b_h100-80gb_tp1; Azure-conv "
-        f"lengths, Poisson arrivals at {rate:.1f} req/s (75% of saturation), as in the "
-        "Simulator section. One fresh process per size; peak RSS includes the imports.",
+        f"lengths, Poisson arrivals at {rate:.1f} req/s, as in the End to end at scale "
+        "section (the same warehouses). One fresh process per size; peak RSS includes the "
+        "imports.",
         "",
         "| requests | stage s | process s | peak RSS MB | bytes per request | within 3 GB |",
         "|---:|---:|---:|---:|---:|---|",
@@ -141,7 +142,7 @@ def main() -> None:
         "",
         f"Target: a 10M-request replay within 3 GB peak RSS: "
         f"**{'met' if big <= TARGET_MB else 'not met'}** ({big:,.0f} MB). The step "
-        "timeline never lives whole: the loop hands it out in chunks of 262,144 rows "
+        "timeline never lives whole: the loop hands it out in chunks of 131,072 rows "
         "that are converted and written as row groups of sim_steps as they fill; "
         "sim_requests is built and written a row group at a time from the per-request "
         "state; the request frame is dropped before the loop runs and the scenario's "

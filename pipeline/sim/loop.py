@@ -638,7 +638,7 @@ def simulate(
     on_progress: Callable[[int], None] | None = None,
     chunk: int = 1 << 16,
     on_steps: StepSink | None = None,
-    step_rows: int = 1 << 18,
+    step_rows: int = 1 << 17,
 ) -> SimResult:
     """Replay ``inp`` through the engine configuration with the compiled loop.
 
@@ -671,13 +671,16 @@ def simulate(
     rq[:, R_REPLICA] = -1
     if inp.priority is not None:
         rq[:, R_PRIORITY] = inp.priority
-    pk = inp.prefix if caching and inp.prefix is not None else PrefixKeys.empty(n)
-    if caching and eng.get(C_POLICY) == vllm.CODE:  # vLLM caches generated blocks too
-        pk = extend_keys(pk, inp.prompt_tokens, inp.output_tokens)
-    rq[:, R_HOFF] = pk.offsets[:-1]
-    rq[:, R_NUNITS] = np.diff(pk.offsets)
-    rq[:, R_UNIT_TOK] = pk.unit_tokens
-    rq[:, R_UNIT_BLK] = pk.unit_tokens // bs
+    if caching:
+        pk = inp.prefix if inp.prefix is not None else PrefixKeys.empty(n)
+        if eng.get(C_POLICY) == vllm.CODE:  # vLLM caches generated blocks too
+            pk = extend_keys(pk, inp.prompt_tokens, inp.output_tokens)
+        rq[:, R_HOFF] = pk.offsets[:-1]
+        rq[:, R_NUNITS] = np.diff(pk.offsets)
+        rq[:, R_UNIT_TOK] = pk.unit_tokens
+        rq[:, R_UNIT_BLK] = pk.unit_tokens // bs
+    else:  # no keys: their columns stay 0, and no per-request arrays are made for them
+        pk = PrefixKeys.empty(0)
     warmup = inp.warmup if caching and inp.warmup is not None else PrefixKeys.empty(0)
     kc = empty_caches(num_replicas, _num_slots(num_blocks, [pk, warmup], bs), pk.keys)
     rqf = np.full((n, NRQF), np.nan)
@@ -730,7 +733,9 @@ def simulate(
         on_progress(n)
     # every token computed is still held (computed), was thrown away by a preemption,
     # or was not computed at all because the prefix cache had it
-    rq[:, R_TOTAL] = rq[:, R_COMPUTED] + rq[:, R_DISCARDED] - rq[:, R_HITS]
+    total = rq[:, R_TOTAL]  # filled in place: no per-request temporaries
+    np.add(rq[:, R_COMPUTED], rq[:, R_DISCARDED], out=total)
+    np.subtract(total, rq[:, R_HITS], out=total)
     rows = int(g[G_ROWS])
     if on_steps is not None:
         if rows:
