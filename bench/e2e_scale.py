@@ -26,6 +26,7 @@ Targets (issue 14): read + prepare of 5M <= 5.5x that of 1M; 1M end to end
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 from pathlib import Path
@@ -139,7 +140,11 @@ def main() -> None:
     lines += [
         "",
         "Targets: read + prepare 5M <= 5.5x 1M; end to end 1M <= 5 s and <= 1,024 MB, "
-        "5M <= 25 s and <= 3,072 MB; 10M within 24 GB.",
+        "5M <= 25 s and <= 3,072 MB; 10M within 24 GB. Load average (1 min) at the end: "
+        f"{os.getloadavg()[0]:.1f} on 2 cores shared with other work; wall times grow with "
+        "it, peak RSS does not. `write`: everything but reading, preparing and the loop "
+        "(building the tables, the summary, writing; the step rows are written while the "
+        "loop runs).",
     ]
     record("End to end at scale", "python bench/e2e_scale.py", "\n".join(lines))
 
