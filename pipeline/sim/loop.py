@@ -644,7 +644,8 @@ def simulate(
 
     Args:
         inp: requests sorted by arrival (their prefix keys are used only when
-            the engine has prefix caching on).
+            the engine has prefix caching on). Copied into the loop's state
+            first: a caller that holds no reference to it lets it be freed then.
         eng: packed configuration (see ``scenario.Scenario.engine``).
         on_progress: called with the number of requests routed so far, every
             ``chunk`` arrivals.
@@ -685,6 +686,7 @@ def simulate(
     kc = empty_caches(num_replicas, _num_slots(num_blocks, [pk, warmup], bs), pk.keys)
     rqf = np.full((n, NRQF), np.nan)
     rqf[:, F_ARRIVAL] = inp.arrival_s
+    del inp  # copied into rq/rqf: a caller that let go of it frees it while the loop runs
     rp = np.zeros((num_replicas, NRP), dtype=np.int64)
     rp[:, P_FREE] = num_blocks
     rp[:, P_LRU_HEAD] = -1

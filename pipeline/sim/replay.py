@@ -431,13 +431,16 @@ def sim_steps_table(
 
 def _simulate(
     sc: Scenario,
-    inp: SimInput,
+    inputs: list[SimInput],
     keep: Callable[[pa.Table], None],
     *,
     chunk_rows: int,
     on_progress: Callable[[int], None] | None = None,
 ) -> tuple[SimResult, StepTotals, float]:
     """Run one scenario, handing its sim_steps rows to ``keep`` a chunk at a time.
+
+    ``inputs`` holds the scenario's input, taken out of it for the loop: when
+    the caller keeps no other reference, the loop frees it once copied.
 
     Returns the result (its timeline empty), the timeline's totals, and the
     seconds spent in the loop (not in converting and keeping the chunks).
@@ -455,7 +458,9 @@ def _simulate(
         kept_s += time.perf_counter() - t
 
     t0 = time.perf_counter()
-    res = simulate(inp, eng, on_progress=on_progress, on_steps=on_steps, step_rows=chunk_rows)
+    res = simulate(
+        inputs.pop(), eng, on_progress=on_progress, on_steps=on_steps, step_rows=chunk_rows
+    )
     return res, steps, time.perf_counter() - t0 - kept_s
 
 
@@ -543,11 +548,11 @@ def _run_one(
     wh: Warehouse, run_id: str, sc: Scenario, prep: Prepared, *, quiet: bool, rows: int
 ) -> ScenarioRun:
     """Run one scenario; its step rows are written as the loop hands them out."""
-    inp, ids, facts = prep.inp, prep.request_ids, _facts(prep)
-    del prep  # the caller holds it no more: its input goes once the loop is done with it
+    n, inputs, ids, facts = len(prep.inp), [prep.inp], prep.request_ids, _facts(prep)
+    del prep  # the caller holds it no more: the loop frees the input once it has copied it
     part = {"run_id": run_id}
     with (
-        progress(f"replay {sc.name}", total=len(inp), quiet=quiet) as bar,
+        progress(f"replay {sc.name}", total=n, quiet=quiet) as bar,
         wh.writer(SIM_STEPS, part, sc.name) as steps_out,
     ):
         seen = [0]
@@ -557,9 +562,8 @@ def _run_one(
             seen[0] = k
 
         res, steps, sim_s = _simulate(
-            sc, inp, steps_out.write, chunk_rows=rows, on_progress=on_progress
+            sc, inputs, steps_out.write, chunk_rows=rows, on_progress=on_progress
         )
-    del inp  # its arrays were copied into the loop's state: free them before the tables
     summary = {**summarize(res, steps), **facts}
     paths = {
         "sim_steps": steps_out.path,
@@ -622,7 +626,7 @@ def run_prepared(sc: Scenario, prep: Prepared) -> tuple[ScenarioRun, pa.Table, p
     Uses no polars, so it is safe in a forked worker process.
     """
     chunks: list[pa.Table] = []
-    res, steps, sim_s = _simulate(sc, prep.inp, chunks.append, chunk_rows=CHUNK_ROWS)
+    res, steps, sim_s = _simulate(sc, [prep.inp], chunks.append, chunk_rows=CHUNK_ROWS)
     blocks = res.num_kv_blocks
     steps_table = pa.concat_tables(chunks or [sim_steps_table(sc.name, res.st, res.stf, blocks)])
     summary = {**summarize(res, steps), **_facts(prep)}

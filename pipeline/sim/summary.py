@@ -151,11 +151,16 @@ def request_metric(res: SimResult, name: str, rows: slice = slice(None)) -> npt.
     if name == "queue_s":
         return rqf[:, F_FIRST_SCHED] - arrival
     assert name == "tpot_s", name
-    ttft = rqf[:, F_FIRST_TOKEN] - arrival
-    e2e = rqf[:, F_FINISH] - arrival
+    # (e2e - ttft) / max(output - 1, 1), NaN for <= 1 token; in place, two temporaries
+    tpot = rqf[:, F_FINISH] - arrival
+    tpot -= rqf[:, F_FIRST_TOKEN] - arrival
     out = res.rq[rows, R_OUTPUT]
+    steps = out - 1
+    np.maximum(steps, 1, out=steps)
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(out > 1, (e2e - ttft) / np.maximum(out - 1, 1), np.nan)
+        tpot /= steps
+    tpot[out <= 1] = np.nan
+    return tpot
 
 
 def request_metrics(
