@@ -495,17 +495,69 @@ def write_table(table: pa.Table, contract: Contract, path: Path) -> Path:
     """
     table = conform(table, contract, str(path))
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp = _temporary(path)
     try:
-        # Dictionary pages only for columns that can repeat: float columns (times) rarely
-        # do, and trying a dictionary first makes the write slower and the file larger.
-        keyed = [f.name for f in table.schema if not pa.types.is_floating(f.type)]
-        pq.write_table(table, tmp, compression="zstd", use_dictionary=keyed)
+        pq.write_table(table, tmp, **_parquet_options(table.schema))
         os.replace(tmp, path)
     finally:
         if tmp.exists():
             tmp.unlink()
     return path
+
+
+def _temporary(path: Path) -> Path:
+    """Where a file is written before it is renamed into place (``.<name>.tmp-<pid>``)."""
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
+
+
+def _parquet_options(schema: pa.Schema) -> dict[str, object]:
+    # Dictionary pages only for columns that can repeat: float columns (times) rarely
+    # do, and trying a dictionary first makes the write slower and the file larger.
+    keyed = [f.name for f in schema if not pa.types.is_floating(f.type)]
+    return {"compression": "zstd", "use_dictionary": keyed}
+
+
+class TableWriter:
+    """One file of ``contract`` written in row groups as its rows come, atomically.
+
+    Each ``write`` checks its rows against the contract (as ``write_table``
+    does) and appends them as row groups to a temporary file next to
+    ``path``; leaving the ``with`` block renames the finished file into place,
+    and an exception removes it instead, so a killed or failed writer never
+    leaves half a file under the final name::
+
+        with TableWriter(SIM_STEPS, path) as out:
+            for chunk in chunks:
+                out.write(chunk)
+    """
+
+    def __init__(self, contract: Contract, path: Path) -> None:
+        self.contract = contract
+        self.path = path
+        self.rows = 0
+        self._tmp = _temporary(path)
+        self._schema = contract.schema()
+        self._writer: pq.ParquetWriter | None = None
+
+    def __enter__(self) -> TableWriter:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._writer = pq.ParquetWriter(self._tmp, self._schema, **_parquet_options(self._schema))
+        return self
+
+    def write(self, table: pa.Table) -> None:
+        """Check ``table`` against the contract and append it (one row group per 1Mi rows)."""
+        assert self._writer is not None, "use TableWriter in a with block"
+        self._writer.write_table(conform(table, self.contract, str(self.path)))
+        self.rows += table.num_rows
+
+    def __exit__(self, kind: object, exc: object, tb: object) -> None:
+        assert self._writer is not None
+        try:
+            self._writer.close()
+            if kind is None:
+                os.replace(self._tmp, self.path)
+        finally:
+            self._tmp.unlink(missing_ok=True)
 
 
 def check_file(path: Path, contract: Contract) -> pq.ParquetFile:

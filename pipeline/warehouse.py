@@ -14,8 +14,10 @@ Layout (one directory per contract)::
 Each table also holds a zero-row ``_empty.parquet`` so that its DuckDB view
 resolves (and has the right column types) before any data lands.
 
-Writes are atomic per file (temporary name, then rename). Re-ingesting a source
-file replaces what that file produced before, so nothing doubles.
+Writes are atomic per file (temporary name, then rename), whether a file is
+written at once or in row groups as its rows come (``Warehouse.writer``).
+Re-ingesting a source file replaces what that file produced before, so nothing
+doubles.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
-from pipeline.contracts import CONTRACTS, Contract, write_table
+from pipeline.contracts import CONTRACTS, Contract, TableWriter, write_table
 
 SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
 VIEWS_SQL = "views.sql"
@@ -84,6 +86,10 @@ class Warehouse:
     def write(self, contract: Contract, table: pa.Table, values: dict[str, str], stem: str) -> Path:
         """Write one file of ``contract`` atomically and return its path."""
         return write_table(table, contract, self.partition_path(contract, values, stem))
+
+    def writer(self, contract: Contract, values: dict[str, str], stem: str) -> TableWriter:
+        """A writer of one file of ``contract`` in row groups (atomic, like ``write``)."""
+        return TableWriter(contract, self.partition_path(contract, values, stem))
 
     def remove_stale(self) -> list[Path]:
         """Remove what killed commands left behind; return what was removed.

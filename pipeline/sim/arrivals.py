@@ -53,7 +53,7 @@ def make_arrivals(
         t = (trace_arrival_s[:count] - (trace_arrival_s[0] if count else 0.0)) * spec.time_scale
         if spec.rate is not None and count and t[-1] > 0:
             t = t * ((count / spec.rate) / t[-1])
-        return idx, t.astype(np.float64)
+        return idx, t.astype(np.float64, copy=False)
     rate = spec.rate if spec.rate is not None else trace_rate(trace_arrival_s)
     if rate is None:
         raise ScenarioError(

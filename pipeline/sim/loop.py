@@ -910,22 +910,35 @@ def _num_slots(num_blocks: int, keys: list[PrefixKeys], block_size: int) -> int:
     return min(total, num_blocks // max(smallest, 1))
 
 
+StepSink = Callable[[npt.NDArray[np.int64], npt.NDArray[np.float64]], None]
+
+
 def simulate(
     inp: SimInput,
     eng: EngineConfig,
     *,
     on_progress: Callable[[int], None] | None = None,
     chunk: int = 1 << 16,
+    on_steps: StepSink | None = None,
+    step_rows: int = 1 << 17,
 ) -> SimResult:
     """Replay ``inp`` through the engine configuration with the compiled loop.
 
     Args:
         inp: requests sorted by arrival (their prefix keys are used only when
-            the engine has prefix caching on).
+            the engine has prefix caching on). Copied into the loop's state
+            first: a caller that holds no reference to it lets it be freed then.
         eng: packed configuration (see ``scenario.Scenario.engine``).
         on_progress: called with the number of requests routed so far, every
             ``chunk`` arrivals.
         chunk: arrivals per call of the compiled loop.
+        on_steps: takes the step timeline in chunks of ``step_rows`` rows (the
+            last one shorter), in order, as ``(st, stf)`` views that are
+            overwritten once it returns: convert or copy what it keeps. The
+            timeline then never lives whole, and the result's ``st``/``stf``
+            are empty (add the chunks up with ``summary.StepTotals``).
+            Without it the timeline is kept whole and returned.
+        step_rows: rows per chunk handed to ``on_steps``.
 
     Returns:
         Per-request outcomes and the (compressed) step timeline.
@@ -935,10 +948,12 @@ def simulate(
     bs = eng.get(C_BLOCK_SIZE)
     num_blocks = eng.get(C_NUM_BLOCKS)
     caching = eng.get(C_CACHING) != 0
-    pk = inp.prefix if caching and inp.prefix is not None else PrefixKeys.empty(n)
-    if caching and eng.get(C_POLICY) == vllm.CODE:  # vLLM caches generated blocks too
-        pk = extend_keys(pk, inp.prompt_tokens, inp.output_tokens)
-    rq = request_state(inp, pk, bs)
+    pk = PrefixKeys.empty(0)  # no keys: their columns stay 0, no per-request arrays for them
+    if caching:
+        pk = inp.prefix if inp.prefix is not None else PrefixKeys.empty(n)
+        if eng.get(C_POLICY) == vllm.CODE:  # vLLM caches generated blocks too
+            pk = extend_keys(pk, inp.prompt_tokens, inp.output_tokens)
+    rq = request_state(inp, pk if caching else None, bs)
     warmup = inp.warmup if caching and inp.warmup is not None else PrefixKeys.empty(0)
     slots = _num_slots(num_blocks, [pk, warmup], bs)
     index = 0  # the prefix_aware router's index of which replicas hold each unit
@@ -947,6 +962,7 @@ def simulate(
     kc = empty_caches(num_replicas, slots, pk.keys, index=index)
     rqf = np.full((n, NRQF), np.nan)
     rqf[:, F_ARRIVAL] = inp.arrival_s
+    del inp  # copied into rq/rqf: a caller that let go of it frees it while the loop runs
     rp = np.zeros((num_replicas, NRP), dtype=np.int64)
     rp[:, P_FREE] = num_blocks
     rp[:, P_LRU_HEAD] = -1
@@ -963,7 +979,8 @@ def simulate(
     max_seqs = min(eng.get(C_MAX_SEQS), max(n, 1))
     run = np.zeros((num_replicas, max_seqs + 1), dtype=np.int64)
     wq = np.zeros((num_replicas, max(n, 1)), dtype=np.int32)
-    rows = 2 * n + 1024
+    assert step_rows >= 1, "step_rows must be >= 1"
+    rows = step_rows if on_steps is not None else 2 * n + 1024
     st = np.zeros((rows, NST), dtype=np.int64)
     stf = np.zeros((rows, NSTF))
     g = np.zeros(NG, dtype=np.int64)
@@ -977,8 +994,15 @@ def simulate(
             trees, chunk,
         )  # fmt: skip
         if ret == RET_FULL:
-            st = np.concatenate([st, np.zeros_like(st)])
-            stf = np.concatenate([stf, np.zeros_like(stf)])
+            if on_steps is not None:  # hand the full chunk out and fill the arrays again
+                on_steps(st, stf)
+                g[G_ROWS] = 0
+            else:  # twice the rows; the new ones stay untouched (no memory until written)
+                st2 = np.zeros((2 * len(st), NST), dtype=st.dtype)
+                stf2 = np.zeros((2 * len(stf), NSTF), dtype=stf.dtype)
+                st2[: len(st)] = st
+                stf2[: len(stf)] = stf
+                st, stf = st2, stf2
         elif ret == RET_YIELD:
             if on_progress is not None:
                 on_progress(int(g[G_NEXT]))
@@ -989,8 +1013,16 @@ def simulate(
     # every token computed is still held (computed), was thrown away by a preemption,
     # or was not computed at all because the prefix cache had it
     rqw = wide(rq)
-    rqw[:, W_TOTAL] = rq[:, R_COMPUTED] + rqw[:, W_DISCARDED] - rqw[:, W_HITS]
+    total = rqw[:, W_TOTAL]  # filled in place: no per-request temporaries
+    np.add(rq[:, R_COMPUTED], rqw[:, W_DISCARDED], out=total)
+    np.subtract(total, rqw[:, W_HITS], out=total)
     rows = int(g[G_ROWS])
+    if on_steps is not None:
+        if rows:
+            on_steps(st[:rows], stf[:rows])
+        rows = 0
+        st = np.zeros((0, NST), dtype=st.dtype)
+        stf = np.zeros((0, NSTF), dtype=stf.dtype)
     return SimResult(
         rq=rq,
         rqf=rqf,

@@ -13,9 +13,9 @@ selected request (``arrival_time``; ``arrival_s`` is per source file).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -26,7 +26,14 @@ import numpy.typing as npt
 import polars as pl
 import pyarrow as pa
 
-from pipeline.contracts import REQUESTS, SCENARIOS, SIM_REQUESTS, SIM_STEPS, check_file
+from pipeline.contracts import (
+    REQUESTS,
+    SCENARIOS,
+    SIM_REQUESTS,
+    SIM_STEPS,
+    TableWriter,
+    check_file,
+)
 from pipeline.errors import ConfigError, ScenarioError
 from pipeline.jit import compile_notice
 from pipeline.lock import with_warehouse_lock
@@ -38,6 +45,7 @@ from pipeline.sim.loop import simulate, warm_up
 from pipeline.sim.prefix import build_keys, describe
 from pipeline.sim.scenario import Scenario
 from pipeline.sim.state import (
+    C_NUM_BLOCKS,
     F_ARRIVAL,
     F_FINISH,
     F_FIRST_SCHED,
@@ -67,9 +75,15 @@ from pipeline.sim.state import (
     SimInput,
     SimResult,
 )
-from pipeline.sim.summary import request_metrics, summarize
+from pipeline.sim.summary import StepTotals, request_metrics, summarize
 from pipeline.sim.trace_prefix import trace_prefix_facts
 from pipeline.warehouse import Warehouse, iter_partitions, new_run_id
+
+# rows per chunk of the step timeline, and per row group of sim_requests, while a
+# scenario's results are written: what they cost in memory at once, whatever the
+# number of requests (131,072 step rows: 14 MB of loop arrays; about DuckDB's own
+# row group size, 122,880)
+CHUNK_ROWS = 1 << 17
 
 REQUEST_COLUMNS = [
     "request_id",
@@ -177,7 +191,9 @@ def read_requests(files: list[Path], selection: RequestFilter | None = None) -> 
         order = frame.select(pl.arg_sort_by("arrival_time", "request_id")).to_series()
         frame = frame[order]
         us = us[order.to_numpy()]
-    return frame.with_columns(pl.Series("arrival_s", (us - us[0]).astype(np.float64) / 1e6))
+    seconds = (us - us[0]).astype(np.float64, copy=False)
+    seconds /= 1e6  # in place: one array of 8 bytes a request, not three
+    return frame.with_columns(pl.Series("arrival_s", seconds))
 
 
 def _in_order(us: npt.NDArray[np.int64], request_id: pl.Series) -> bool:
@@ -189,12 +205,17 @@ def _in_order(us: npt.NDArray[np.int64], request_id: pl.Series) -> bool:
     return bool((request_id.gather(ties) <= request_id.gather(ties + 1)).all())
 
 
-def prepare(frame: pl.DataFrame, scenario: Scenario) -> Prepared:
+def prepare(frame: pl.DataFrame, scenario: Scenario, *, with_groups: bool = True) -> Prepared:
     """Arrivals, length caps, memory checks, prefix keys and priorities of one scenario.
 
     With ``prefix_warmup_requests`` = N, the first N requests (in arrival order,
     after the caps) are not replayed: their prompts fill every replica's prefix
     cache first, and the replay starts at the arrival of the next one (time 0).
+    ``with_groups``: also the tenant and model of each request (for SLOs with a
+    scope; an object array per column, so left out where no SLO is judged).
+
+    When every row of the frame is replayed in its order (trace arrivals, no
+    length dropped), nothing is gathered: the columns are used as they are.
 
     Raises:
         ScenarioError: see ``Scenario.cap_lengths`` and ``arrivals.make_arrivals``;
@@ -202,15 +223,21 @@ def prepare(frame: pl.DataFrame, scenario: Scenario) -> Prepared:
     """
     rng = np.random.default_rng(scenario.seed)
     idx, arrival = make_arrivals(scenario.arrivals, frame["arrival_s"].to_numpy(), rng)
-    prompt = frame["prompt_tokens"].to_numpy().astype(np.int64)[idx]
-    output = frame["output_tokens"].to_numpy().astype(np.int64)[idx]
-    max_tokens = frame["max_tokens"].fill_null(0).to_numpy().astype(np.int64)[idx]
-    prompt, output, keep = scenario.cap_lengths(prompt, output, max_tokens)
-    ids = frame["request_id"].gather(idx)
-    if _repeats(idx, frame.height):  # drawn with replacement: keep ids unique
-        ids = ids + "#" + pl.Series(np.arange(len(idx))).cast(pl.String)
-    keep_idx = np.flatnonzero(keep)
-    rows = idx[keep_idx]  # frame rows, in replay order
+    whole = _is_whole(idx, frame.height)  # idx is every row, in order
+
+    def column(name: str) -> npt.NDArray[Any]:
+        values = frame[name].fill_null(0).to_numpy()
+        return values if whole else values[idx]
+
+    prompt, output, keep = scenario.cap_lengths(
+        column("prompt_tokens"), column("output_tokens"), column("max_tokens")
+    )
+    keep_idx = None if keep.all() else np.flatnonzero(keep)  # None: every one is kept
+
+    def kept(values: npt.NDArray[Any]) -> npt.NDArray[Any]:
+        return values if keep_idx is None else values[keep_idx]
+
+    rows = kept(idx)  # frame rows, in replay order
     n = len(rows)
     prefix = None
     info: dict[str, Any] = {}
@@ -219,7 +246,7 @@ def prepare(frame: pl.DataFrame, scenario: Scenario) -> Prepared:
         if _has_hashes(frame):
             trace_block = frame["block_size"].fill_null(0).to_numpy().astype(np.int64)[rows]
             hashes = frame["prefix_hashes"].to_arrow().take(pa.array(rows))
-            prefix = build_keys(prompt[keep_idx], trace_block, hashes, engine_block)
+            prefix = build_keys(kept(prompt), trace_block, hashes, engine_block)
         else:
             trace_block = np.zeros(n, dtype=np.int64)
             prefix = PrefixKeys.empty(n)
@@ -234,7 +261,7 @@ def prepare(frame: pl.DataFrame, scenario: Scenario) -> Prepared:
             f"scenario {scenario.name!r}: prefix_warmup_requests "
             f"({scenario.prefix_warmup_requests}) leaves none of the {n} requests to replay"
         )
-    times = arrival[keep_idx]
+    times = kept(arrival)
     warmup = None
     if warm:
         assert prefix is not None
@@ -242,23 +269,33 @@ def prepare(frame: pl.DataFrame, scenario: Scenario) -> Prepared:
         prefix = prefix.slice(warm, n)
         times = times[warm:] - times[warm]
         priority = None if priority is None else priority[warm:]
-    sel = keep_idx[warm:]
+    as_is = whole and keep_idx is None and not warm  # the replay is the frame, row for row
+    ids = frame["request_id"]
+    if not as_is:
+        ids = ids.gather(rows[warm:])
+        if not whole and _repeats(idx, frame.height):  # drawn with replacement: keep ids unique
+            drawn = np.arange(len(idx)) if keep_idx is None else keep_idx
+            ids = ids + "#" + pl.Series(drawn[warm:]).cast(pl.String)
+    groups: dict[str, Any] = {}
+    if with_groups:
+        for c in ("tenant", "model"):
+            if c in frame.columns:
+                values = frame[c].to_numpy()
+                groups[c] = values if as_is else values[rows[warm:]]
     return Prepared(
         inp=SimInput(
             times,
-            prompt[sel],
-            output[sel],
+            kept(prompt)[warm:],
+            kept(output)[warm:],
             prefix=prefix,
             priority=priority,
             warmup=warmup,
         ),
-        request_ids=ids.gather(sel).to_arrow(),
-        num_dropped=int(len(idx) - len(keep_idx)),
+        request_ids=ids.to_arrow(),
+        num_dropped=int(len(idx) - n),
         num_warmup=warm,
         prefix_info=info,
-        groups={
-            c: frame[c].to_numpy()[idx][sel] for c in ("tenant", "model") if c in frame.columns
-        },
+        groups=groups,
     )
 
 
@@ -267,6 +304,12 @@ def _has_hashes(frame: pl.DataFrame) -> bool:
     if "prefix_hashes" not in frame.columns or "block_size" not in frame.columns:
         return False
     return bool(frame["prefix_hashes"].list.len().sum() > 0)  # a pass over list offsets
+
+
+def _is_whole(idx: npt.NDArray[np.int64], num_rows: int) -> bool:
+    """Whether ``idx`` is 0, 1, ..., num_rows - 1 (every row, in order)."""
+    n = len(idx)
+    return n == num_rows and (n == 0 or (idx[0] == 0 and idx[-1] == n - 1 and _is_arange(idx)))
 
 
 def _repeats(idx: npt.NDArray[np.int64], num_rows: int) -> bool:
@@ -307,16 +350,18 @@ def _constant_strings(value: str, n: int) -> pa.Array:
     ).cast(pa.string())
 
 
-def sim_requests_table(name: str, ids: pa.Array, res: SimResult) -> pa.Table:
-    """The sim_requests rows of one scenario."""
-    n = res.num_requests
-    m = request_metrics(res)
-    rq, rqf = res.rq, res.rqf
+def sim_requests_table(
+    name: str, ids: pa.Array, res: SimResult, rows: slice = slice(None)
+) -> pa.Table:
+    """The sim_requests rows of one scenario (of its requests ``rows``)."""
+    rq, rqf = res.rq[rows], res.rqf[rows]
+    n = len(rq)
+    m = request_metrics(res, rows)
     i32 = np.int32
     return pa.table(
         {
             "scenario": _constant_strings(name, n),
-            "request_id": ids,
+            "request_id": ids[rows],
             "replica": rq[:, R_REPLICA].astype(i32),
             "arrival_s": rqf[:, F_ARRIVAL],
             "prompt_tokens": rq[:, R_PROMPT].astype(i32),
@@ -336,9 +381,31 @@ def sim_requests_table(name: str, ids: pa.Array, res: SimResult) -> pa.Table:
     )
 
 
-def sim_steps_table(name: str, res: SimResult) -> pa.Table:
-    """The sim_steps rows of one scenario (runs of identical decode steps are one row)."""
-    st, stf = res.st, res.stf
+def write_sim_requests(
+    out: TableWriter, name: str, ids: pa.Array, res: SimResult, rows_per_group: int = CHUNK_ROWS
+) -> Path:
+    """Write the sim_requests rows of one scenario through ``out``, a row group at a time.
+
+    Only one group's table exists at once (not the whole scenario's).
+    """
+    with out:
+        for a in range(0, res.num_requests, rows_per_group):
+            out.write(sim_requests_table(name, ids, res, slice(a, a + rows_per_group)))
+    return out.path
+
+
+def sim_steps_table(
+    name: str,
+    st: npt.NDArray[np.int64],
+    stf: npt.NDArray[np.float64],
+    num_kv_blocks: int,
+) -> pa.Table:
+    """The sim_steps rows of timeline rows ``st``/``stf`` of one scenario (runs of
+    identical decode steps are one row).
+
+    The table owns its memory: the columns of ``st``/``stf`` are strided views,
+    which pyarrow copies, so the loop may refill a chunk's arrays afterwards.
+    """
     n = len(st)
     i32 = np.int32
     return pa.table(
@@ -354,12 +421,56 @@ def sim_steps_table(name: str, res: SimResult) -> pa.Table:
             "num_prefill_tokens": st[:, S_PREFILL],
             "num_decode_tokens": st[:, S_DECODE],
             "num_kv_blocks_used": st[:, S_KV_USED],
-            "num_kv_blocks_total": np.full(n, res.num_kv_blocks, dtype=np.int64),
+            "num_kv_blocks_total": np.full(n, num_kv_blocks, dtype=np.int64),
             "num_preemptions": st[:, S_PREEMPT].astype(i32),
             "num_prefix_query_tokens": st[:, S_PQUERY],
             "num_prefix_hit_tokens": st[:, S_PHIT],
         }
     )
+
+
+def _simulate(
+    sc: Scenario,
+    inputs: list[SimInput],
+    keep: Callable[[pa.Table], None],
+    *,
+    chunk_rows: int,
+    on_progress: Callable[[int], None] | None = None,
+) -> tuple[SimResult, StepTotals, float]:
+    """Run one scenario, handing its sim_steps rows to ``keep`` a chunk at a time.
+
+    ``inputs`` holds the scenario's input, taken out of it for the loop: when
+    the caller keeps no other reference, the loop frees it once copied.
+
+    Returns the result (its timeline empty), the timeline's totals, and the
+    seconds spent in the loop (not in converting and keeping the chunks).
+    """
+    eng = sc.engine()
+    blocks = eng.get(C_NUM_BLOCKS)
+    steps = StepTotals()
+    kept_s = 0.0
+
+    def on_steps(st: npt.NDArray[np.int64], stf: npt.NDArray[np.float64]) -> None:
+        nonlocal kept_s
+        t = time.perf_counter()
+        steps.add(st, stf)
+        keep(sim_steps_table(sc.name, st, stf, blocks))
+        kept_s += time.perf_counter() - t
+
+    t0 = time.perf_counter()
+    res = simulate(
+        inputs.pop(), eng, on_progress=on_progress, on_steps=on_steps, step_rows=chunk_rows
+    )
+    return res, steps, time.perf_counter() - t0 - kept_s
+
+
+def _facts(prep: Prepared) -> dict[str, Any]:
+    """What a scenario's summary says of its preparation (dropped, warm-up, prefix facts)."""
+    return {
+        "num_dropped": prep.num_dropped,
+        "num_warmup_requests": prep.num_warmup,
+        **prep.prefix_info,
+    }
 
 
 @with_warehouse_lock
@@ -373,6 +484,7 @@ def replay(
     quiet: bool = False,
     run_id: str | None = None,
     selection: RequestFilter | None = None,
+    chunk_rows: int = CHUNK_ROWS,
 ) -> ReplayResult:
     """Replay the selected requests through every scenario and write the results.
 
@@ -385,6 +497,8 @@ def replay(
         quiet: no progress bar.
         run_id: the run id to write under (default: a new one).
         selection: which of those requests (models, tenants, predicate, time window).
+        chunk_rows: step rows converted and written at once, and requests per
+            row group of sim_requests (bounds the memory the writing takes).
 
     Returns:
         The run id, the inputs and each scenario's summary and files.
@@ -400,7 +514,8 @@ def replay(
         wh, requests_file=requests_file, date_from=date_from, date_to=date_to
     )
     frame = read_requests(files, selection)
-    prepared = [prepare(frame, sc) for sc in scenarios]  # every check before any run
+    # every check before any run; the groups (tenant, model) are only for SLOs
+    prepared = [prepare(frame, sc, with_groups=False) for sc in scenarios]
     rows_read = frame.height
     del frame  # the prepared arrays are all the runs need: free the frame's memory
     wh.init()
@@ -409,8 +524,8 @@ def replay(
     try:
         if scenarios:
             load_loop(scenarios[0].engine(), quiet=quiet)
-        for sc, prep in zip(scenarios, prepared, strict=True):
-            runs.append(_run_one(wh, run_id, sc, prep, quiet=quiet))
+        for sc in scenarios:  # each scenario's inputs are let go once it has run
+            runs.append(_run_one(wh, run_id, sc, prepared.pop(0), quiet=quiet, rows=chunk_rows))
         wh.write(SCENARIOS, _scenarios_table(runs), {"run_id": run_id}, "scenarios")
         status = "ok"
     finally:
@@ -430,34 +545,34 @@ def load_loop(eng: EngineConfig, *, quiet: bool = False) -> None:
 
 
 def _run_one(
-    wh: Warehouse, run_id: str, sc: Scenario, prep: Prepared, *, quiet: bool
+    wh: Warehouse, run_id: str, sc: Scenario, prep: Prepared, *, quiet: bool, rows: int
 ) -> ScenarioRun:
-    n = len(prep.inp)
-    with progress(f"replay {sc.name}", total=n, quiet=quiet) as bar:
+    """Run one scenario; its step rows are written as the loop hands them out."""
+    n, inputs, ids, facts = len(prep.inp), [prep.inp], prep.request_ids, _facts(prep)
+    del prep  # the caller holds it no more: the loop frees the input once it has copied it
+    part = {"run_id": run_id}
+    with (
+        progress(f"replay {sc.name}", total=n, quiet=quiet) as bar,
+        wh.writer(SIM_STEPS, part, sc.name) as steps_out,
+    ):
         seen = [0]
 
         def on_progress(k: int) -> None:
             bar.advance(k - seen[0])
             seen[0] = k
 
-        t0 = time.perf_counter()
-        res = simulate(prep.inp, sc.engine(), on_progress=on_progress)
-        sim_s = time.perf_counter() - t0
-    summary = summarize(res)
-    summary["num_dropped"] = prep.num_dropped
-    summary["num_warmup_requests"] = prep.num_warmup
-    summary.update(prep.prefix_info)
-    part = {"run_id": run_id}
-    paths = {
-        "sim_requests": wh.write(
-            SIM_REQUESTS, sim_requests_table(sc.name, prep.request_ids, res), part, sc.name
+        res, steps, sim_s = _simulate(
+            sc, inputs, steps_out.write, chunk_rows=rows, on_progress=on_progress
         )
+    summary = {**summarize(res, steps), **facts}
+    paths = {
+        "sim_steps": steps_out.path,
+        "sim_requests": write_sim_requests(
+            wh.writer(SIM_REQUESTS, part, sc.name), sc.name, ids, res, rows
+        ),
     }
-    # the per-request arrays are written: let them go before the timeline's table is built
-    res = dataclasses.replace(res, rq=res.rq[:0].copy(), rqf=res.rqf[:0].copy())
-    paths["sim_steps"] = wh.write(SIM_STEPS, sim_steps_table(sc.name, res), part, sc.name)
     return ScenarioRun(
-        scenario=sc, summary=summary, num_dropped=prep.num_dropped, sim_s=sim_s, paths=paths
+        scenario=sc, summary=summary, num_dropped=facts["num_dropped"], sim_s=sim_s, paths=paths
     )
 
 
@@ -510,15 +625,13 @@ def run_prepared(sc: Scenario, prep: Prepared) -> tuple[ScenarioRun, pa.Table, p
     Writes nothing: the caller writes the tables, in bulk or from another process.
     Uses no polars, so it is safe in a forked worker process.
     """
-    t0 = time.perf_counter()
-    res = simulate(prep.inp, sc.engine())
-    sim_s = time.perf_counter() - t0
-    summary = summarize(res)
-    summary["num_dropped"] = prep.num_dropped
-    summary["num_warmup_requests"] = prep.num_warmup
-    summary.update(prep.prefix_info)
+    chunks: list[pa.Table] = []
+    res, steps, sim_s = _simulate(sc, [prep.inp], chunks.append, chunk_rows=CHUNK_ROWS)
+    blocks = res.num_kv_blocks
+    steps_table = pa.concat_tables(chunks or [sim_steps_table(sc.name, res.st, res.stf, blocks)])
+    summary = {**summarize(res, steps), **_facts(prep)}
     run = ScenarioRun(scenario=sc, summary=summary, num_dropped=prep.num_dropped, sim_s=sim_s)
-    return run, sim_requests_table(sc.name, prep.request_ids, res), sim_steps_table(sc.name, res)
+    return run, sim_requests_table(sc.name, prep.request_ids, res), steps_table
 
 
 def scenarios_table(runs: list[ScenarioRun]) -> pa.Table:

@@ -396,8 +396,10 @@ def priority_column(priority: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     return priority
 
 
-def request_state(inp: SimInput, keys: PrefixKeys, block_size: int) -> npt.NDArray[np.int32]:
+def request_state(inp: SimInput, keys: PrefixKeys | None, block_size: int) -> npt.NDArray[np.int32]:
     """``rq`` for the requests of ``inp`` before the replay, with their prefix ``keys``.
+
+    Without keys (no prefix caching) their columns stay 0.
 
     Raises:
         ValueError: a request's prompt plus output does not fit in int32.
@@ -416,10 +418,11 @@ def request_state(inp: SimInput, keys: PrefixKeys, block_size: int) -> npt.NDArr
     rq[:, R_REPLICA] = -1
     if inp.priority is not None:
         rq[:, R_PRIORITY] = priority_column(inp.priority)
-    wide(rq)[:, W_HOFF] = keys.offsets[:-1]
-    rq[:, R_NUNITS] = np.diff(keys.offsets)
-    rq[:, R_UNIT_TOK] = keys.unit_tokens
-    rq[:, R_UNIT_BLK] = keys.unit_tokens // block_size
+    if keys is not None:
+        wide(rq)[:, W_HOFF] = keys.offsets[:-1]
+        rq[:, R_NUNITS] = np.diff(keys.offsets)
+        rq[:, R_UNIT_TOK] = keys.unit_tokens
+        rq[:, R_UNIT_BLK] = keys.unit_tokens // block_size
     return rq
 
 

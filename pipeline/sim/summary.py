@@ -26,6 +26,7 @@ numpy's default and DuckDB's quantile_cont):
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -44,6 +45,7 @@ from pipeline.sim.state import (
     R_UNIT_TOK,
     S_EVICTED,
     S_KV_USED,
+    S_NUM_STEPS,
     S_PHIT,
     S_PQUERY,
     S_PREEMPT,
@@ -53,48 +55,153 @@ from pipeline.sim.state import (
     SimResult,
 )
 
+# every finite float64 is a whole number of 2**-_UNIT_EXP; exact sums are kept in that unit
+_UNIT_EXP = 1126
+_SUM_BLOCK = 1 << 22  # rows per pass of the exact sum: its float partial sums stay exact
+
+
+def _exact_sum(total: int, x: npt.NDArray[np.float64]) -> int:
+    """``total + sum(x)`` exactly, in units of 2**-1126 (x finite).
+
+    A float sum depends on the order it adds in; this one does not, so the
+    timeline's figures come out the same whether it arrives whole or in chunks.
+    Each x = m * 2**(e - 53) with an integer mantissa m (53 bits), split in two
+    halves of 26 and 27 bits whose per-exponent sums stay below 2**53, exact
+    in float64 ``bincount``; the few exponent groups are then added as integers.
+    """
+    for a in range(0, len(x), _SUM_BLOCK):
+        frac, exp = np.frexp(x[a : a + _SUM_BLOCK])
+        m = (frac * 2.0**53).astype(np.int64)
+        low = int(exp.min())
+        k = exp - low
+        hi = np.bincount(k, weights=m >> 26)
+        lo = np.bincount(k, weights=m & ((1 << 26) - 1))
+        for j in np.flatnonzero((hi != 0) | (lo != 0)):
+            part = (int(hi[j]) << 26) + int(lo[j])
+            total += part << (int(j) + low - 53 + _UNIT_EXP)
+    return total
+
+
+@dataclass
+class StepTotals:
+    """What the summary needs of the step timeline, added up chunk by chunk.
+
+    ``simulate(..., on_steps=...)`` hands the timeline out in chunks that are
+    written and dropped; ``add`` each chunk here. Integer figures are exact
+    sums and maxima; the two float sums are exact too (``_exact_sum``), so the
+    totals do not depend on where the chunks were cut.
+    """
+
+    rows: int = 0
+    steps: int = 0
+    preemptions: int = 0
+    prefix_query_tokens: int = 0
+    prefix_hit_tokens: int = 0
+    evicted_blocks: int = 0
+    max_waiting: int = 0
+    max_kv_used: int = 0
+    _busy: int = 0  # sum of durations, units of 2**-1126 s
+    _waiting_s: int = 0  # sum of waiting * duration, same unit
+
+    @classmethod
+    def of(cls, st: npt.NDArray[np.int64], stf: npt.NDArray[np.float64]) -> StepTotals:
+        totals = cls()
+        totals.add(st, stf)
+        return totals
+
+    def add(self, st: npt.NDArray[np.int64], stf: npt.NDArray[np.float64]) -> None:
+        """Add one chunk of timeline rows (``st``/``stf`` as the loop writes them)."""
+        if len(st) == 0:
+            return
+        dur = stf[:, SF_DURATION]
+        waiting = st[:, S_WAITING]
+        self.rows += len(st)
+        self.steps += int(st[:, S_NUM_STEPS].sum())
+        self.preemptions += int(st[:, S_PREEMPT].sum())
+        self.prefix_query_tokens += int(st[:, S_PQUERY].sum())
+        self.prefix_hit_tokens += int(st[:, S_PHIT].sum())
+        self.evicted_blocks += int(st[:, S_EVICTED].sum())
+        self.max_waiting = max(self.max_waiting, int(waiting.max()))
+        self.max_kv_used = max(self.max_kv_used, int(st[:, S_KV_USED].max()))
+        self._busy = _exact_sum(self._busy, dur)
+        self._waiting_s = _exact_sum(self._waiting_s, waiting * dur)
+
+    @property
+    def mean_waiting(self) -> float:
+        """Waiting requests at the start of each step, weighted by step duration."""
+        return self._waiting_s / self._busy if self._busy > 0 else 0.0
+
 
 def _pct(x: npt.NDArray[np.float64], q: float) -> float | None:
     return float(np.percentile(x, q)) if len(x) else None
 
 
-def request_metrics(res: SimResult) -> dict[str, npt.NDArray[np.float64]]:
-    """Per-request ttft_s, tpot_s (NaN for <= 1 token), e2e_s and queue_s."""
-    arrival = res.rqf[:, F_ARRIVAL]
-    ttft = res.rqf[:, F_FIRST_TOKEN] - arrival
-    e2e = res.rqf[:, F_FINISH] - arrival
-    out = res.rq[:, R_OUTPUT]
+METRICS = ("ttft_s", "tpot_s", "e2e_s", "queue_s")
+
+
+def request_metric(res: SimResult, name: str, rows: slice = slice(None)) -> npt.NDArray[np.float64]:
+    """One of ``METRICS`` per request (of ``rows``): ttft_s, tpot_s (NaN for <= 1 token),
+    e2e_s or queue_s."""
+    rqf = res.rqf[rows]
+    arrival = rqf[:, F_ARRIVAL]
+    if name == "ttft_s":
+        return rqf[:, F_FIRST_TOKEN] - arrival
+    if name == "e2e_s":
+        return rqf[:, F_FINISH] - arrival
+    if name == "queue_s":
+        return rqf[:, F_FIRST_SCHED] - arrival
+    assert name == "tpot_s", name
+    # (e2e - ttft) / max(output - 1, 1), NaN for <= 1 token; in place, two temporaries
+    tpot = rqf[:, F_FINISH] - arrival
+    tpot -= rqf[:, F_FIRST_TOKEN] - arrival
+    out = res.rq[rows, R_OUTPUT]
+    steps = out - 1
+    np.maximum(steps, 1, out=steps)
     with np.errstate(invalid="ignore", divide="ignore"):
-        tpot = np.where(out > 1, (e2e - ttft) / np.maximum(out - 1, 1), np.nan)
-    return {
-        "ttft_s": ttft,
-        "tpot_s": tpot,
-        "e2e_s": e2e,
-        "queue_s": res.rqf[:, F_FIRST_SCHED] - arrival,
-    }
+        tpot /= steps
+    tpot[out <= 1] = np.nan
+    return tpot
 
 
-def summarize(res: SimResult) -> dict[str, Any]:
-    """The summary figures of one replayed scenario (JSON-able)."""
-    m = request_metrics(res)
+def request_metrics(
+    res: SimResult, rows: slice = slice(None)
+) -> dict[str, npt.NDArray[np.float64]]:
+    """Per request (of ``rows``): ttft_s, tpot_s (NaN for <= 1 token), e2e_s and queue_s."""
+    return {name: request_metric(res, name, rows) for name in METRICS}
+
+
+def summarize(res: SimResult, steps: StepTotals | None = None) -> dict[str, Any]:
+    """The summary figures of one replayed scenario (JSON-able).
+
+    ``steps``: the timeline's totals when it was handed out in chunks (then
+    ``res.st`` is empty); by default they are taken from ``res.st``/``res.stf``.
+    """
+    if steps is None:
+        steps = StepTotals.of(res.st, res.stf)
     done = ~np.isnan(res.rqf[:, F_FINISH])
     completed = int(done.sum())
-    ttft = m["ttft_s"][done]
-    tpot = m["tpot_s"][done]
-    tpot = tpot[~np.isnan(tpot)]
     if completed:
         span = float(res.rqf[done, F_FINISH].max() - res.rqf[:, F_ARRIVAL].min())
     else:
         span = 0.0
     out_tokens = int(res.rq[done, R_OUTPUT].sum())
     in_tokens = int(res.rq[done, R_PROMPT].sum())
-    dur = res.stf[:, SF_DURATION]
-    waiting = res.st[:, S_WAITING]
-    busy = float(dur.sum())
 
     def per_s(x: float) -> float | None:
         return x / span if span > 0 else None
 
+    # one metric at a time, dropped once its percentiles are taken (10M requests: 80 MB each)
+    ttft = request_metric(res, "ttft_s")[done]
+    ttft_pct = {q: _pct(ttft, q) for q in (50, 90, 99)}
+    del ttft
+    tpot = request_metric(res, "tpot_s")[done]
+    tpot = tpot[~np.isnan(tpot)]
+    tpot_pct = {q: _pct(tpot, q) for q in (50, 99)}
+    del tpot
+    e2e = request_metric(res, "e2e_s")[done]
+    e2e_pct = {q: _pct(e2e, q) for q in (50, 99)}
+    del e2e
+    queue_p99 = _pct(request_metric(res, "queue_s")[done], 99)
     return {
         "num_requests": res.num_requests,
         "completed": completed,
@@ -102,34 +209,34 @@ def summarize(res: SimResult) -> dict[str, Any]:
         "request_throughput": per_s(completed),
         "output_token_throughput": per_s(out_tokens),
         "total_token_throughput": per_s(out_tokens + in_tokens),
-        "ttft_p50_s": _pct(ttft, 50),
-        "ttft_p90_s": _pct(ttft, 90),
-        "ttft_p99_s": _pct(ttft, 99),
-        "tpot_p50_s": _pct(tpot, 50),
-        "tpot_p99_s": _pct(tpot, 99),
-        "e2e_p50_s": _pct(m["e2e_s"][done], 50),
-        "e2e_p99_s": _pct(m["e2e_s"][done], 99),
-        "queue_p99_s": _pct(m["queue_s"][done], 99),
-        "max_queue_depth": int(waiting.max()) if len(waiting) else 0,
-        "mean_queue_depth": float((waiting * dur).sum() / busy) if busy > 0 else 0.0,
-        "num_preemptions": int(res.st[:, S_PREEMPT].sum()),
+        "ttft_p50_s": ttft_pct[50],
+        "ttft_p90_s": ttft_pct[90],
+        "ttft_p99_s": ttft_pct[99],
+        "tpot_p50_s": tpot_pct[50],
+        "tpot_p99_s": tpot_pct[99],
+        "e2e_p50_s": e2e_pct[50],
+        "e2e_p99_s": e2e_pct[99],
+        "queue_p99_s": queue_p99,
+        "max_queue_depth": steps.max_waiting,
+        "mean_queue_depth": steps.mean_waiting,
+        "num_preemptions": steps.preemptions,
         "num_preempted_requests": int((res.rq[:, R_PREEMPT] > 0).sum()),
-        "kv_peak_usage": float(res.st[:, S_KV_USED].max() / res.num_kv_blocks)
-        if len(res.st)
-        else 0.0,
-        "kv_peak_blocks": int(res.st[:, S_KV_USED].max()) if len(res.st) else 0,
+        "kv_peak_usage": steps.max_kv_used / res.num_kv_blocks if steps.rows else 0.0,
+        "kv_peak_blocks": steps.max_kv_used,
         "num_kv_blocks": res.num_kv_blocks,
-        "num_steps": res.num_steps,
-        "num_step_rows": int(len(res.st)),
-        **prefix_summary(res),
+        "num_steps": steps.steps,
+        "num_step_rows": steps.rows,
+        **prefix_summary(res, steps),
     }
 
 
-def prefix_summary(res: SimResult) -> dict[str, Any]:
+def prefix_summary(res: SimResult, steps: StepTotals | None = None) -> dict[str, Any]:
     """Prefix-cache figures: token and request hit rates, resumed hits, evictions."""
+    if steps is None:
+        steps = StepTotals.of(res.st, res.stf)
     looked = (res.rq[:, R_UNIT_TOK] > 0) & (res.rq[:, R_LOOKUPS] > 0)
-    query = int(res.st[:, S_PQUERY].sum())
-    hit = int(res.st[:, S_PHIT].sum())
+    query = steps.prefix_query_tokens
+    hit = steps.prefix_hit_tokens
     return {
         "prefix_query_tokens": query,
         "prefix_hit_tokens": hit,
@@ -138,5 +245,5 @@ def prefix_summary(res: SimResult) -> dict[str, Any]:
         if looked.any()
         else None,
         "prefix_resumed_hit_tokens": int((res.rqw[:, W_HITS] - res.rq[:, R_CACHED]).sum()),
-        "prefix_evicted_blocks": int(res.st[:, S_EVICTED].sum()),
+        "prefix_evicted_blocks": steps.evicted_blocks,
     }
