@@ -13,6 +13,15 @@ from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 
+# Peak resident set of the running process, in MB, as a Python expression for the
+# code the benchmarks run in fresh interpreters. Not ``ru_maxrss``: Linux carries a
+# process's high-water mark across exec, so a child started by a bench that has a
+# big warehouse in memory reports the bench's own peak. ``VmHWM`` is the new
+# program's own.
+PEAK_RSS_MB = (
+    "int(next(l for l in open('/proc/self/status') if l.startswith('VmHWM:')).split()[1]) / 1024"
+)
+
 
 def child(code: str, repeats: int = 3, pythonpath: str | None = None) -> dict[str, float]:
     """Run ``code`` (which must print one JSON object) in fresh interpreters.
@@ -27,7 +36,7 @@ def child(code: str, repeats: int = 3, pythonpath: str | None = None) -> dict[st
         "t0 = time.perf_counter()\n"
         f"{code}\n"
         "out['wall_s'] = out.get('wall_s', time.perf_counter() - t0)\n"
-        "out['peak_rss_mb'] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024\n"
+        f"out['peak_rss_mb'] = {PEAK_RSS_MB}\n"
         "print(json.dumps(out))\n"
     )
     runs = []

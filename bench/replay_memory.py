@@ -6,8 +6,8 @@ lengths (drawn with replacement, seed 1) and Poisson arrivals at a fixed
 Llama-3-8B/H100 replica, every step recorded. The replay runs as
 ``replay()`` does for ``tracereplay replay``: read the Parquet, prepare, run,
 write sim_requests and sim_steps. Peak RSS is the child process's maximum
-resident set (``ru_maxrss``), imports included; one run per size (the 10M run
-takes minutes).
+resident set (``VmHWM``; see ``_measure.PEAK_RSS_MB``), imports included; one
+run per size (the 10M run takes minutes).
 
 Run from the repository root:
 
@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT))
 
-from _measure import child, record  # noqa: E402
+from _measure import PEAK_RSS_MB, child, record  # noqa: E402
 from e2e_scale import RATE  # noqa: E402
 from sim_speed import SCENARIO, STAGE, make_warehouse  # noqa: E402
 
@@ -48,7 +48,7 @@ def rss_mb():
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
 def peak_mb():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {peak}
 sc = build_scenario({scenario!r})
 rp.load_loop(sc.engine(), quiet=True)
 out = {{"imports": rss_mb(), "imports_peak": peak_mb()}}
@@ -110,7 +110,9 @@ def main() -> None:
             flush=True,
         )
     n_big, _ = rows[-1]
-    b = child(BREAKDOWN.format(scenario=SCENARIO, wh=str(make_warehouse(n_big, rate))), repeats=1)
+    wh = str(make_warehouse(n_big, rate))
+    code = BREAKDOWN.format(scenario=SCENARIO, wh=wh, peak=PEAK_RSS_MB)
+    b = child(code, repeats=1)
     print(json.dumps(b, indent=1), flush=True)
     if args.no_record:
         return

@@ -47,7 +47,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _measure import child, record  # noqa: E402
+from _measure import PEAK_RSS_MB, child, record  # noqa: E402
 
 OUT = ROOT / "bench" / "out" / "report"
 WAREHOUSE = OUT / "wh"
@@ -131,7 +131,7 @@ def _one(code: str, pythonpath: str | None) -> dict[str, float]:
         "import json, resource, time\n"
         "t0 = time.perf_counter()\n"
         f"{code}\n"
-        "out['peak_rss_mb'] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024\n"
+        f"out['peak_rss_mb'] = {PEAK_RSS_MB}\n"
         "print(json.dumps(out))\n"
     )
     env = dict(os.environ)
