@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
 from _measure import child, record  # noqa: E402
+from ingest_speed import ensure_log  # noqa: E402
 
 OUT = ROOT / "bench" / "out"
 TARGET_MB = 3 * 1024
@@ -41,18 +42,6 @@ assert d["status"] == "ok", d
 out = {{"wall_s": wall, "rows_read": d["rows_read"], "rows_kept": d["rows_kept"],
         "rows_quarantined": d["rows_quarantined"], "rows_duplicate": d["rows_duplicate"]}}
 """
-
-
-def ensure_log(n: int, bad_fraction: float, suffix: str = "") -> Path:
-    from pipeline.samples import write_gateway_log
-
-    OUT.mkdir(parents=True, exist_ok=True)
-    kind = "bad" if bad_fraction else "clean"
-    path = OUT / f"gateway_{n // 1_000_000}m_{kind}.jsonl{suffix}"
-    if not path.exists():
-        print(f"generating {path.name} ...", flush=True)
-        write_gateway_log(path, n, seed=1, bad_fraction=bad_fraction, compact=True)
-    return path
 
 
 def main() -> None:

@@ -85,11 +85,13 @@ def interleaved(
     return out
 
 
-def ensure_log(n: int, bad_fraction: float) -> Path:
+def ensure_log(n: int, bad_fraction: float, suffix: str = "") -> Path:
+    """The generated gateway log of n records (kept in bench/out; ``suffix``: ".zst", ".gz")."""
     from pipeline.samples import write_gateway_log
 
     OUT.mkdir(parents=True, exist_ok=True)
-    path = OUT / f"gateway_{n // 1_000_000}m_{'bad' if bad_fraction else 'clean'}.jsonl"
+    kind = "bad" if bad_fraction else "clean"
+    path = OUT / f"gateway_{n // 1_000_000}m_{kind}.jsonl{suffix}"
     if not path.exists():
         print(f"generating {path.name} ...", flush=True)
         write_gateway_log(path, n, seed=1, bad_fraction=bad_fraction, compact=True)
