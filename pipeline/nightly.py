@@ -497,7 +497,9 @@ def run_nightly(
                 if cfg.report:
                     from pipeline.report import build_report
 
-                    m["report"] = str(build_report(Warehouse(warehouse), replayed.run_id))
+                    slos = [str(s) for s in cfg.slos] or None  # its TTFT objective too
+                    path = build_report(Warehouse(warehouse), replayed.run_id, slos=slos)
+                    m["report"] = str(path)
                     say(f"report: {m['report']}")
             save_manifest(Path(warehouse), seen)
         except PipelineError as exc:

@@ -9,13 +9,17 @@ import click
 
 from pipeline.cli import options as opt
 from pipeline.config import load_config, warehouse_path
-from pipeline.report import DEFAULT_REPORT, DEFAULT_SLO_TTFT_S, build_report, png_dir
+from pipeline.report import DEFAULT_REPORT, build_report, png_dir
 from pipeline.warehouse import Warehouse
 
 
-def report_slos(items: tuple[str, ...], slo_ttft_ms: float | None) -> tuple[float, list[str]]:
+def report_slos(
+    items: tuple[str, ...], slo_ttft_ms: float | None
+) -> tuple[float | None, list[str]]:
     """The report's p99 TTFT objective (goodput, the rule on TTFT charts) and the SLOs the
-    sweep charts judge, from --slo (capacity's syntax, scopes included) or the old flag."""
+    sweep charts judge, from --slo (capacity's syntax, scopes included) or the old flag.
+    None for the objective when neither names an unscoped ``ttft_p99``: the report then
+    takes the run's own (``sweep``/``capacity --slo``, nightly [slo]) or its default."""
     from pipeline.errors import ConfigError
     from pipeline.plan.slo import parse_slos
 
@@ -26,7 +30,7 @@ def report_slos(items: tuple[str, ...], slo_ttft_ms: float | None) -> tuple[floa
         return slo_ttft_ms / 1000.0, []
     slos = parse_slos(items, where="--slo")
     ttft = [s.limit_s for s in slos if s.key == "ttft_p99"]
-    return (ttft[0] if ttft else DEFAULT_SLO_TTFT_S), [str(s) for s in slos]
+    return (ttft[0] if ttft else None), [str(s) for s in slos]
 
 
 @click.command()
@@ -48,7 +52,8 @@ def report_slos(items: tuple[str, ...], slo_ttft_ms: float | None) -> tuple[floa
     metavar="KEY=LIMIT",
     help="An SLO, as for capacity (repeatable; scoped too: 'ttft_p99@tenant=chat=500ms'). "
     "ttft_p99 sets goodput and the rule on TTFT charts "
-    "[default: 200ms]; the sweep charts judge every SLO given [default: the run's own].",
+    "[default: the run's own ttft_p99, else 200ms]; the sweep charts judge every SLO given "
+    "[default: the run's own].",
 )
 @click.option(
     "--slo-ttft-ms",

@@ -210,6 +210,19 @@ def parse_slos(items: Iterable[str] | Mapping[str, Any], where: str = "--slo") -
     return slos
 
 
+def stored_ttft_p99(texts: Iterable[str]) -> float | None:
+    """The limit, in seconds, of the unscoped ``ttft_p99`` among SLOs as runs store them
+    (``str(Slo)``: ``ttft_p99<=200ms``); None when there is none or it does not parse."""
+    for text in texts:
+        key, sep, limit = str(text).rpartition("<=")  # the limit follows the last '<='
+        if sep and key.strip() == "ttft_p99":
+            try:
+                return parse_limit(limit.strip(), "stored SLO")
+            except ConfigError:
+                return None
+    return None
+
+
 def _stat(values: npt.NDArray[np.float64], slo: Slo) -> float | None:
     values = values[~np.isnan(values)]
     if not len(values):

@@ -217,7 +217,7 @@ def build_report(
     *,
     output: Path | None = None,
     png: bool = False,
-    slo_ttft_s: float = DEFAULT_SLO_TTFT_S,
+    slo_ttft_s: float | None = None,
     report: str = DEFAULT_REPORT,
     compare: str | None = None,
     gpu_prices: dict[str, float] | None = None,
@@ -232,7 +232,9 @@ def build_report(
             sections saying there is no data.
         output: the HTML file to write; default ``default_output(...)``.
         png: also write one PNG per chart into ``png_dir(output)``.
-        slo_ttft_s: the p99 TTFT objective (capacity search, goodput), seconds.
+        slo_ttft_s: the p99 TTFT objective (goodput, the limit drawn on TTFT charts),
+            seconds; None: the unscoped ``ttft_p99`` of ``slos``, else of the run's own
+            SLOs, else ``DEFAULT_SLO_TTFT_S``.
         report: which ``reports/<report>.toml`` to build.
         compare: a second run to draw beside this one (the comparison section).
         gpu_prices: dollars per GPU-hour per GPU kind (``pipeline.pricing``): the costs.
@@ -265,6 +267,8 @@ def build_report(
         if compare is not None and compare not in runs["run_id"].to_list():
             known = ", ".join(runs["run_id"].head(5).to_list()) or "none"
             raise PipelineError(f"--compare: no run {compare!r} in the warehouse; latest: {known}")
+        if slo_ttft_s is None:
+            slo_ttft_s = _ttft_objective(slos, run_row.get("slos"))
         given = {"compare_run_id": compare, "prices_json": prices_json(gpu_prices or {}),
                  "slos": json.dumps(slos) if slos else None}  # fmt: skip
 
@@ -355,6 +359,21 @@ def build_report(
     if png:
         render.write_pngs(specs, png_dir(output))
     return output
+
+
+def _ttft_objective(slos: list[str] | None, run_slos: str | None) -> float:
+    """The report's p99 TTFT objective: the unscoped ``ttft_p99`` of the SLOs given, else
+    of those the run stored (its runs row, as JSON), else the default."""
+    from pipeline.plan.slo import stored_ttft_p99
+
+    texts = slos
+    if not texts and run_slos:
+        try:
+            texts = [str(t) for t in json.loads(run_slos)]
+        except (ValueError, TypeError):  # a runs row written by hand: fall back
+            texts = None
+    limit = stored_ttft_p99(texts or [])
+    return DEFAULT_SLO_TTFT_S if limit is None else limit
 
 
 def _render_item(

@@ -72,7 +72,7 @@ CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any], Rows]] = {
     "validation_requests_without_a_run": ("validation_requests", {}, {}, []),
     "replay_runs": ("replay_runs", {}, {}, [
         {"run_id": R2, "num_scenarios": 4, "num_sim_requests": 16, "version": "0.1.0",
-         "rows_read": 0, "inputs": "[]",
+         "rows_read": 0, "inputs": "[]", "slos": None,
          "scenario_names": "static-4, vllm-2, vllm-4, vllm-4-fast"},
         {"run_id": R1, "num_scenarios": 1, "num_sim_requests": 1, "scenario_names": "old"},
     ]),

@@ -5,6 +5,7 @@ run's own SLOs as the default, and the data the chart draws."""
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ import pytest
 
 from pipeline.contracts import RUNS
 from pipeline.plan.slo import Slo, evaluate, parse_slos
-from pipeline.report import build_report, charts
+from pipeline.report import build_report, charts, render
 from pipeline.report.sql import query
 from pipeline.warehouse import Warehouse
 from tests.report.conftest import EVIL_TENANT, R2, build, table
@@ -155,3 +156,34 @@ def test_the_chart_draws_each_slo_against_its_scope(tiny_warehouse: Warehouse) -
         "ttft_p50@tenant=t1, ttft_p99"
     )
     assert concurrency[("vllm-4", "ttft_p99")]["is_capacity"] is True
+
+
+def _goodputs(html: str) -> list[str]:
+    """The goodput column of the report's throughput table, as rendered."""
+    table = html[html.index("goodput (requests/s within SLO)") :]
+    table = table[: table.index("</tbody>")]
+    return re.findall(r'<td class="num">([^<]*)</td></tr>', table)
+
+
+def _goodputs_at(wh: Warehouse, slo_ttft_s: float) -> list[str]:
+    con = wh.connect()
+    try:
+        df = query(con, "throughput", slo_ttft_s=slo_ttft_s)
+    finally:
+        con.close()
+    return [render.fmt(v, "float")[0] for v in df["goodput_per_s"].to_list()]
+
+
+def test_the_reports_ttft_objective_is_the_runs_unscoped_ttft_p99(tmp_path: Path) -> None:
+    # the scoped p99 comes first: only the unscoped one sets the report's TTFT objective
+    wh = _with_run_slos(tmp_path / "wh", ["ttft_p99@tenant=t1<=100ms", "ttft_p99<=450ms"])
+    own = build_report(wh, output=tmp_path / "own.html").read_text()
+    given = build_report(wh, output=tmp_path / "given.html", slos=["ttft_p99<=300ms"])
+    explicit = build_report(wh, output=tmp_path / "explicit.html", slo_ttft_s=0.25)
+    assert "<dd>450.0 ms (p99)</dd>" in own
+    assert "<dd>300.0 ms (p99)</dd>" in given.read_text()
+    assert "<dd>250.0 ms (p99)</dd>" in explicit.read_text()
+    # goodput is counted at that limit: 0.45 s and 0.2 s give different goodputs here
+    assert _goodputs(own) == _goodputs_at(wh, 0.45) != _goodputs_at(wh, 0.2)
+    plain = build(tmp_path / "plain")  # a replay without SLOs: the default
+    assert "<dd>200.0 ms (p99)</dd>" in build_report(plain, output=tmp_path / "p.html").read_text()
