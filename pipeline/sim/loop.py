@@ -159,6 +159,7 @@ from pipeline.sim.state import (
     request_state,
     request_times,
     request_totals,
+    uindex,
     wait_add,
     wide,
     wq_peek,
@@ -410,7 +411,7 @@ def _step(
     min_left = np.iinfo(np.int64).max
     n_ev = 0
     for j in range(n):
-        i = sq[j]
+        i = uindex(sq[j])
         c0 = rq[i, R_COMPUTED]
         if c0 >= rq[i, R_PF_END]:  # a decode: context c0 + 1, samples a token
             ctx_sum += c0 + 1
@@ -508,7 +509,7 @@ def _finish(
         bs = cfg[C_BLOCK_SIZE]
         total = 0
         for j in range(n):
-            i = sq[j]
+            i = uindex(sq[j])
             c = rq[i, R_COMPUTED] + k - 1
             need = blocks_needed(rq, i, c, bs)
             total += need
@@ -553,7 +554,7 @@ def _finish(
     if done > 0:
         m = 0
         for j in range(rp[r, P_RUN_N]):
-            i = run[r, j]
+            i = uindex(run[r, j])
             if rq[i, R_STATUS] != ST_FINISHED:
                 run[r, m] = i
                 m += 1

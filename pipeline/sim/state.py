@@ -177,6 +177,14 @@ def wide(rq: npt.NDArray[np.int32]) -> npt.NDArray[np.int64]:
 
 
 @njit(cache=True, error_model="numpy", inline="always")
+def uindex(i: int) -> int:
+    """Index ``i`` (>= 0) as unsigned, for the hottest loops (every request of every step):
+    numba then skips the negative-index wraparound it adds to each access by a signed
+    index. Index with it only: arithmetic mixing it with signed integers gives floats."""
+    return np.uint64(i)  # type: ignore[return-value]
+
+
+@njit(cache=True, error_model="numpy", inline="always")
 def cdiv(a: int, b: int) -> int:
     """Ceiling division of non-negative integers."""
     return -(-a // b)
