@@ -298,24 +298,26 @@ def _decodes(
     n_run = rp[r, P_RUN_N]
     free = rp[r, P_FREE]
     while k < n_run and budget > 0:
-        i = uindex(run[r, k])
+        i = uindex(run[r, uindex(k)])
         c = rq[i, R_COMPUTED] + 1  # tokens after this step
         if rq[i, R_PROMPT] + rq[i, R_GENERATED] != c:  # not a decode
             break
         if caching and settles(rq, i, c):
             break
-        blocks = rq[i, R_HELD]
+        held = rq[i, R_HELD]
+        blocks = held
         if caching:  # without the cache nothing is shared
             blocks += rq[i, R_SHARED]
-        short = c - blocks * bs  # blocks_needed, inline
-        if short > 0:
-            need = (short + bs - 1) // bs
-            if need > free:
-                break
-            free -= need
-            rq[i, R_HELD] += need
-        sched_q[n] = i
-        sched_t[n] = 1
+        short = c - blocks * bs  # tokens beyond its blocks (blocks_needed, inline)
+        if short > bs:  # more than one new block: the general loop
+            break
+        need = 1 if short > 0 else 0  # without a branch: which requests cross a block
+        if need > free:  # boundary this step is all but random
+            break
+        free -= need
+        rq[i, R_HELD] = held + need
+        sched_q[uindex(n)] = i
+        sched_t[uindex(n)] = 1
         n += 1
         budget -= 1
         k += 1
