@@ -507,6 +507,8 @@ def _finish(
     else:  # steps 2..k: the same decodes again
         duration = decode_run_s(cost, d, ctx, k)
         bs = cfg[C_BLOCK_SIZE]
+        commits = code == vllm.CODE and cfg[C_CACHING] != 0  # vLLM caches as it computes
+        settle = False  # some request settles a cache unit over steps 2..k
         total = 0
         for j in range(n):
             i = uindex(sq[j])
@@ -520,12 +522,14 @@ def _finish(
             if gen >= rq[i, R_OUTPUT]:
                 ev[n_ev] = i
                 n_ev += 1
+            if commits and settles(rq, i, c):
+                settle = True
         # evictions depend only on the blocks taken in total: nothing is released meanwhile
         if total <= rp[r, P_FREE]:
             rp[r, P_FREE] -= total
         else:
             take(rp, r, total, kc)
-        if code == vllm.CODE and cfg[C_CACHING] != 0:  # what steps 2..k commit
+        if settle:  # what steps 2..k commit, once the blocks are taken
             for j in range(n):
                 i = sq[j]
                 if settles(rq, i, rq[i, R_COMPUTED]):
@@ -555,9 +559,8 @@ def _finish(
         m = 0
         for j in range(rp[r, P_RUN_N]):
             i = uindex(run[r, j])
-            if rq[i, R_STATUS] != ST_FINISHED:
-                run[r, m] = i
-                m += 1
+            run[r, m] = i  # without a branch: which requests finished is all but random
+            m += int(rq[i, R_STATUS] != ST_FINISHED)
         rp[r, P_RUN_N] = m
         if code == sglang.CODE:  # filtered out of the running batch at the next decode step
             rp[r, P_PENDING] += done_decoding
