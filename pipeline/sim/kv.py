@@ -82,5 +82,5 @@ def release(
     """Return request ``i``'s private blocks to the free pool and its cache units to the LRU."""
     rp[r, P_FREE] += rq[i, R_HELD]
     rq[i, R_HELD] = 0
-    if rq[i, R_SETTLED] > 0:  # the call (it passes every cache array) only if it holds units
+    if rq[i, R_SETTLED] > 0:  # it holds cache units (the call passes every cache array)
         release_units(rq, rp, i, r, kc)

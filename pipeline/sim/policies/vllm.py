@@ -311,8 +311,9 @@ def _decodes(
         short = c - blocks * bs  # tokens beyond its blocks (blocks_needed, inline)
         if short > bs:  # more than one new block: the general loop
             break
-        need = 1 if short > 0 else 0  # without a branch: which requests cross a block
-        if need > free:  # boundary this step is all but random
+        # 0 or 1 without a branch: which requests cross a block boundary is all but random
+        need = 1 if short > 0 else 0
+        if need > free:
             break
         free -= need
         rq[i, R_HELD] = held + need
