@@ -12,6 +12,7 @@ Needs ``perf`` and ``nm`` on PATH and permission to profile one's own process.
 
     .venv/bin/python bench/loop_profile.py --record   # 200,000 requests, 3 times
     .venv/bin/python bench/loop_profile.py --n 100000 --repeats 1
+    .venv/bin/python bench/loop_profile.py --annotate vllm.schedule --annotate loop._loop
 """
 
 from __future__ import annotations
@@ -72,8 +73,13 @@ def _pretty(name: str) -> str:
     return ".".join(parts[-2:])
 
 
-def _symbols(workdir: Path) -> list[tuple[int, int, str]]:
-    """(address, size, name) of every function of the loaded numba libraries and helpers."""
+def _symbols(
+    workdir: Path, objects: dict[str, tuple[Path, int]] | None = None
+) -> list[tuple[int, int, str]]:
+    """(address, size, name) of every function of the loaded numba libraries and helpers.
+
+    ``objects``, if given, gets each function's object file and load address (by symbol).
+    """
     from numba.core.registry import CPUDispatcher
 
     out = []
@@ -84,7 +90,7 @@ def _symbols(workdir: Path) -> list[tuple[int, int, str]]:
             code = _LOADED.get(cres.library.name)
             if code is None:
                 continue
-            path = workdir / "lib.o"
+            path = workdir / f"lib{len(out)}.o"  # a name per library: objects refers to it
             path.write_bytes(code)
             nm = subprocess.run(["nm", "-S", "--defined-only", str(path)], capture_output=True,
                                 text=True, check=True).stdout  # fmt: skip
@@ -97,6 +103,8 @@ def _symbols(workdir: Path) -> list[tuple[int, int, str]]:
                 continue
             base = cres.library.get_pointer_to_function(entry) - offset
             out += [(base + o, size, _pretty(n)) for o, size, n in funcs]
+            if objects is not None:
+                objects |= {n: (path, base) for _, _, n in funcs if n not in objects}
     for line in Path("/proc/self/maps").read_text().splitlines():
         f = line.split()
         if f[1] != "r-xp" or len(f) != 5:
@@ -112,11 +120,44 @@ def _symbols(workdir: Path) -> list[tuple[int, int, str]]:
     return sorted(set(out))
 
 
+def _annotate(data: Path, objects: dict[str, tuple[Path, int]], name: str, top: int) -> None:
+    """Print the ``top`` instructions of the numba function ``name`` (as ``_pretty`` names
+    it) with the most samples, in address order, with their machine code."""
+    script = subprocess.run(["perf", "script", "-i", str(data), "-F", "ip"], capture_output=True,
+                            text=True, check=True).stdout  # fmt: skip
+    samples: dict[int, int] = {}
+    for ip in script.split():
+        samples[int(ip, 16)] = samples.get(int(ip, 16), 0) + 1
+    total = sum(samples.values())
+    for symbol, (path, base) in objects.items():
+        if _pretty(symbol) != name:
+            continue
+        dis = subprocess.run(["objdump", "-d", "--no-show-raw-insn", "-M", "intel",
+                              f"--disassemble={symbol}", str(path)], capture_output=True,
+                             text=True, check=True).stdout  # fmt: skip
+        rows = []
+        for line in dis.splitlines():
+            head, _, asm = line.partition(":\t")
+            if asm and re.fullmatch(r"\s*[0-9a-f]+", head):
+                rows.append((samples.get(base + int(head, 16), 0), int(head, 16), asm))
+        here = sum(c for c, _, _ in rows)
+        if here == 0:  # e.g. numba's Python wrapper of the function
+            continue
+        print(f"{name}: {here / total:.1%} of the samples; its {top} hottest instructions:")
+        for c, addr, asm in sorted(sorted(rows, reverse=True)[:top], key=lambda x: x[1]):
+            print(f"  {c / total:6.2%}  {addr:6x}  {re.sub(r'<_ZN.*?>', '', asm)[:70]}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=200_000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--record", action="store_true", help="write bench/RESULTS.md")
+    parser.add_argument(
+        "--annotate", action="append", default=[], metavar="FUNC",
+        help="print the hottest instructions of FUNC too (vllm.schedule)",
+    )  # fmt: skip
+    parser.add_argument("--top", type=int, default=40, help="instructions --annotate prints")
     args = parser.parse_args()
     from sim_speed import SCENARIO, make_warehouse
 
@@ -137,7 +178,8 @@ def main() -> None:
     warm_up(eng)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        symbols = _symbols(work)
+        objects: dict[str, tuple[Path, int]] = {}
+        symbols = _symbols(work, objects)
         perf_map = Path(f"/tmp/perf-{os.getpid()}.map")
         perf_map.write_text("".join(f"{a:x} {s:x} {name}\n" for a, s, name in symbols))
         data = work / "perf.data"
@@ -159,6 +201,8 @@ def main() -> None:
             text=True,
         ).stdout
         perf_map.unlink(missing_ok=True)
+        for name in args.annotate:
+            _annotate(data, objects, name, args.top)
     print(f"simulate x{args.repeats} on {n:,} requests: {took:.2f} s "
           f"({n * args.repeats / took:,.0f} req/s while profiled)")  # fmt: skip
     print("share of samples by function (numba functions named; inlined callees count "

@@ -92,7 +92,6 @@ from pipeline.sim.state import (
     F_FIRST_TOKEN,
     NRP,
     NRPF,
-    NRQF,
     NST,
     NSTF,
     P_CHUNKED,
@@ -151,15 +150,16 @@ from pipeline.sim.state import (
     SF_START,
     ST_FINISHED,
     ST_WAITING,
-    W_DISCARDED,
-    W_HITS,
     W_HOFF,
-    W_TOTAL,
     EngineConfig,
     PrefixKeys,
     SimInput,
     SimResult,
+    empty,
     request_state,
+    request_times,
+    request_totals,
+    uindex,
     wait_add,
     wide,
     wq_peek,
@@ -411,7 +411,7 @@ def _step(
     min_left = np.iinfo(np.int64).max
     n_ev = 0
     for j in range(n):
-        i = sq[j]
+        i = uindex(sq[j])
         c0 = rq[i, R_COMPUTED]
         if c0 >= rq[i, R_PF_END]:  # a decode: context c0 + 1, samples a token
             ctx_sum += c0 + 1
@@ -507,9 +507,11 @@ def _finish(
     else:  # steps 2..k: the same decodes again
         duration = decode_run_s(cost, d, ctx, k)
         bs = cfg[C_BLOCK_SIZE]
+        commits = code == vllm.CODE and cfg[C_CACHING] != 0  # vLLM caches as it computes
+        settle = False  # some request settles a cache unit over steps 2..k
         total = 0
         for j in range(n):
-            i = sq[j]
+            i = uindex(sq[j])
             c = rq[i, R_COMPUTED] + k - 1
             need = blocks_needed(rq, i, c, bs)
             total += need
@@ -520,12 +522,14 @@ def _finish(
             if gen >= rq[i, R_OUTPUT]:
                 ev[n_ev] = i
                 n_ev += 1
+            if commits and settles(rq, i, c):
+                settle = True
         # evictions depend only on the blocks taken in total: nothing is released meanwhile
         if total <= rp[r, P_FREE]:
             rp[r, P_FREE] -= total
         else:
             take(rp, r, total, kc)
-        if code == vllm.CODE and cfg[C_CACHING] != 0:  # what steps 2..k commit
+        if settle:  # what steps 2..k commit, once the blocks are taken
             for j in range(n):
                 i = sq[j]
                 if settles(rq, i, rq[i, R_COMPUTED]):
@@ -554,10 +558,9 @@ def _finish(
     if done > 0:
         m = 0
         for j in range(rp[r, P_RUN_N]):
-            i = run[r, j]
-            if rq[i, R_STATUS] != ST_FINISHED:
-                run[r, m] = i
-                m += 1
+            i = uindex(run[r, j])
+            run[r, m] = i  # without a branch: which requests finished is all but random
+            m += int(rq[i, R_STATUS] != ST_FINISHED)
         rp[r, P_RUN_N] = m
         if code == sglang.CODE:  # filtered out of the running batch at the next decode step
             rp[r, P_PENDING] += done_decoding
@@ -960,8 +963,7 @@ def simulate(
     if eng.get(C_ROUTER) == PREFIX_AWARE and num_replicas > 1:
         index = min(num_replicas * slots, len(pk.keys) + len(warmup.keys))
     kc = empty_caches(num_replicas, slots, pk.keys, index=index)
-    rqf = np.full((n, NRQF), np.nan)
-    rqf[:, F_ARRIVAL] = inp.arrival_s
+    rqf = request_times(np.require(inp.arrival_s, np.float64, "C"))
     del inp  # copied into rq/rqf: a caller that let go of it frees it while the loop runs
     rp = np.zeros((num_replicas, NRP), dtype=np.int64)
     rp[:, P_FREE] = num_blocks
@@ -978,11 +980,11 @@ def simulate(
         _warm_caches(rp, offsets, keys, warmup.unit_tokens // bs, kc)
     max_seqs = min(eng.get(C_MAX_SEQS), max(n, 1))
     run = np.zeros((num_replicas, max_seqs + 1), dtype=np.int64)
-    wq = np.zeros((num_replicas, max(n, 1)), dtype=np.int32)
+    wq = empty(num_replicas, max(n, 1), np.int32)  # a slot is read only once written
     assert step_rows >= 1, "step_rows must be >= 1"
     rows = step_rows if on_steps is not None else 2 * n + 1024
-    st = np.zeros((rows, NST), dtype=np.int64)
-    stf = np.zeros((rows, NSTF))
+    st = empty(rows, NST, np.int64)  # a row is read only once written (below G_ROWS)
+    stf = empty(rows, NSTF, np.float64)
     g = np.zeros(NG, dtype=np.int64)
     trees = new_trees(num_replicas)
     sq = np.zeros(max_seqs + 1, dtype=np.int64)
@@ -1010,12 +1012,7 @@ def simulate(
             break
     if on_progress is not None:
         on_progress(n)
-    # every token computed is still held (computed), was thrown away by a preemption,
-    # or was not computed at all because the prefix cache had it
-    rqw = wide(rq)
-    total = rqw[:, W_TOTAL]  # filled in place: no per-request temporaries
-    np.add(rq[:, R_COMPUTED], rqw[:, W_DISCARDED], out=total)
-    np.subtract(total, rqw[:, W_HITS], out=total)
+    request_totals(rq)
     rows = int(g[G_ROWS])
     if on_steps is not None:
         if rows:

@@ -94,11 +94,15 @@ from pipeline.sim.state import (
     Q_FIFO,
     Q_PRIORITY,
     R_COMPUTED,
+    R_GENERATED,
     R_HELD,
     R_PRIORITY,
+    R_PROMPT,
+    R_SHARED,
     R_UNIT_BLK,
     R_UNIT_TOK,
     cdiv,
+    uindex,
     wait_head,
 )
 
@@ -268,6 +272,60 @@ def _make_room(
             return True, k, n, budget, n_pre
 
 
+@njit(cache=True, error_model="numpy", inline="always")
+def _decodes(
+    cfg: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int32],
+    rp: npt.NDArray[np.int64],
+    run: npt.NDArray[np.int64],
+    sched_q: npt.NDArray[np.int64],
+    sched_t: npt.NDArray[np.int64],
+    r: int,
+    k: int,
+    n: int,
+    budget: int,
+) -> tuple[int, int, int]:
+    """The RUNNING loop's common case, in a tight loop of its own: (k, n, budget) after it.
+
+    Schedules running requests from position k on while each is a decode (one
+    token, which the budget always has room for and the threshold never caps)
+    whose new block, if it needs one, is free (no eviction, no preemption) and
+    that settles no cache unit; stops before the first that is not, which the
+    general loop takes. Decides as that loop would, with fewer loads.
+    """
+    bs = cfg[C_BLOCK_SIZE]
+    caching = cfg[C_CACHING] != 0
+    n_run = rp[r, P_RUN_N]
+    free = rp[r, P_FREE]
+    while k < n_run and budget > 0:
+        i = uindex(run[r, uindex(k)])
+        c = rq[i, R_COMPUTED] + 1  # tokens after this step
+        if rq[i, R_PROMPT] + rq[i, R_GENERATED] != c:  # not a decode
+            break
+        if caching and settles(rq, i, c):
+            break
+        held = rq[i, R_HELD]
+        blocks = held
+        if caching:  # without the cache nothing is shared
+            blocks += rq[i, R_SHARED]
+        short = c - blocks * bs  # tokens beyond its blocks (blocks_needed, inline)
+        if short > bs:  # more than one new block: the general loop
+            break
+        # 0 or 1 without a branch: which requests cross a block boundary is all but random
+        need = 1 if short > 0 else 0
+        if need > free:
+            break
+        free -= need
+        rq[i, R_HELD] = held + need
+        sched_q[uindex(n)] = i
+        sched_t[uindex(n)] = 1
+        n += 1
+        budget -= 1
+        k += 1
+    rp[r, P_FREE] = free
+    return k, n, budget
+
+
 @njit(cache=True, error_model="numpy")
 def schedule(
     r: int,
@@ -298,6 +356,9 @@ def schedule(
     # RUNNING
     k = 0
     while k < rp[r, P_RUN_N] and budget > 0:
+        k, n, budget = _decodes(cfg, rq, rp, run, sched_q, sched_t, r, k, n, budget)
+        if k >= rp[r, P_RUN_N] or budget <= 0:
+            break
         i = run[r, k]
         new = num_tokens(rq, i) - rq[i, R_COMPUTED]
         if 0 < threshold < new:
