@@ -257,8 +257,19 @@ def to_number(s: pl.Series) -> pl.Series:
 
 
 def whole_int(s: pl.Series) -> pl.Series:
-    """Series version of ``int_expr``."""
-    return pl.select(int_expr(pl.lit(to_number(s)))).to_series().alias(s.name)
+    """Series version of ``int_expr``.
+
+    A column of whole numbers without nulls (most count columns) is cast straight,
+    after a check with numpy (a tenth of ``int_expr``'s ten passes over it).
+    """
+    f = to_number(s)
+    if not f.null_count():
+        a = f.to_numpy()
+        if len(a) and np.abs(a).max() < 2.0**53:  # NaN fails the test too
+            i = a.astype(np.int64)
+            if np.array_equal(i, a):
+                return pl.Series(s.name, i, dtype=pl.Int64)
+    return pl.select(int_expr(pl.lit(f))).to_series().alias(s.name)
 
 
 def split_csv_block(

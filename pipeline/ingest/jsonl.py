@@ -197,11 +197,22 @@ def _odd(
     if not len(lines):
         return lines
     buf = np.frombuffer(data, dtype=np.uint8)
-    last = ends[lines] - 1
-    for _ in range(3):  # step back over "\n", "\r" and trailing spaces
-        ws = (buf[last] == 10) | (buf[last] == 13) | (buf[last] == 32)
-        last = np.where(ws & (last > starts[lines]), last - 1, last)
-    odd = lines[(buf[starts[lines]] != ord("{")) | (buf[last] != ord("}"))]
+    every = len(lines) == len(starts)  # no blank line (lines is then 0, 1, 2, ...)
+    first, end = (starts, ends) if every else (starts[lines], ends[lines])
+    # the common shape first: "{...}" then a newline or the end of the data
+    tail = buf[end - 1]
+    plain = (buf[first] == ord("{")) & (
+        (tail == ord("}")) | ((tail == 10) & (buf[end - 2] == ord("}")) & (end - 2 > first))
+    )
+    if plain.all():
+        odd = lines[:0]
+    else:
+        rest = np.flatnonzero(~plain)
+        first, last = first[rest], end[rest] - 1
+        for _ in range(3):  # step back over "\n", "\r" and trailing spaces
+            ws = (buf[last] == 10) | (buf[last] == 13) | (buf[last] == 32)
+            last = np.where(ws & (last > first), last - 1, last)
+        odd = lines[rest][(buf[first] != ord("{")) | (buf[last] != ord("}"))]
     if b"\\" not in data:  # no escapes at all (a fast memchr)
         return odd
     esc = _surrogate_escapes(buf)

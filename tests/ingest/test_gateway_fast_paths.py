@@ -4,7 +4,9 @@
   every value read as text and converted with ``fields.to_number``;
 * the tenant and failed-call columns taken as they are after a cheap check,
   against the general expressions (``gateway.TENANT``, ``gateway.FAILED_CALL``);
-* ``fields.none_blank`` never says "no blank value" when there is one.
+* ``fields.none_blank`` never says "no blank value" when there is one;
+* ``fields.whole_int``'s numpy path against ``fields.int_expr``;
+* the shape screen of JSON lines (``jsonl._odd``) against its rule written per line.
 """
 
 from __future__ import annotations
@@ -12,15 +14,17 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import numpy as np
 import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
-from pipeline.ingest.fields import none_blank, to_number
+from pipeline.ingest.fields import int_expr, none_blank, to_number, whole_int
 from pipeline.ingest.formats import Block
 from pipeline.ingest.formats import gateway as gw
-from pipeline.ingest.jsonl import read_block
+from pipeline.ingest.jsonl import _nonblank, _odd, read_block
+from pipeline.ingest.reader import line_starts
 from tests.ingest.records import gateway
 
 MISSING = object()
@@ -120,3 +124,42 @@ def test_none_blank_never_misses_a_blank_value(values: list[str | None]) -> None
         assert not (s.str.strip_chars() == "").any()
     if all(v is None or ("!" <= v[:1] <= "~") for v in values):
         assert none_blank(s)
+
+
+NUMBER = st.one_of(
+    st.integers(-(2**60), 2**60).map(float),
+    st.integers(0, 5000).map(float),
+    st.floats(),
+    st.sampled_from([2.0**53, -(2.0**53), 2.0**53 - 1, 2.0**63, -0.0, 0.5]),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(NUMBER, max_size=20), st.booleans())
+def test_whole_int_equals_int_expr(values: list[float], with_null: bool) -> None:
+    s = pl.Series("n", [*values, None] if with_null else values, dtype=pl.Float64)
+    want = pl.select(int_expr(pl.lit(to_number(s)))).to_series().alias("n")
+    assert_frame_equal(whole_int(s).to_frame(), want.to_frame())
+
+
+def _odd_reference(line: bytes) -> bool:
+    """Not shaped like {...}: the first byte, and the last after stepping back over up to
+    three newlines, carriage returns or spaces."""
+    j, steps = len(line) - 1, 0
+    while steps < 3 and j > 0 and line[j] in b"\n\r ":
+        j, steps = j - 1, steps + 1
+    return line[0] != ord("{") or line[j] != ord("}")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(st.sampled_from([b"{", b"}", b" ", b"\r", b"a", b'"x"']), max_size=6)))
+def test_odd_lines_fast_path_equals_the_rule_per_line(parts: list[list[bytes]]) -> None:
+    data = b"".join(b"".join(p) + b"\n" for p in parts)
+    data = data[:-1] if len(parts) % 2 else data  # with and without a final newline
+    if not data:
+        return
+    starts = line_starts(data)
+    ends = np.append(starts[1:], len(data))
+    lines = _nonblank(data, starts, ends)
+    want = [i for i in lines.tolist() if _odd_reference(data[starts[i] : ends[i]])]
+    assert _odd(data, starts, ends, lines).tolist() == want

@@ -22,7 +22,7 @@ import json
 
 import polars as pl
 
-from pipeline.ingest.fields import int_expr, none_blank, parse_timestamp, to_number
+from pipeline.ingest.fields import none_blank, parse_timestamp, to_number, whole_int
 from pipeline.ingest.formats import Block, Parsed, ParseOptions
 from pipeline.ingest.formats._lines import load_json_object
 from pipeline.ingest.jsonl import read_block
@@ -107,12 +107,12 @@ def parse(block: Block, opts: ParseOptions) -> Parsed:
     rows = f.select(
         pl.col("request_id"),
         start.alias("arrival_time"),
-        int_expr(pl.col("prompt_tokens")).alias("prompt_tokens"),
-        int_expr(pl.col("completion_tokens")).alias("output_tokens"),
+        pl.lit(whole_int(f["prompt_tokens"])).alias("prompt_tokens"),
+        pl.lit(whole_int(f["completion_tokens"])).alias("output_tokens"),
         pl.coalesce("model", "model_group").alias("model"),
         _tenant(f).alias("tenant"),
         pl.col("session_id"),
-        int_expr(pl.lit(cached)).alias("cached_tokens"),
+        pl.lit(whole_int(cached)).alias("cached_tokens"),
         pl.col("source_line"),
         pl.col("byte_offset"),
         _failed_call(f["status"]).alias("_reject"),
