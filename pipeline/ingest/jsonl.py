@@ -242,7 +242,9 @@ def _high(
     high = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) >= 0x80)
     if not len(high):
         return np.zeros(0, dtype=np.int64)
-    return np.intersect1d(np.searchsorted(starts, high, side="right") - 1, lines)
+    hit = np.zeros(len(starts), dtype=np.bool_)  # a mask, not intersect1d's sort of every line
+    hit[np.searchsorted(starts, high, side="right") - 1] = True
+    return lines[hit[lines]]
 
 
 def _check(
