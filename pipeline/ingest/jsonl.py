@@ -91,9 +91,9 @@ def _numbers(
     out = frame.with_columns(to_number(frame[c]) for c in numbers if c not in fast)
     if not fast:
         return out
-    missing = out.select(pl.any_horizontal(pl.col(fast).is_null())).to_series()
-    if not missing.any():
+    if not any(out[c].null_count() for c in fast):  # the common case, from the metadata
         return out
+    missing = out.select(pl.any_horizontal(pl.col(fast).is_null())).to_series()
     idx = missing.arg_true()
     data = block.data
     text = []
