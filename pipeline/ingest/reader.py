@@ -13,6 +13,7 @@ from __future__ import annotations
 import glob
 import gzip
 import io
+import threading
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -249,7 +250,7 @@ def iter_blocks(
         carry = chunk[cut + 1 :]
         yield Block(data, line, offset), header, _tell(opened)
         yielded = True
-        line += int(np.count_nonzero(np.frombuffer(data, dtype=np.uint8) == 10))  # 4x bytes.count
+        line += count_lines(data)
         offset += len(data)
 
 
@@ -299,9 +300,33 @@ def _tell(opened: Opened) -> int:
         return 0
 
 
+_SCRATCH = threading.local()
+
+
+def _is_newline(data: bytes) -> npt.NDArray[np.bool_]:
+    """``data == b"\\n"`` byte by byte, in a buffer the calling thread keeps for the next block.
+
+    NOTE: a fresh 8 MiB mask a block costs ~2000 page faults (glibc returns large
+    freed blocks to the system): ~2 ms a block, twice the compare itself. The
+    buffer goes with its thread (the parse threads end with each file).
+    """
+    buf = np.frombuffer(data, dtype=np.uint8)
+    mask = getattr(_SCRATCH, "mask", None)
+    if mask is None or len(mask) < len(buf):
+        mask = _SCRATCH.mask = np.empty(len(buf), dtype=np.bool_)
+    out: npt.NDArray[np.bool_] = mask[: len(buf)]
+    np.equal(buf, 10, out=out)
+    return out
+
+
+def count_lines(data: bytes) -> int:
+    """The number of newlines in ``data`` (numpy: 4x ``bytes.count``)."""
+    return int(np.count_nonzero(_is_newline(data)))
+
+
 def line_starts(data: bytes) -> npt.NDArray[np.int64]:
     """Byte offset of the start of every line in ``data`` (one entry per line)."""
-    nl = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10)
+    nl = np.flatnonzero(_is_newline(data))
     starts = np.empty(len(nl) + 1, dtype=np.int64)
     starts[0] = 0
     starts[1:] = nl + 1
