@@ -2,10 +2,9 @@
 
 Rows arrive block by block. Each block gets ``arrival_s`` against the earliest
 arrival seen so far (the first block's, in a time-ordered log) and is written
-to temporary files, one per day, in row groups of at least ``ROW_GROUP_ROWS``
-rows, while the next blocks are being parsed. If a later block holds an earlier
-arrival (an unordered log), the files are rewritten once at the end with the
-true origin. ``commit`` then
+as row groups of temporary files, one per day, while the next block is being
+parsed. If a later block holds an earlier arrival (an unordered log), the
+files are rewritten once at the end with the true origin. ``commit`` then
 renames the files into place; ``abort`` removes them.
 """
 
@@ -58,12 +57,6 @@ WRITE_OPTIONS = {
 }
 
 
-# Blocks are buffered per day and written as one row group of at least this many rows:
-# a row group per block (~24k rows) made the write ~7% slower (per-group dictionaries,
-# statistics, page headers) and gave readers more metadata to go through.
-ROW_GROUP_ROWS = 1 << 16
-
-
 class RequestSink:
     """Temporary per-day ``requests`` files of one source file."""
 
@@ -74,7 +67,6 @@ class RequestSink:
         self._fmt = fmt
         self._src = src
         self._writers: dict[str, tuple[pq.ParquetWriter, Path, Path]] = {}
-        self._pending: dict[str, list[pa.Table]] = {}  # per day, not written yet
         self._pool = ThreadPoolExecutor(max_workers=1)
         self._last: Future[None] | None = None
         self._origin: int | None = None  # origin used for arrival_s so far
@@ -126,23 +118,13 @@ class RequestSink:
                 self._writers[d] = (writer, tmp, final)
             if not sub["arrival_time"].is_sorted():
                 sub = sub.sort("arrival_time")
-            pending = self._pending.setdefault(d, [])
-            pending.append(conform(sub.to_arrow(), REQUESTS, self._src))
-            if sum(len(t) for t in pending) >= ROW_GROUP_ROWS:
-                self._flush(d)
+            table = conform(sub.to_arrow(), REQUESTS, self._src)
+            self._writers[d][0].write_table(table)
 
-    def _flush(self, day: str) -> None:
-        tables = self._pending.pop(day, [])
-        if tables:
-            self._writers[day][0].write_table(pa.concat_tables(tables))
-
-    def _finish(self, flush: bool = True) -> None:
+    def _finish(self) -> None:
         try:
             if self._last is not None:
                 self._last.result()
-            if flush:
-                for day in list(self._pending):
-                    self._flush(day)
         finally:
             for w, _, _ in self._writers.values():
                 w.close()
@@ -170,7 +152,7 @@ class RequestSink:
     def abort(self) -> None:
         """Stop and remove the temporary files."""
         try:
-            self._finish(flush=False)
+            self._finish()
         except Exception:  # noqa: BLE001 - the caller is already failing with its own error
             pass
         for _, tmp, _ in self._writers.values():
