@@ -52,11 +52,14 @@ def read_block(block: Block, schema: dict[str, Any], numbers: Sequence[str] = ()
     columns named in ``numbers`` come back as Float64: ``fields.to_number`` of
     their text (see the module docstring).
     """
-    text_schema = schema
-    schema = _number_schema(block.data, schema, numbers)
-    parsed = _read_lines(block, schema)
+    fast_schema = _number_schema(block.data, schema, numbers)
+    parsed = _read_lines(block, fast_schema)
     if numbers:
-        parsed.rows = _numbers(parsed.rows, block, text_schema, numbers)
+        rows = _numbers(parsed.rows, block, schema, numbers)
+        if rows is None:  # not seen: the block is read again with every count as text
+            parsed = _read_lines(block, schema)
+            rows = parsed.rows.with_columns(to_number(parsed.rows[c]) for c in numbers)
+        parsed.rows = rows
     return parsed
 
 
@@ -80,12 +83,13 @@ def _number_schema(data: bytes, schema: dict[str, Any], numbers: Sequence[str]) 
 
 def _numbers(
     frame: pl.DataFrame, block: Block, text_schema: dict[str, Any], numbers: Sequence[str]
-) -> pl.DataFrame:
+) -> pl.DataFrame | None:
     """Make the ``numbers`` columns Float64, reading the values that are not JSON numbers again.
 
     A null in a column read as Float64 is a value that is not a JSON number (or a
     missing one): those records are read again with the text schema and converted
-    with ``to_number``, as every value is when the column was read as text.
+    with ``to_number``, as every value is when the column was read as text. None
+    if they cannot be read again as they were the first time (never seen).
     """
     fast = [c for c in numbers if frame.schema[c] == pl.Float64]
     out = frame.with_columns(to_number(frame[c]) for c in numbers if c not in fast)
@@ -101,9 +105,12 @@ def _numbers(
         start = off - block.offset
         end = data.find(b"\n", start)
         text.append(data[start : end + 1 if end >= 0 else len(data)].rstrip(b"\r\n"))
-    again = _read(b"\n".join(text) + b"\n", {c: text_schema[c] for c in fast})
-    if again.height != len(text):  # cannot happen: every one of these lines was read once
-        raise AssertionError(f"{again.height} of {len(text)} records read again")
+    try:
+        again = _read(b"\n".join(text) + b"\n", {c: text_schema[c] for c in fast})
+    except pl.exceptions.ComputeError:
+        return None
+    if again.height != len(text):
+        return None
     return out.with_columns(out[c].clone().scatter(idx, to_number(again[c])) for c in fast)
 
 

@@ -16,10 +16,12 @@ from typing import Any
 
 import numpy as np
 import polars as pl
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
+from pipeline.ingest import jsonl
 from pipeline.ingest.fields import int_expr, none_blank, to_number, whole_int
 from pipeline.ingest.formats import Block
 from pipeline.ingest.formats import gateway as gw
@@ -88,6 +90,17 @@ def test_counts_read_as_numbers_after_a_first_line_of_numbers() -> None:
     block = _block([_record(i, {"prompt_tokens": v}) for i, v in enumerate(values)])
     fast = read_block(block, gw.SCHEMA, numbers=gw._NUMBERS).rows["prompt_tokens"]
     assert fast.to_list() == [7.0, 12.0, 3.0, None, None, None, None, 2.0**64, 1e3, 1e3, None]
+
+
+def test_counts_fall_back_to_text_when_a_re_read_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    block = _block([_record(0, {}), _record(1, {"prompt_tokens": "12"})])
+    slow = read_block(block, gw.SCHEMA)
+    monkeypatch.setattr(jsonl, "_numbers", lambda *args: None)
+    fast = read_block(block, gw.SCHEMA, numbers=gw._NUMBERS)
+    assert_frame_equal(
+        fast.rows, slow.rows.with_columns(to_number(slow.rows[c]) for c in gw._NUMBERS)
+    )
+    assert fast.rows["prompt_tokens"].to_list() == [100.0, 12.0]
 
 
 RECORD_TEXT = st.fixed_dictionaries(
