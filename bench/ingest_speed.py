@@ -176,8 +176,9 @@ def main() -> None:
             "`pl.scan_ndjson(path).collect()` with no schema and no checks. "
             "The other files in the traces folder (ServeGen, the arXiv length table) are "
             "distributions, not request logs, and are not ingested. Peak RSS grows by about "
-            "8-16 bytes per request id from 1M to 5M records: the dedupe id set (sorted "
-            "arrays of 8-byte hashes); everything else is per 8 MiB block."
+            "10-20 bytes per request id from 1M to 5M records: the dedupe id set (sorted "
+            "arrays of 8-byte hashes, a bit filter of 2-4 bytes an id); everything else is "
+            "per 8 MiB block."
         )
     )
     if not args.quick:

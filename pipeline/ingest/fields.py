@@ -6,6 +6,7 @@ import math
 import re
 
 import numpy as np
+import numpy.typing as npt
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -178,12 +179,102 @@ def _same_layout(arr: pa.Array, first: bytes) -> bool:
     return bool(century.all())
 
 
+def none_blank(s: pl.Series) -> bool:
+    """True when no non-null value of a String series is blank (empty or whitespace only).
+
+    A cheap sufficient check for skipping ``str.strip_chars() != ""``: every value
+    starts with a printable ASCII character other than a space (``!`` to ``~``).
+    False can also mean "not known" (a value that starts otherwise), never a wrong True.
+    Checked on the raw Arrow buffers with numpy (~0.05 ms for 25k values, a sixth of
+    stripping them).
+    """
+    if s.dtype != pl.String:
+        return False
+    arr = s.to_arrow()
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    n = len(arr)
+    if not n or arr.null_count == n:
+        return True
+    if not pa.types.is_large_string(arr.type):
+        return False
+    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int64)[arr.offset : arr.offset + n + 1]
+    starts, lengths = offsets[:-1], np.diff(offsets)
+    if arr.null_count:
+        valid = np.asarray(arr.is_valid())
+        starts, lengths = starts[valid], lengths[valid]
+    if not len(starts) or (lengths == 0).any():
+        return not len(starts)
+    first = np.frombuffer(arr.buffers()[2], dtype=np.uint8)[starts]
+    return bool(((first >= ord("!")) & (first <= ord("~"))).all())
+
+
 def parse_timestamp(s: pl.Series) -> pl.Series:
     """Series version of ``timestamp_expr`` + ``fix_timestamps`` (``iso_timestamps`` first)."""
     fast = iso_timestamps(s)
-    if fast is not None:
-        return fast
-    return slow_timestamps(s)
+    if fast is None:
+        fast = _mostly_iso(s)
+    return fast if fast is not None else slow_timestamps(s)
+
+
+def _mostly_iso(s: pl.Series) -> pl.Series | None:
+    """A column in one ISO-8601 layout but for some values (bad records, other layouts).
+
+    The values laid out like the first one take Arrow's cast, the others the slow
+    path (after the first value, from which it infers a format): a few bad
+    timestamps in a block no longer send all of it the slow way (~14 ms a block of
+    24k records). None when the first value has no common
+    layout, or Arrow refuses one of the values laid out like it.
+    """
+    if s.dtype != pl.String or s.null_count() == len(s):
+        return None
+    raw = s.to_arrow()
+    if isinstance(raw, pa.ChunkedArray):
+        raw = raw.combine_chunks()
+    first = s.drop_nulls()[0]
+    for pattern, unit in ((_ISO_ZONED, pa.timestamp("us", tz="UTC")), (_ISO_NAIVE, None)):
+        if not re.fullmatch(pattern[1:-1], first):
+            continue
+        rows = _layout_rows(raw, first.encode())
+        if rows is None or not rows.any():
+            return None
+        try:
+            arr = pc.cast(raw.filter(pa.array(rows)), unit or pa.timestamp("us"))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return None
+        fast = pl.Series(s.name, arr)
+        fast = fast if unit is not None else fast.dt.replace_time_zone("UTC")
+        out = pl.Series(s.name, [None] * len(s), dtype=pl.Datetime("us", "UTC"))
+        out.scatter(np.flatnonzero(rows), fast)
+        rest = np.flatnonzero(~rows)
+        if len(rest):
+            # with the column's first value in front: the slow path infers its format from it
+            lead = s.gather([int(np.flatnonzero(rows)[0])])
+            out.scatter(rest, slow_timestamps(pl.concat([lead, s.gather(rest)]))[1:])
+        return out
+    return None
+
+
+def _layout_rows(arr: pa.Array, first: bytes) -> npt.NDArray[np.bool_] | None:
+    """Per value, ``_same_layout``'s test (nulls: False); None for an array it cannot read."""
+    if not pa.types.is_large_string(arr.type):
+        return None
+    width, n = len(first), len(arr)
+    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int64)[arr.offset : arr.offset + n + 1]
+    ok = np.diff(offsets) == width
+    if arr.null_count:
+        ok &= np.asarray(arr.is_valid())
+    idx = np.flatnonzero(ok)
+    data = np.frombuffer(arr.buffers()[2], dtype=np.uint8)
+    rows = data[offsets[idx][:, None] + np.arange(width)]
+    tmpl = np.frombuffer(first, dtype=np.uint8)
+    digit = (tmpl >= ord("0")) & (tmpl <= ord("9"))
+    d = rows[:, digit]
+    good = ((d >= ord("0")) & (d <= ord("9"))).all(axis=1)
+    good &= (rows[:, ~digit] == tmpl[~digit]).all(axis=1)
+    good &= (rows[:, 0] == ord("2")) | ((rows[:, 0] == ord("1")) & (rows[:, 1] == ord("9")))
+    ok[idx] = good
+    return ok
 
 
 def slow_timestamps(s: pl.Series) -> pl.Series:
@@ -227,8 +318,19 @@ def to_number(s: pl.Series) -> pl.Series:
 
 
 def whole_int(s: pl.Series) -> pl.Series:
-    """Series version of ``int_expr``."""
-    return pl.select(int_expr(pl.lit(to_number(s)))).to_series().alias(s.name)
+    """Series version of ``int_expr``.
+
+    A column of whole numbers without nulls (most count columns) is cast straight,
+    after a check with numpy (a tenth of ``int_expr``'s ten passes over it).
+    """
+    f = to_number(s)
+    if not f.null_count():
+        a = f.to_numpy()
+        if len(a) and np.abs(a).max() < 2.0**53:  # NaN fails the test too
+            i = a.astype(np.int64)
+            if np.array_equal(i, a):
+                return pl.Series(s.name, i, dtype=pl.Int64)
+    return pl.select(int_expr(pl.lit(f))).to_series().alias(s.name)
 
 
 def split_csv_block(

@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
+from pipeline.ingest.fields import none_blank
 from pipeline.ingest.formats import CANONICAL, REJECT_SCHEMA
 
 _MASK = np.uint64(0xFFFFFFFFFFFFFFFF)
@@ -155,10 +156,12 @@ def validate(rows: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         good = rows.filter(~mask)
     else:
         bad, good = pl.DataFrame(schema=REJECT_SCHEMA), rows
-    good = good.with_columns(
-        pl.when(pl.col("request_id").str.strip_chars() != "").then(pl.col("request_id")),
-        pl.col("prefix_hashes").fill_null(pl.lit([], dtype=pl.List(pl.UInt64))),
-    )
+    fill = [pl.col("prefix_hashes").fill_null(pl.lit([], dtype=pl.List(pl.UInt64)))]
+    if not none_blank(good["request_id"]):  # blank ids become missing ones
+        fill.append(
+            pl.when(pl.col("request_id").str.strip_chars() != "").then(pl.col("request_id"))
+        )
+    good = good.with_columns(fill)
     return good.drop("_reject"), bad.cast(REJECT_SCHEMA)  # type: ignore[arg-type]
 
 

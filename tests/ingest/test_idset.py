@@ -43,3 +43,15 @@ def test_many_blocks_merge_levels_and_keep_every_key() -> None:
     assert again.all()
     zero = s.add(np.asarray([0, 0, 2**64 - 1], dtype=np.uint64))
     assert zero.tolist() == [False, True, False]
+
+
+def test_repeats_across_blocks_while_the_filter_grows() -> None:
+    """Ids seen blocks ago, in a set whose bit filter is rebuilt larger several times."""
+    rng = np.random.default_rng(3)
+    pool = rng.integers(0, 2**64 - 1, size=150_000, dtype=np.uint64, endpoint=True)
+    blocks = [pool[rng.integers(0, len(pool), size=5_000)] for _ in range(50)]
+    s = IdSet()
+    s.REBUILD_KEYS = 777  # the rebuild marks the keys in many slices
+    got = [s.add(b).tolist() for b in blocks]
+    assert got == _reference([b.tolist() for b in blocks])
+    assert s._bits > IdSet.MIN_FILTER_BITS

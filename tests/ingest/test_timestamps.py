@@ -6,7 +6,7 @@ import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.ingest.fields import iso_timestamps, parse_timestamp, slow_timestamps
+from pipeline.ingest.fields import _mostly_iso, iso_timestamps, parse_timestamp, slow_timestamps
 
 
 @st.composite
@@ -57,3 +57,37 @@ def test_fast_path_is_taken_for_the_common_layouts() -> None:
     # a leap second, 7 fraction digits, an epoch number: the slow path's business
     for odd in ("2024-06-30T23:59:60Z", "2024-05-01T00:00:00.1234567Z", "1714521600"):
         assert iso_timestamps(pl.Series("t", [odd, "2024-05-01T00:00:00Z"])) is None
+
+
+_COMMON = st.sampled_from(["2024-05-01T00:00:00.053651Z", "2024-05-01T10:20:30.000001Z"])
+_ODD = st.one_of(
+    _iso(),
+    st.none(),
+    st.sampled_from(
+        ["", "2024-13-45T25:61:00Z", "1714521600", "1714521600123", "x", " 2024-05-01"]
+    ),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_COMMON, min_size=1, max_size=6), st.lists(_ODD, max_size=6), st.randoms())
+def test_mostly_one_layout_gives_the_slow_paths_instants(
+    common: list[str], odd: list[str | None], rnd: object
+) -> None:
+    """A column in the common layout but for a few values: those alone take the slow path."""
+    rest = [*common[1:], *odd]
+    rnd.shuffle(rest)  # type: ignore[attr-defined]
+    s = pl.Series("t", [common[0], *rest], dtype=pl.String)
+    mixed = _mostly_iso(s)
+    if mixed is not None:
+        assert mixed.to_list() == slow_timestamps(s).to_list()
+    assert parse_timestamp(s).to_list() == slow_timestamps(s).to_list()
+
+
+def test_mostly_one_layout_is_taken_with_a_bad_value() -> None:
+    s = pl.Series("t", ["2024-05-01T00:00:00.5Z", "2024-13-45T25:61:00Z", None, "1714521600"])
+    assert iso_timestamps(s) is None
+    mixed = _mostly_iso(s)
+    assert mixed is not None
+    assert mixed.to_list() == slow_timestamps(s).to_list()
+    assert mixed.null_count() == 2

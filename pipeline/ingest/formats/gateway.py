@@ -22,13 +22,7 @@ import json
 
 import polars as pl
 
-from pipeline.ingest.fields import (
-    fix_timestamps,
-    int_expr,
-    iso_timestamps,
-    timestamp_expr,
-    to_number,
-)
+from pipeline.ingest.fields import none_blank, parse_timestamp, to_number, whole_int
 from pipeline.ingest.formats import Block, Parsed, ParseOptions
 from pipeline.ingest.formats._lines import load_json_object
 from pipeline.ingest.jsonl import read_block
@@ -61,6 +55,8 @@ SCHEMA = {
     "metadata": pl.String(),
 }
 _TIMES = {"arrival_time": "startTime", "_end": "endTime", "_first": "completionStartTime"}
+# read as JSON numbers where the log writes them so (``jsonl.read_block``), as Float64
+_NUMBERS = ("prompt_tokens", "completion_tokens", "cached_tokens", "cache_read_input_tokens")
 
 
 def sniff(head: bytes) -> bool:
@@ -76,52 +72,53 @@ def _nonempty(col: str) -> pl.Expr:
     return pl.when(pl.col(col).str.strip_chars() != "").then(pl.col(col))
 
 
+# the general rules; ``_tenant`` and ``_failed_call`` skip them when a cheap check
+# shows they would give the column as it is (tests/ingest/test_gateway_fast_paths.py)
+TENANT = pl.coalesce(_nonempty("team_id"), _nonempty("user"), _nonempty("end_user"))
+_STATUS = pl.col("status").str.to_lowercase()
+FAILED_CALL = pl.when(_STATUS.is_not_null() & ~_STATUS.is_in(["success", "ok", ""])).then(
+    pl.lit("status ") + pl.col("status").str.slice(0, 40) + pl.lit(" (a failed call never ran)")
+)
+
+
+def _tenant(f: pl.DataFrame) -> pl.Expr:
+    """team_id, user or end_user, the first one neither missing nor blank."""
+    if not f["team_id"].null_count() and none_blank(f["team_id"]):  # the common case
+        return pl.col("team_id")
+    return TENANT
+
+
+def _failed_call(status: pl.Series) -> pl.Expr:
+    """The reject reason of records whose status is not a success (null for the others)."""
+    if (status == "success").all():  # nulls (ignored by all) are no failure either
+        return pl.lit(None, dtype=pl.String)
+    return FAILED_CALL
+
+
 def parse(block: Block, opts: ParseOptions) -> Parsed:
-    parsed = read_block(block, SCHEMA)
+    parsed = read_block(block, SCHEMA, numbers=_NUMBERS)
     f = parsed.rows
-    nested = _nested_cached(f["metadata"])
-    f = f.with_columns(
-        to_number(f["prompt_tokens"]),
-        to_number(f["completion_tokens"]),
-        to_number(f["cached_tokens"])
-        .fill_null(to_number(f["cache_read_input_tokens"]))
-        .fill_null(to_number(nested))
-        .alias("_cached"),
-    )
-    fast = {out: iso_timestamps(f[raw]) for out, raw in _TIMES.items()}
-    status = pl.col("status").str.to_lowercase()
-    failed = status.is_not_null() & ~status.is_in(["success", "ok", ""])
+    cached = f["cached_tokens"].fill_null(f["cache_read_input_tokens"])
+    if cached.null_count():
+        cached = cached.fill_null(to_number(_nested_cached(f["metadata"])))
+    times = {out: parse_timestamp(f[raw]) for out, raw in _TIMES.items()}
+    start = pl.lit(times["arrival_time"])
     # One select, so polars evaluates the columns in parallel.
     rows = f.select(
         pl.col("request_id"),
-        *(
-            (timestamp_expr(raw) if fast[out] is None else pl.lit(fast[out])).alias(out)
-            for out, raw in _TIMES.items()
-        ),
-        int_expr(pl.col("prompt_tokens")).alias("prompt_tokens"),
-        int_expr(pl.col("completion_tokens")).alias("output_tokens"),
+        start.alias("arrival_time"),
+        pl.lit(whole_int(f["prompt_tokens"])).alias("prompt_tokens"),
+        pl.lit(whole_int(f["completion_tokens"])).alias("output_tokens"),
         pl.coalesce("model", "model_group").alias("model"),
-        pl.coalesce(_nonempty("team_id"), _nonempty("user"), _nonempty("end_user")).alias("tenant"),
+        _tenant(f).alias("tenant"),
         pl.col("session_id"),
-        int_expr(pl.col("_cached")).alias("cached_tokens"),
+        pl.lit(whole_int(cached)).alias("cached_tokens"),
         pl.col("source_line"),
         pl.col("byte_offset"),
-        pl.when(failed)
-        .then(
-            pl.lit("status ")
-            + pl.col("status").str.slice(0, 40)
-            + pl.lit(" (a failed call never ran)")
-        )
-        .alias("_reject"),
+        _failed_call(f["status"]).alias("_reject"),
+        ((pl.lit(times["_first"]) - start).dt.total_microseconds() / 1e6).alias("observed_ttft_s"),
+        ((pl.lit(times["_end"]) - start).dt.total_microseconds() / 1e6).alias("observed_e2e_s"),
     )
-    for out, raw in _TIMES.items():
-        if fast[out] is None:
-            rows = fix_timestamps(rows, out, f[raw])
-    start = pl.col("arrival_time")
-    rows = rows.with_columns(
-        ((pl.col("_first") - start).dt.total_microseconds() / 1e6).alias("observed_ttft_s"),
-        ((pl.col("_end") - start).dt.total_microseconds() / 1e6).alias("observed_e2e_s"),
-    ).drop("_first", "_end")
     if opts.tokenizer is not None:
         rows = with_prompt_hashes(rows, _prompts(block, rows["byte_offset"]), opts)
     return Parsed(rows, parsed.rejects)
