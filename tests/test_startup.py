@@ -72,3 +72,22 @@ def test_lazy_module_that_does_not_exist() -> None:
 
     with pytest.raises(ModuleNotFoundError, match="no_such_module"):
         lazy_import("pipeline.no_such_module")
+
+
+@pytest.mark.parametrize(
+    ("given", "last"),
+    [(None, "dirty_decay_ms:100,muzzy_decay_ms:0"), ("dirty_decay_ms:7", "dirty_decay_ms:7")],
+)
+def test_polars_returns_freed_memory_soon_unless_the_user_says_otherwise(
+    given: str | None, last: str
+) -> None:
+    # jemalloc reads the options left to right: the last one given wins
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "_RJEM_MALLOC_CONF"}
+    if given is not None:
+        env["_RJEM_MALLOC_CONF"] = given
+    prog = "import pipeline.sim.replay, os; print(os.environ['_RJEM_MALLOC_CONF'])"
+    r = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, env=env,
+                       check=True)  # fmt: skip
+    assert r.stdout.strip().endswith(last)
