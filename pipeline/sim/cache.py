@@ -35,6 +35,8 @@ first, so the deeper units of a prefix are evicted before the shallower ones.
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import numpy.typing as npt
 from numba import njit
@@ -55,7 +57,6 @@ from pipeline.sim.state import (
     R_UNIT_BLK,
     R_UNIT_TOK,
     W_HOFF,
-    wide,
 )
 
 CS_REF = 0
@@ -65,6 +66,7 @@ CS_NEXT = 3
 NCS = 4
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+assert sys.byteorder == "little"  # _keys_at
 # slot + 1 of an empty table entry; the table is uint64 (keys), and numba compares an
 # uint64 with an int64 as two floats: compare its slots with uint64s only
 _EMPTY = np.uint64(0)
@@ -100,6 +102,17 @@ def empty_caches(
     # writable: numba compiles a loop of its own for read-only arrays (Ray's object store)
     gk, gb, gn = new_index(num_replicas, index)
     return ck, cs, ht, np.require(keys, np.uint64, ["C", "W"]), uslot, gk, gb, gn
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _keys_at(rq: npt.NDArray[np.int32], i: int) -> int:
+    """``wide(rq)[i, W_HOFF]``, read from its two int32 halves (little-endian).
+
+    ``wide`` makes a view of another dtype, a call that checks the layout each
+    time; every commit, lookup and release needs this one number.
+    """
+    lo = np.int64(rq[i, 2 * W_HOFF]) & 0xFFFFFFFF
+    return int((np.int64(rq[i, 2 * W_HOFF + 1]) << 32) | lo)
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -242,7 +255,7 @@ def lookup(
     """
     cs, ht, ukey, uslot = kc[1], kc[2], kc[3], kc[4]
     mask = ht.shape[1] - 1
-    base = wide(rq)[i, W_HOFF]
+    base = _keys_at(rq, i)
     n = min(max_units, rq[i, R_NUNITS])
     h = 0
     idle = 0
@@ -280,7 +293,7 @@ def use_hits(
 ) -> None:
     """Request i (holding nothing) references its first ``h`` units, just found by ``lookup``."""
     cs, uslot = kc[1], kc[4]
-    base = wide(rq)[i, W_HOFF]
+    base = _keys_at(rq, i)
     for k in range(h):
         _ref(cs, rp, r, uslot[base + k])
     rq[i, R_SETTLED] = h
@@ -383,7 +396,7 @@ def commit(
     if k >= upto:
         return
     m = rq[i, R_UNIT_BLK]
-    shared = _put(kc, rp, r, wide(rq)[i, W_HOFF] + k, upto - k, m, dedupe)
+    shared = _put(kc, rp, r, _keys_at(rq, i) + k, upto - k, m, dedupe)
     rq[i, R_HELD] -= shared * m
     rq[i, R_SHARED] += shared * m
     rq[i, R_SETTLED] = upto
@@ -436,7 +449,7 @@ def release_units(
     k = rq[i, R_SETTLED]
     if k == 0:
         return
-    base = wide(rq)[i, W_HOFF]
+    base = _keys_at(rq, i)
     _unref(kc[1], rp, r, kc[4], base, base + k)
     rq[i, R_SETTLED] = 0
     rq[i, R_SHARED] = 0
