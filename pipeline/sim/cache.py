@@ -41,6 +41,7 @@ import numpy as np
 import numpy.typing as npt
 from numba import njit
 
+from pipeline.sim.prefetch import prefetch
 from pipeline.sim.prefix_index import index_add, index_remove, new_index
 from pipeline.sim.state import (
     P_EVICTABLE,
@@ -172,6 +173,8 @@ def _evict(
     deleted by backward shift, and its slot goes to the free-slot list.
     """
     mask = ht.shape[1] - 1
+    row = r * ht.shape[1]  # replica r's first table entry, over all replicas
+    srow = r * cs.shape[1]  # ... first slot
     indexed = gk.shape[0] != 0
     free = rp[r, P_FREE]
     freed = 0
@@ -184,6 +187,12 @@ def _evict(
         nxt = cs[r, s, CS_NEXT]
         free += b
         freed += b
+        if free < need and nxt >= 0:  # it goes next: fetch its table entry, and the slot after it
+            prefetch(ht, (row + _home(ck[r, nxt], mask)) * 2)
+            after = cs[r, nxt, CS_NEXT]
+            if after >= 0:
+                prefetch(ck, srow + after)
+                prefetch(cs, (srow + after) * NCS)
         # delete the table entry: find it, then shift later entries of its run back
         i = _home(key, mask)
         while ht[r, i, 1] != np.uint64(s + 1):
@@ -255,12 +264,15 @@ def lookup(
     """
     cs, ht, ukey, uslot = kc[1], kc[2], kc[3], kc[4]
     mask = ht.shape[1] - 1
+    row = r * ht.shape[1]  # replica r's first table entry, over all replicas
     base = _keys_at(rq, i)
     n = min(max_units, rq[i, R_NUNITS])
     h = 0
     idle = 0
     while h < n:
         key = ukey[base + h]
+        if h + 1 < n:  # fetch the next key's table entry meanwhile
+            prefetch(ht, (row + _home(ukey[base + h + 1], mask)) * 2)
         j = _home(key, mask)
         while ht[r, j, 1] != _EMPTY and ht[r, j, 0] != key:
             j = (j + 1) & mask
@@ -334,11 +346,14 @@ def _put(
     ck, cs, ht, ukey, uslot, gk, gb, gn = kc
     indexed = gk.shape[0] != 0
     mask = ht.shape[1] - 1
+    row = r * ht.shape[1]  # replica r's first table entry, over all replicas
     slot_free = rp[r, P_SLOT_FREE]
     inserted = 0
     shared = 0
     for q in range(at, at + n):
         key = ukey[q]
+        if q + 1 < at + n:  # fetch the next key's table entry meanwhile
+            prefetch(ht, (row + _home(ukey[q + 1], mask)) * 2)
         j = _home(key, mask)
         while ht[r, j, 1] != _EMPTY and ht[r, j, 0] != key:
             j = (j + 1) & mask
