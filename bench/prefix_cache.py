@@ -188,10 +188,15 @@ def main() -> None:
             f"{v['evicted_blocks']:,.0f} | {s['token_hit_rate']:.1%} | "
             f"{s['evicted_blocks']:,.0f} |"
         )
+    costs = {p: speed[p, False]["requests_per_s"] / speed[p, True]["requests_per_s"]
+             for p in ("vllm", "sglang")}  # fmt: skip
+    verdict = "; ".join(
+        f"{p} {c:.2f}x: {'met' if c <= 2 else '**not met**'}" for p, c in costs.items()
+    )
     lines += [
         "",
         "Unbounded, the token hit rate equals a direct count over the trace's JSON lines "
-        "(`tests/sim/test_mooncake.py`). Target: caching costs at most 2x.",
+        f"(`tests/sim/test_mooncake.py`). Target: caching costs at most 2x ({verdict}).",
     ]
     record("Prefix caching", ".venv/bin/python bench/prefix_cache.py", "\n".join(lines))
     print("recorded in bench/RESULTS.md")

@@ -14,8 +14,11 @@ State per replica r (``kc = (ck, cs, ht, ukey, uslot, gk, gb, gn)``):
   running requests reference it, ``cs[r, s, CS_BLK]`` its blocks, and
   ``CS_PREV`` / ``CS_NEXT`` links: the LRU queue of unreferenced units
   (``rp[r, P_LRU_HEAD]`` is evicted first), or the free-slot list;
-- ``ht[r, :]``: open addressing with linear probing over slot + 1 (0 = empty),
-  deletion by backward shift, so no tombstones;
+- ``ht[r, j] = (key, slot + 1)`` (slot + 1 = 0: an empty entry): open
+  addressing with linear probing, deletion by backward shift, so no
+  tombstones. Each entry carries its key, so a probe reads one cache line and
+  never the slot's (the table is touched at random: every eviction and every
+  new unit probes it);
 - per request: ``ukey[hoff:hoff + nunits]`` its unit keys and ``uslot`` the
   slot each settled unit references (-1: held privately);
 - over all replicas, ``(gk, gb, gn)``: which replicas cache each key
@@ -28,14 +31,24 @@ from the head of the LRU queue only when they run out (vLLM since PR #42656
 keeps hashed blocks at the back of its free queue; SGLang and TGI evict cached
 leaves only when the free pool is short). A request releases its units tail
 first, so the deeper units of a prefix are evicted before the shallower ones.
+
+Speed: a replay with a cache smaller than its traffic evicts and inserts about
+one unit per prompt unit (Mooncake: ~240k of each for 12k requests), so the
+per-unit loops (``_evict``, ``_put``, ``lookup``, ``_unref``) are written out
+with no call of a helper that takes arrays inside them: each such call costs
+argument copies and numba reference counts per unit. Measured with
+``bench/prefix_cache.py``.
 """
 
 from __future__ import annotations
+
+import sys
 
 import numpy as np
 import numpy.typing as npt
 from numba import njit
 
+from pipeline.sim.prefetch import prefetch
 from pipeline.sim.prefix_index import index_add, index_remove, new_index
 from pipeline.sim.state import (
     P_EVICTABLE,
@@ -52,7 +65,6 @@ from pipeline.sim.state import (
     R_UNIT_BLK,
     R_UNIT_TOK,
     W_HOFF,
-    wide,
 )
 
 CS_REF = 0
@@ -62,6 +74,10 @@ CS_NEXT = 3
 NCS = 4
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+assert sys.byteorder == "little"  # _keys_at
+# slot + 1 of an empty table entry; the table is uint64 (keys), and numba compares an
+# uint64 with an int64 as two floats: compare its slots with uint64s only
+_EMPTY = np.uint64(0)
 
 
 def empty_caches(
@@ -69,7 +85,7 @@ def empty_caches(
 ) -> tuple[
     npt.NDArray[np.uint64],
     npt.NDArray[np.int64],
-    npt.NDArray[np.int64],
+    npt.NDArray[np.uint64],
     npt.NDArray[np.uint64],
     npt.NDArray[np.int64],
     npt.NDArray[np.uint64],
@@ -89,7 +105,7 @@ def empty_caches(
     cs = np.zeros((num_replicas, s, NCS), dtype=np.int64)
     cs[:, :, CS_NEXT] = np.arange(1, s + 1)
     cs[:, s - 1, CS_NEXT] = -1
-    ht = np.zeros((num_replicas, size), dtype=np.int64)
+    ht = np.zeros((num_replicas, size, 2), dtype=np.uint64)
     uslot = np.full(len(keys), -1, dtype=np.int64)
     # writable: numba compiles a loop of its own for read-only arrays (Ray's object store)
     gk, gb, gn = new_index(num_replicas, index)
@@ -97,95 +113,35 @@ def empty_caches(
 
 
 @njit(cache=True, error_model="numpy", inline="always")
+def _keys_at(rq: npt.NDArray[np.int32], i: int) -> int:
+    """``wide(rq)[i, W_HOFF]``, read from its two int32 halves (little-endian).
+
+    ``wide`` makes a view of another dtype, a call that checks the layout each
+    time; every commit, lookup and release needs this one number.
+    """
+    lo = np.int64(rq[i, 2 * W_HOFF]) & 0xFFFFFFFF
+    return int((np.int64(rq[i, 2 * W_HOFF + 1]) << 32) | lo)
+
+
+@njit(cache=True, error_model="numpy", inline="always")
 def _home(key: np.uint64, mask: int) -> int:
     return np.int64(((key * _GOLDEN) >> np.uint64(29)) & np.uint64(mask))  # type: ignore[return-value]
 
 
-@njit(cache=True, error_model="numpy")
-def find(ck: npt.NDArray[np.uint64], ht: npt.NDArray[np.int64], r: int, key: np.uint64) -> int:
+@njit(cache=True, error_model="numpy", inline="always")
+def _probe(ht: npt.NDArray[np.uint64], r: int, key: np.uint64) -> int:
+    """Entry of ``key`` in replica r's table, or the empty entry where it would go."""
+    mask = ht.shape[1] - 1
+    j = _home(key, mask)
+    while ht[r, j, 1] != _EMPTY and ht[r, j, 0] != key:
+        j = (j + 1) & mask
+    return j
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def find(ht: npt.NDArray[np.uint64], r: int, key: np.uint64) -> int:
     """Slot of the cached unit with this key on replica r, or -1."""
-    mask = ht.shape[1] - 1
-    j = _home(key, mask)
-    while True:
-        v = ht[r, j]
-        if v == 0:
-            return -1
-        if ck[r, v - 1] == key:
-            return int(v - 1)
-        j = (j + 1) & mask
-
-
-@njit(cache=True, error_model="numpy")
-def _insert(
-    ck: npt.NDArray[np.uint64],
-    cs: npt.NDArray[np.int64],
-    ht: npt.NDArray[np.int64],
-    rp: npt.NDArray[np.int64],
-    r: int,
-    key: np.uint64,
-    blocks: int,
-) -> int:
-    """A new cached unit (referenced once) for a key that is not cached."""
-    s = rp[r, P_SLOT_FREE]
-    assert s >= 0  # sized for every unit that can be cached at once
-    rp[r, P_SLOT_FREE] = cs[r, s, CS_NEXT]
-    ck[r, s] = key
-    cs[r, s, CS_REF] = 1
-    cs[r, s, CS_BLK] = blocks
-    cs[r, s, CS_PREV] = -1
-    cs[r, s, CS_NEXT] = -1
-    mask = ht.shape[1] - 1
-    j = _home(key, mask)
-    while ht[r, j] != 0:
-        j = (j + 1) & mask
-    ht[r, j] = s + 1
-    rp[r, P_NCACHED] += 1
-    return int(s)
-
-
-@njit(cache=True, error_model="numpy")
-def _delete(
-    ck: npt.NDArray[np.uint64],
-    cs: npt.NDArray[np.int64],
-    ht: npt.NDArray[np.int64],
-    rp: npt.NDArray[np.int64],
-    r: int,
-    s: int,
-) -> None:
-    """Forget cached unit s (backward-shift deletion) and free its slot."""
-    mask = ht.shape[1] - 1
-    i = _home(ck[r, s], mask)
-    while ht[r, i] != s + 1:
-        i = (i + 1) & mask
-    j = i
-    while True:
-        j = (j + 1) & mask
-        v = ht[r, j]
-        if v == 0:
-            break
-        k = _home(ck[r, v - 1], mask)
-        # leave v where it is if its home lies cyclically in (i, j]
-        if (i < j and i < k <= j) or (i > j and (k > i or k <= j)):
-            continue
-        ht[r, i] = v
-        i = j
-    ht[r, i] = 0
-    cs[r, s, CS_NEXT] = rp[r, P_SLOT_FREE]
-    rp[r, P_SLOT_FREE] = s
-    rp[r, P_NCACHED] -= 1
-
-
-@njit(cache=True, error_model="numpy")
-def _lru_append(cs: npt.NDArray[np.int64], rp: npt.NDArray[np.int64], r: int, s: int) -> None:
-    tail = rp[r, P_LRU_TAIL]
-    cs[r, s, CS_PREV] = tail
-    cs[r, s, CS_NEXT] = -1
-    if tail >= 0:
-        cs[r, tail, CS_NEXT] = s
-    else:
-        rp[r, P_LRU_HEAD] = s
-    rp[r, P_LRU_TAIL] = s
-    rp[r, P_EVICTABLE] += cs[r, s, CS_BLK]
+    return int(ht[r, _probe(ht, r, key), 1]) - 1
 
 
 @njit(cache=True, error_model="numpy")
@@ -203,20 +159,80 @@ def _lru_remove(cs: npt.NDArray[np.int64], rp: npt.NDArray[np.int64], r: int, s:
     rp[r, P_EVICTABLE] -= cs[r, s, CS_BLK]
 
 
-@njit(cache=True, error_model="numpy", inline="always")
-def _evict_one(
+@njit(cache=True, error_model="numpy")
+def _evict(
     ck: npt.NDArray[np.uint64],
     cs: npt.NDArray[np.int64],
-    ht: npt.NDArray[np.int64],
+    ht: npt.NDArray[np.uint64],
     rp: npt.NDArray[np.int64],
     r: int,
+    need: int,
+    gk: npt.NDArray[np.uint64],
+    gb: npt.NDArray[np.uint64],
+    gn: npt.NDArray[np.int64],
 ) -> None:
+    """Evict units from the LRU head until ``need`` blocks are free or none is left.
+
+    One call per allocation that evicts, its loop written out: helpers that
+    take arrays cost reference counts and argument copies per unit, and the
+    big caches evict about one unit per request block (``bench/prefix_cache.py``).
+    Each unit leaves the LRU queue (it is its head), its table entry is
+    deleted by backward shift, and its slot goes to the free-slot list.
+    """
+    mask = ht.shape[1] - 1
+    row = r * ht.shape[1]  # replica r's first table entry, over all replicas
+    srow = r * cs.shape[1]  # ... first slot
+    indexed = gk.shape[0] != 0
+    free = rp[r, P_FREE]
+    freed = 0
     s = rp[r, P_LRU_HEAD]
-    _lru_remove(cs, rp, r, s)
-    b = cs[r, s, CS_BLK]
-    rp[r, P_FREE] += b
-    rp[r, P_EVICTED] += b
-    _delete(ck, cs, ht, rp, r, s)
+    slot_free = rp[r, P_SLOT_FREE]
+    n = 0
+    while free < need and s >= 0:
+        key = ck[r, s]
+        b = cs[r, s, CS_BLK]
+        nxt = cs[r, s, CS_NEXT]
+        free += b
+        freed += b
+        if free < need and nxt >= 0:  # it goes next: fetch its table entry, and the slot after it
+            prefetch(ht, (row + _home(ck[r, nxt], mask)) * 2)
+            after = cs[r, nxt, CS_NEXT]
+            if after >= 0:
+                prefetch(ck, srow + after)
+                prefetch(cs, (srow + after) * NCS)
+        # delete the table entry: find it, then shift later entries of its run back
+        i = _home(key, mask)
+        while ht[r, i, 1] != np.uint64(s + 1):
+            i = (i + 1) & mask
+        j = i
+        while True:
+            j = (j + 1) & mask
+            if ht[r, j, 1] == _EMPTY:
+                break
+            k = _home(ht[r, j, 0], mask)
+            # leave entry j where it is if its home lies cyclically in (i, j]
+            if (i < j and i < k <= j) or (i > j and (k > i or k <= j)):
+                continue
+            ht[r, i, 0] = ht[r, j, 0]
+            ht[r, i, 1] = ht[r, j, 1]
+            i = j
+        ht[r, i, 1] = 0
+        cs[r, s, CS_NEXT] = slot_free
+        slot_free = s
+        n += 1
+        if indexed:
+            index_remove(gk, gb, gn, r, key)
+        s = nxt
+    rp[r, P_LRU_HEAD] = s
+    if s >= 0:
+        cs[r, s, CS_PREV] = -1
+    else:
+        rp[r, P_LRU_TAIL] = -1
+    rp[r, P_SLOT_FREE] = slot_free
+    rp[r, P_NCACHED] -= n
+    rp[r, P_FREE] = free
+    rp[r, P_EVICTABLE] -= freed
+    rp[r, P_EVICTED] += freed
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -228,11 +244,8 @@ def capacity(rp: npt.NDArray[np.int64], r: int) -> int:
 @njit(cache=True, error_model="numpy", inline="always")
 def make_free(rp: npt.NDArray[np.int64], r: int, need: int, kc: tuple) -> bool:  # type: ignore[type-arg]
     """Evict from the LRU head until ``need`` blocks are free (or nothing is left)."""
-    ck, cs, ht = kc[0], kc[1], kc[2]
-    while rp[r, P_FREE] < need and rp[r, P_LRU_HEAD] >= 0:
-        key = ck[r, rp[r, P_LRU_HEAD]]
-        _evict_one(ck, cs, ht, rp, r)
-        index_remove(kc[5], kc[6], kc[7], r, key)
+    if rp[r, P_FREE] < need and rp[r, P_LRU_HEAD] >= 0:
+        _evict(kc[0], kc[1], kc[2], rp, r, need, kc[5], kc[6], kc[7])
     return bool(rp[r, P_FREE] >= need)
 
 
@@ -256,15 +269,23 @@ def lookup(
     Walks the units left to right and stops at the first miss: the keys are
     chained, so nothing after a miss can be a hit. Changes nothing.
     """
-    ck, cs, ht, ukey, uslot = kc[0], kc[1], kc[2], kc[3], kc[4]
-    base = wide(rq)[i, W_HOFF]
+    cs, ht, ukey, uslot = kc[1], kc[2], kc[3], kc[4]
+    mask = ht.shape[1] - 1
+    row = r * ht.shape[1]  # replica r's first table entry, over all replicas
+    base = _keys_at(rq, i)
     n = min(max_units, rq[i, R_NUNITS])
     h = 0
     idle = 0
     while h < n:
-        s = find(ck, ht, r, ukey[base + h])
-        if s < 0:
+        key = ukey[base + h]
+        if h + 1 < n:  # fetch the next key's table entry meanwhile
+            prefetch(ht, (row + _home(ukey[base + h + 1], mask)) * 2)
+        j = _home(key, mask)
+        while ht[r, j, 1] != _EMPTY and ht[r, j, 0] != key:
+            j = (j + 1) & mask
+        if ht[r, j, 1] == _EMPTY:
             break
+        s = int(ht[r, j, 1]) - 1
         if h >= rq[i, R_SETTLED]:
             uslot[base + h] = s  # scratch until settled: use_hits reads it
         if cs[r, s, CS_REF] == 0:
@@ -291,7 +312,7 @@ def use_hits(
 ) -> None:
     """Request i (holding nothing) references its first ``h`` units, just found by ``lookup``."""
     cs, uslot = kc[1], kc[4]
-    base = wide(rq)[i, W_HOFF]
+    base = _keys_at(rq, i)
     for k in range(h):
         _ref(cs, rp, r, uslot[base + k])
     rq[i, R_SETTLED] = h
@@ -307,6 +328,69 @@ def settles(rq: npt.NDArray[np.int32], i: int, num_tokens: int) -> bool:
     """
     k = rq[i, R_SETTLED]
     return bool(k < rq[i, R_NUNITS] and (k + 1) * rq[i, R_UNIT_TOK] <= num_tokens)
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _put(
+    kc: tuple,  # type: ignore[type-arg]
+    rp: npt.NDArray[np.int64],
+    r: int,
+    at: int,
+    n: int,
+    blocks: int,
+    dedupe: bool,
+) -> int:
+    """Cache the units of keys ``ukey[at:at + n]``, of ``blocks`` blocks each.
+
+    ``uslot[at + k]`` gets the slot unit k now uses. A key not cached gets a
+    new unit, referenced once. A cached one is referenced if ``dedupe``, and
+    its ``blocks`` go back to the free pool; otherwise the unit stays private
+    (slot -1). Returns how many units are now shared (new or deduplicated).
+
+    Inlined, its loop written out (probe, insert): calls and helpers that
+    take arrays cost reference counts and argument copies (see ``_evict``).
+    """
+    ck, cs, ht, ukey, uslot, gk, gb, gn = kc
+    indexed = gk.shape[0] != 0
+    mask = ht.shape[1] - 1
+    row = r * ht.shape[1]  # replica r's first table entry, over all replicas
+    slot_free = rp[r, P_SLOT_FREE]
+    inserted = 0
+    shared = 0
+    for q in range(at, at + n):
+        key = ukey[q]
+        if q + 1 < at + n:  # fetch the next key's table entry meanwhile
+            prefetch(ht, (row + _home(ukey[q + 1], mask)) * 2)
+        j = _home(key, mask)
+        while ht[r, j, 1] != _EMPTY and ht[r, j, 0] != key:
+            j = (j + 1) & mask
+        if ht[r, j, 1] == _EMPTY:  # a new cached unit: a free slot and this empty entry
+            s = slot_free
+            assert s >= 0  # sized for every unit that can be cached at once
+            slot_free = cs[r, s, CS_NEXT]
+            ck[r, s] = key
+            cs[r, s, CS_REF] = 1
+            cs[r, s, CS_BLK] = blocks
+            cs[r, s, CS_PREV] = -1
+            cs[r, s, CS_NEXT] = -1
+            ht[r, j, 0] = key
+            ht[r, j, 1] = s + 1
+            uslot[q] = s
+            inserted += 1
+            shared += 1
+            if indexed:
+                index_add(gk, gb, gn, r, key)
+        elif dedupe:
+            s = int(ht[r, j, 1]) - 1
+            _ref(cs, rp, r, s)
+            uslot[q] = s
+            rp[r, P_FREE] += blocks
+            shared += 1
+        else:
+            uslot[q] = -1
+    rp[r, P_SLOT_FREE] = slot_free
+    rp[r, P_NCACHED] += inserted
+    return shared
 
 
 @njit(cache=True, error_model="numpy")
@@ -333,27 +417,46 @@ def commit(
     k = rq[i, R_SETTLED]
     if k >= upto:
         return
-    ck, cs, ht, ukey, uslot = kc[0], kc[1], kc[2], kc[3], kc[4]
-    base = wide(rq)[i, W_HOFF]
     m = rq[i, R_UNIT_BLK]
-    while k < upto:
-        key = ukey[base + k]
-        s = find(ck, ht, r, key)
-        if s < 0:
-            uslot[base + k] = _insert(ck, cs, ht, rp, r, key, m)
-            index_add(kc[5], kc[6], kc[7], r, key)
-            rq[i, R_HELD] -= m
-            rq[i, R_SHARED] += m
-        elif dedupe:
-            _ref(cs, rp, r, s)
-            uslot[base + k] = s
-            rq[i, R_HELD] -= m
-            rp[r, P_FREE] += m
-            rq[i, R_SHARED] += m
-        else:
-            uslot[base + k] = -1
-        k += 1
+    shared = _put(kc, rp, r, _keys_at(rq, i) + k, upto - k, m, dedupe)
+    rq[i, R_HELD] -= shared * m
+    rq[i, R_SHARED] += shared * m
     rq[i, R_SETTLED] = upto
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _unref(
+    cs: npt.NDArray[np.int64],
+    rp: npt.NDArray[np.int64],
+    r: int,
+    slots: npt.NDArray[np.int64],
+    lo: int,
+    hi: int,
+) -> None:
+    """Drop a reference to the units ``slots[lo:hi]`` (-1: none), the last first; slots -1 after.
+
+    A unit nobody references any more joins the LRU queue's tail. Inlined,
+    its loop written out (see ``_evict``).
+    """
+    tail = rp[r, P_LRU_TAIL]
+    added = 0  # blocks of the units that join the LRU queue
+    for q in range(hi - 1, lo - 1, -1):
+        s = slots[q]
+        if s >= 0:
+            c = cs[r, s, CS_REF] - 1
+            cs[r, s, CS_REF] = c
+            if c == 0:
+                cs[r, s, CS_PREV] = tail
+                cs[r, s, CS_NEXT] = -1
+                if tail >= 0:
+                    cs[r, tail, CS_NEXT] = s
+                else:
+                    rp[r, P_LRU_HEAD] = s
+                tail = s
+                added += cs[r, s, CS_BLK]
+            slots[q] = -1
+    rp[r, P_LRU_TAIL] = tail
+    rp[r, P_EVICTABLE] += added
 
 
 @njit(cache=True, error_model="numpy")
@@ -368,16 +471,8 @@ def release_units(
     k = rq[i, R_SETTLED]
     if k == 0:
         return
-    cs, uslot = kc[1], kc[4]
-    base = wide(rq)[i, W_HOFF]
-    while k > 0:
-        k -= 1
-        s = uslot[base + k]
-        if s >= 0:
-            cs[r, s, CS_REF] -= 1
-            if cs[r, s, CS_REF] == 0:
-                _lru_append(cs, rp, r, s)
-            uslot[base + k] = -1
+    base = _keys_at(rq, i)
+    _unref(kc[1], rp, r, kc[4], base, base + k)
     rq[i, R_SETTLED] = 0
     rq[i, R_SHARED] = 0
 
@@ -395,23 +490,18 @@ def warm(
 
     Stops at the first unit that finds no room (the cache is smaller than the prompt).
     """
-    ck, cs, ht = kc[0], kc[1], kc[2]
+    cs, ht = kc[1], kc[2]
+    mine = (kc[0], cs, ht, keys, slots, kc[5], kc[6], kc[7])  # this prompt's keys and slots
     n = 0
     for k in range(len(keys)):
-        s = find(ck, ht, r, keys[k])
+        s = find(ht, r, keys[k])
         if s >= 0:
             _ref(cs, rp, r, s)
+            slots[k] = s
         else:
             if capacity(rp, r) < unit_blocks:
                 break
             take(rp, r, unit_blocks, kc)
-            s = _insert(ck, cs, ht, rp, r, keys[k], unit_blocks)
-            index_add(kc[5], kc[6], kc[7], r, keys[k])
-        slots[n] = s
+            _put(mine, rp, r, k, 1, unit_blocks, False)
         n += 1
-    while n > 0:
-        n -= 1
-        s = slots[n]
-        cs[r, s, CS_REF] -= 1
-        if cs[r, s, CS_REF] == 0:
-            _lru_append(cs, rp, r, s)
+    _unref(cs, rp, r, slots, 0, n)

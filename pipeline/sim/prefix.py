@@ -139,8 +139,7 @@ def _extended(
         a = old_offsets[j]
         m = old_offsets[j + 1] - a
         base = offsets[j]
-        for k in range(m):
-            keys[base + k] = old_keys[a + k]
+        keys[base : base + m] = old_keys[a : a + m]
         # the request's own chain: its last prompt key (or its index), then splitmix64
         uj = np.uint64(j)
         seed = old_keys[a + m - 1] if m > 0 else uj * _GOLDEN_U
