@@ -459,7 +459,7 @@ def _unref(
     rp[r, P_EVICTABLE] += added
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")
 def release_units(
     rq: npt.NDArray[np.int32],
     rp: npt.NDArray[np.int64],
@@ -467,10 +467,24 @@ def release_units(
     r: int,
     kc: tuple,  # type: ignore[type-arg]
 ) -> None:
-    """Drop request i's references, deepest unit first (so it is evicted first)."""
+    """Drop request i's references, deepest unit first (so it is evicted first).
+
+    Inline, so that a request holding no unit (every request without caching) costs
+    its caller no call: the call passes every cache array.
+    """
+    if rq[i, R_SETTLED] > 0:
+        _release_units(rq, rp, i, r, kc)
+
+
+@njit(cache=True, error_model="numpy")
+def _release_units(
+    rq: npt.NDArray[np.int32],
+    rp: npt.NDArray[np.int64],
+    i: int,
+    r: int,
+    kc: tuple,  # type: ignore[type-arg]
+) -> None:
     k = rq[i, R_SETTLED]
-    if k == 0:
-        return
     base = _keys_at(rq, i)
     _unref(kc[1], rp, r, kc[4], base, base + k)
     rq[i, R_SETTLED] = 0

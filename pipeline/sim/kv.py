@@ -25,7 +25,7 @@ import numpy.typing as npt
 from numba import njit
 
 from pipeline.sim.cache import capacity, release_units, take
-from pipeline.sim.state import P_FREE, R_HELD, R_SETTLED, R_SHARED
+from pipeline.sim.state import P_FREE, R_HELD, R_SHARED
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -82,5 +82,4 @@ def release(
     """Return request ``i``'s private blocks to the free pool and its cache units to the LRU."""
     rp[r, P_FREE] += rq[i, R_HELD]
     rq[i, R_HELD] = 0
-    if rq[i, R_SETTLED] > 0:  # it holds cache units (the call passes every cache array)
-        release_units(rq, rp, i, r, kc)
+    release_units(rq, rp, i, r, kc)
