@@ -15,8 +15,7 @@ _use_writable_cache()  # before any compiled (numba) function is defined
 # when polars is first imported; polars writes its own setting into the environment,
 # which child processes inherit, so only a decay the user set is left alone.
 _POLARS_JEMALLOC = "dirty_decay_ms:500,muzzy_decay_ms:1000"
+_OURS = "dirty_decay_ms:100,muzzy_decay_ms:0"
 _jemalloc = _os.environ.get("_RJEM_MALLOC_CONF", "")
 if "decay_ms" not in _jemalloc.replace(_POLARS_JEMALLOC, ""):  # the last option given wins
-    _os.environ["_RJEM_MALLOC_CONF"] = f"{_jemalloc},dirty_decay_ms:100,muzzy_decay_ms:0".lstrip(
-        ","
-    )
+    _os.environ["_RJEM_MALLOC_CONF"] = f"{_jemalloc},{_OURS}" if _jemalloc else _OURS

@@ -233,8 +233,8 @@ def build_report(
         output: the HTML file to write; default ``default_output(...)``.
         png: also write one PNG per chart into ``png_dir(output)``.
         slo_ttft_s: the p99 TTFT objective (goodput, the limit drawn on TTFT charts),
-            seconds; None: the unscoped ``ttft_p99`` of ``slos``, else of the run's own
-            SLOs, else ``DEFAULT_SLO_TTFT_S``.
+            seconds; None: the unscoped ``ttft_p99`` of ``slos`` when given, else of the
+            run's own SLOs; without one, ``DEFAULT_SLO_TTFT_S``.
         report: which ``reports/<report>.toml`` to build.
         compare: a second run to draw beside this one (the comparison section).
         gpu_prices: dollars per GPU-hour per GPU kind (``pipeline.pricing``): the costs.
