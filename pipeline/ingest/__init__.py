@@ -243,16 +243,16 @@ def _ingest_file(
             if fmt.line_based
             else _whole(path, opened)
         )
-        for n_read, good, bad, consumed in _parsed_blocks(blocks, fmt, popts):
-            if bad is not None:
-                rejects.append(bad)
-                res.rows_quarantined += bad.height
-            res.rows_read += n_read
-            good = _assign_ids(good, fmt.name, counts)
-            good, ndup = _dedupe(good, taken, kept_hashes)
+        for part, consumed in _parsed_blocks(blocks, fmt, popts, opts.trace_start):
+            if part.bad is not None:
+                rejects.append(part.bad)
+                res.rows_quarantined += part.bad.height
+            res.rows_read += part.n_read
+            good, hashes = _assign_ids(part, counts)
+            good, ndup = _dedupe(good, hashes, taken, kept_hashes)
             res.rows_duplicate += ndup
             if good.height:
-                sink.write(_arrival_time(good, opts.trace_start))
+                sink.write(good)
                 res.rows_kept += good.height
             if consumed > done:
                 bar.advance(consumed - done)  # type: ignore[attr-defined]
@@ -270,22 +270,47 @@ def _ingest_file(
         res.dates = []
 
 
+@dataclass
+class _Part:
+    """One parsed block: the good rows (with ``arrival_time``) and their id hashes, the
+    content keys of the rows without an id, the rejects (None: none), and records read."""
+
+    n_read: int
+    good: pl.DataFrame
+    hashes: np.ndarray
+    keys: np.ndarray | None
+    bad: pl.DataFrame | None
+
+
 def _parse_one(
-    block: Block, header: bytes, fmt: LogFormat, popts: ParseOptions
-) -> tuple[int, pl.DataFrame, pl.DataFrame | None]:
-    """Parse and validate one block: (records read, good rows, rejects or None)."""
+    block: Block, header: bytes, fmt: LogFormat, popts: ParseOptions, trace_start: datetime
+) -> _Part:
+    """Parse and validate one block, and do every per-row step that needs no order.
+
+    NOTE: on the parse threads, not the thread that orders the blocks: each
+    polars call waits its turn in polars' thread pool, busy with the other
+    block's read, and that thread's waits held up the whole file.
+    """
     if fmt.has_header:
         popts = replace(popts, header=header)
     parsed = fmt.parse(block, popts)
     good, bad = validate(parsed.rows)
     bad = pl.concat([parsed.rejects, bad]).sort("source_line")
     n_read = parsed.rows.height + parsed.rejects.height
-    return n_read, good, (_excerpts(bad, block, fmt) if bad.height else None)
+    keys = None
+    if good["request_id"].null_count():  # ids from content, numbered in order later
+        keys = content_keys(good.filter(pl.col("request_id").is_null()), fmt.name)
+    good = _arrival_time(good, trace_start)
+    hashes = good["request_id"].hash().to_numpy()
+    return _Part(n_read, good, hashes, keys, _excerpts(bad, block, fmt) if bad.height else None)
 
 
 def _parsed_blocks(
-    blocks: Iterable[tuple[Block, bytes, int]], fmt: LogFormat, popts: ParseOptions
-) -> Iterator[tuple[int, pl.DataFrame, pl.DataFrame | None, int]]:
+    blocks: Iterable[tuple[Block, bytes, int]],
+    fmt: LogFormat,
+    popts: ParseOptions,
+    trace_start: datetime,
+) -> Iterator[tuple[_Part, int]]:
     """Parse blocks on two threads, in order, with at most three blocks in flight.
 
     NOTE: polars and numpy release the GIL, so reading the next block and
@@ -293,16 +318,16 @@ def _parsed_blocks(
     on the caller's thread.
     """
     with ThreadPoolExecutor(max_workers=2) as pool:
-        pending: deque[tuple[Future[tuple[int, pl.DataFrame, pl.DataFrame | None]], int]]
-        pending = deque()
+        pending: deque[tuple[Future[_Part], int]] = deque()
         for block, header, consumed in blocks:
-            pending.append((pool.submit(_parse_one, block, header, fmt, popts), consumed))
+            job = pool.submit(_parse_one, block, header, fmt, popts, trace_start)
+            pending.append((job, consumed))
             if len(pending) >= 3:
                 fut, c = pending.popleft()
-                yield (*fut.result(), c)
+                yield fut.result(), c
         while pending:
             fut, c = pending.popleft()
-            yield (*fut.result(), c)
+            yield fut.result(), c
 
 
 def _whole(path: Path, opened: Opened) -> list[tuple[Block, bytes, int]]:
@@ -327,24 +352,29 @@ def _choose_format(path: Path, head: bytes, forced: str | None) -> LogFormat:
     return fmt
 
 
-def _assign_ids(good: pl.DataFrame, fmt_name: str, counts: dict[int, int]) -> pl.DataFrame:
-    missing = good["request_id"].is_null()
-    if not missing.any():
-        return good
-    sub = good.filter(missing)
-    ids = occurrence_ids(content_keys(sub, fmt_name), counts)
+def _assign_ids(part: _Part, counts: dict[int, int]) -> tuple[pl.DataFrame, np.ndarray]:
+    """The block with an id for every row, and the ids' hashes (rows without an id get one
+    from their content, numbered by how often it came before in the file: in order)."""
+    good = part.good
+    if part.keys is None:
+        return good, part.hashes
+    ids = occurrence_ids(part.keys, counts)
+    missing = good["request_id"].is_null().to_numpy()
     filled = good["request_id"].to_list()
     it = iter(ids)
-    for i in np.flatnonzero(missing.to_numpy()).tolist():
+    for i in np.flatnonzero(missing).tolist():
         filled[i] = next(it)
-    return good.with_columns(pl.Series("request_id", filled, dtype=pl.String))
+    good = good.with_columns(pl.Series("request_id", filled, dtype=pl.String))
+    return good, good["request_id"].hash().to_numpy()
 
 
-def _dedupe(good: pl.DataFrame, taken: IdSet, kept: list[np.ndarray]) -> tuple[pl.DataFrame, int]:
-    """Drop rows whose id is taken (elsewhere, earlier in the file or in the block)."""
+def _dedupe(
+    good: pl.DataFrame, h: np.ndarray, taken: IdSet, kept: list[np.ndarray]
+) -> tuple[pl.DataFrame, int]:
+    """Drop rows whose id (hash ``h``) is taken (elsewhere, earlier in the file or in the
+    block)."""
     if not good.height:
         return good, 0
-    h = good["request_id"].hash().to_numpy()
     dup = taken.add(h)
     ndup = int(dup.sum())
     if not ndup:  # the common case: no copy of the block
@@ -356,7 +386,8 @@ def _dedupe(good: pl.DataFrame, taken: IdSet, kept: list[np.ndarray]) -> tuple[p
 
 def _arrival_time(good: pl.DataFrame, trace_start: datetime) -> pl.DataFrame:
     if good["arrival_offset_s"].null_count() == good.height:  # absolute times only
-        return good.drop("arrival_offset_s")
+        good.drop_in_place("arrival_offset_s")  # (``drop`` is a query: a turn in the pool)
+        return good
     base = pl.lit(trace_start).dt.cast_time_unit("us").dt.convert_time_zone("UTC")
     offset = pl.duration(microseconds=(pl.col("arrival_offset_s") * 1e6).round().cast(pl.Int64))
     return good.with_columns(

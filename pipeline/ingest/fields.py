@@ -314,7 +314,7 @@ def to_number(s: pl.Series) -> pl.Series:
     if s.dtype != pl.String:
         return s.cast(pl.Float64, strict=False)
     out = s.cast(pl.Float64, strict=False)
-    if (out.is_null() & s.is_not_null()).any():
+    if out.null_count() > s.null_count():  # some values failed (a null stays null)
         out = out.fill_null(s.str.strip_chars().cast(pl.Float64, strict=False))
     return out
 

@@ -34,7 +34,7 @@ PROBE_BYTES = 64 * 1024  # where a plain file's block looks for its last newline
 # NOTE: 8 MiB, not more: glibc serves allocations above 32 MiB (its largest mmap threshold)
 # with fresh pages every time, and the page faults of 32 MiB blocks cost more CPU than
 # reading the file (bench/ingest_speed.py: 170k faults and 0.5 s to cut 1M records).
-BLOCK_BYTES = 8 * 1024 * 1024
+BLOCK_BYTES = 16 * 1024 * 1024
 
 
 def expand_sources(patterns: list[str]) -> list[Path]:

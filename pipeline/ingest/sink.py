@@ -11,6 +11,7 @@ renames the files into place; ``abort`` removes them.
 from __future__ import annotations
 
 from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import datetime
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +31,11 @@ def seconds_since(times: pl.Series, origin_us: int) -> npt.NDArray[np.float64]:
     the same way as the Vidur/Splitwise processed traces, so Azure relative
     times match them exactly; dividing the microsecond count by 1e6 does not.
     """
-    delta = times.dt.epoch("us").to_numpy() - origin_us
+    return _seconds(times.dt.epoch("us").to_numpy(), origin_us)
+
+
+def _seconds(epoch_us: npt.NDArray[np.int64], origin_us: int) -> npt.NDArray[np.float64]:
+    delta = epoch_us - origin_us
     return (delta // 1_000_000) + (delta % 1_000_000) / 1e6  # type: ignore[no-any-return]
 
 
@@ -77,34 +82,46 @@ class RequestSink:
         """Queue a block of good rows (with ``arrival_time``) for writing."""
         if not good.height:
             return
-        t = good["arrival_time"].dt.epoch("us").min()
-        assert isinstance(t, int)
-        self._min = t if self._min is None else min(self._min, t)
-        if self._origin is None:
-            self._origin = t
-        frame = good.with_columns(
-            pl.Series("arrival_s", seconds_since(good["arrival_time"], self._origin)),
-            pl.lit(self._fmt).alias("source_format"),
-            pl.lit(self._src).alias("source_file"),
-        )
         self.rows += good.height
         prev = self._last
 
         def run() -> None:
             if prev is not None:
                 prev.result()
-            self._write(frame)
+            self._write(self._with_origin(good))
 
+        # NOTE: all of the work on the writer thread, blocks in order: the caller's
+        # thread orders the blocks, and its polars calls would wait their turn in the pool.
         self._last = self._pool.submit(run)
 
+    def _with_origin(self, good: pl.DataFrame) -> pl.DataFrame:
+        """The block with ``arrival_s`` (against the first block's earliest arrival) and
+        its source columns."""
+        epoch = good["arrival_time"].to_physical()  # microseconds
+        t = epoch.min()
+        assert isinstance(t, int)
+        self._min = t if self._min is None else min(self._min, t)
+        if self._origin is None:
+            self._origin = t
+        n = good.height
+        return good.hstack(
+            [
+                pl.Series("arrival_s", _seconds(epoch.to_numpy(), self._origin)),
+                pl.Series("source_format", [self._fmt], dtype=pl.String).new_from_index(0, n),
+                pl.Series("source_file", [self._src], dtype=pl.String).new_from_index(0, n),
+            ]
+        )
+
     def _write(self, frame: pl.DataFrame) -> None:
-        dates = frame["arrival_time"].dt.date()
-        if dates.min() == dates.max():  # one day (most blocks): no grouping, no copy
-            days: list[tuple[object, pl.DataFrame]] = [(dates[0], frame)]
+        times = frame["arrival_time"]
+        first, last = times.min(), times.max()
+        assert isinstance(first, datetime) and isinstance(last, datetime)
+        if first.date() == last.date():  # one day (most blocks): no grouping, no copy
+            days: list[tuple[object, pl.DataFrame]] = [(first.date(), frame)]
         else:
             days = [
                 (date, sub.drop("_d"))
-                for (date,), sub in frame.with_columns(dates.alias("_d")).group_by(
+                for (date,), sub in frame.with_columns(times.dt.date().alias("_d")).group_by(
                     "_d", maintain_order=True
                 )
             ]
