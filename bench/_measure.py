@@ -23,13 +23,32 @@ PEAK_RSS_MB = (
 )
 
 
-def child(code: str, repeats: int = 3, pythonpath: str | None = None) -> dict[str, float]:
+def plain_env() -> dict[str, str]:
+    """This environment without the allocator setting tracereplay makes for polars when
+    imported (``pipeline/__init__.py``), which child processes inherit: for baselines
+    that time polars as it comes."""
+    import pipeline
+
+    env = dict(os.environ)
+    conf = env.get("_RJEM_MALLOC_CONF", "")
+    if conf.endswith(pipeline._OURS):
+        conf = conf.removesuffix(pipeline._OURS).rstrip(",")
+        if conf:
+            env["_RJEM_MALLOC_CONF"] = conf
+        else:
+            env.pop("_RJEM_MALLOC_CONF")
+    return env
+
+
+def child(
+    code: str, repeats: int = 3, pythonpath: str | None = None, *, plain: bool = False
+) -> dict[str, float]:
     """Run ``code`` (which must print one JSON object) in fresh interpreters.
 
     Returns the medians of every numeric field over ``repeats`` runs, plus
     ``peak_rss_mb`` of each run's whole process (max over runs). With
     ``pythonpath``, the interpreter runs in that folder with it first on the path
-    (to time another version of the package).
+    (to time another version of the package). ``plain``: with ``plain_env()``.
     """
     prog = (
         "import json, resource, time\n"
@@ -41,7 +60,9 @@ def child(code: str, repeats: int = 3, pythonpath: str | None = None) -> dict[st
     )
     runs = []
     for _ in range(repeats):
-        env = {**os.environ, "PYTHONPATH": pythonpath} if pythonpath else None
+        env = plain_env() if plain else dict(os.environ)
+        if pythonpath:
+            env["PYTHONPATH"] = pythonpath
         r = subprocess.run(
             [sys.executable, "-c", prog], capture_output=True, text=True, env=env, cwd=pythonpath
         )

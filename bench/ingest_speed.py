@@ -71,11 +71,14 @@ def interleaved(
     """Medians of ``repeats`` fresh-process runs of each code, run in turn (a, b, a, b, ...).
 
     ``paths`` names the package folder a code runs against (default: this checkout).
+    Each runs without the allocator setting this process inherited from importing the
+    package (``_measure.plain_env``): the polars read as polars comes, each version of
+    the package with the setting it makes itself.
     """
     runs: dict[str, list[dict[str, float]]] = {k: [] for k in codes}
     for _ in range(repeats):
         for name, code in codes.items():
-            runs[name].append(child(code, 1, (paths or {}).get(name)))
+            runs[name].append(child(code, 1, (paths or {}).get(name), plain=True))
     out = {}
     for name, rs in runs.items():
         med = {k: statistics.median(r[k] for r in rs) for k in rs[0]}
@@ -178,7 +181,7 @@ def main() -> None:
             "distributions, not request logs, and are not ingested. Peak RSS grows by about "
             "10-20 bytes per request id from 1M to 5M records: the dedupe id set (sorted "
             "arrays of 8-byte hashes, a bit filter of 2-4 bytes an id); everything else is "
-            "per 8 MiB block."
+            "per 16 MiB block."
         )
     )
     if not args.quick:

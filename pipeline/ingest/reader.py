@@ -31,7 +31,9 @@ GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 HEAD_BYTES = 64 * 1024
 PROBE_BYTES = 64 * 1024  # where a plain file's block looks for its last newline
-# NOTE: 8 MiB, not more: glibc serves allocations above 32 MiB (its largest mmap threshold)
+# NOTE: 16 MiB: each block costs a few ms besides its records (polars calls, row groups),
+# so 8 MiB blocks took 7% longer for 1M records; 24 MiB no less than 16, for 120 MB more
+# peak memory. Below 32 MiB: glibc serves allocations above its largest mmap threshold
 # with fresh pages every time, and the page faults of 32 MiB blocks cost more CPU than
 # reading the file (bench/ingest_speed.py: 170k faults and 0.5 s to cut 1M records).
 BLOCK_BYTES = 16 * 1024 * 1024
@@ -262,7 +264,7 @@ def _aligned_reader(path: Path, opened: Opened, block_bytes: int) -> Callable[[]
     first, then exactly that much is read. So ``iter_blocks`` never copies a block
     to cut it at a line or to join a line carried over from the chunk before.
 
-    NOTE: that copy of 8 MiB held the GIL (with the page faults of a fresh block),
+    NOTE: that copy of a block held the GIL (with the page faults of a fresh block),
     stalling the parse threads' Python for ~0.1-0.2 s per 1M records on 2 cores.
     """
     stream = opened.stream
@@ -306,7 +308,7 @@ _SCRATCH = threading.local()
 def _is_newline(data: bytes) -> npt.NDArray[np.bool_]:
     """``data == b"\\n"`` byte by byte, in a buffer the calling thread keeps for the next block.
 
-    NOTE: a fresh 8 MiB mask a block costs ~2000 page faults (glibc returns large
+    NOTE: a fresh 8 MiB mask costs ~2000 page faults (glibc returns large
     freed blocks to the system): ~2 ms a block, twice the compare itself. The
     buffer goes with its thread (the parse threads end with each file).
     """
