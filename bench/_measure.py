@@ -25,18 +25,19 @@ PEAK_RSS_MB = (
 
 def plain_env() -> dict[str, str]:
     """This environment without the allocator setting tracereplay makes for polars when
-    imported (``pipeline/__init__.py``), which child processes inherit: for baselines
+    imported (``pipeline/allocator.py``), which child processes inherit: for baselines
     that time polars as it comes."""
-    import pipeline
+    from pipeline import allocator
 
     env = dict(os.environ)
-    conf = env.get("_RJEM_MALLOC_CONF", "")
-    if conf.endswith(pipeline._OURS):
-        conf = conf.removesuffix(pipeline._OURS).rstrip(",")
+    mark = env.pop(allocator.MARK, None)
+    conf = env.get(allocator.VARIABLE, "")
+    if mark and conf in (mark, f"{allocator.POLARS},{mark}"):
+        conf = conf.removesuffix(allocator.RETURN_SOON).rstrip(",")
         if conf:
-            env["_RJEM_MALLOC_CONF"] = conf
+            env[allocator.VARIABLE] = conf
         else:
-            env.pop("_RJEM_MALLOC_CONF")
+            env.pop(allocator.VARIABLE)
     return env
 
 

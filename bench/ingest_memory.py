@@ -30,6 +30,11 @@ TARGET_MB = 3 * 1024
 INGEST = """
 import shutil, tempfile
 from pathlib import Path
+try:  # the allocator setting ``tracereplay ingest`` makes (older versions: none)
+    from pipeline.allocator import configure
+    configure("ingest")
+except ImportError:
+    pass
 from pipeline.ingest import IngestOptions, ingest_logs
 from pipeline.warehouse import Warehouse
 wh = Path(tempfile.mkdtemp(dir={out!r}))

@@ -96,3 +96,55 @@ def test_polars_returns_freed_memory_soon_unless_the_user_says_otherwise(
     r = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, env=env,
                        check=True)  # fmt: skip
     assert r.stdout.strip().endswith(last)
+
+
+_POLARS = "dirty_decay_ms:500,muzzy_decay_ms:1000"
+_SOON = "dirty_decay_ms:100,muzzy_decay_ms:0"
+
+
+@pytest.mark.parametrize(
+    ("given", "mark", "last"),
+    [
+        (None, None, _POLARS),
+        # inherited from a tracereplay parent that imported polars: not the user's
+        (f"{_POLARS},{_SOON}", _SOON, _POLARS),
+        (_SOON, _SOON, _POLARS),
+        ("dirty_decay_ms:7", None, "dirty_decay_ms:7"),
+        # the user's, equal to the replay setting but not marked as set by a parent
+        (_SOON, None, _SOON),
+    ],
+)
+def test_the_ingest_command_keeps_polars_allocator_setting(
+    given: str | None, mark: str | None, last: str
+) -> None:
+    """``tracereplay ingest`` does not return freed pages early (pipeline/allocator.py)."""
+    import os
+
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("_RJEM_MALLOC_CONF", "TRACEREPLAY_RJEM_MALLOC_CONF")
+    }
+    if given is not None:
+        env["_RJEM_MALLOC_CONF"] = given
+    if mark is not None:
+        env["TRACEREPLAY_RJEM_MALLOC_CONF"] = mark
+    prog = (
+        "from click.testing import CliRunner; from pipeline.cli import cli; import os, sys; "
+        "r = CliRunner().invoke(cli, ['ingest', '--help']); assert r.exit_code == 0, r.output; "
+        "assert 'polars' in sys.modules; print(os.environ['_RJEM_MALLOC_CONF'])"
+    )
+    r = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, env=env,
+                       check=True)  # fmt: skip
+    assert r.stdout.strip().endswith(last)
+    assert not (last == _POLARS and r.stdout.strip().endswith(_SOON))
+
+
+def test_the_setting_changes_nothing_once_polars_is_imported() -> None:
+    prog = (
+        "import polars, os; from pipeline import allocator; "
+        "before = os.environ.get('_RJEM_MALLOC_CONF'); "
+        "print(allocator.configure('ingest'), os.environ.get('_RJEM_MALLOC_CONF') == before)"
+    )
+    r = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, check=True)
+    assert r.stdout.split() == ["False", "True"]

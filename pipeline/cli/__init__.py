@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from pipeline import __version__
+from pipeline import __version__, allocator
 from pipeline.errors import PipelineError
 
 
@@ -35,6 +35,9 @@ COMMANDS = {
     "sweep": "pipeline.cli.sweep:sweep",
     "validate": "pipeline.cli.validate:validate",
 }
+# The allocator setting of a command that is not a replay's (see pipeline/allocator.py);
+# chosen before the command's module imports polars.
+ALLOCATOR = {"ingest": "ingest"}
 
 
 class PipelineGroup(click.Group):
@@ -48,6 +51,8 @@ class PipelineGroup(click.Group):
         if target is None:
             return None
         module, attr = target.split(":")
+        if cmd_name in ALLOCATOR:
+            allocator.configure(ALLOCATOR[cmd_name])
         command = getattr(importlib.import_module(module), attr)
         assert isinstance(command, click.Command)
         return command
