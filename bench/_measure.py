@@ -79,11 +79,26 @@ def _num(v: object) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool)
 
 
+# Hand-written notes of a section start at this line; ``record`` keeps them (and the
+# line) after the figures it writes, so re-running a bench does not lose them.
+NOTES = "Notes by hand (the bench keeps them when it rewrites this section):"
+
+
 def record(section: str, command: str, body: str) -> None:
-    """Replace (or add) ``## section`` in bench/RESULTS.md with the figures and their command."""
+    """Replace (or add) ``## section`` in bench/RESULTS.md with the figures and their command.
+
+    Whatever the old section held from a ``NOTES`` line on is kept after the new figures.
+    """
     stamp = datetime.now(UTC).strftime("%Y-%m-%d")
     block = f"## {section}\n\nCommand: `{command}` ({stamp}, 2-core machine)\n\n{body.strip()}\n"
     text = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n\n"
     pattern = re.compile(rf"^## {re.escape(section)}\n.*?(?=^## |\Z)", re.S | re.M)
-    text = pattern.sub(block + "\n", text) if pattern.search(text) else text + "\n" + block
+    old = pattern.search(text)
+    if old is None:
+        text = text + "\n" + block
+    else:
+        at = old.group(0).find(NOTES)
+        if at >= 0:
+            block += "\n" + old.group(0)[at:].rstrip() + "\n"
+        text = text[: old.start()] + block + "\n" + text[old.end() :]
     RESULTS.write_text(text.rstrip() + "\n")
