@@ -30,14 +30,12 @@ def plain_env() -> dict[str, str]:
     from pipeline import allocator
 
     env = dict(os.environ)
-    mark = env.pop(allocator.MARK, None)
-    conf = env.get(allocator.VARIABLE, "")
-    if mark and conf in (mark, f"{allocator.POLARS},{mark}"):
-        conf = conf.removesuffix(allocator.RETURN_SOON).rstrip(",")
-        if conf:
-            env[allocator.VARIABLE] = conf
-        else:
-            env.pop(allocator.VARIABLE)
+    conf = allocator.inherited(env)
+    env.pop(allocator.MARK, None)
+    if conf:
+        env[allocator.VARIABLE] = conf
+    else:
+        env.pop(allocator.VARIABLE, None)
     return env
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 
 VARIABLE = "_RJEM_MALLOC_CONF"
 MARK = "TRACEREPLAY_RJEM_MALLOC_CONF"  # the value set here, for child processes to know it
@@ -30,16 +31,17 @@ RETURN_SOON = "dirty_decay_ms:100,muzzy_decay_ms:0"
 WORK = ("replay", "ingest")
 
 
-def _given() -> str:
-    """The variable as this process found it, without a tracereplay parent's setting."""
-    value = os.environ.get(VARIABLE, "")
-    mark = os.environ.get(MARK)
-    if mark and value in (mark, f"{POLARS},{mark}"):  # (polars puts its own in front)
+def inherited(env: Mapping[str, str]) -> str:
+    """The variable as ``env`` holds it, without the setting a tracereplay process made
+    (which ``MARK`` names; polars puts its own in front of it on import)."""
+    value = env.get(VARIABLE, "")
+    mark = env.get(MARK)
+    if mark and value in (mark, f"{POLARS},{mark}"):
         value = value.removesuffix(RETURN_SOON).rstrip(",")
     return value
 
 
-_GIVEN = _given()
+_GIVEN = inherited(os.environ)  # as this process found it
 
 
 def configure(work: str) -> bool:
