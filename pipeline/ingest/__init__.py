@@ -272,12 +272,13 @@ def _ingest_file(
 
 @dataclass
 class _Part:
-    """One parsed block: the good rows (with ``arrival_time``) and their id hashes, the
-    content keys of the rows without an id, the rejects (None: none), and records read."""
+    """One parsed block: the good rows (with ``arrival_time``); either the hashes of their
+    ids or, when some rows have none, the content keys of those rows (their ids, and so
+    every hash, come in order); the rejects (None: none), and the records read."""
 
     n_read: int
     good: pl.DataFrame
-    hashes: np.ndarray
+    hashes: np.ndarray | None
     keys: np.ndarray | None
     bad: pl.DataFrame | None
 
@@ -297,11 +298,12 @@ def _parse_one(
     good, bad = validate(parsed.rows)
     bad = pl.concat([parsed.rejects, bad]).sort("source_line")
     n_read = parsed.rows.height + parsed.rejects.height
-    keys = None
+    keys = hashes = None
     if good["request_id"].null_count():  # ids from content, numbered in order later
         keys = content_keys(good.filter(pl.col("request_id").is_null()), fmt.name)
+    else:
+        hashes = good["request_id"].hash().to_numpy()
     good = _arrival_time(good, trace_start)
-    hashes = good["request_id"].hash().to_numpy()
     return _Part(n_read, good, hashes, keys, _excerpts(bad, block, fmt) if bad.height else None)
 
 
@@ -357,6 +359,7 @@ def _assign_ids(part: _Part, counts: dict[int, int]) -> tuple[pl.DataFrame, np.n
     from their content, numbered by how often it came before in the file: in order)."""
     good = part.good
     if part.keys is None:
+        assert part.hashes is not None
         return good, part.hashes
     ids = occurrence_ids(part.keys, counts)
     missing = good["request_id"].is_null().to_numpy()
