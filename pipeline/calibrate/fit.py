@@ -1,12 +1,16 @@
 """Fit the cost-model coefficients to measured step times.
 
-The step time (cost model v2, docs/cost_model.md), with T = P + D:
+The step time (cost model v3, docs/cost_model.md), with T = P + D and
+s = separate_attention:
 
-    compute = flop_s_per_token * (T + flop_tokens_half) + flop_s_per_attn * (A + C)
-    memory  = mem_s_weights + mem_s_per_kv_token * C + mem_s_per_token * T
+    compute = flop_s_per_token * (T + flop_tokens_half) + flop_s_per_seq * N
+              + (1 - s) * flop_s_per_attn * (A + C)
+    memory  = mem_s_weights + (1 - s) * mem_s_per_kv_token * C + mem_s_per_token * T
     step    = fixed_s + comm_s_fixed + seq_s * N + prefill_fixed_s * [P > 0]
               + max(compute, memory) + overlap * min(compute, memory)
-              + comm_s_per_token * T                                      (0 when T = 0)
+              + comm_s_per_token * T
+              + s * (flop_s_per_attn * A + max(flop_s_per_attn, mem_s_per_kv_token) * C)
+                                                                          (0 when T = 0)
 
 ``predict`` evaluates it for a whole array of steps at once (tests check that it equals
 the simulator's ``cost_model.step_time`` row by row); ``jacobian`` gives its exact
@@ -62,6 +66,8 @@ COEFFICIENTS = (
     "comm_s_per_token",
     "overlap",
     "prefill_fixed_s",
+    "flop_s_per_seq",
+    "separate_attention",
 )
 (
     I_FIXED,
@@ -76,6 +82,8 @@ COEFFICIENTS = (
     I_COMM_TOK,
     I_OVERLAP,
     I_PREFILL_STEP,
+    I_FLOP_SEQ,
+    I_SEP,
 ) = range(len(COEFFICIENTS))
 
 # Scale of a v2 term that the --like profile has at 0 (a v1 profile): its fitted value is
@@ -87,14 +95,17 @@ PRIOR_SCALE = {
     "prefill_fixed_s": 1e-3,
 }
 # Coefficients that are not times (they are not scaled by the starting time ratio).
-NOT_TIMES = ("flop_tokens_half", "overlap")
+NOT_TIMES = ("flop_tokens_half", "overlap", "separate_attention")
+# Coefficients the fit never moves: the structure of the model.
+FIXED = ("separate_attention",)
 REGULARISATION = 0.0001
 LOSS = "soft_l1"
 LOSS_SCALE = 0.05  # relative error at which the robust loss turns linear
 
 
 def as_vector(coefficients: Mapping[str, float]) -> F64:
-    """The coefficients in ``COEFFICIENTS`` order (missing v2 terms are 0, as in a v1 file)."""
+    """The coefficients in ``COEFFICIENTS`` order (missing v2 and v3 terms are 0, as in a v1
+    or v2 file)."""
     return np.array([float(coefficients.get(n, 0.0)) for n in COEFFICIENTS])
 
 
@@ -104,13 +115,14 @@ def as_dict(vector: F64) -> dict[str, float]:
 
 def _parts(c: F64, f: StepFeatures) -> tuple[F64, F64, F64]:
     t = f.P + f.D
-    compute = c[I_FLOP] * (t + c[I_HALF]) + c[I_ATTN] * (f.A + f.C)
-    memory = c[I_MEM_W] + c[I_MEM_KV] * f.C + c[I_MEM_TOK] * t
+    shared = 1.0 - c[I_SEP]
+    compute = c[I_FLOP] * (t + c[I_HALF]) + c[I_FLOP_SEQ] * f.N + shared * c[I_ATTN] * (f.A + f.C)
+    memory = c[I_MEM_W] + shared * c[I_MEM_KV] * f.C + c[I_MEM_TOK] * t
     return t, compute, memory
 
 
 def predict(c: F64, f: StepFeatures) -> F64:
-    """Seconds of every step (vectorised v2 ``step_time``)."""
+    """Seconds of every step (vectorised v3 ``step_time``)."""
     t, compute, memory = _parts(c, f)
     out = (
         c[I_FIXED]
@@ -120,6 +132,7 @@ def predict(c: F64, f: StepFeatures) -> F64:
         + c[I_OVERLAP] * np.minimum(compute, memory)
         + c[I_COMM_TOK] * t
         + c[I_PREFILL_STEP] * (f.P > 0)
+        + c[I_SEP] * (c[I_ATTN] * f.A + max(c[I_ATTN], c[I_MEM_KV]) * f.C)
     )
     return np.where(t > 0, out, 0.0)
 
@@ -133,19 +146,28 @@ def jacobian(c: F64, f: StepFeatures) -> F64:
     lead = compute >= memory
     w_compute = np.where(lead, 1.0, c[I_OVERLAP])
     w_memory = np.where(lead, c[I_OVERLAP], 1.0)
+    sep = c[I_SEP]
+    shared = 1.0 - sep
+    kv_leads = c[I_MEM_KV] > c[I_ATTN]  # which per-token cost the separate decode attention takes
     j = np.empty((len(t), len(COEFFICIENTS)))
     j[:, I_FIXED] = 1.0
     j[:, I_COMM_FIXED] = 1.0
     j[:, I_SEQ] = f.N
     j[:, I_FLOP] = (t + c[I_HALF]) * w_compute
     j[:, I_HALF] = c[I_FLOP] * w_compute
-    j[:, I_ATTN] = (f.A + f.C) * w_compute
+    j[:, I_ATTN] = shared * (f.A + f.C) * w_compute + sep * (f.A + (0.0 if kv_leads else f.C))
     j[:, I_MEM_W] = w_memory
-    j[:, I_MEM_KV] = f.C * w_memory
+    j[:, I_MEM_KV] = shared * f.C * w_memory + sep * (f.C if kv_leads else 0.0)
     j[:, I_MEM_TOK] = t * w_memory
     j[:, I_COMM_TOK] = t
     j[:, I_OVERLAP] = np.minimum(compute, memory)
     j[:, I_PREFILL_STEP] = f.P > 0
+    j[:, I_FLOP_SEQ] = f.N * w_compute
+    j[:, I_SEP] = (
+        c[I_ATTN] * f.A + max(c[I_ATTN], c[I_MEM_KV]) * f.C
+        - np.where(lead, c[I_ATTN] * (f.A + f.C), c[I_MEM_KV] * f.C)
+        - c[I_OVERLAP] * np.where(lead, c[I_MEM_KV] * f.C, c[I_ATTN] * (f.A + f.C))
+    )
     j[t <= 0] = 0.0
     return j
 
@@ -204,6 +226,8 @@ def _setup(like: F64) -> tuple[F64, F64, npt.NDArray[np.bool_]]:
     """(scale, target x, free mask) of every coefficient."""
     scale = like.copy()
     free = like > 0
+    for name in FIXED:
+        free[COEFFICIENTS.index(name)] = False
     for name, prior in PRIOR_SCALE.items():
         k = COEFFICIENTS.index(name)
         free[k] = True

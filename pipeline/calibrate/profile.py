@@ -19,9 +19,9 @@ from pipeline import __version__
 from pipeline.calibrate.fit import FitResult
 from pipeline.calibrate.measurements import MeasurementError, Measurements
 from pipeline.errors import PipelineError
+from pipeline.sim.cost_model import COST_MODEL_VERSION
 
 SHIPPED_DIR = Path(__file__).resolve().parent.parent / "sim" / "profiles"
-COST_MODEL_VERSION = 2
 METHOD = "calibrated from measurements"
 
 

@@ -12,11 +12,14 @@ from pipeline.errors import ConfigError
 from pipeline.sim.cost_model import StepCost
 from pipeline.sim.model_config import DTYPE_BYTES, read_model_config
 from pipeline.sim.profiles import (
+    DEFAULT_RUNTIME,
     describe_profiles,
+    load_runtimes,
     new_profile,
     read_gpu_spec,
     render,
     resolve_gpu,
+    resolve_runtime,
 )
 
 
@@ -59,6 +62,21 @@ def profile() -> None:
 )
 @click.option("--name", help="Model name in the profile [default: the config's directory name].")
 @click.option(
+    "--runtime",
+    type=click.Choice(sorted(load_runtimes())),
+    default=DEFAULT_RUNTIME,
+    show_default=True,
+    help="The serving runtime: its step overheads and front end (docs/cost_model.md).",
+)
+@click.option(
+    "--frontend",
+    "frontend",
+    type=click.Choice(["http", "none"]),
+    default="http",
+    show_default=True,
+    help="http: replays report what an HTTP client sees; none: engine-core times only.",
+)
+@click.option(
     "-o",
     "--output",
     required=True,
@@ -74,9 +92,11 @@ def new(
     kv_dtype: str | None,
     max_model_len: int | None,
     name: str | None,
+    runtime: str,
+    frontend: str,
     output: Path,
 ) -> None:
-    """An analytic cost-model-v2 profile for a decoder-only model on a GPU.
+    """An analytic cost-model-v3 profile for a decoder-only model on a GPU.
 
     \b
     Example:
@@ -91,7 +111,7 @@ def new(
     else:
         raise ConfigError("give --gpu NAME or --gpu-spec FILE.json")
     model = read_model_config(model_config, name, dtype, kv_dtype, max_model_len)
-    data = new_profile(model, spec, eff, tp)
+    data = new_profile(model, spec, eff, tp, resolve_runtime(runtime), frontend == "http")
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(render(data))
     derived, mem, gib = data["derived"], data["memory"], 2**30
@@ -99,12 +119,17 @@ def new(
         f"wrote {output}: {data['name']}, {derived['params_total'] / 1e9:.2f}e9 parameters "
         f"({derived['active_params_nonembedding'] / 1e9:.2f}e9 active non-embedding), "
         f"weights {mem['weight_bytes'] / gib:.1f} GiB of {mem['gpu_memory_bytes'] / gib:.1f} GiB; "
-        f"decode step (batch 1) {_decode_ms(data['coefficients']):.2f} ms"
+        f"decode step (batch 1) {_decode_ms(data['coefficients']):.2f} ms, "
+        f"1,000-token prefill {_prefill_ms(data['coefficients']):.1f} ms; runtime {runtime}"
     )
 
 
 def _decode_ms(c: dict[str, float]) -> float:
     return StepCost.from_dict(c).decode_step_s(1, 1000) * 1e3
+
+
+def _prefill_ms(c: dict[str, float]) -> float:
+    return StepCost.from_dict(c).prefill_step_s(1, 1000) * 1e3
 
 
 @profile.command("list")

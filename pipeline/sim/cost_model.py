@@ -1,6 +1,6 @@
-"""Step cost: how long one engine step takes, from what the step computes (model v2).
+"""Step cost: how long one engine step takes, from what the step computes (model v3).
 
-A step is described by six features (per replica; tensor parallelism is inside
+A step is described by five features (per replica; tensor parallelism is inside
 the coefficients):
 
     num_prefill_tokens   P  prompt tokens computed this step (all prefill chunks)
@@ -12,35 +12,47 @@ the coefficients):
     decode_ctx           C  sum of the context lengths (KV tokens read) of those decodes
     (a fixed overhead)
 
-and the step time is an explicit roofline with overheads, with T = P + D:
+and the step time is a roofline of the linear layers plus attention in kernels of its
+own, with explicit overheads (T = P + D, s = ``separate_attention``):
 
-    compute_s = flop_s_per_token * (T + flop_tokens_half) + flop_s_per_attn * (A + C)
-    memory_s  = mem_s_weights + mem_s_per_kv_token * C + mem_s_per_token * T
+    linear    = flop_s_per_token * (T + flop_tokens_half) + flop_s_per_seq * N
+    compute_s = linear + (1 - s) * flop_s_per_attn * (A + C)
+    memory_s  = mem_s_weights + (1 - s) * mem_s_per_kv_token * C + mem_s_per_token * T
     step_s    = fixed_s + comm_s_fixed + seq_s * N + prefill_fixed_s * [P > 0]
                 + max(compute_s, memory_s) + overlap * min(compute_s, memory_s)
                 + comm_s_per_token * T
+                + s * (flop_s_per_attn * A + max(flop_s_per_attn, mem_s_per_kv_token) * C)
 
 ``flop_tokens_half`` is the token count at which the linear layers reach half their
 peak efficiency (efficiency(T) = T / (T + half)), a smooth floor for short prefills
-and small batches; ``overlap`` in [0, 1] is the share of the smaller of compute and
-memory that does not hide behind the larger; ``seq_s`` is the per-sequence cost
-(scheduling, sampling, per-request kernels); ``prefill_fixed_s`` is what a step that
-computes prompt tokens costs on top of a decode-only step, whatever its size: engines
-replay decode-only steps from captured CUDA graphs but launch prefill steps kernel by
-kernel, and set up variable-length attention for them; it is the floor that short
-prefills show where decode steps are cheap. With those four at 0 this is the v1
-model, so a v1 profile (no ``cost_model_version``) loads and gives its v1 times.
+and small batches; ``flop_s_per_seq`` is the lm head, computed for one token of every
+sequence in the step (engines compute logits only where a token is sampled);
+``overlap`` in [0, 1] is the share of the smaller of compute and memory that does not
+hide behind the larger; ``seq_s`` is the per-sequence cost (scheduling, sampling,
+per-request kernels); ``prefill_fixed_s`` is what a step that computes prompt tokens
+costs on top of a decode-only step, whatever its size (engines replay decode-only steps
+from captured CUDA graphs but run mixed steps piecewise or eagerly, and set up
+variable-length attention for them).
+
+``separate_attention`` (v3: 1) says that attention runs in kernels of its own after
+the linear layers of each layer: a prefill chunk's attention is compute (its pairs at
+the attention kernels' efficiency), a decode's is the larger of its KV reads and its
+pairs, and both add to the linear layers' time instead of hiding behind it. In a step
+that carries a long prefill next to many decodes, the decodes' KV reads then still
+cost their time, as they do on the GPU. At 0 it is the v2 model (one roofline over
+everything), and with ``flop_s_per_seq`` also 0 a v2 profile gives exactly its v2
+times; with the four v2 terms at 0 as well, a v1 profile its v1 times.
 
 Every coefficient is a plain number in a readable JSON profile, so a calibrated
 profile (fitted to live measurements) can replace the analytic ones without
 touching the simulator. A step with nothing to do costs nothing. With
-non-negative coefficients and overlap in [0, 1] the step time never decreases
-when any feature grows.
+non-negative coefficients, overlap in [0, 1] and separate_attention in [0, 1] the
+step time never decreases when any feature grows.
 
 ``decode_run_s`` sums k consecutive decode-only steps in closed form: D (= N) is
-fixed and C grows by D every step, so compute_s and memory_s are linear in the
-step index; max + overlap * min = (1 - overlap) * max + overlap * (compute + memory),
-and the max of two lines crosses over at most once.
+fixed and C grows by D every step, so compute_s, memory_s and the separate attention
+are linear in the step index; max + overlap * min = (1 - overlap) * max + overlap *
+(compute + memory), and the max of two lines crosses over at most once.
 """
 
 from __future__ import annotations
@@ -55,7 +67,7 @@ import numpy as np
 import numpy.typing as npt
 from numba import njit
 
-COST_MODEL_VERSION = 2
+COST_MODEL_VERSION = 3
 
 # Index of each coefficient in the array the compiled loop receives (v1 first, in v1 order).
 (
@@ -71,10 +83,15 @@ COST_MODEL_VERSION = 2
     FLOP_HALF,
     OVERLAP,
     PREFILL_STEP,
-) = range(12)
+    FLOP_SEQ,
+    SEP_ATTN,
+) = range(14)
 
 # Coefficients added by v2; a profile without them (v1) gets 0, which is the v1 model.
 V2_COEFFICIENTS = ("seq_s", "flop_tokens_half", "overlap", "prefill_fixed_s")
+# Added by v3; a profile without them (v1, v2) gets 0, which is the v2 model.
+V3_COEFFICIENTS = ("flop_s_per_seq", "separate_attention")
+OPTIONAL_COEFFICIENTS = V2_COEFFICIENTS + V3_COEFFICIENTS
 
 
 @dataclass(frozen=True)
@@ -93,14 +110,17 @@ class StepCost:
     flop_tokens_half: float = 0.0  # tokens at which GEMM efficiency is half its peak
     overlap: float = 0.0  # share of min(compute, memory) not hidden behind the max, [0, 1]
     prefill_fixed_s: float = 0.0  # per step that computes prompt tokens (prefill launch costs)
+    flop_s_per_seq: float = 0.0  # lm head compute per sequence in the step (v3)
+    separate_attention: float = 0.0  # 1: attention in kernels of its own (v3); 0: v2
 
     def __post_init__(self) -> None:
         for f in fields(self):
             v = getattr(self, f.name)
             if not math.isfinite(v) or v < 0:
                 raise ValueError(f"coefficient {f.name} must be a finite number >= 0, got {v}")
-        if self.overlap > 1:
-            raise ValueError(f"coefficient overlap must be in [0, 1], got {self.overlap}")
+        for name in ("overlap", "separate_attention"):
+            if getattr(self, name) > 1:
+                raise ValueError(f"coefficient {name} must be in [0, 1], got {getattr(self, name)}")
 
     def as_array(self) -> npt.NDArray[np.float64]:
         return np.array([getattr(self, f.name) for f in fields(self)], dtype=np.float64)
@@ -142,15 +162,19 @@ class StepCost:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> StepCost:
-        """From a profile's ``coefficients`` object; v2 names missing (a v1 profile) are 0.
+        """From a profile's ``coefficients`` object; v2 and v3 names missing (a v1 or v2
+        profile) are 0.
 
         Raises:
             KeyError: a v1 coefficient is missing.
-            ValueError: a coefficient is negative, not finite, or overlap > 1.
+            ValueError: a coefficient is negative, not finite, or overlap or
+                separate_attention > 1.
         """
         return cls(
             **{
-                f.name: float(d[f.name] if f.name not in V2_COEFFICIENTS else d.get(f.name, 0.0))
+                f.name: float(
+                    d[f.name] if f.name not in OPTIONAL_COEFFICIENTS else d.get(f.name, 0.0)
+                )
                 for f in fields(cls)
             }
         )
@@ -164,12 +188,14 @@ def step_time(
     tok = p + d
     if tok <= 0:
         return 0.0
-    compute = c[FLOP_TOK] * (tok + c[FLOP_HALF]) + c[FLOP_ATTN] * (a + ctx)
-    memory = c[MEM_W] + c[MEM_KV] * ctx + c[MEM_TOK] * tok
-    # v1 terms first, in v1 order, so that a v1 profile gives bit-identical times
+    shared = 1.0 - c[SEP_ATTN]  # the share of attention inside the linear layers' roofline
+    compute = c[FLOP_TOK] * (tok + c[FLOP_HALF]) + c[FLOP_SEQ] * n + shared * (c[FLOP_ATTN] * (a + ctx))
+    memory = c[MEM_W] + shared * (c[MEM_KV] * ctx) + c[MEM_TOK] * tok
+    # v1 terms first, in v1 order, so that a v1 (or v2) profile gives bit-identical times
     v1 = c[FIXED_S] + max(compute, memory) + c[COMM_FIXED] + c[COMM_TOK] * tok
     v2 = v1 + c[SEQ_S] * n + c[OVERLAP] * min(compute, memory)
-    return v2 + c[PREFILL_STEP] if p > 0 else v2
+    v3 = v2 + c[SEP_ATTN] * (c[FLOP_ATTN] * a + max(c[FLOP_ATTN], c[MEM_KV]) * ctx)
+    return v3 + c[PREFILL_STEP] if p > 0 else v3
 
 
 @njit(cache=True)
@@ -182,16 +208,19 @@ def decode_run_s(c: npt.NDArray[np.float64], d: float, ctx0: float, k: int) -> f
     if k <= 0 or d <= 0:
         return 0.0
     # compute_j = a0 + a1*j ; memory_j = b0 + b1*j
-    a0 = c[FLOP_TOK] * (d + c[FLOP_HALF]) + c[FLOP_ATTN] * ctx0
-    a1 = c[FLOP_ATTN] * d
-    b0 = c[MEM_W] + c[MEM_KV] * ctx0 + c[MEM_TOK] * d
-    b1 = c[MEM_KV] * d
+    shared = 1.0 - c[SEP_ATTN]
+    a0 = c[FLOP_TOK] * (d + c[FLOP_HALF]) + c[FLOP_SEQ] * d + shared * (c[FLOP_ATTN] * ctx0)
+    a1 = shared * (c[FLOP_ATTN] * d)
+    b0 = c[MEM_W] + shared * (c[MEM_KV] * ctx0) + c[MEM_TOK] * d
+    b1 = shared * (c[MEM_KV] * d)
     base = k * (c[FIXED_S] + c[COMM_FIXED] + c[COMM_TOK] * d)
     ov = c[OVERLAP]
     w = 1.0 - ov
     # max + overlap * min = (1 - overlap) * max + overlap * (compute + memory)
     both = k * (a0 + b0) + (a1 + b1) * k * (k - 1) / 2.0
-    extra = k * c[SEQ_S] * d + ov * both
+    # the separate attention: every step's context times the larger per-token cost
+    attn = c[SEP_ATTN] * max(c[FLOP_ATTN], c[MEM_KV]) * (k * ctx0 + d * k * (k - 1) / 2.0)
+    extra = k * c[SEQ_S] * d + ov * both + attn
     # f(j) = compute_j - memory_j is linear, so the steps where compute leads
     # form a prefix or a suffix of [0, k): split there and sum two series.
     if a1 == b1:  # parallel lines: one leads at every step

@@ -1021,6 +1021,7 @@ def simulate(
         st = np.zeros((0, NST), dtype=st.dtype)
         stf = np.zeros((0, NSTF), dtype=stf.dtype)
     return SimResult(
+        frontend=eng.frontend,
         rq=rq,
         rqf=rqf,
         st=st[:rows],  # views: the unused tail is never touched, so costs no memory

@@ -5,6 +5,9 @@ Three hand-written inputs live next to this module, in ``profiles/``:
     _models.json       model shapes, copied from each model's published config.json
     _gpus.json         GPU datasheet figures (bf16 peak, HBM bandwidth, memory, NVLink)
     _efficiency.json   per GPU: efficiency factors and overheads, each with where it came from
+                       (for the default runtime, today's vLLM)
+    _runtimes.json     serving runtimes (``--runtime``): how their overheads differ from the
+                       default's, and their front end (what a client sees on top)
 
 ``derive_step_cost`` turns (model, gpu, tensor parallel degree, efficiency) into the
 coefficients of ``StepCost`` (see ``cost_model``); ``generate_profiles`` writes one readable
@@ -24,10 +27,12 @@ from typing import Any
 
 from pipeline.errors import ConfigError, ScenarioError
 from pipeline.sim.cost_model import COST_MODEL_VERSION, StepCost
+from pipeline.sim.frontend import Frontend
 
-GENERATOR_VERSION = 2
+GENERATOR_VERSION = 3
 PROFILE_DIR = Path(__file__).with_name("profiles")
 DEFAULT_PROFILE = "llama-3-8b_h100-80gb_tp1"
+DEFAULT_RUNTIME = "vllm"
 
 # GPUs the shipped profiles are generated for (_gpus.json has more, for `profile new`).
 PROFILE_GPUS: tuple[str, ...] = ("a100-80gb", "h100-80gb", "h200")
@@ -175,6 +180,26 @@ class Efficiency:
     activation_profile_tokens: int  # tokens of the engine's memory-profiling forward pass
     activation_profile_seqs: int  # sequences whose logits that pass keeps
     source: str
+    kv_memory_efficiency: float = 0.0  # achieved / datasheet HBM bandwidth of paged KV reads;
+    # 0 = memory_efficiency
+    prefill_step_overhead_s: float = 0.0  # per step that computes prompt tokens, on top of a
+    # decode step's overheads: mixed steps run piecewise or eagerly, not from one CUDA graph
+    prefill_layer_overhead_s: float = 0.0  # ... and per layer of such a step
+    fp8_compute_efficiency: float = 0.0  # achieved / peak of fp8 GEMMs; 0 = compute_efficiency
+
+    @property
+    def fp8_gemm_efficiency(self) -> float:
+        return self.gemm_efficiency(True)
+
+    @property
+    def kv_efficiency(self) -> float:
+        return self.kv_memory_efficiency or self.memory_efficiency
+
+    def gemm_efficiency(self, fp8: bool) -> float:
+        """The linear layers' efficiency at the peak they run at (fp8 or bf16)."""
+        return (self.fp8_compute_efficiency or self.compute_efficiency) if fp8 else (
+            self.compute_efficiency
+        )
 
 
 def _load_table(file_name: str) -> dict[str, dict[str, Any]]:
@@ -192,6 +217,56 @@ def load_gpus() -> dict[str, GpuSpec]:
 
 def load_efficiencies() -> dict[str, Efficiency]:
     return {k: Efficiency(name=k, **v) for k, v in _load_table("_efficiency.json").items()}
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """A serving runtime: how its overheads differ from the default runtime's (which the
+    GPU efficiencies describe), and its front end."""
+
+    name: str
+    description: str
+    efficiency_add: dict[str, float]  # Efficiency field -> seconds added to the GPU's value
+    frontend: Frontend
+    source: str
+
+
+def load_runtimes() -> dict[str, Runtime]:
+    out = {}
+    for k, v in _load_table("_runtimes.json").items():
+        out[k] = Runtime(
+            name=k,
+            description=str(v["description"]),
+            efficiency_add={n: float(x) for n, x in v.get("efficiency_add", {}).items()},
+            frontend=Frontend.from_dict(v.get("frontend")),
+            source=str(v["source"]),
+        )
+    return out
+
+
+def resolve_runtime(name: str) -> Runtime:
+    """A runtime of _runtimes.json by name.
+
+    Raises:
+        ConfigError: unknown name (the message lists the known ones).
+    """
+    runtimes = load_runtimes()
+    if name not in runtimes:
+        raise ConfigError(
+            f"--runtime {name!r}: unknown runtime; built in: {', '.join(sorted(runtimes))}"
+        )
+    return runtimes[name]
+
+
+def with_runtime(eff: Efficiency, runtime: Runtime) -> Efficiency:
+    """The GPU's efficiencies with the runtime's overheads added."""
+    known = {f.name for f in fields(Efficiency)}
+    values = {f.name: getattr(eff, f.name) for f in fields(Efficiency)}
+    for field_name, add in runtime.efficiency_add.items():
+        if field_name not in known or isinstance(values[field_name], str):
+            raise ConfigError(f"runtime {runtime.name}: unknown efficiency field {field_name!r}")
+        values[field_name] = values[field_name] + add
+    return Efficiency(**values)
 
 
 def kv_bytes_per_token(model: ModelShape, tp: int) -> int:
@@ -241,12 +316,15 @@ def reserve_bytes_per_gpu(model: ModelShape, tp: int, eff: Efficiency) -> int:
     return eff.runtime_reserve_bytes + tokens * per_token + logits
 
 
+def runs_fp8(model: ModelShape, gpu: GpuSpec) -> bool:
+    """Whether the model's matmuls run on fp8 tensor cores: fp8 weights on a GPU that has
+    them (elsewhere fp8 weights are dequantized to bf16 on the fly)."""
+    return model.dtype_bytes == 1 and gpu.peak_flops_fp8 > 0
+
+
 def peak_flops(model: ModelShape, gpu: GpuSpec) -> float:
-    """Dense tensor-core FLOP/s the model's matmuls run at: fp8 when its weights are fp8 and
-    the GPU has fp8 tensor cores, else bf16 (fp8 weights are then dequantized on the fly)."""
-    if model.dtype_bytes == 1 and gpu.peak_flops_fp8 > 0:
-        return gpu.peak_flops_fp8
-    return gpu.peak_flops
+    """Dense tensor-core FLOP/s the model's matmuls run at: fp8 when ``runs_fp8``, else bf16."""
+    return gpu.peak_flops_fp8 if runs_fp8(model, gpu) else gpu.peak_flops
 
 
 def allreduce_latency_s(eff: Efficiency, tp: int) -> float:
@@ -290,16 +368,22 @@ def derive_step_cost(model: ModelShape, gpu: GpuSpec, tp: int, eff: Efficiency) 
     """
     if tp < 1:
         raise ValueError(f"tensor parallel degree must be >= 1, got {tp}")
-    for f in ("compute_efficiency", "memory_efficiency", "link_efficiency", "attention_efficiency"):
+    for f in (
+        "compute_efficiency",
+        "fp8_gemm_efficiency",
+        "memory_efficiency",
+        "link_efficiency",
+        "attention_efficiency",
+        "kv_efficiency",
+    ):
         if not 0 < getattr(eff, f) <= 1:
             raise ValueError(f"{eff.name}: {f} must be in (0, 1], got {getattr(eff, f)}")
     if not 0 <= eff.overlap <= 1:
         raise ValueError(f"{eff.name}: overlap must be in [0, 1], got {eff.overlap}")
     peak = tp * peak_flops(model, gpu)
-    flops = peak * eff.compute_efficiency
+    flops = peak * eff.gemm_efficiency(runs_fp8(model, gpu))
     bandwidth = gpu.hbm_bytes_per_s * eff.memory_efficiency
     matmul_params = model.params_nonembedding + model.params_lm_head
-    active_params = model.active_params_nonembedding + model.params_lm_head
     layers = model.num_layers
     if tp > 1:
         ring = 2 * (tp - 1) / tp
@@ -310,20 +394,24 @@ def derive_step_cost(model: ModelShape, gpu: GpuSpec, tp: int, eff: Efficiency) 
         comm_fixed = comm_per_token = 0.0
     return StepCost(
         fixed_s=eff.step_overhead_s + layers * eff.layer_overhead_s,
-        flop_s_per_token=2 * active_params / flops,
+        flop_s_per_token=2 * model.active_params_nonembedding / flops,
         flop_s_per_attn=4
         * layers
         * model.num_heads
         * model.head_dim
         / (peak * eff.attention_efficiency),
         mem_s_weights=matmul_params * model.dtype_bytes / (tp * bandwidth),
-        mem_s_per_kv_token=kv_bytes_per_token(model, tp) / (tp * bandwidth),
+        mem_s_per_kv_token=kv_bytes_per_token(model, tp)
+        / (tp * gpu.hbm_bytes_per_s * eff.kv_efficiency),
         mem_s_per_token=activation_bytes_per_token(model, tp) / bandwidth,
         comm_s_fixed=comm_fixed,
         comm_s_per_token=comm_per_token,
         seq_s=eff.seq_overhead_s + layers * eff.seq_layer_overhead_s,
         flop_tokens_half=eff.gemm_half_tokens,
         overlap=eff.overlap,
+        prefill_fixed_s=eff.prefill_step_overhead_s + layers * eff.prefill_layer_overhead_s,
+        flop_s_per_seq=2 * model.params_lm_head / flops,
+        separate_attention=1.0,
     )
 
 
@@ -342,9 +430,19 @@ def profile_dict(
     eff: Efficiency,
     name: str,
     provenance: dict[str, Any],
+    runtime: Runtime | None = None,
+    frontend: bool = True,
 ) -> dict[str, Any]:
-    """The JSON object of one analytic profile: inputs, coefficients, memory, provenance."""
+    """The JSON object of one analytic profile: inputs, coefficients, memory, provenance.
+
+    ``eff`` is the GPU's (the default runtime's); ``runtime`` (default: the default
+    runtime) adds its overheads and gives the front end, left at 0 with ``frontend=False``
+    (an engine timed at its core, in process).
+    """
+    runtime = runtime or resolve_runtime(DEFAULT_RUNTIME)
+    eff = with_runtime(eff, runtime)
     cost = derive_step_cost(model, gpu, tp, eff)
+    fe = runtime.frontend if frontend else Frontend()
     return {
         "name": name,
         "cost_model_version": COST_MODEL_VERSION,
@@ -352,8 +450,13 @@ def profile_dict(
         "model": {"name": model.name, **_without_name(model)},
         "gpu": {"name": gpu.name, **_without_name(gpu)},
         "tensor_parallel": tp,
+        "runtime": {"name": runtime.name, "description": runtime.description},
         "efficiency": _without_name(eff),
         "coefficients": cost.to_dict(),
+        "frontend": {
+            **fe.to_dict(),
+            "source": runtime.source if frontend else "none: times taken at the engine core",
+        },
         "memory": {
             "kv_bytes_per_token": kv_bytes_per_token(model, tp),
             "weight_bytes": weight_bytes(model),
@@ -497,17 +600,29 @@ def read_gpu_spec(path: Path, name: str | None = None) -> tuple[GpuSpec, Efficie
     return gpu, Efficiency(name=gpu_name, **values)
 
 
-def new_profile(model: ModelShape, gpu: GpuSpec, eff: Efficiency, tp: int) -> dict[str, Any]:
-    """An analytic v2 profile for any model shape on any GPU (``tracereplay profile new``)."""
+def new_profile(
+    model: ModelShape,
+    gpu: GpuSpec,
+    eff: Efficiency,
+    tp: int,
+    runtime: Runtime | None = None,
+    frontend: bool = True,
+) -> dict[str, Any]:
+    """An analytic v3 profile for any model shape on any GPU (``tracereplay profile new``)."""
+    runtime = runtime or resolve_runtime(DEFAULT_RUNTIME)
     provenance = {
         "method": "analytic roofline",
         "generator": "tracereplay profile new",
         "generator_version": GENERATOR_VERSION,
         "model_source": model.source,
         "gpu_source": gpu.source,
+        "runtime": runtime.name,
+        "runtime_source": runtime.source,
     }
     name = profile_name(model.name.replace("/", "_").lower(), gpu.name, tp)
-    return profile_dict(model, gpu, tp, eff, name, provenance)
+    if runtime.name != DEFAULT_RUNTIME:
+        name = f"{name}_{runtime.name}"
+    return profile_dict(model, gpu, tp, eff, name, provenance, runtime, frontend)
 
 
 def describe_profiles() -> list[dict[str, Any]]:
@@ -540,6 +655,7 @@ class Profile:
     max_model_len: int
     reserve_bytes: int = 0  # per replica: runtime reserve + profiling-pass activations
     cost_model_version: int = 1  # 1: no seq_s / flop_tokens_half / overlap (they are 0)
+    frontend: Frontend = Frontend()  # what a client sees on top of the engine (0: none given)
 
     def num_gpu_blocks(self, block_size: int, gpu_memory_utilization: float) -> int:
         """KV-cache blocks the replica can hold, as vLLM sizes its cache.
@@ -614,6 +730,7 @@ def load_profile(name_or_path: str | Path) -> Profile:
             max_model_len=int(memory["max_model_len"]),
             reserve_bytes=int(memory.get("reserve_bytes", 0)),
             cost_model_version=version,
+            frontend=Frontend.from_dict(data.get("frontend")),
         )
     except json.JSONDecodeError as exc:
         raise ScenarioError(f"profile {path}: not valid JSON ({exc})") from exc

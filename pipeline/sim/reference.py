@@ -77,6 +77,7 @@ class ReferenceLoop(EngineSchedulers):
         super().__init__(scenario)
         self.num_blocks = scenario.num_kv_blocks
         self.cost = scenario.cost.as_array()
+        self.frontend = scenario.frontend.as_array()
         self.reserve = -(-scenario.memory.max_model_len // self.bs)
         self.ratio_init = 0.0
         self.prefix = PrefixKeys.empty(0)
@@ -449,7 +450,14 @@ class ReferenceLoop(EngineSchedulers):
         rows.sort(key=lambda x: (x[1][0], x[0][0]))
         st = np.array([r[0] for r in rows], dtype=np.int64).reshape(-1, NST)
         stf = np.array([r[1] for r in rows], dtype=np.float64).reshape(-1, NSTF)
-        return SimResult(rq=rq, rqf=rqf, st=st, stf=stf, num_kv_blocks=self.num_blocks)
+        return SimResult(
+            rq=rq,
+            rqf=rqf,
+            st=st,
+            stf=stf,
+            num_kv_blocks=self.num_blocks,
+            frontend=self.frontend,
+        )
 
 
 def simulate_reference(inp: SimInput, scenario: Scenario) -> SimResult:

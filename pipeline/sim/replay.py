@@ -356,7 +356,7 @@ def sim_requests_table(
     """The sim_requests rows of one scenario (of its requests ``rows``)."""
     rq, rqf = res.rq[rows], res.rqf[rows]
     n = len(rq)
-    m = request_metrics(res, rows)
+    m = request_metrics(res, rows, engine=True)
     i32 = np.int32
     return pa.table(
         {
@@ -373,6 +373,8 @@ def sim_requests_table(
             "ttft_s": m["ttft_s"],
             "tpot_s": pa.array(m["tpot_s"], mask=np.isnan(m["tpot_s"])),
             "e2e_s": m["e2e_s"],
+            "engine_ttft_s": m["engine_ttft_s"],
+            "engine_e2e_s": m["engine_e2e_s"],
             "num_preemptions": rq[:, R_PREEMPT].astype(i32),
             "num_prefill_chunks": rq[:, R_CHUNKS].astype(i32),
             "cached_tokens": rq[:, R_CACHED].astype(i32),

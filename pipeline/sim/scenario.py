@@ -34,9 +34,13 @@ flag > scenario file > ``[replay]`` in the config file > default::
     [tenant_priority]             # vllm scheduling_policy = "priority": tenant -> priority
     batch = 10                    # (lower first; others keep the trace's priority, else 0)
 
+    frontend_request_s = 0.006    # the front end a client sees on top of the engine
+    frontend_prompt_token_s = 1e-6  # (frontend.py); default: the profile's, 0 with [cost];
+    frontend_output_token_s = 0.0   # all three 0 replays engine time only
+
     [cost]                        # instead of a profile: explicit step-cost coefficients
-    fixed_s = 0.004               # (every StepCost field; the v2 ones seq_s,
-                                  #  flop_tokens_half, overlap default to 0; needs num_gpu_blocks)
+    fixed_s = 0.004               # (every StepCost field; the v2 and v3 ones default to 0;
+                                  #  needs num_gpu_blocks)
 
 Every key is checked: an unknown key, a parameter of another policy, a bad
 value or an impossible memory configuration raises ScenarioError naming the
@@ -45,6 +49,7 @@ key and the allowed values.
 
 from __future__ import annotations
 
+import math
 import re
 import tomllib
 from dataclasses import asdict, dataclass, fields
@@ -55,7 +60,9 @@ import numpy as np
 import numpy.typing as npt
 
 from pipeline.errors import PipelineError, ScenarioError
-from pipeline.sim.cost_model import V2_COEFFICIENTS, StepCost
+from pipeline.sim.cost_model import OPTIONAL_COEFFICIENTS, StepCost
+from pipeline.sim.frontend import SCENARIO_KEYS as FRONTEND_KEYS
+from pipeline.sim.frontend import Frontend
 from pipeline.sim.policies import POLICIES, Memory
 from pipeline.sim.routing import ROUTER_PARAMS, ROUTERS
 from pipeline.sim.state import (
@@ -111,6 +118,9 @@ COMMON: dict[str, tuple[type, Any, str]] = {
         "the first N requests are not replayed: their prompts fill every replica's cache first",
     ),
     "tenant_priority": (dict, None, "vllm priority policy: table tenant -> priority"),
+    "frontend_request_s": (float, None, "front end per request, s; default: the profile's"),
+    "frontend_prompt_token_s": (float, None, "front end per prompt token, s (tokenisation)"),
+    "frontend_output_token_s": (float, None, "front end per streamed token, s"),
     **{k: (float if isinstance(d, float) else int, None, h) for k, (d, h) in ROUTER_PARAMS.items()},
 }
 
@@ -149,6 +159,7 @@ class Scenario:
     prefix_warmup_requests: int = 0  # leading requests that warm the caches instead
     tenant_priority: dict[str, int] | None = None  # vllm priority policy: tenant -> priority
     router_params: dict[str, float] | None = None  # prefix_aware: ROUTER_PARAMS, resolved
+    frontend: Frontend = Frontend()  # what a client sees on top of the engine (frontend.py)
 
     @property
     def num_kv_blocks(self) -> int:
@@ -182,7 +193,9 @@ class Scenario:
             cfg[k] = iv
         for k, fv in floats.items():
             cfgf[k] = fv
-        return EngineConfig(cfg=cfg, cfgf=cfgf, cost=self.cost.as_array())
+        return EngineConfig(
+            cfg=cfg, cfgf=cfgf, cost=self.cost.as_array(), frontend=self.frontend.as_array()
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """Every resolved parameter (the scenarios table's config_json)."""
@@ -192,6 +205,7 @@ class Scenario:
             **asdict(self.params),
             "profile": self.profile,
             "cost": self.cost.to_dict(),
+            "frontend": self.frontend.to_dict(),
             "replicas": self.replicas,
             "router": self.router,
             "seed": self.seed,
@@ -384,7 +398,10 @@ def build_scenario(values: dict[str, Any], *, where: str = "scenario") -> Scenar
     if got["max_model_len"] is not None and got["max_model_len"] < 2:
         raise ScenarioError(f"{where}: max_model_len must be >= 2, got {got['max_model_len']}")
 
-    cost, profile_name, max_model_len, num_gpu_blocks = _resolve_cost(got, values, where)
+    cost, profile_name, max_model_len, num_gpu_blocks, frontend = _resolve_cost(
+        got, values, where
+    )
+    frontend = _frontend_overrides(frontend, got, where)
     memory = Memory(
         block_size=got["block_size"], num_gpu_blocks=num_gpu_blocks, max_model_len=max_model_len
     )
@@ -419,7 +436,20 @@ def build_scenario(values: dict[str, Any], *, where: str = "scenario") -> Scenar
         prefix_warmup_requests=got["prefix_warmup_requests"],
         tenant_priority=got["tenant_priority"],
         router_params=router_params,
+        frontend=frontend,
     )
+
+
+def _frontend_overrides(fe: Frontend, got: dict[str, Any], where: str) -> Frontend:
+    """The profile's front end with the scenario's frontend_* keys in place of its terms."""
+    values = fe.to_dict()
+    for key, name in FRONTEND_KEYS.items():
+        if got[key] is not None:
+            v = got[key]
+            if not math.isfinite(v) or v < 0:
+                raise ScenarioError(f"{where}: {key} must be a finite number >= 0, got {v}")
+            values[name] = v
+    return Frontend(**values)
 
 
 def _check_caching_and_routing(
@@ -469,8 +499,9 @@ def _check_caching_and_routing(
 
 def _resolve_cost(
     got: dict[str, Any], values: dict[str, Any], where: str
-) -> tuple[StepCost, str, int, int]:
-    """(cost, profile name, max_model_len, num_gpu_blocks) from the profile or [cost]."""
+) -> tuple[StepCost, str, int, int, Frontend]:
+    """(cost, profile name, max_model_len, num_gpu_blocks, front end) from the profile or
+    [cost] (which has no front end)."""
     if "cost" in values:
         if got["profile"] is not None:
             raise ScenarioError(f"{where}: give either profile or a [cost] table, not both")
@@ -479,11 +510,11 @@ def _resolve_cost(
         if not isinstance(table, dict):
             raise ScenarioError(f"{where}: cost must be a table of {', '.join(names)}")
         unknown = sorted(set(table) - set(names))
-        missing = [n for n in names if n not in table and n not in V2_COEFFICIENTS]
+        missing = [n for n in names if n not in table and n not in OPTIONAL_COEFFICIENTS]
         if unknown or missing:
             raise ScenarioError(
                 f"{where}: [cost] takes these keys: {', '.join(names)}"
-                + f" ({', '.join(V2_COEFFICIENTS)} optional)"
+                + f" ({', '.join(OPTIONAL_COEFFICIENTS)} optional)"
                 + (f"; unknown: {', '.join(unknown)}" if unknown else "")
                 + (f"; missing: {', '.join(missing)}" if missing else "")
             )
@@ -491,15 +522,16 @@ def _resolve_cost(
         for n, v in coeffs.items():
             if v < 0:
                 raise ScenarioError(f"{where}: cost.{n} must be >= 0, got {v}")
-        if coeffs["overlap"] > 1:
-            raise ScenarioError(f"{where}: cost.overlap must be in [0, 1], got {coeffs['overlap']}")
+        for n in ("overlap", "separate_attention"):
+            if coeffs[n] > 1:
+                raise ScenarioError(f"{where}: cost.{n} must be in [0, 1], got {coeffs[n]}")
         if not got["num_gpu_blocks"]:
             raise ScenarioError(
                 f"{where}: num_gpu_blocks is required with a [cost] table (there is no GPU "
                 "memory to derive it from)"
             )
         max_model_len = got["max_model_len"] or DEFAULT_MAX_MODEL_LEN
-        return StepCost(**coeffs), CUSTOM_PROFILE, max_model_len, got["num_gpu_blocks"]
+        return StepCost(**coeffs), CUSTOM_PROFILE, max_model_len, got["num_gpu_blocks"], Frontend()
 
     try:
         from pipeline.sim import profiles
@@ -529,7 +561,7 @@ def _resolve_cost(
             raise ScenarioError(
                 f"{where}: gpu_memory_utilization: {exc}; or set num_gpu_blocks"
             ) from None
-    return prof.cost, prof.name, max_model_len, num_gpu_blocks
+    return prof.cost, prof.name, max_model_len, num_gpu_blocks, prof.frontend
 
 
 def read_scenario_file(path: Path) -> dict[str, Any]:

@@ -28,7 +28,7 @@ order the router sees them in.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -509,6 +509,8 @@ class EngineConfig:
     cfg: npt.NDArray[np.int64]  # indexed by C_*
     cfgf: npt.NDArray[np.float64]  # indexed by CF_*
     cost: npt.NDArray[np.float64]  # StepCost.as_array()
+    # Frontend.as_array(): what a client sees on top of the engine (the loops never read it)
+    frontend: npt.NDArray[np.float64] = field(default_factory=lambda: np.zeros(3))
 
     def get(self, index: int) -> int:
         return int(self.cfg[index])
@@ -523,6 +525,8 @@ class SimResult:
     st: npt.NDArray[np.int64]  # [rows, NST]
     stf: npt.NDArray[np.float64]  # [rows, NSTF]
     num_kv_blocks: int  # usable blocks per replica
+    # Frontend.as_array() of the scenario: client latencies are the engine's plus these
+    frontend: npt.NDArray[np.float64] = field(default_factory=lambda: np.zeros(3))
 
     @property
     def rqw(self) -> npt.NDArray[np.int64]:

@@ -6,6 +6,10 @@ numpy's default and DuckDB's quantile_cont):
 - TTFT = first token - arrival; E2E = last token - arrival;
   TPOT = (E2E - TTFT) / (output tokens - 1), only for requests with > 1 token;
   queue time = start of the first step that scheduled it - arrival.
+- TTFT, TPOT and E2E are what a client sees: the engine's times plus the scenario's
+  front end (``frontend.py``; all 0 for a profile without one, then both are the
+  same). ``engine_ttft_s`` etc. are the engine core's alone; ``latency_basis`` says
+  which the plain figures are ("client" when the front end is not 0, else "engine").
 - Throughput is over the replay's span, from the first arrival to the last
   completion: completed requests, output tokens, and prompt + output tokens
   per second.
@@ -32,6 +36,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from pipeline.sim.frontend import e2e_offset, ttft_offset
 from pipeline.sim.state import (
     F_ARRIVAL,
     F_FINISH,
@@ -137,20 +142,37 @@ def _pct(x: npt.NDArray[np.float64], q: float) -> float | None:
 
 
 METRICS = ("ttft_s", "tpot_s", "e2e_s", "queue_s")
+ENGINE_METRICS = ("engine_ttft_s", "engine_tpot_s", "engine_e2e_s")
+
+
+def latency_basis(res: SimResult) -> str:
+    """'client' when the scenario has a front end (its TTFT etc. include it), else 'engine'."""
+    return "client" if bool(np.any(res.frontend != 0)) else "engine"
 
 
 def request_metric(res: SimResult, name: str, rows: slice = slice(None)) -> npt.NDArray[np.float64]:
-    """One of ``METRICS`` per request (of ``rows``): ttft_s, tpot_s (NaN for <= 1 token),
-    e2e_s or queue_s."""
+    """One of ``METRICS`` or ``ENGINE_METRICS`` per request (of ``rows``): ttft_s, tpot_s
+    (NaN for <= 1 token), e2e_s (as a client sees them: with the front end), queue_s, or
+    the engine core's engine_ttft_s, engine_tpot_s, engine_e2e_s."""
     rqf = res.rqf[rows]
     arrival = rqf[:, F_ARRIVAL]
-    if name == "ttft_s":
-        return rqf[:, F_FIRST_TOKEN] - arrival
-    if name == "e2e_s":
-        return rqf[:, F_FINISH] - arrival
+    engine = name.startswith("engine_")
+    base = name.removeprefix("engine_")
+    fe = res.frontend
+    client = not engine and bool(np.any(fe != 0))
+    if base == "ttft_s":
+        ttft = rqf[:, F_FIRST_TOKEN] - arrival
+        if client:
+            ttft += ttft_offset(fe, res.rq[rows, R_PROMPT])
+        return ttft
+    if base == "e2e_s":
+        e2e = rqf[:, F_FINISH] - arrival
+        if client:
+            e2e += e2e_offset(fe, res.rq[rows, R_PROMPT], res.rq[rows, R_OUTPUT])
+        return e2e
     if name == "queue_s":
         return rqf[:, F_FIRST_SCHED] - arrival
-    assert name == "tpot_s", name
+    assert base == "tpot_s", name
     # (e2e - ttft) / max(output - 1, 1), NaN for <= 1 token; in place, two temporaries
     tpot = rqf[:, F_FINISH] - arrival
     tpot -= rqf[:, F_FIRST_TOKEN] - arrival
@@ -159,15 +181,19 @@ def request_metric(res: SimResult, name: str, rows: slice = slice(None)) -> npt.
     np.maximum(steps, 1, out=steps)
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot /= steps
+    if client:
+        tpot += fe[2]  # the stream's per-token delay
     tpot[out <= 1] = np.nan
     return tpot
 
 
 def request_metrics(
-    res: SimResult, rows: slice = slice(None)
+    res: SimResult, rows: slice = slice(None), *, engine: bool = False
 ) -> dict[str, npt.NDArray[np.float64]]:
-    """Per request (of ``rows``): ttft_s, tpot_s (NaN for <= 1 token), e2e_s and queue_s."""
-    return {name: request_metric(res, name, rows) for name in METRICS}
+    """Per request (of ``rows``): ttft_s, tpot_s (NaN for <= 1 token), e2e_s and queue_s;
+    with ``engine`` also the engine core's engine_ttft_s, engine_tpot_s, engine_e2e_s."""
+    names = METRICS + (ENGINE_METRICS if engine else ())
+    return {name: request_metric(res, name, rows) for name in names}
 
 
 def summarize(res: SimResult, steps: StepTotals | None = None) -> dict[str, Any]:
@@ -202,6 +228,9 @@ def summarize(res: SimResult, steps: StepTotals | None = None) -> dict[str, Any]
     e2e_pct = {q: _pct(e2e, q) for q in (50, 99)}
     del e2e
     queue_p99 = _pct(request_metric(res, "queue_s")[done], 99)
+    engine_ttft = request_metric(res, "engine_ttft_s")[done]
+    engine_ttft_pct = {q: _pct(engine_ttft, q) for q in (50, 99)}
+    del engine_ttft
     return {
         "num_requests": res.num_requests,
         "completed": completed,
@@ -217,6 +246,9 @@ def summarize(res: SimResult, steps: StepTotals | None = None) -> dict[str, Any]
         "e2e_p50_s": e2e_pct[50],
         "e2e_p99_s": e2e_pct[99],
         "queue_p99_s": queue_p99,
+        "latency_basis": latency_basis(res),
+        "engine_ttft_p50_s": engine_ttft_pct[50],
+        "engine_ttft_p99_s": engine_ttft_pct[99],
         "max_queue_depth": steps.max_waiting,
         "mean_queue_depth": steps.mean_waiting,
         "num_preemptions": steps.preemptions,

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from pipeline.sim.cost_model import COST_MODEL_VERSION
 from pipeline import __version__
 from pipeline.calibrate.synthetic import design_grid, measure, profile_truth_s
 from pipeline.cli import cli
@@ -107,7 +108,7 @@ def test_calibrate_writes_a_loadable_profile_with_provenance(tmp_path: Path) -> 
     assert "3-fold cv median" in text.output and text.output.endswith(f"wrote {out}\n")
 
     profile = json.loads(out.read_text())
-    assert profile["name"] == "mine" and profile["cost_model_version"] == 2
+    assert profile["name"] == "mine" and profile["cost_model_version"] == COST_MODEL_VERSION
     for section in ("model", "gpu", "memory", "tensor_parallel"):
         assert profile[section] == like[section]
     assert "efficiency" not in profile

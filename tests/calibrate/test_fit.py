@@ -55,6 +55,8 @@ def random_features(rng: np.random.Generator, n: int) -> StepFeatures:
 def random_coefficients(rng: np.random.Generator) -> npt.NDArray[np.float64]:
     c = as_vector(true_coefficients()) * rng.uniform(0.2, 5.0, len(COEFFICIENTS))
     c[COEFFICIENTS.index("overlap")] = rng.uniform(0, 1)
+    c[COEFFICIENTS.index("separate_attention")] = rng.uniform(0, 1)
+    c[COEFFICIENTS.index("flop_s_per_seq")] = rng.uniform(1e-6, 1e-4)  # 0 in the example
     return c
 
 

@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
+from pipeline.sim.cost_model import COST_MODEL_VERSION
 from pipeline.calibrate.observed import DECODE_SIDE, PREFILL_SIDE
 from pipeline.cli import cli
 from pipeline.ingest import IngestOptions, ingest_logs
@@ -108,6 +109,7 @@ def production(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     recs = _records(600, seed=11)
     x = json.loads((PROFILE_DIR / f"{SHIPPED}.json").read_text())
     x["coefficients"] = dict(X)
+    x["frontend"] = {}  # the engine alone: the two scales have no front end to fit
     x_path = root / "profile_x.json"
     x_path.write_text(json.dumps(x))
     y = json.loads(json.dumps(x))
@@ -168,7 +170,7 @@ def test_writes_the_profile_provenance_table_and_run(production: dict[str, Any])
     assert prov["method"] == "calibrated from observed latencies"
     assert prov["like_profile"] == SHIPPED  # the name inside Y's JSON
     assert prov["rows_used"]["ttft"] == 600 and prov["fit_error"]["ttft"]["median"] < 0.05
-    assert profile["cost_model_version"] == 2 and "memory" in profile
+    assert profile["cost_model_version"] == COST_MODEL_VERSION and "memory" in profile
     wh: Warehouse = production["wh"]
     con = wh.connect()
     rows = con.execute(

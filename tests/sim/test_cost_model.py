@@ -1,4 +1,4 @@
-"""The step-cost function (model v2) and its closed-form sum over runs of decode steps."""
+"""The step-cost function (model v3) and its closed-form sum over runs of decode steps."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ from hypothesis import strategies as st
 
 from pipeline.errors import ScenarioError
 from pipeline.sim.cost_model import (
+    OPTIONAL_COEFFICIENTS,
     V2_COEFFICIENTS,
+    V3_COEFFICIENTS,
     StepCost,
     decode_run_s,
     load_step_cost,
@@ -29,6 +31,11 @@ v1_costs = st.builds(StepCost, coef, coef, coef, coef, coef, coef, coef, coef)
 v2_costs = st.builds(
     StepCost, coef, coef, coef, coef, coef, coef, coef, coef, coef, half, overlap, coef
 )
+separate = st.sampled_from([0.0, 0.5, 1.0])
+v3_costs = st.builds(
+    StepCost, coef, coef, coef, coef, coef, coef, coef, coef, coef, half, overlap, coef, coef,
+    separate,
+)  # fmt: skip
 
 
 def _step_by_step(arr: npt.NDArray[np.float64], d: int, ctx0: int, k: int) -> float:
@@ -37,7 +44,8 @@ def _step_by_step(arr: npt.NDArray[np.float64], d: int, ctx0: int, k: int) -> fl
 
 @settings(max_examples=600, deadline=None)
 @given(
-    c=st.one_of(v1_costs, v2_costs),  # v2: per-sequence cost, half-efficiency tokens, overlap
+    # v2: per-sequence cost, half-efficiency tokens, overlap; v3: lm head, separate attention
+    c=st.one_of(v1_costs, v2_costs, v3_costs),
     d=st.integers(1, 512),
     ctx0=st.integers(0, 200_000),
     k=st.integers(0, 400),
@@ -113,7 +121,7 @@ steps = st.tuples(
 
 
 @settings(max_examples=400, deadline=None)
-@given(c=v2_costs, base=steps, more=steps)
+@given(c=st.one_of(v2_costs, v3_costs), base=steps, more=steps)
 def test_more_work_never_makes_a_step_cheaper(
     c: StepCost, base: tuple[int, ...], more: tuple[int, ...]
 ) -> None:
@@ -124,7 +132,7 @@ def test_more_work_never_makes_a_step_cheaper(
 
 
 @settings(max_examples=200, deadline=None)
-@given(c=v2_costs, batch=st.integers(1, 128), ctx=st.integers(0, 32_000))
+@given(c=st.one_of(v2_costs, v3_costs), batch=st.integers(1, 128), ctx=st.integers(0, 32_000))
 def test_another_sequence_never_makes_a_step_cheaper(c: StepCost, batch: int, ctx: int) -> None:
     assert c.decode_step_s(batch + 1, ctx) >= c.decode_step_s(batch, ctx)
     assert c.prefill_step_s(batch + 1, 128) >= c.prefill_step_s(batch, 128)
@@ -198,11 +206,84 @@ def test_a_scenario_cost_table_refuses_overlap_above_one() -> None:
 
 def test_a_profile_from_a_newer_cost_model_is_refused(tmp_path: Path) -> None:
     data = json.loads((PROFILE_DIR / f"{DEFAULT_PROFILE}.json").read_text())
-    data["cost_model_version"] = 3
+    data["cost_model_version"] = 4
     path = tmp_path / "future.json"
     path.write_text(json.dumps(data))
-    with pytest.raises(ScenarioError, match="cost_model_version 3 is not known"):
+    with pytest.raises(ScenarioError, match="cost_model_version 4 is not known"):
         load_profile(path)
     data.pop("cost_model_version")  # no version: a v1 profile, loads
     path.write_text(json.dumps(data))
     assert load_profile(path).cost_model_version == 1
+
+
+def _v2_formula(c: StepCost, p: float, a: float, n: float, d: float, ctx: float) -> float:
+    """The v2 step time, written out as docs/cost_model.md gave it before v3."""
+    tok = p + d
+    if tok <= 0:
+        return 0.0
+    compute = c.flop_s_per_token * (tok + c.flop_tokens_half) + c.flop_s_per_attn * (a + ctx)
+    memory = c.mem_s_weights + c.mem_s_per_kv_token * ctx + c.mem_s_per_token * tok
+    v1 = c.fixed_s + max(compute, memory) + c.comm_s_fixed + c.comm_s_per_token * tok
+    v2 = v1 + c.seq_s * n + c.overlap * min(compute, memory)
+    return v2 + c.prefill_fixed_s if p > 0 else v2
+
+
+@settings(max_examples=300, deadline=None)
+@given(c=v2_costs, base=steps)
+def test_v3_with_zero_new_terms_is_the_v2_formula_bit_for_bit(
+    c: StepCost, base: tuple[int, ...]
+) -> None:
+    p, a, n, d, ctx = map(float, base)
+    assert c.flop_s_per_seq == 0.0 and c.separate_attention == 0.0
+    assert c.step_s(p, a, n, d, ctx) == _v2_formula(c, p, a, n, d, ctx)
+
+
+def test_v3_terms_by_hand() -> None:
+    c = StepCost(
+        fixed_s=1e-3,
+        flop_s_per_token=1e-5,
+        flop_s_per_attn=2e-9,
+        mem_s_weights=2e-3,
+        mem_s_per_kv_token=1e-7,
+        mem_s_per_token=0.0,
+        comm_s_fixed=0.0,
+        comm_s_per_token=0.0,
+        flop_s_per_seq=5e-5,
+        separate_attention=1.0,
+    )
+    # 4 decodes at 1,000 context each: linear layers max(1e-5 * 4 + 4 * 5e-5, 2 ms) = 2 ms,
+    # then their attention apart: the KV reads (1e-7 per token) beat the pairs (2e-9)
+    assert c.step_s(0, 0, 4, 4, 4000) == pytest.approx(1e-3 + 2e-3 + 4000 * 1e-7)
+    # a 1,000-token prefill beside those 4 decodes: compute-bound linear layers, and the
+    # decodes' KV reads still cost their time (v2 hid them behind the prefill's compute)
+    pairs = 1000 * 1001 / 2
+    want = 1e-3 + (1e-5 * 1004 + 5 * 5e-5) + 2e-9 * pairs + 4000 * 1e-7
+    assert c.step_s(1000, pairs, 5, 4, 4000) == pytest.approx(want)
+
+
+def test_the_lm_head_is_charged_per_sequence_not_per_prompt_token() -> None:
+    c = StepCost(0.0, 1e-5, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, flop_s_per_seq=1e-3)
+    # one 1,000-token prompt computes logits for its last token only: one head, not 1,000
+    assert c.prefill_step_s(1, 1000) == pytest.approx(1e-5 * 1000 + 1e-3)
+    assert c.prefill_step_s(2, 1000) == pytest.approx(1e-5 * 2000 + 2e-3)
+
+
+def test_separate_attention_above_one_is_refused() -> None:
+    good = StepCost(1e-3, 1e-6, 1e-9, 5e-3, 1e-7, 1e-8, 1e-5, 1e-8).to_dict()
+    with pytest.raises(ValueError, match=r"separate_attention must be in \[0, 1\]"):
+        StepCost.from_dict({**good, "separate_attention": 2.0})
+    with pytest.raises(ScenarioError, match=r"cost.separate_attention must be in \[0, 1\]"):
+        build_scenario({"cost": {**V1_TABLE, "separate_attention": 1.5}, "num_gpu_blocks": 100})
+
+
+def test_a_v2_profile_loads_with_the_v3_terms_at_zero(tmp_path: Path) -> None:
+    data = json.loads((PROFILE_DIR / f"{DEFAULT_PROFILE}.json").read_text())
+    data["cost_model_version"] = 2
+    for name in V3_COEFFICIENTS:
+        data["coefficients"].pop(name)
+    path = tmp_path / "v2.json"
+    path.write_text(json.dumps(data))
+    prof = load_profile(path)
+    assert prof.cost_model_version == 2
+    assert all(getattr(prof.cost, n) == 0.0 for n in V3_COEFFICIENTS)
+    assert set(OPTIONAL_COEFFICIENTS) == set(V2_COEFFICIENTS) | set(V3_COEFFICIENTS)

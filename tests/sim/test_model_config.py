@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from pipeline.sim.cost_model import COST_MODEL_VERSION
 from pipeline.cli import cli
 from pipeline.errors import ConfigError
 from pipeline.sim.model_config import read_model_config
@@ -135,7 +136,7 @@ def test_profile_new_reproduces_a_shipped_profile(tmp_path: Path) -> None:
     assert r.exit_code == 0, r.output
     made = json.loads(out.read_text())
     shipped = json.loads((PROFILE_DIR / "llama-3-70b_h100-80gb_tp4.json").read_text())
-    assert made["cost_model_version"] == 2
+    assert made["cost_model_version"] == COST_MODEL_VERSION
     assert made["coefficients"] == shipped["coefficients"]
     assert made["memory"] == shipped["memory"]
     assert load_profile(out).cost == load_profile("llama-3-70b_h100-80gb_tp4").cost
@@ -150,10 +151,11 @@ def test_moe_computes_with_active_and_holds_every_expert(tmp_path: Path) -> None
     m = read_model_config(CONFIGS / "mixtral-8x7b.json")
     gpu, eff = resolve_gpu("a100-80gb")
     c = data["coefficients"]
-    active = m.active_params_nonembedding + m.params_lm_head
     every = m.params_nonembedding + m.params_lm_head
     flops = 2 * gpu.peak_flops * eff.compute_efficiency
-    assert c["flop_s_per_token"] == pytest.approx(2 * active / flops)
+    # compute: the experts a token runs; the lm head once per sequence (v3)
+    assert c["flop_s_per_token"] == pytest.approx(2 * m.active_params_nonembedding / flops)
+    assert c["flop_s_per_seq"] == pytest.approx(2 * m.params_lm_head / flops)
     bandwidth = 2 * gpu.hbm_bytes_per_s * eff.memory_efficiency
     assert c["mem_s_weights"] == pytest.approx(every * 2 / bandwidth)
     assert data["memory"]["weight_bytes"] == m.params_total * 2
@@ -176,7 +178,10 @@ def test_fp8_halves_weight_bytes_and_uses_the_fp8_peak(tmp_path: Path) -> None:
         runs["bf16"]["coefficients"]["flop_s_per_token"]
         / runs["fp8"]["coefficients"]["flop_s_per_token"]
     )
-    assert ratio == pytest.approx(1978.9 / 989.4)  # the datasheets' fp8 / bf16 dense peaks
+    # the datasheets' fp8 / bf16 dense peaks, each at its GEMM efficiency
+    _, eff = resolve_gpu("h100-sxm")
+    want = 1978.9 * eff.fp8_compute_efficiency / (989.4 * eff.compute_efficiency)
+    assert ratio == pytest.approx(want)
 
 
 def test_gpu_spec_file(tmp_path: Path) -> None:
@@ -216,12 +221,12 @@ def test_unknown_gpu_lists_the_built_in_ones(tmp_path: Path) -> None:
     assert "unknown GPU" in r.output and "mi300x" in r.output and "h100-sxm" in r.output
 
 
-def test_profile_list_shows_every_shipped_profile_as_v2() -> None:
+def test_profile_list_shows_every_shipped_profile_at_the_current_version() -> None:
     r = CliRunner().invoke(cli, ["profile", "list"])
     assert r.exit_code == 0, r.output
     lines = r.output.strip().splitlines()
     assert len(lines) == 1 + len(list_profiles())
-    assert all(" v2 " in line for line in lines[1:])
+    assert all(f" v{COST_MODEL_VERSION} " in line for line in lines[1:])
 
 
 def test_a_config_json_is_named_after_its_directory(tmp_path: Path) -> None:

@@ -264,10 +264,14 @@ def test_generate_profiles_writes_and_prunes(tmp_path: Path) -> None:
 @pytest.mark.parametrize("h", HELD_OUT, ids=lambda h: h.label)
 def test_held_out_published_latencies(h: HeldOut) -> None:
     # never fitted to: vLLM's end-to-end latency tests on H200 (a GPU whose efficiencies
-    # are copied from H100) within 15%; TensorRT-LLM's fp8 first tokens on H100 come out
-    # fast, the documented direction (fp8 GEMMs run below the bf16 efficiency)
+    # are copied from H100) within 15%; TensorRT-LLM's fp8 first tokens on H100 within 20%
+    # at 2,048 tokens (fp8_compute_efficiency); at 128 tokens they come out fast, the
+    # documented direction: that engine's context-phase launch costs, which grow with the
+    # TP degree, are not in the defaults (prefill_fixed_s is 0)
     error = held_out_ms(h) / h.measured_ms - 1
     if h.dtype == "bf16":
         assert abs(error) <= 0.15
+    elif h.prompt_tokens >= 2048:
+        assert abs(error) <= 0.20
     else:
-        assert -0.5 < error < 0
+        assert -0.6 < error < 0
