@@ -225,6 +225,17 @@ SIM_STEPS = _contract(
         _c("num_waiting", pa.int32(), "requests queued (queue depth) at the start"),
         _c("num_prefill_tokens", pa.int64(), "prompt tokens computed per step"),
         _c("num_decode_tokens", pa.int64(), "decode tokens computed per step"),
+        _c(
+            "prefill_attn_pairs",
+            pa.float64(),
+            "causal (query, key) pairs of the prefill chunks (A of the cost model), per step",
+        ),
+        _c(
+            "decode_context_tokens",
+            pa.int64(),
+            "KV tokens the decodes read in the row's first step (C); each later step of a "
+            "run reads num_decode_tokens more",
+        ),
         _c("num_kv_blocks_used", pa.int64(), "KV blocks in use at the end of the row"),
         _c("num_kv_blocks_total", pa.int64(), "KV blocks the replica has"),
         _c("num_preemptions", pa.int32(), "requests preempted in the row"),
@@ -309,10 +320,32 @@ CALIBRATION = _contract(
         _c("after_s", pa.float64(), "the statistic simulated with the calibrated profile"),
         _c("before_error", pa.float64(), "before_s / observed_s - 1"),
         _c("after_error", pa.float64(), "after_s / observed_s - 1"),
-        _c("scale", pa.float64(), "fitted factor on the metric's side (ttft: prefill)"),
+        _c(
+            "held_out_before_error",
+            pa.float64(),
+            "the starting profile's error on held-out hours (median over folds)",
+        ),
+        _c(
+            "held_out_error",
+            pa.float64(),
+            "cross-validated: a fit on the other hours predicting held-out ones (median)",
+        ),
+        _c(
+            "scale",
+            pa.float64(),
+            "fitted factor of the metric's cost group (ttft: compute, tpot: memory)",
+        ),
         _c("iterations", pa.int32(), "replays after the first"),
     ],
-    nullable={"observed_s", "before_s", "after_s", "before_error", "after_error"},
+    nullable={
+        "observed_s",
+        "before_s",
+        "after_s",
+        "before_error",
+        "after_error",
+        "held_out_before_error",
+        "held_out_error",
+    },
     primary_key=("metric", "statistic"),
     partition_by=("run_id",),
 )

@@ -164,7 +164,8 @@ def jacobian(c: F64, f: StepFeatures) -> F64:
     j[:, I_PREFILL_STEP] = f.P > 0
     j[:, I_FLOP_SEQ] = f.N * w_compute
     j[:, I_SEP] = (
-        c[I_ATTN] * f.A + max(c[I_ATTN], c[I_MEM_KV]) * f.C
+        c[I_ATTN] * f.A
+        + max(c[I_ATTN], c[I_MEM_KV]) * f.C
         - np.where(lead, c[I_ATTN] * (f.A + f.C), c[I_MEM_KV] * f.C)
         - c[I_OVERLAP] * np.where(lead, c[I_MEM_KV] * f.C, c[I_ATTN] * (f.A + f.C))
     )

@@ -148,7 +148,7 @@ def measurements_command(
     "--iterations",
     "max_iterations",
     type=click.IntRange(min=1, max=50),
-    default=12,
+    default=8,
     show_default=True,
     help="Replays after the first, at most.",
 )
@@ -170,15 +170,20 @@ def observed_command(
     quiet: bool,
     as_json: bool,
 ) -> None:
-    """Scale the scenario's profile until replayed TTFT and TPOT match the logged ones.
+    """Fit the scenario's profile (step-cost shape and front end) to the logged latencies.
 
     Replays the requests that carry observed latencies (gateway and OTel logs)
-    at their logged arrival times through the production scenario, and scales
-    the profile's prefill-side terms until the typical observed/simulated TTFT
-    is 1 and its decode-side terms until the typical TPOT ratio is 1. Prints
-    observed against simulated p50/p90/p99 TTFT and TPOT before and after,
-    writes the calibrated profile, and a calibration table (the report's
-    "Simulated vs measured" section).
+    at their logged arrival times through the production scenario, every load
+    level the selection holds, and fits five groups of the profile's step cost
+    (compute, memory, per step, per sequence, prefill launch) and its front end
+    (per request, per prompt token, per streamed token) until the replayed TTFT
+    and TPOT match the logged ones. Cross-validates by hour: each fold of hours is
+    predicted by a fit on the others. Prints observed against simulated
+    p50/p90/p99 before and after and the held-out errors, writes the calibrated
+    profile and a calibration table (the report's "Simulated vs measured"
+    section). A fit that does not converge, that pushes a factor to its limit or
+    that predicts held-out hours worse than the starting profile is refused:
+    exit 1, nothing written, and a line on what data would help.
 
     Example:
 
@@ -207,13 +212,19 @@ def observed_command(
         max_iterations=max_iterations,
     )
     rows = statistics(cal)
+    params = cal.after.params
     if as_json:
         out = {
             "run_id": cal.run_id,
             "output": str(cal.output),
-            "scales": cal.after.scales,
+            "params": params.to_dict(),
             "iterations": len(cal.stages) - 1,
             "converged": cal.converged,
+            "not_pinned": cal.unpinned,
+            "held_out": {
+                "basis": cal.held_out.basis if cal.held_out else None,
+                "folds": cal.held_out.labels if cal.held_out else [],
+            },
             "statistics": rows,
             "profile": cal.profile,
         }
@@ -233,17 +244,32 @@ def observed_command(
                 pct_signed(r["before_error"]),
                 _ms(r["after_s"]),
                 pct_signed(r["after_error"]),
+                pct_signed(r["held_out_before_error"]),
+                pct_signed(r["held_out_error"]),
             ]
             for r in rows
         ]
-        headers = ["", "observed", "before", "error", "after", "error"]
+        headers = ["", "observed", "before", "error", "after", "error",
+                   "held out: before", "after"]  # fmt: skip
         click.echo(render_table(headers, table))
-        s = cal.after.scales
-        state = "converged" if cal.converged else "not converged"
+        if cal.held_out is not None:
+            click.echo(
+                f"held out: {len(cal.held_out.folds)} folds by {cal.held_out.basis} "
+                f"({'; '.join(cal.held_out.labels)}), each predicted by a fit on the others"
+            )
+        scales = ", ".join(f"{g} x{v:.3f}" for g, v in params.scales.items())
+        fe = params.frontend
         click.echo(
-            f"scales: prefill side x{s['prefill']:.3f}, decode side x{s['decode']:.3f} "
-            f"({len(cal.stages) - 1} iterations, {state})"
+            f"step cost: {scales}; prefill launch {params.prefill_fixed_s * 1e3:.2f} ms; "
+            f"front end {fe.request_s * 1e3:.2f} ms + {fe.prompt_token_s * 1e6:.2f} us/prompt "
+            f"token + {fe.output_token_s * 1e3:.3f} ms/streamed token "
+            f"({len(cal.stages) - 1} replays, converged)"
         )
+        if cal.unpinned:
+            click.echo(
+                "not pinned by these logs (kept near the starting profile): "
+                + ", ".join(cal.unpinned)
+            )
     click.echo(f"run {cal.run_id}: wrote {cal.output} and the calibration table to {wh}")
 
 

@@ -189,7 +189,9 @@ def step_time(
     if tok <= 0:
         return 0.0
     shared = 1.0 - c[SEP_ATTN]  # the share of attention inside the linear layers' roofline
-    compute = c[FLOP_TOK] * (tok + c[FLOP_HALF]) + c[FLOP_SEQ] * n + shared * (c[FLOP_ATTN] * (a + ctx))
+    compute = (
+        c[FLOP_TOK] * (tok + c[FLOP_HALF]) + c[FLOP_SEQ] * n + shared * (c[FLOP_ATTN] * (a + ctx))
+    )
     memory = c[MEM_W] + shared * (c[MEM_KV] * ctx) + c[MEM_TOK] * tok
     # v1 terms first, in v1 order, so that a v1 (or v2) profile gives bit-identical times
     v1 = c[FIXED_S] + max(compute, memory) + c[COMM_FIXED] + c[COMM_TOK] * tok

@@ -146,6 +146,8 @@ from pipeline.sim.state import (
     S_RUNNING,
     S_STEP,
     S_WAITING,
+    SF_ATTN,
+    SF_CTX,
     SF_DURATION,
     SF_START,
     ST_FINISHED,
@@ -579,6 +581,8 @@ def _finish(
     st[row, S_EVICTED] = rp[r, P_EVICTED] - evicted0
     stf[row, SF_START] = start
     stf[row, SF_DURATION] = duration
+    stf[row, SF_ATTN] = p_attn
+    stf[row, SF_CTX] = ctx
     g[G_ROWS] = row + 1
     rp[r, P_STEP] += k
     rp[r, P_DONE] += done

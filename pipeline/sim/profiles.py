@@ -197,8 +197,10 @@ class Efficiency:
 
     def gemm_efficiency(self, fp8: bool) -> float:
         """The linear layers' efficiency at the peak they run at (fp8 or bf16)."""
-        return (self.fp8_compute_efficiency or self.compute_efficiency) if fp8 else (
-            self.compute_efficiency
+        return (
+            (self.fp8_compute_efficiency or self.compute_efficiency)
+            if fp8
+            else (self.compute_efficiency)
         )
 
 

@@ -327,7 +327,7 @@ class ReferenceLoop(EngineSchedulers):
                     rep.step_hit,
                     rep.cache.evicted - evicted0,
                 ],
-                [start, duration],
+                [start, duration, float(p_attn), float(ctx)],
             )
         )
         rep.steps += 1

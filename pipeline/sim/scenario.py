@@ -398,9 +398,7 @@ def build_scenario(values: dict[str, Any], *, where: str = "scenario") -> Scenar
     if got["max_model_len"] is not None and got["max_model_len"] < 2:
         raise ScenarioError(f"{where}: max_model_len must be >= 2, got {got['max_model_len']}")
 
-    cost, profile_name, max_model_len, num_gpu_blocks, frontend = _resolve_cost(
-        got, values, where
-    )
+    cost, profile_name, max_model_len, num_gpu_blocks, frontend = _resolve_cost(got, values, where)
     frontend = _frontend_overrides(frontend, got, where)
     memory = Memory(
         block_size=got["block_size"], num_gpu_blocks=num_gpu_blocks, max_model_len=max_model_len

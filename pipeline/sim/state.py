@@ -132,7 +132,9 @@ S_EVICTED = 11  # KV blocks evicted from the prefix cache in the row
 NST = 12
 SF_START = 0
 SF_DURATION = 1
-NSTF = 2
+SF_ATTN = 2  # the step's prefill attention pairs (A of the cost model)
+SF_CTX = 3  # the decode context (C) of the row's first step; a run's step j reads j * D more
+NSTF = 4
 
 # --- cfg: int64 engine configuration handed to the compiled loop -------------
 C_POLICY = 0  # policy code (policies/*.py CODE)

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from pipeline.sim.cost_model import COST_MODEL_VERSION
 from pipeline.cli import cli
 from pipeline.errors import ConfigError
+from pipeline.sim.cost_model import COST_MODEL_VERSION
 from pipeline.sim.model_config import read_model_config
 from pipeline.sim.profiles import (
     PROFILE_DIR,
