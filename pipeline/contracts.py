@@ -204,7 +204,8 @@ SIM_REQUESTS = _contract(
         _c("cached_tokens", pa.int32(), "prompt tokens served from the prefix cache"),
         _c("queue_depth_at_arrival", pa.int32(), "requests waiting on its replica when it came"),
     ],
-    nullable={"tpot_s"},
+    # engine_*: null in rows written before they were (their columns came with cost model v3)
+    nullable={"tpot_s", "engine_ttft_s", "engine_e2e_s"},
     primary_key=("scenario", "request_id"),
     partition_by=("run_id",),
 )
@@ -242,6 +243,8 @@ SIM_STEPS = _contract(
         _c("num_prefix_query_tokens", pa.int64(), "prompt tokens looked up in the prefix cache"),
         _c("num_prefix_hit_tokens", pa.int64(), "of which found"),
     ],
+    # null in rows written before they were (their columns came with cost model v3)
+    nullable={"prefill_attn_pairs", "decode_context_tokens"},
     primary_key=("scenario", "replica", "step"),
     partition_by=("run_id",),
 )
