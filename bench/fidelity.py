@@ -44,13 +44,17 @@ from _measure import record  # noqa: E402
 from pipeline.calibrate.fidelity import (  # noqa: E402
     StageResult,
     analytic_profile,
+    calibrated_profile,
     error_rows,
+    fit_run,
+    mean_params,
     replay_with_profile,
 )
 from pipeline.calibrate.groundtruth import (  # noqa: E402
     GroundTruthRun,
     read_inference_perf,
     read_llmservingsim,
+    stats_of,
 )
 
 DEFAULT_ROOT = ROOT.parent / "shared" / "fidelity"
@@ -126,27 +130,100 @@ def stage_table(run: GroundTruthRun, results: dict[str, list[StageResult]]) -> l
     return lines
 
 
+def donors(run: GroundTruthRun, runs: list[GroundTruthRun]) -> tuple[list[GroundTruthRun], str]:
+    """The runs a calibrated prediction of ``run`` is fitted on: the other runs of its model
+    and GPU (another workload, other loads), else none: then the first half of the run's own
+    requests, predicting the second half (a fit's factors hold for a model, GPU, TP degree
+    and engine; another model on the same GPU differs in more than them)."""
+    same = [r for r in runs if r is not run and r.gpu == run.gpu and r.model == run.model]
+    if same:
+        return same, "the other runs of its model and GPU"
+    return [], "its own first half, predicting the second"
+
+
+def calibrated_results(
+    run: GroundTruthRun, runs: list[GroundTruthRun], fits: dict[str, Any]
+) -> tuple[list[StageResult], str]:
+    """The run replayed with a profile calibrated on data it did not see (``donors``)."""
+    base = analytic_profile(run)
+    others, how = donors(run, runs)
+    if others:
+        for o in others:
+            if o.name not in fits:
+                fits[o.name] = fit_run(o, analytic_profile(o))
+        params = mean_params([fits[o.name] for o in others])
+        return replay_with_profile(run, calibrated_profile(base, params)), how
+    a = run.requests.arrival_s
+    first = a < np.median(a)
+    params = fit_run(run, base, requests=first)
+    results = replay_with_profile(run, calibrated_profile(base, params))
+    for r in results:  # judged on the half it did not see
+        r.simulated = {k: stats_of(v[~first]) for k, v in r.per_request.items()}
+        r.stage = _half(r.stage, ~first)
+    return results, how
+
+
+def _half(stage: Any, mask: np.ndarray) -> Any:
+    import dataclasses
+
+    per = {k: v[mask] for k, v in stage.per_request.items()}
+    return dataclasses.replace(stage, measured={k: stats_of(v) for k, v in per.items()},
+                               per_request=per, count=int(mask.sum()))  # fmt: skip
+
+
+def stage_to_stage(run: GroundTruthRun) -> list[StageResult] | None:
+    """Runs of several stages: fitted on the first (the quietest), predicting the others."""
+    if len(run.stages) < 2:
+        return None
+    base = analytic_profile(run)
+    params = fit_run(run, base, stages=[0])
+    return replay_with_profile(run, calibrated_profile(base, params))[1:]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", type=Path, default=DEFAULT_ROOT, help="the ground truth")
     parser.add_argument("--only", help="runs whose name contains this")
+    parser.add_argument("--uncalibrated", action="store_true", help="skip the calibrated fits")
     parser.add_argument("--print", action="store_true", help="print only")
     args = parser.parse_args()
-    runs = [r for r in discover(args.root) if not args.only or args.only in r.name]
+    every = discover(args.root)
+    runs = [r for r in every if not args.only or args.only in r.name]
     if not runs:
         raise SystemExit(f"no ground-truth runs under {args.root}")
     started = time.perf_counter()
-    all_rows: dict[str, list[dict[str, Any]]] = {"uncalibrated": []}
-    table = []
+    all_rows: dict[str, list[dict[str, Any]]] = {"uncalibrated": [], "calibrated": []}
+    staged: list[dict[str, Any]] = []
+    table, hows = [], []
+    fits: dict[str, Any] = {}
     for run in runs:
         results = {"uncalibrated": replay_with_profile(run, analytic_profile(run))}
         all_rows["uncalibrated"] += error_rows(run, results["uncalibrated"], "uncalibrated")
+        if not args.uncalibrated:
+            results["calibrated"], how = calibrated_results(run, every, fits)
+            all_rows["calibrated"] += error_rows(run, results["calibrated"], "calibrated")
+            hows.append(f"- {run.name}: calibrated on {how}")
+            later = stage_to_stage(run)
+            if later:
+                staged += error_rows(run, later, "stage 0 -> later")
         table += stage_table(run, results)
     head = "| run | stage | rate | " + " | ".join(f"{m[:-2]} {s} ms (error)" for m, s in SHOWN)
-    out = [head + " |", "|" + " --- |" * (3 + len(SHOWN)), *table, ""]
+    out = [
+        "Each cell: measured ms / uncalibrated error / calibrated error (/ the peer's).",
+        "",
+        head + " |",
+        "|" + " --- |" * (3 + len(SHOWN)),
+        *table,
+        "",
+    ]
+    if staged:
+        all_rows["calibrated on stage 0, predicting later stages"] = staged
     for label, rows in all_rows.items():
+        if not rows:
+            continue
         s = summarize(rows)
         out.append(f"{label}: median |error| " + ", ".join(f"{k} {v:.1%}" for k, v in s.items()))
+    out += ["", *hows]
     out.append(f"\n{len(runs)} runs in {time.perf_counter() - started:.0f} s")
     body = "\n".join(out)
     print(body)

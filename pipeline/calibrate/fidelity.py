@@ -214,3 +214,110 @@ def step_ms(profile: dict[str, Any]) -> dict[str, float]:
         "decode_32": c.decode_step_s(32, 1000) * 1e3,
         "prefill_1000": c.prefill_step_s(1, 1000) * 1e3,
     }
+
+
+# --- calibrated predictions -------------------------------------------------------------
+
+QUANTILE_OF = {"p50": 0.50, "p90": 0.90, "p99": 0.99, "mean": -1.0}
+
+
+def _stage_masks(run: GroundTruthRun, stages: list[int]) -> list[np.ndarray]:
+    a = run.requests.arrival_s
+    return [(a >= run.stages[i].start_s) & (a < run.stages[i].end_s) for i in stages]
+
+
+def _stats_loss(
+    masks: list[np.ndarray], stats: list[list[tuple[str, float, float]]], out_tokens: np.ndarray
+) -> Any:
+    def loss(lat: Any) -> float:
+        errs = []
+        for mask, items in zip(masks, stats, strict=True):
+            for metric, q, obs in items:
+                v = _simulated_metric(lat, metric, out_tokens)[mask]
+                v = v[np.isfinite(v)]
+                if not len(v) or not obs > 0:
+                    continue
+                s = float(v.mean()) if q < 0 else float(np.quantile(v, q))
+                errs.append(math.log(max(s, 1e-9) / obs) ** 2)
+        return float(np.mean(errs)) if errs else math.inf
+
+    return loss
+
+
+def _simulated_metric(lat: Any, metric: str, out_tokens: np.ndarray) -> np.ndarray:
+    if metric == "ttft_s":
+        return np.asarray(lat.ttft_s)
+    if metric == "tpot_s":
+        return np.asarray(lat.tpot_s)
+    return np.asarray(lat.ttft_s) + np.nan_to_num(lat.tpot_s) * np.maximum(out_tokens - 1, 0)
+
+
+def fit_run(
+    run: GroundTruthRun,
+    profile: dict[str, Any],
+    *,
+    stages: list[int] | None = None,
+    requests: np.ndarray | None = None,
+    max_iterations: int = 8,
+) -> Any:
+    """``calibrate observed``'s fit of ``profile`` to the run: to its per-request latencies
+    (runs that have them; ``requests`` restricts them to some), else to the statistics of
+    ``stages`` (default all). Returns the fitted ``observed_fit.Params`` (relative to
+    ``profile``)."""
+    from pipeline.calibrate.observed import Latencies, fit_loop, replay_loss
+    from pipeline.calibrate.observed import _targets as request_targets
+    from pipeline.calibrate.observed_fit import QuantileTargets
+
+    stages = list(range(len(run.stages))) if stages is None else stages
+    with tempfile.TemporaryDirectory() as tmp:
+        sc = run_scenario(run, profile, Path(tmp))
+        inp = sim_input(run, sc)
+        per = run.stages[0].per_request if len(run.stages) == 1 else {}
+        if per:
+            keep = np.ones(len(run.requests), dtype=bool) if requests is None else requests
+            obs = Latencies(
+                np.where(keep, per["ttft_s"], np.nan), np.where(keep, per["tpot_s"], np.nan)
+            )
+            stage_list, *_ = fit_loop(
+                inp,
+                sc,
+                lambda replayed: request_targets(obs, replayed),
+                lambda replayed: replay_loss(obs, replayed),
+                max_iterations=max_iterations,
+            )
+        else:
+            masks = _stage_masks(run, stages)
+            stats = [
+                [
+                    (metric, QUANTILE_OF[stat], value)
+                    for metric in ("ttft_s", "e2e_s")
+                    for stat, value in run.stages[i].measured[metric].items()
+                    if math.isfinite(value)
+                ]
+                for i in stages
+            ]
+            target = QuantileTargets(masks, stats)
+            out = inp.output_tokens.astype(np.float64)
+            stage_list, *_ = fit_loop(
+                inp,
+                sc,
+                lambda _replayed: target,
+                _stats_loss(masks, stats, out),
+                max_iterations=max_iterations,
+            )
+    return stage_list[-1].params
+
+
+def mean_params(fits: list[Any]) -> Any:
+    """The geometric mean of fits' factors, the mean of their absolute terms."""
+    from pipeline.calibrate.observed_fit import Params
+
+    return Params.of(np.mean([p.vector() for p in fits], axis=0))
+
+
+def calibrated_profile(profile: dict[str, Any], params: Any) -> dict[str, Any]:
+    """``profile`` with a fit's factors, launch cost and front end."""
+    out = json.loads(json.dumps(profile))
+    out["coefficients"] = params.apply(StepCost.from_dict(profile["coefficients"])).to_dict()
+    out["frontend"] = {**params.frontend.to_dict(), "source": "calibrated"}
+    return out

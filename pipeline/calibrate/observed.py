@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -45,6 +46,7 @@ from pipeline.calibrate.observed_fit import (
     UNKNOWN_NAMES,
     FitOutcome,
     Params,
+    QuantileTargets,
     Targets,
     fit_rows,
     relative_standard_error,
@@ -240,11 +242,32 @@ def fit_observed(
     *,
     max_iterations: int = 8,
 ) -> tuple[list[Stage], FitOutcome | None, Any, bool]:
-    """Alternate replays and fits (module docstring). Returns the replays, the last fit,
-    the teacher rows of the accepted replay, and whether it converged."""
+    """Alternate replays and fits to per-request observed latencies (module docstring).
+    Returns the replays, the last fit, the teacher rows of the accepted replay, and
+    whether it converged."""
+    return fit_loop(
+        inp,
+        scenario,
+        lambda replayed: _targets(observed, replayed),
+        lambda replayed: replay_loss(observed, replayed),
+        max_iterations=max_iterations,
+    )
+
+
+def fit_loop(
+    inp: SimInput,
+    scenario: Scenario,
+    make_targets: Callable[[Latencies], Targets | QuantileTargets],
+    loss: Callable[[Latencies], float],
+    *,
+    max_iterations: int = 8,
+) -> tuple[list[Stage], FitOutcome | None, Any, bool]:
+    """Replay, fit on the replay's batches to ``make_targets(replayed)``, replay the fit
+    (a shorter step when it is worse by ``loss``), until the fit stops moving or the
+    replays stop improving (``IMPROVES``)."""
     start = Params.start(scenario.cost, scenario.frontend)
     res, run_sc, lat = _replay(scenario, inp, start)
-    stages = [Stage(start, lat, replay_loss(observed, lat))]
+    stages = [Stage(start, lat, loss(lat))]
     best = stages[0]
     rows = teacher_rows(res, run_sc.cost.as_array())
     best_rows = rows
@@ -252,7 +275,7 @@ def fit_observed(
     converged = False
     last_step = 1.0  # the step that last helped: after a halved one, start halved
     for _ in range(max_iterations):
-        outcome = fit_rows(rows, _targets(observed, best.simulated), best.params, prior=start)
+        outcome = fit_rows(rows, make_targets(best.simulated), best.params, prior=start)
         proposal = outcome.params
         if not _moved(best.params, proposal):
             converged = True
@@ -262,7 +285,7 @@ def fit_observed(
         for t in steps:  # a replay that is worse: a shorter step from the best
             cand = proposal if t == 1.0 else _between(best.params, proposal, t)
             res, run_sc, lat = _replay(scenario, inp, cand)
-            stage = Stage(cand, lat, replay_loss(observed, lat))
+            stage = Stage(cand, lat, loss(lat))
             stages.append(stage)
             if stage.loss <= best.loss * (1 + 1e-6):
                 last_step = t
