@@ -1,13 +1,14 @@
-"""Replay speed with the v2 cost model against v1, in one run.
+"""Replay speed with the v3 cost model against v2 and v1, in one run.
 
 The same 100k requests (Azure conversation lengths drawn with replacement, seed 1, or
 log-normal lengths when the trace is not there; the same Poisson gaps scaled to 75% of
-each cost's own saturated throughput) go through ``loop.simulate`` with two costs: the default
-profile (cost model v2: per-sequence cost, GEMM half-efficiency floor, overlap), and the
-same profile with the three v2 terms set to 0, which is exactly the v1 formula. They
-alternate in one process, 5 times each after a warm-up; the figure is the median loop
-time of each and their ratio (target: v2 within 10% of v1). Each runs at the same share
-of its own capacity so that both replay comparable batches; the step counts are printed.
+each cost's own saturated throughput) go through ``loop.simulate`` with three costs: the
+default profile (cost model v3: attention apart, the lm head per sequence), the same
+profile with the two v3 terms set to 0 (exactly the v2 formula), and with the v2 terms
+set to 0 as well (exactly v1). They alternate in one process, 5 times each after a
+warm-up; the figure is the median loop time of each and the ratios (target: v3 within 10%
+of v2). Each runs at the same share of its own capacity so that all replay comparable
+batches; the step counts are printed.
 
 Run from the repository root:
 
@@ -33,15 +34,18 @@ CODE = """
 import dataclasses, statistics
 from pathlib import Path
 import numpy as np
-from pipeline.sim.cost_model import StepCost, V2_COEFFICIENTS
+from pipeline.sim.cost_model import StepCost, OPTIONAL_COEFFICIENTS, V3_COEFFICIENTS
 from pipeline.sim.loop import simulate
 from pipeline.sim.scenario import build_scenario
 from pipeline.sim.state import SimInput
 from pipeline.sim.summary import summarize
 
-v2 = build_scenario({scenario!r})
-v1 = dataclasses.replace(v2, cost=StepCost.from_dict(
-    {{k: v for k, v in v2.cost.to_dict().items() if k not in V2_COEFFICIENTS}}))
+v3 = build_scenario({scenario!r})
+v2 = dataclasses.replace(v3, cost=StepCost.from_dict(
+    {{k: v for k, v in v3.cost.to_dict().items() if k not in V3_COEFFICIENTS}}))
+v1 = dataclasses.replace(v3, cost=StepCost.from_dict(
+    {{k: v for k, v in v3.cost.to_dict().items() if k not in OPTIONAL_COEFFICIENTS}}))
+MODELS = (("v1", v1), ("v2", v2), ("v3", v3))
 rng = np.random.default_rng(1)
 azure = Path({azure!r})
 if azure.is_file():
@@ -53,26 +57,28 @@ if azure.is_file():
 else:
     prompt = np.clip(rng.lognormal(6.5, 1.0, {n}), 1, 8000).astype(np.int64)
     output = np.clip(rng.lognormal(5.0, 1.0, {n}), 1, 2000).astype(np.int64)
-simulate(SimInput(np.zeros(2), np.array([5, 5]), np.array([3, 3])), v2.engine())
+simulate(SimInput(np.zeros(2), np.array([5, 5]), np.array([3, 3])), v3.engine())
 gaps = rng.exponential(1.0, {n})
 inputs, rate = {{}}, {{}}
-for name, sc in (("v1", v1), ("v2", v2)):  # each at 75% of its own saturated throughput
+for name, sc in MODELS:  # each at 75% of its own saturated throughput
     sat = simulate(SimInput(np.zeros(20_000), prompt[:20_000], output[:20_000]), sc.engine())
     rate[name] = 0.75 * summarize(sat)["request_throughput"]
     inputs[name] = SimInput(np.cumsum(gaps / rate[name]), prompt, output)
-times = {{"v1": [], "v2": []}}
+times = {{name: [] for name, _ in MODELS}}
 steps = {{}}
 for _ in range(5):
-    for name, sc in (("v1", v1), ("v2", v2)):
+    for name, sc in MODELS:
         t = time.perf_counter()
         res = simulate(inputs[name], sc.engine())
         times[name].append(time.perf_counter() - t)
         steps[name] = res.num_steps
 med = {{k: statistics.median(v) for k, v in times.items()}}
-out = {{"v1_rate": rate["v1"], "v2_rate": rate["v2"],
-        "v1_s": med["v1"], "v2_s": med["v2"], "ratio": med["v2"] / med["v1"],
-        "v1_req_per_s": {n} / med["v1"], "v2_req_per_s": {n} / med["v2"],
-        "v1_steps": steps["v1"], "v2_steps": steps["v2"]}}
+out = {{"v3_over_v2": med["v3"] / med["v2"], "v2_over_v1": med["v2"] / med["v1"]}}
+for name, _ in MODELS:
+    out[name + "_rate"] = rate[name]
+    out[name + "_s"] = med[name]
+    out[name + "_req_per_s"] = {n} / med[name]
+    out[name + "_steps"] = steps[name]
 """
 
 
@@ -84,6 +90,13 @@ def main() -> None:
     code = CODE.format(scenario=SCENARIO, azure=str(AZURE), n=n)
     r = child(code, repeats=1)
     lengths = "Azure conversation lengths" if AZURE.is_file() else "log-normal lengths"
+    labels = {"v1": "v1 (v2 and v3 terms = 0)", "v2": "v2 (v3 terms = 0)", "v3": "v3 (default)"}
+    rows = "".join(
+        f"| {labels[m]} | {r[m + '_rate']:.1f} | {r[m + '_s']:.3f} | "
+        f"{r[m + '_req_per_s']:,.0f} | {int(r[m + '_steps']):,} |\n"
+        for m in ("v1", "v2", "v3")
+    )
+    per_step = ", ".join(f"{r[m + '_s'] / r[m + '_steps'] * 1e6:.2f} us ({m})" for m in labels)
     body = (
         f"{n:,} requests ({lengths}; the same Poisson gaps scaled to 75% of each cost "
         "model's own saturated throughput), vllm with chunked prefill, one "
@@ -91,17 +104,13 @@ def main() -> None:
         "runs in one process:\n\n"
         "| cost model | arrivals (req/s) | loop (s) | requests/s | steps |\n"
         "| --- | --- | --- | --- | --- |\n"
-        f"| v1 (v2 terms = 0) | {r['v1_rate']:.1f} | {r['v1_s']:.3f} | "
-        f"{r['v1_req_per_s']:,.0f} | {int(r['v1_steps']):,} |\n"
-        f"| v2 (default) | {r['v2_rate']:.1f} | {r['v2_s']:.3f} | "
-        f"{r['v2_req_per_s']:,.0f} | {int(r['v2_steps']):,} |\n\n"
-        f"v2 / v1 loop time: **{r['ratio']:.3f}** (target <= 1.10); per step "
-        f"{r['v1_s'] / r['v1_steps'] * 1e6:.2f} us (v1) and "
-        f"{r['v2_s'] / r['v2_steps'] * 1e6:.2f} us (v2)."
+        f"{rows}\n"
+        f"v3 / v2 loop time: **{r['v3_over_v2']:.3f}** (target <= 1.10); v2 / v1 "
+        f"{r['v2_over_v1']:.3f}; per step {per_step}."
     )
     print(body)
     if not args.quick:
-        record("Cost model v2 replay speed", "python bench/cost_model_speed.py", body)
+        record("Cost model replay speed", "python bench/cost_model_speed.py", body)
 
 
 if __name__ == "__main__":
