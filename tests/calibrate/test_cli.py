@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from pipeline.sim.cost_model import COST_MODEL_VERSION
 from pipeline import __version__
 from pipeline.calibrate.synthetic import design_grid, measure, profile_truth_s
 from pipeline.cli import cli
+from pipeline.sim.cost_model import COST_MODEL_VERSION
 from pipeline.sim.profiles import PROFILE_DIR, load_profile
 
 LIKE = "llama-3-70b_h100-80gb_tp4"
