@@ -173,7 +173,7 @@ def shape_table(m: Measurements, gs: list[Group]) -> str:
         "| group | v3, all rows: prefill p90 / max | decode p90 / max "
         "| v3 + 2 terms, all rows: prefill p90 / max | decode p90 / max "
         "| v3 + 2 terms, held out: prefill median / p90 | decode median / p90 "
-        "| per prefill sequence (ms) | per token past 2048 (us) |\n"
+        "| held-out fit's terms: per prefill sequence (ms) | per token past 2048 (us) |\n"
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
     )
     lines = [head]
