@@ -8,6 +8,8 @@
     observed.py      ``calibrate observed``: scale a profile until replayed production
                      traffic matches the TTFT and TPOT the logs observed
     synthetic.py     generated measurements for tests and benchmarks
+    holdout.py       a fit's error on rows it did not see: measured tables split per
+                     model, GPU and TP degree, and a plain least-squares yardstick
 
 docs/calibration.md is the user guide.
 """

@@ -26,8 +26,16 @@ How the fit works:
   ``prefill_fixed_s``), else it stays 0 (the all-reduce terms of a TP 1 profile: there
   is no all-reduce).
 * It minimises the relative error pred / measured - 1 of every row under a robust loss
-  (soft L1 with a 5% scale: a row that is off by far more counts linearly, so a few
-  outliers do not drag the fit), with scipy's bounded trust-region least squares.
+  (soft L1: a row that is off by far more than the loss scale counts linearly, so a few
+  outliers do not drag the fit), with scipy's bounded trust-region least squares. The
+  scale is set per phase (rows with prompt tokens, and the others) from a plain
+  least-squares fit first: ``SCALE_SPREADS`` times that phase's typical error (1.4826 x
+  the median |error|, the normal-equivalent spread), and at least ``LOSS_SCALE`` (5%).
+  With a few wild rows among good ones the typical error is the noise, so the wild rows
+  still count linearly; where the cost model cannot follow a phase within 5% (a measured
+  table not of its shape, each step measured once), all of that phase's rows keep
+  counting, instead of the fit following some and treating the rest, often the one row
+  of a kind, as outliers. The pull below counts squared.
 * Terms the data cannot tell apart (fixed_s and comm_s_fixed are both per step; the
   weights' memory time hides behind compute in prefill-only data) are held at the
   ``--like`` value by a weak pull of every x_k toward its start (1 for a term the
@@ -100,7 +108,8 @@ NOT_TIMES = ("flop_tokens_half", "overlap", "separate_attention")
 FIXED = ("separate_attention",)
 REGULARISATION = 0.0001
 LOSS = "soft_l1"
-LOSS_SCALE = 0.05  # relative error at which the robust loss turns linear
+LOSS_SCALE = 0.05  # smallest relative error at which the robust loss turns linear
+SCALE_SPREADS = 3.0  # the loss scale of a phase, in spreads of its least-squares errors
 
 
 def as_vector(coefficients: Mapping[str, float]) -> F64:
@@ -281,7 +290,7 @@ def fit_coefficients(
         at = np.flatnonzero(idx == COEFFICIENTS.index(name))
         second[at] = value if name == "overlap" else np.maximum(second[at], value)
 
-    def solve(x0: F64, loss: str) -> Any:
+    def solve(x0: F64, loss: Any) -> Any:
         x0 = np.clip(x0, lower + 1e-9, np.where(np.isfinite(upper), upper - 1e-9, np.inf))
         return least_squares(
             residuals,
@@ -289,7 +298,6 @@ def fit_coefficients(
             jac=jac,
             bounds=(lower, upper),
             loss=loss,
-            f_scale=LOSS_SCALE,
             method="trf",
             x_scale="jac",
             ftol=1e-10,
@@ -301,9 +309,42 @@ def fit_coefficients(
     best = min((solve(x0, "linear") for x0 in (start, second)), key=lambda r: r.cost)
     nfev = int(best.nfev)
     if LOSS != "linear":
-        best = solve(best.x, LOSS)
+        row_scale = phase_loss_scales(best.fun[:n], features.P > 0)
+        best = solve(best.x, soft_l1(np.concatenate([row_scale, np.full(len(idx), np.inf)])))
         nfev += int(best.nfev)
     return full(best.x), nfev
+
+
+def phase_loss_scales(errors: F64, is_prefill: npt.NDArray[np.bool_]) -> F64:
+    """The robust loss scale of every row: per phase, ``SCALE_SPREADS`` x 1.4826 x the
+    median |error| of that phase's rows, at least ``LOSS_SCALE``."""
+    out = np.full(len(errors), LOSS_SCALE)
+    for mask in (is_prefill, ~is_prefill):
+        if mask.any():
+            spread = 1.4826 * float(np.median(np.abs(errors[mask])))
+            out[mask] = max(LOSS_SCALE, SCALE_SPREADS * spread)
+    return out
+
+
+def soft_l1(scale: F64) -> Any:
+    """scipy's soft-L1 loss with a scale per residual (inf: that residual counts squared).
+
+    For a residual f with scale c: rho = 2 c^2 (sqrt(1 + f^2 / c^2) - 1), quadratic for
+    |f| << c and linear for |f| >> c; the loss callable receives z = f^2.
+    """
+    c2 = scale**2
+    linear = ~np.isfinite(c2)
+    c2 = np.where(linear, 1.0, c2)
+
+    def loss(z: F64) -> F64:
+        u = np.sqrt(1.0 + z / c2)
+        rho = np.empty((3, len(z)))
+        rho[0] = np.where(linear, z, 2.0 * c2 * (u - 1.0))
+        rho[1] = np.where(linear, 1.0, 1.0 / u)
+        rho[2] = np.where(linear, 0.0, -0.5 / (c2 * u**3))
+        return rho
+
+    return loss
 
 
 def kfold(n: int, k: int, seed: int = 0) -> list[npt.NDArray[np.int64]]:
