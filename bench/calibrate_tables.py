@@ -33,12 +33,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
-from scipy.optimize import least_squares
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
@@ -47,90 +45,22 @@ sys.path.insert(0, str(ROOT))
 from _measure import record  # noqa: E402
 
 from pipeline.calibrate import fit  # noqa: E402
-from pipeline.calibrate.features import StepFeatures, step_features  # noqa: E402
-from pipeline.calibrate.fit import PhaseError, phase_errors  # noqa: E402
+from pipeline.calibrate.fit import PhaseError  # noqa: E402
 from pipeline.calibrate.holdout import (  # noqa: E402
     Group,
     HoldOut,
     groups,
     holdout,
-    interpolating_split,
 )
-from pipeline.calibrate.measurements import Measurements, read_measurements  # noqa: E402
+from pipeline.calibrate.measurements import read_measurements  # noqa: E402
 from pipeline.sim.profiles import build_profile  # noqa: E402
 
 F64 = npt.NDArray[np.float64]
 TABLES = ROOT / "tests" / "fixtures" / "step_tables"
 MEDIAN_MAX, P90_MAX = 0.10, 0.20
-KNEE_TOKENS = 2048.0
-# name: (column of the step features, scale of the fitted factor)
-EXTRA_TERMS: dict[str, tuple[Callable[[StepFeatures], F64], float]] = {
-    "s per prefill sequence": (lambda f: f.N - f.D, 1e-2),
-    f"s per token past {KNEE_TOKENS:.0f} in a step": (
-        lambda f: np.maximum(f.P - KNEE_TOKENS, 0.0),
-        1e-4,
-    ),
-}
-
-
 def like_of(g: Group) -> dict[str, float]:
     assert g.model is not None and g.gpu is not None and g.tensor_parallel is not None
     return build_profile(g.model, g.gpu, g.tensor_parallel)["coefficients"]
-
-
-def shape_fit(
-    train: Measurements, like: Mapping[str, float], extra: bool
-) -> tuple[Callable[[Measurements], F64], dict[str, float]]:
-    """Plain least squares of every v3 coefficient but separate_attention (>= 0, overlap
-    <= 1) from the --like profile and 11 random starts around it; with ``extra`` also the
-    ``EXTRA_TERMS``. Returns the predictor and the fitted extra terms."""
-    like_v = fit.as_vector(like)
-    free = np.flatnonzero([n != "separate_attention" for n in fit.COEFFICIENTS])
-    scale = np.where(like_v > 0, like_v, 1.0)
-    scale[fit.I_PREFILL_STEP] = 1e-3
-    scale[fit.I_OVERLAP] = 1.0
-    terms = list(EXTRA_TERMS.values()) if extra else []
-    f, inv = step_features(train), 1.0 / train.time_s
-    cols = np.column_stack([col(f) * s for col, s in terms]) if terms else np.zeros((len(f), 0))
-
-    def full(x: F64) -> F64:
-        v = like_v.copy()
-        v[free] = x[: len(free)] * scale[free]
-        return v
-
-    def residuals(x: F64) -> F64:
-        return (fit.predict(full(x), f) + cols @ x[len(free) :]) * inv - 1.0
-
-    def jac(x: F64) -> F64:
-        j = fit.jacobian(full(x), f)[:, free] * scale[free]
-        return np.hstack([j, cols]) * inv[:, None]
-
-    n = len(free) + len(terms)
-    upper = np.concatenate(
-        [np.where(free == fit.I_OVERLAP, 1.0, np.inf), np.full(len(terms), np.inf)]
-    )
-    rng = np.random.default_rng(0)
-    best = None
-    for start in range(12):
-        x0 = np.ones(n) if start == 0 else rng.uniform(0.3, 3.0, n)
-        x0 = np.clip(x0, 1e-6, np.where(np.isfinite(upper), upper - 1e-6, np.inf))
-        r = least_squares(residuals, x0, jac=jac, bounds=(0, upper), x_scale="jac", max_nfev=3000)
-        if best is None or r.cost < best.cost:
-            best = r
-    assert best is not None
-    x = best.x
-
-    def predict(m: Measurements) -> F64:
-        g = step_features(m)
-        added = sum((col(g) * s * x[len(free) + i] for i, (col, s) in enumerate(terms)), 0.0)
-        return fit.predict(full(x), g) + added
-
-    fitted = {
-        name: float(x[len(free) + i] * s)
-        for i, (name, (_, s)) in enumerate(EXTRA_TERMS.items())
-        if extra
-    }
-    return predict, fitted
 
 
 def pct(e: PhaseError | None, which: str) -> str:
@@ -168,36 +98,6 @@ def holdout_table(results: list[tuple[HoldOut, HoldOut]]) -> tuple[str, int, int
     return "\n".join(lines), fit_met, base_met
 
 
-def shape_table(m: Measurements, gs: list[Group]) -> str:
-    head = (
-        "| group | v3, all rows: prefill p90 / max | decode p90 / max "
-        "| v3 + 2 terms, all rows: prefill p90 / max | decode p90 / max "
-        "| v3 + 2 terms, held out: prefill median / p90 | decode median / p90 "
-        "| held-out fit's terms: per prefill sequence (ms) | per token past 2048 (us) |\n"
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
-    )
-    lines = [head]
-    for g in gs:
-        like = like_of(g)
-        every = m.subset(g.rows)
-        cells = [g.label]
-        for extra in (False, True):
-            pred, _ = shape_fit(every, like, extra)
-            err = np.abs(pred(every) / every.time_s - 1.0)
-            for mask in (every.is_prefill, ~every.is_prefill):
-                cells.append(f"{np.percentile(err[mask], 90):.1%} / {err[mask].max():.1%}")
-        train, test = interpolating_split(m, g.rows)
-        pred, terms = shape_fit(m.subset(train), like, True)
-        held = m.subset(test)
-        errs = phase_errors(pred(held), held.time_s, held.is_prefill)
-        for phase in ("prefill", "decode"):
-            cells.append(f"{pct(errs[phase], 'median')} / {pct(errs[phase], 'p90')}")
-        seq, knee = terms.values()
-        cells += [f"{seq * 1e3:.1f}", f"{knee * 1e6:.0f}"]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--print", action="store_true", help="print only")
@@ -220,12 +120,7 @@ def main() -> None:
         parts.append(
             f"`{path.relative_to(ROOT)}` ({len(m)} rows, {len(gs)} groups), held-out rows, "
             f"|predicted / measured - 1|; {fit_met} of {n} (group, phase) cells meet median "
-            f"<= 10% and p90 <= 20% with the fit, {base_met} with the baseline:\n\n{table}\n\n"
-            "Shape check: cost model v3 fitted by plain least squares from 12 starts (no pull "
-            "toward the profile), to all the group's rows, then with two terms it does not have "
-            f"(a cost per prefill sequence, and a cost per prompt token past {KNEE_TOKENS:.0f} "
-            "tokens in a step), also on the hold-out split; |predicted / measured - 1|:\n\n"
-            f"{shape_table(m, gs)}\n"
+            f"<= 10% and p90 <= 20% with the fit, {base_met} with the baseline:\n\n{table}\n"
         )
     body = "\n".join(parts)
     print(body)

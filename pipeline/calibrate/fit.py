@@ -6,7 +6,9 @@ s = separate_attention:
     compute = flop_s_per_token * (T + flop_tokens_half) + flop_s_per_seq * N
               + (1 - s) * flop_s_per_attn * (A + C)
     memory  = mem_s_weights + (1 - s) * mem_s_per_kv_token * C + mem_s_per_token * T
-    step    = fixed_s + comm_s_fixed + seq_s * N + prefill_fixed_s * [P > 0]
+    step    = fixed_s + comm_s_fixed + seq_s * N
+              + (prefill_fixed_s + prefill_seq_s * (N - D)) * [P > 0]
+              + prefill_knee_s * max(0, P - prefill_knee_tokens)
               + max(compute, memory) + overlap * min(compute, memory)
               + comm_s_per_token * T
               + s * (flop_s_per_attn * A + max(flop_s_per_attn, mem_s_per_kv_token) * C)
@@ -76,6 +78,9 @@ COEFFICIENTS = (
     "prefill_fixed_s",
     "flop_s_per_seq",
     "separate_attention",
+    "prefill_seq_s",
+    "prefill_knee_tokens",
+    "prefill_knee_s",
 )
 (
     I_FIXED,
@@ -92,6 +97,9 @@ COEFFICIENTS = (
     I_PREFILL_STEP,
     I_FLOP_SEQ,
     I_SEP,
+    I_PREFILL_SEQ,
+    I_KNEE_TOKENS,
+    I_KNEE_S,
 ) = range(len(COEFFICIENTS))
 
 # Scale of a v2 term that the --like profile has at 0 (a v1 profile): its fitted value is
@@ -101,11 +109,13 @@ PRIOR_SCALE = {
     "flop_tokens_half": 64.0,
     "overlap": 1.0,
     "prefill_fixed_s": 1e-3,
+    "prefill_seq_s": 1e-3,
+    "prefill_knee_s": 1e-5,
 }
 # Coefficients that are not times (they are not scaled by the starting time ratio).
-NOT_TIMES = ("flop_tokens_half", "overlap", "separate_attention")
+NOT_TIMES = ("flop_tokens_half", "overlap", "separate_attention", "prefill_knee_tokens")
 # Coefficients the fit never moves: the structure of the model.
-FIXED = ("separate_attention",)
+FIXED = ("separate_attention", "prefill_knee_tokens")
 REGULARISATION = 0.0001
 LOSS = "soft_l1"
 LOSS_SCALE = 0.05  # smallest relative error at which the robust loss turns linear
@@ -140,7 +150,8 @@ def predict(c: F64, f: StepFeatures) -> F64:
         + np.maximum(compute, memory)
         + c[I_OVERLAP] * np.minimum(compute, memory)
         + c[I_COMM_TOK] * t
-        + c[I_PREFILL_STEP] * (f.P > 0)
+        + (c[I_PREFILL_STEP] + c[I_PREFILL_SEQ] * (f.N - f.D)) * (f.P > 0)
+        + c[I_KNEE_S] * np.maximum(f.P - c[I_KNEE_TOKENS], 0.0) * (f.P > 0)
         + c[I_SEP] * (c[I_ATTN] * f.A + max(c[I_ATTN], c[I_MEM_KV]) * f.C)
     )
     return np.where(t > 0, out, 0.0)
@@ -171,6 +182,10 @@ def jacobian(c: F64, f: StepFeatures) -> F64:
     j[:, I_COMM_TOK] = t
     j[:, I_OVERLAP] = np.minimum(compute, memory)
     j[:, I_PREFILL_STEP] = f.P > 0
+    j[:, I_PREFILL_SEQ] = (f.N - f.D) * (f.P > 0)
+    past = np.maximum(f.P - c[I_KNEE_TOKENS], 0.0) * (f.P > 0)
+    j[:, I_KNEE_S] = past
+    j[:, I_KNEE_TOKENS] = -c[I_KNEE_S] * (past > 0)
     j[:, I_FLOP_SEQ] = f.N * w_compute
     j[:, I_SEP] = (
         c[I_ATTN] * f.A
@@ -249,6 +264,18 @@ def _setup(like: F64) -> tuple[F64, F64, npt.NDArray[np.bool_]]:
     return scale, target, free
 
 
+def _identifiable(f: StepFeatures, like: F64) -> npt.NDArray[np.bool_]:
+    """Terms the rows can tell from the others: the per-prefill-sequence cost needs prefill
+    steps of more than one batch size (else it is the per-step launch cost again), the knee
+    prompt steps past it."""
+    ok = np.ones(len(COEFFICIENTS), dtype=bool)
+    pre = f.P > 0
+    seqs = (f.N - f.D)[pre]
+    ok[I_PREFILL_SEQ] = len(seqs) > 0 and float(np.ptp(seqs)) > 0
+    ok[I_KNEE_S] = bool(np.any(f.P > like[I_KNEE_TOKENS]))
+    return ok
+
+
 def fit_coefficients(
     features: StepFeatures,
     measured_s: F64,
@@ -261,6 +288,7 @@ def fit_coefficients(
 
     like_v = as_vector(like)
     scale, target, free = _setup(like_v)
+    free &= _identifiable(features, like_v)
     idx = np.flatnonzero(free)
     n = len(measured_s)
     w = (REGULARISATION if regularisation is None else regularisation) * np.sqrt(max(n, 1))
@@ -370,6 +398,7 @@ def calibrate(
     coeffs, nfev = fit_coefficients(features, measured, like)
     like_v = as_vector(like)
     _, _, free = _setup(like_v)
+    free &= _identifiable(features, like_v)
     result = FitResult(
         coefficients=as_dict(coeffs),
         start=as_dict(like_v),

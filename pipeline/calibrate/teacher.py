@@ -42,6 +42,9 @@ from pipeline.sim.cost_model import (
     MEM_TOK,
     MEM_W,
     OVERLAP,
+    KNEE_S,
+    KNEE_TOKENS,
+    PREFILL_SEQ,
     PREFILL_STEP,
     SEP_ATTN,
     SEQ_S,
@@ -68,10 +71,16 @@ from pipeline.sim.state import (
 F64 = npt.NDArray[np.float64]
 
 GROUPS: dict[str, tuple[str, ...]] = {
-    "compute": ("flop_s_per_token", "flop_s_per_seq", "flop_s_per_attn", "comm_s_per_token"),
+    "compute": (
+        "flop_s_per_token",
+        "flop_s_per_seq",
+        "flop_s_per_attn",
+        "comm_s_per_token",
+        "prefill_knee_s",
+    ),
     "memory": ("mem_s_weights", "mem_s_per_token", "mem_s_per_kv_token"),
     "step": ("fixed_s", "comm_s_fixed"),
-    "sequence": ("seq_s",),
+    "sequence": ("seq_s", "prefill_seq_s"),
     "launch": ("prefill_fixed_s",),
 }
 NAMES = tuple(GROUPS)
@@ -112,10 +121,13 @@ def step_parts(c: F64, st: npt.NDArray[np.int64], stf: F64) -> F64:
     # or, where its pairs cost more, computes them
     kv_leads = c[MEM_KV] >= c[FLOP_ATTN]
     parts[:, COMPUTE] += sep * c[FLOP_ATTN] * a * k
+    parts[:, COMPUTE] += np.where(p > 0, c[KNEE_S] * np.maximum(p - c[KNEE_TOKENS], 0.0), 0.0)
     decode_attn = sep * max(c[FLOP_ATTN], c[MEM_KV]) * ctx_sum
     parts[:, MEMORY if kv_leads else COMPUTE] += decode_attn
     parts[:, STEP] = k * (c[FIXED_S] + c[COMM_FIXED])
-    parts[:, SEQUENCE] = k * c[SEQ_S] * n
+    # per sequence: every sequence's cost, and each prefill chunk's own (N - D of a step
+    # that computes prompt tokens)
+    parts[:, SEQUENCE] = k * c[SEQ_S] * n + np.where(p > 0, c[PREFILL_SEQ] * (n - d), 0.0)
     parts[:, LAUNCH] = np.where(p > 0, 1.0, 0.0)  # a run (k > 1) never has prompt tokens
     empty = tok <= 0
     parts[empty] = 0.0

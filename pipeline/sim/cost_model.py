@@ -18,7 +18,9 @@ own, with explicit overheads (T = P + D, s = ``separate_attention``):
     linear    = flop_s_per_token * (T + flop_tokens_half) + flop_s_per_seq * N
     compute_s = linear + (1 - s) * flop_s_per_attn * (A + C)
     memory_s  = mem_s_weights + (1 - s) * mem_s_per_kv_token * C + mem_s_per_token * T
-    step_s    = fixed_s + comm_s_fixed + seq_s * N + prefill_fixed_s * [P > 0]
+    step_s    = fixed_s + comm_s_fixed + seq_s * N
+                + (prefill_fixed_s + prefill_seq_s * (N - D)) * [P > 0]
+                + prefill_knee_s * max(0, P - prefill_knee_tokens)
                 + max(compute_s, memory_s) + overlap * min(compute_s, memory_s)
                 + comm_s_per_token * T
                 + s * (flop_s_per_attn * A + max(flop_s_per_attn, mem_s_per_kv_token) * C)
@@ -32,7 +34,13 @@ hide behind the larger; ``seq_s`` is the per-sequence cost (scheduling, sampling
 per-request kernels); ``prefill_fixed_s`` is what a step that computes prompt tokens
 costs on top of a decode-only step, whatever its size (engines replay decode-only steps
 from captured CUDA graphs but run mixed steps piecewise or eagerly, and set up
-variable-length attention for them).
+variable-length attention for them); ``prefill_seq_s`` what each prefill chunk (N - D of
+the step's sequences) adds to it (per-prompt set-up: attention metadata, padding, the
+prompt's own sampling state), which decode sequences do not pay; ``prefill_knee_s`` a cost
+per prompt token past ``prefill_knee_tokens`` in one step, for engines whose per-token
+prefill cost rises past a step size (measured tables show it: GEMM kernels changing
+regime, activations leaving the cache), 0 in the analytic profiles; the threshold is
+structure, like ``separate_attention``.
 
 ``separate_attention`` (v3: 1) says that attention runs in kernels of its own after
 the linear layers of each layer: a prefill chunk's attention is compute (its pairs at
@@ -85,12 +93,21 @@ COST_MODEL_VERSION = 3
     PREFILL_STEP,
     FLOP_SEQ,
     SEP_ATTN,
-) = range(14)
+    PREFILL_SEQ,
+    KNEE_TOKENS,
+    KNEE_S,
+) = range(17)
 
 # Coefficients added by v2; a profile without them (v1) gets 0, which is the v1 model.
 V2_COEFFICIENTS = ("seq_s", "flop_tokens_half", "overlap", "prefill_fixed_s")
 # Added by v3; a profile without them (v1, v2) gets 0, which is the v2 model.
-V3_COEFFICIENTS = ("flop_s_per_seq", "separate_attention")
+V3_COEFFICIENTS = (
+    "flop_s_per_seq",
+    "separate_attention",
+    "prefill_seq_s",
+    "prefill_knee_tokens",
+    "prefill_knee_s",
+)
 OPTIONAL_COEFFICIENTS = V2_COEFFICIENTS + V3_COEFFICIENTS
 
 
@@ -112,6 +129,9 @@ class StepCost:
     prefill_fixed_s: float = 0.0  # per step that computes prompt tokens (prefill launch costs)
     flop_s_per_seq: float = 0.0  # lm head compute per sequence in the step (v3)
     separate_attention: float = 0.0  # 1: attention in kernels of its own (v3); 0: v2
+    prefill_seq_s: float = 0.0  # per prefill chunk in a step that computes prompt tokens (v3)
+    prefill_knee_tokens: float = 0.0  # prompt tokens in a step past which prefill_knee_s counts
+    prefill_knee_s: float = 0.0  # per prompt token past prefill_knee_tokens in a step (v3)
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -197,7 +217,11 @@ def step_time(
     v1 = c[FIXED_S] + max(compute, memory) + c[COMM_FIXED] + c[COMM_TOK] * tok
     v2 = v1 + c[SEQ_S] * n + c[OVERLAP] * min(compute, memory)
     v3 = v2 + c[SEP_ATTN] * (c[FLOP_ATTN] * a + max(c[FLOP_ATTN], c[MEM_KV]) * ctx)
-    return v3 + c[PREFILL_STEP] if p > 0 else v3
+    if p <= 0:
+        return v3
+    return (
+        v3 + c[PREFILL_STEP] + c[PREFILL_SEQ] * (n - d) + c[KNEE_S] * max(p - c[KNEE_TOKENS], 0.0)
+    )
 
 
 @njit(cache=True)

@@ -186,6 +186,9 @@ class Efficiency:
     # decode step's overheads: mixed steps run piecewise or eagerly, not from one CUDA graph
     prefill_layer_overhead_s: float = 0.0  # ... and per layer of such a step
     fp8_compute_efficiency: float = 0.0  # achieved / peak of fp8 GEMMs; 0 = compute_efficiency
+    prefill_seq_overhead_s: float = 0.0  # per prefill chunk of such a step (per-prompt set-up)
+    prefill_knee_tokens: float = 2048.0  # prompt tokens in a step past which ...
+    prefill_knee_s_per_token: float = 0.0  # ... each costs this much more (0: no knee)
 
     @property
     def fp8_gemm_efficiency(self) -> float:
@@ -414,6 +417,9 @@ def derive_step_cost(model: ModelShape, gpu: GpuSpec, tp: int, eff: Efficiency) 
         prefill_fixed_s=eff.prefill_step_overhead_s + layers * eff.prefill_layer_overhead_s,
         flop_s_per_seq=2 * model.params_lm_head / flops,
         separate_attention=1.0,
+        prefill_seq_s=eff.prefill_seq_overhead_s,
+        prefill_knee_tokens=eff.prefill_knee_tokens,
+        prefill_knee_s=eff.prefill_knee_s_per_token,
     )
 
 

@@ -58,7 +58,11 @@ def random_coefficients(rng: np.random.Generator) -> npt.NDArray[np.float64]:
     c = as_vector(true_coefficients()) * rng.uniform(0.2, 5.0, len(COEFFICIENTS))
     c[COEFFICIENTS.index("overlap")] = rng.uniform(0, 1)
     c[COEFFICIENTS.index("separate_attention")] = rng.uniform(0, 1)
-    c[COEFFICIENTS.index("flop_s_per_seq")] = rng.uniform(1e-6, 1e-4)  # 0 in the example
+    # 0 in the example: some of each, so that their derivatives are checked too
+    c[COEFFICIENTS.index("flop_s_per_seq")] = rng.uniform(1e-6, 1e-4)
+    c[COEFFICIENTS.index("prefill_seq_s")] = rng.uniform(1e-4, 1e-2)
+    c[COEFFICIENTS.index("prefill_knee_s")] = rng.uniform(1e-6, 1e-4)
+    c[COEFFICIENTS.index("prefill_knee_tokens")] = rng.uniform(256, 2048)
     return c
 
 
