@@ -58,6 +58,8 @@ from pipeline.sim.profiles import build_profile  # noqa: E402
 F64 = npt.NDArray[np.float64]
 TABLES = ROOT / "tests" / "fixtures" / "step_tables"
 MEDIAN_MAX, P90_MAX = 0.10, 0.20
+
+
 def like_of(g: Group) -> dict[str, float]:
     assert g.model is not None and g.gpu is not None and g.tensor_parallel is not None
     return build_profile(g.model, g.gpu, g.tensor_parallel)["coefficients"]

@@ -5,13 +5,16 @@
 -- Params:  run_id  VARCHAR  the replay run (NULL: the latest run)
 -- Grain:   one row per scenario
 -- Columns: scenario, num_requests, p50_ttft_s, p90_ttft_s, p99_ttft_s, p50_tpot_s,
---          p99_tpot_s, p50_e2e_s, p99_e2e_s, p99_queue_s, max_queue_depth,
+--          p99_tpot_s, p50_e2e_s, p99_e2e_s, p50_engine_ttft_s, p99_engine_ttft_s,
+--          p99_queue_s, max_queue_depth,
 --          num_preemptions, policy, replicas, max_concurrency (max_num_seqs, or
 --          max_batch_size for static batching; null without a cap),
 --          offered_requests_per_s (requests over the arrival span), mean_queue_depth (met
 --          on arrival)
 -- Percentiles interpolate linearly (quantile_cont, numpy's default); TPOT leaves out
--- requests with one output token (tpot_s is null for them).
+-- requests with one output token (tpot_s is null for them). TTFT, TPOT and E2E are what a
+-- client sees (the engine's times plus the profile's front end); *_engine_ttft_s the
+-- engine core's alone (null for runs written before the front end existed).
 -- NOTE: the report draws "p99 TTFT against the concurrency cap" from these rows too, so
 -- that the TTFT of 5M simulated requests is sorted once per report, not once per chart.
 WITH run AS (
@@ -25,6 +28,7 @@ per_scenario AS (
         quantile_cont(ttft_s, [0.50, 0.90, 0.99])   AS ttft_q,
         quantile_cont(tpot_s, [0.50, 0.99])         AS tpot_q,
         quantile_cont(e2e_s, [0.50, 0.99])          AS e2e_q,
+        quantile_cont(engine_ttft_s, [0.50, 0.99])  AS engine_ttft_q,
         quantile_cont(queue_s, 0.99)                AS p99_queue_s,
         max(queue_depth_at_arrival)                 AS max_queue_depth,
         sum(num_preemptions)::BIGINT                AS num_preemptions,
@@ -44,6 +48,8 @@ SELECT
     v.tpot_q[2] AS p99_tpot_s,
     v.e2e_q[1]  AS p50_e2e_s,
     v.e2e_q[2]  AS p99_e2e_s,
+    v.engine_ttft_q[1] AS p50_engine_ttft_s,
+    v.engine_ttft_q[2] AS p99_engine_ttft_s,
     v.p99_queue_s,
     v.max_queue_depth,
     v.num_preemptions,

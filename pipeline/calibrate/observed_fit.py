@@ -55,7 +55,7 @@ UNKNOWN_NAMES = tuple(UNKNOWNS)
 LOSS_SCALE = 0.10  # per-request log error at which the robust loss turns linear
 PULL = 0.02  # weight of the pull toward the start, times sqrt(residuals)
 MAX_LOG_SCALE = math.log(50.0)  # a factor beyond 1/50..50 is a fit gone wrong
-MAX_FIT_REQUESTS = 100_000  # requests a fit samples (per-request targets)
+MAX_FIT_REQUESTS = 20_000  # requests a fit samples (per-request targets): plenty for 8 unknowns
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ def format_run(run: ScenarioRun, prices: dict[str, float] | None = None) -> str:
             f"{_fmt(s['total_token_throughput'], 'total tok/s', digits=0)}",
             f"  TTFT p50 {_fmt(s['ttft_p50_s'])}  p90 {_fmt(s['ttft_p90_s'])}  "
             f"p99 {_fmt(s['ttft_p99_s'])}   TPOT p50 {_fmt(s['tpot_p50_s'], 'ms', 1e3, 1)}  "
-            f"p99 {_fmt(s['tpot_p99_s'], 'ms', 1e3, 1)}",
+            f"p99 {_fmt(s['tpot_p99_s'], 'ms', 1e3, 1)}   ({_basis(s)})",
             f"  queue depth max {s['max_queue_depth']:,} mean {s['mean_queue_depth']:.1f}   "
             f"preemptions {s['num_preemptions']:,}   KV peak {s['kv_peak_usage']:.1%} "
             f"({s['kv_peak_blocks']:,} of {s['num_kv_blocks']:,} blocks)   "
@@ -50,6 +50,17 @@ def format_run(run: ScenarioRun, prices: dict[str, float] | None = None) -> str:
                 if x
             ],
         ]
+    )
+
+
+def _basis(s: dict[str, Any]) -> str:
+    """Which latencies the figures are: a client's (with the profile's front end, and the
+    engine core's TTFT beside them) or the engine core's."""
+    if s.get("latency_basis") != "client":
+        return "engine core"
+    return (
+        f"as a client sees them; engine TTFT p50 {_fmt(s.get('engine_ttft_p50_s'))} "
+        f"p99 {_fmt(s.get('engine_ttft_p99_s'))}"
     )
 
 
