@@ -182,30 +182,42 @@ def teacher_rows(res: SimResult, cost: F64) -> TeacherRows:
     first = rqf[:, F_FIRST_TOKEN]
     finish = rqf[:, F_FINISH]
     replica = rq[:, R_REPLICA]
+    # rows in (replica, start) order, each replica a contiguous segment; one cumulative sum
+    # of the parts over all of them (a segment's sums are differences within it)
+    row_rep = st[:, S_REPLICA]
+    start_all = stf[:, SF_START]
+    order = np.lexsort((start_all, row_rep))
+    ordered = parts[order]
+    start = start_all[order]
+    end = start + stf[order, SF_DURATION]
+    cum = np.vstack([np.zeros(len(NAMES)), np.cumsum(ordered, axis=0)])
+    rep_sorted = row_rep[order]
+    by_rep = np.argsort(replica, kind="stable")
+    rep_of_req = replica[by_rep]
     for r in np.unique(replica):
-        rows = np.flatnonzero(st[:, S_REPLICA] == r)
-        order = rows[np.argsort(stf[rows, SF_START], kind="stable")]
-        start = stf[order, SF_START]
-        end = start + stf[order, SF_DURATION]
-        cum = np.vstack([np.zeros(len(NAMES)), np.cumsum(parts[order], axis=0)])
-        mine = np.flatnonzero(replica == r)
+        lo, hi = np.searchsorted(rep_sorted, [r, r + 1])
+        if hi <= lo:
+            continue
+        q0, q1 = np.searchsorted(rep_of_req, [r, r + 1])
+        mine = by_rep[q0:q1]
+        seg_end = end[lo:hi]
         a, f, e = arrival[mine], first[mine], finish[mine]
+        last = hi - lo - 1
         # rows that end after the arrival (the first of them may have started before it)
-        i0 = np.searchsorted(end, a, side="right")
-        i_first = np.searchsorted(end, f, side="left")  # the row that ends at the first token
-        i_last = np.searchsorted(end, e, side="left")
-        ok = np.isfinite(f) & (i_first < len(end))
-        i_first = np.minimum(i_first, len(end) - 1)
-        i_last = np.minimum(i_last, len(end) - 1)
-        i0c = np.minimum(i0, len(end) - 1)
+        i0 = np.searchsorted(seg_end, a, side="right")
+        i_first = np.searchsorted(seg_end, f, side="left")  # the row ending at the first token
+        i_last = np.searchsorted(seg_end, e, side="left")
+        ok = np.isfinite(f) & (i_first <= last)
+        i_first = np.minimum(i_first, last) + lo
+        i_last = np.minimum(i_last, last) + lo
+        i0c = np.minimum(i0, last) + lo
         # the share of the row running at the arrival that was still to come
         dur0 = end[i0c] - start[i0c]
-        inside = (start[i0c] < a) & (i0 < len(end))
+        inside = (start[i0c] < a) & (i0 <= last)
         frac = np.where(inside & (dur0 > 0), (end[i0c] - a) / np.where(dur0 > 0, dur0, 1.0), 1.0)
-        full = cum[i_first + 1] - cum[i0c + 1]  # rows after the arrival's row, to the first token
-        head = parts[order][i0c] * frac[:, None]
-        t = np.where(ok[:, None], full + head, 0.0)
-        ttft[mine] = t
+        full = cum[i_first + 1] - cum[i0c + 1]  # rows after the arrival's, to the first token
+        head = ordered[i0c] * frac[:, None]
+        ttft[mine] = np.where(ok[:, None], full + head, 0.0)
         dec = cum[i_last + 1] - cum[i_first + 1]
         done = ok & np.isfinite(e)
         decode[mine] = np.where(done[:, None], dec, 0.0)
