@@ -19,6 +19,14 @@ reads them) and two profiles:
 
     .venv/bin/python bench/fidelity.py                  # prints, writes bench/RESULTS.md
     .venv/bin/python bench/fidelity.py --print --only llama-2-7b
+    .venv/bin/python bench/fidelity.py --fit-defaults   # re-derive the H100 defaults
+
+``--fit-defaults`` re-derives what the H100 defaults take from these runs: the decode-side
+factors of ``_efficiency.json`` (memory and KV-read efficiency, per-layer, per-sequence and
+all-reduce overheads) by robust least squares on the log error of every inference-perf
+stage's E2E p50 and p99, then the ``vllm`` runtime's front end (``_runtimes.json``
+request_s) as the median TTFT p50 the replays leave unexplained; it prints them beside
+the shipped values (which are these, rounded).
 
 The error figures per run (median |error| over its stages of p50 and p99 of TTFT, TPOT and
 E2E) are what docs/fidelity.md quotes.
@@ -180,14 +188,80 @@ def stage_to_stage(run: GroundTruthRun) -> list[StageResult] | None:
     return replay_with_profile(run, calibrated_profile(base, params))[1:]
 
 
+FITTED_H100 = (
+    ("memory_efficiency", 1.0),
+    ("kv_memory_efficiency", 1.0),
+    ("layer_overhead_s", 1e-5),
+    ("seq_layer_overhead_s", 1e-6),
+    ("allreduce_latency_s", 1e-5),
+    ("allreduce_hop_latency_s", 1e-6),
+)
+
+
+def fit_defaults(runs: list[GroundTruthRun]) -> str:
+    """The H100 decode-side factors and the front end, fitted to the inference-perf runs."""
+    import dataclasses
+
+    from scipy.optimize import least_squares
+
+    from pipeline.sim.frontend import Frontend
+    from pipeline.sim.profiles import load_efficiencies, resolve_runtime
+
+    h100 = [r for r in runs if r.gpu == "h100-80gb"]
+    base = load_efficiencies()["h100-80gb"]
+    x0 = np.array([getattr(base, f) / s for f, s in FITTED_H100])
+    upper = np.array([1.0 / s if f.endswith("efficiency") else 100.0 for f, s in FITTED_H100])
+
+    def eff_of(x: np.ndarray) -> Any:
+        return dataclasses.replace(
+            base, **{f: float(v * s) for (f, s), v in zip(FITTED_H100, x, strict=True)}
+        )
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        out = []
+        for run in h100:
+            for r in replay_with_profile(run, analytic_profile(run, efficiency=eff_of(x))):
+                out += [math.log1p(r.error("e2e_s", stat)) for stat in ("p50", "p99")]
+        return np.array(out)
+
+    sol = least_squares(
+        residuals, x0, bounds=(0.0, upper), diff_step=0.02, loss="soft_l1", f_scale=0.05
+    )
+    eff = eff_of(sol.x)
+    # the front end: what TTFT p50 the replays leave, with the fitted factors and none
+    runtime = resolve_runtime("vllm")
+    bare = dataclasses.replace(runtime, frontend=Frontend(0.0, runtime.frontend.prompt_token_s))
+    left = []
+    for run in h100:
+        for r in replay_with_profile(run, analytic_profile(run, efficiency=eff, runtime=bare)):
+            left.append(r.stage.measured["ttft_s"]["p50"] - r.simulated["ttft_s"]["p50"])
+    lines = ["| h100-80gb factor | fitted | shipped |", "| --- | --- | --- |"]
+    for f, _ in FITTED_H100:
+        lines.append(f"| `{f}` | {getattr(eff, f):.4g} | {getattr(base, f):.4g} |")
+    lines.append(
+        f"| `vllm` front end `request_s` | {float(np.median(left)):.4g} | "
+        f"{runtime.frontend.request_s:.4g} |"
+    )
+    e = np.expm1(sol.fun)
+    lines.append(
+        f"\nE2E p50/p99 of {len(h100)} runs after the fit: median |error| "
+        f"{np.median(np.abs(e)):.1%}, worst {e[np.argmax(np.abs(e))]:+.1%}"
+    )
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", type=Path, default=DEFAULT_ROOT, help="the ground truth")
     parser.add_argument("--only", help="runs whose name contains this")
     parser.add_argument("--uncalibrated", action="store_true", help="skip the calibrated fits")
     parser.add_argument("--print", action="store_true", help="print only")
+    parser.add_argument("--fit-defaults", action="store_true", help="re-derive H100 defaults")
     args = parser.parse_args()
     every = discover(args.root)
+    if args.fit_defaults:
+        print(fit_defaults(every))
+        return
     runs = [r for r in every if not args.only or args.only in r.name]
     if not runs:
         raise SystemExit(f"no ground-truth runs under {args.root}")
