@@ -309,7 +309,7 @@ def capacity_command(
 # ...): the replay command's own options, so the two never drift apart.
 _NOT_SCENARIO_KEYS = {"warehouse", "config_file", "requests_file", "date_from", "date_to",
                       "models", "tenants", "where", "scenario_files", "sets", "quiet", "as_json",
-                      "gpu_hour_price", "name"}  # fmt: skip
+                      "gpu_hour_price", "name", "no_intervals"}  # fmt: skip
 _have = {p.name for p in capacity_command.params}
 capacity_command.params.extend(
     p for p in replay_command.params if p.name not in _NOT_SCENARIO_KEYS | _have
