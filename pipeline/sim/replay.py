@@ -652,6 +652,18 @@ def run_prepared(sc: Scenario, prep: Prepared) -> tuple[ScenarioRun, pa.Table, p
     return run, sim_requests_table(sc.name, prep.request_ids, res), steps_table
 
 
+def summarize_prepared(sc: Scenario, prep: Prepared) -> tuple[ScenarioRun, SimResult]:
+    """Simulate one prepared scenario for its summary only: no tables are built.
+
+    Returns the run and the result (its step timeline kept whole, for the summary).
+    """
+    t0 = time.perf_counter()
+    res = simulate(prep.inp, sc.engine())
+    sim_s = time.perf_counter() - t0
+    summary = {**summarize(res), **_facts(prep)}
+    return ScenarioRun(scenario=sc, summary=summary, num_dropped=prep.num_dropped, sim_s=sim_s), res
+
+
 def scenarios_table(runs: list[ScenarioRun]) -> pa.Table:
     """The scenarios table rows of ``runs``, one per scenario."""
     return _scenarios_table(runs)
