@@ -144,6 +144,17 @@ class SearchOutcome:
             )
         return "; ".join(notes) or None
 
+    def brief(self) -> dict[str, Any]:
+        """The answer in a few JSON-able fields (the runs row, the nightly manifest)."""
+        iv = self.interval
+        return {
+            "knob": self.knob,
+            "answer": self.answer,
+            "interval": [iv.lo, iv.hi] if iv else None,  # the answer's 90% interval
+            "safe": iv.safe if iv else None,  # meets every SLO at its upper bounds too
+            "note": self.note,
+        }
+
     def outcome_at(self, value: float) -> TaskOutcome | None:
         """The probe at ``value``, whether the bisection or the interval asked for it."""
         for v, out in [
@@ -366,16 +377,7 @@ def run_capacity(
             details={
                 "base": base.to_dict(),
                 "slos": [str(s) for s in slos],
-                "searches": {
-                    s.spec.kind: {
-                        "knob": s.knob,
-                        "answer": s.answer,
-                        "interval": [s.interval.lo, s.interval.hi] if s.interval else None,
-                        "safe": s.interval.safe if s.interval else None,
-                        "note": s.note,
-                    }
-                    for s in result.searches
-                },
+                "searches": {s.spec.kind: s.brief() for s in result.searches},
                 "num_replays": len(outcomes),
             },
         )
