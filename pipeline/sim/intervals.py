@@ -28,10 +28,11 @@ interval then understates the uncertainty); more than 200 only cost time.
 
 **Fast.** A resample's quantile is found from per-window counts: the values far
 below the point estimate only count per window, and only the values near it are
-sorted and weighted, so a resample costs O(windows + values near the quantile),
-not O(requests). Where more than ``MAX_EXACT`` values lie near it (medians of
-large replays), they are grouped in runs of consecutive values and a resample's
-quantile is interpolated inside one run; the point estimate is always exact.
+sorted and counted per window, so a resample costs O(windows x values near the
+quantile), one matrix product for all of them, not O(requests). Where more than
+``MAX_EXACT`` values lie near it (medians of large replays), they are grouped in
+runs of consecutive values and a resample's quantile is interpolated inside one
+run; the point estimate is always exact.
 
 Everything is deterministic given the generator passed in (made from the
 scenario's seed by the callers).
@@ -52,7 +53,7 @@ RESAMPLES = 400  # bootstrap resamples per figure
 MIN_WINDOWS = 20  # fewer pieces cannot describe a spread
 MAX_WINDOWS = 200  # more add time, not information
 MIN_REQUESTS = 40  # below this no interval is given
-MAX_EXACT = 2048  # values near a quantile weighted one by one; above, in runs
+MAX_EXACT = 1024  # values near a quantile weighted one by one; above, in runs
 _SPREAD = 4.5  # values within this many bootstrap sds of the quantile's CDF are "near"
 
 FloatArray = npt.NDArray[np.float64]
@@ -150,24 +151,31 @@ def _nth(
     values: FloatArray, win: IntArray, w: FloatArray, js: Sequence[FloatArray]
 ) -> list[FloatArray]:
     """Per resample b and each j of ``js``: the ``j[b]``-th (0-based) of the sorted ``values``
-    counted with the resample's multiplicity (``w[b, win[i]]`` copies of value i)."""
+    counted with the resample's multiplicity (``w[b, win[i]]`` copies of value i).
+
+    Up to MAX_EXACT values, exactly: each value's copies per resample, added up along
+    the values. Beyond, the values are taken in runs of consecutive ones: each window's
+    running count over the runs, times the weights, is each resample's running count
+    (one matrix product, no running sum over resamples x values), and the value is
+    interpolated inside the run where the count passes j.
+    """
     m = len(values)
     rows = np.arange(w.shape[0])
     if m <= MAX_EXACT:
-        cum = np.cumsum(w[:, win], axis=1)
-        return [values[np.minimum((cum <= j[:, None]).sum(axis=1), m - 1)] for j in js]
-    # runs of `step` consecutive values: per-window counts in each run, then interpolate
+        copies = np.cumsum(w[:, win], axis=1)
+        return [values[np.minimum((copies <= j[:, None]).sum(axis=1), m - 1)] for j in js]
     step = -(-m // MAX_EXACT)
     run = np.arange(m) // step
     num_runs = int(run[-1]) + 1
     counts = np.bincount(win * num_runs + run, minlength=w.shape[1] * num_runs)
-    per_run = w @ counts.reshape(w.shape[1], num_runs).astype(np.float64)  # copies per run
-    cum = np.cumsum(per_run, axis=1)
+    counts = counts.reshape(w.shape[1], num_runs).astype(np.float64)
+    cum = w @ np.cumsum(counts, axis=1)  # (B, runs): copies up to and with each run
     out = []
     for j in js:
         at = np.minimum((cum <= j[:, None]).sum(axis=1), num_runs - 1)
         before = np.where(at > 0, cum[rows, at - 1], 0.0)
-        share = (j - before + 0.5) / np.maximum(per_run[rows, at], 1.0)
+        inside = cum[rows, at] - before
+        share = (j - before + 0.5) / np.maximum(inside, 1.0)
         start = at * step
         length = np.minimum(start + step, m) - start
         pos = start + np.clip(share * length - 0.5, 0.0, length - 1.0)

@@ -149,8 +149,9 @@ def summary_intervals(
     )
     if windows.capped:
         out["notes"].append(
-            f"latencies stay correlated over more than 1/{iv.MIN_WINDOWS} of the replay (a "
-            "queue that grows through it?): the interval understates the uncertainty"
+            f"latencies stay correlated over more than 1/{iv.MIN_WINDOWS} of the replay (the "
+            "traffic's rate drifts, or a queue grows through it): the interval likely "
+            "understates the uncertainty"
         )
     for metric in METRICS:
         v = values[metric]
