@@ -57,9 +57,9 @@ from pipeline.plan.search import find_violations, round_probe
 from pipeline.plan.slo import Slo
 from pipeline.sim import intervals as iv
 from pipeline.sim.cost_uncertainty import CostUncertainty
+from pipeline.sim.uncertainty import windows_for
 
 Measured = Mapping[str, float | None]  # SLO key -> statistic at one probe (None: no request)
-Bounds = Mapping[str, tuple[float, float] | None]  # SLO key -> bootstrap interval
 SHAPES = {"concurrency": "F*T*F*", "rate": "T*F*", "replicas": "F*T*"}
 END_TOLERANCE = 0.05  # the interval's ends to within 5% (the rate search: or its tolerance)
 MAX_END_PROBES = 3  # new probes one end's narrowing may make
@@ -73,8 +73,6 @@ def slo_bootstrap(
 ) -> dict[str, tuple[float, float] | None]:
     """The bootstrap interval of each SLO's statistic over one replay's completed requests
     (``metrics`` and ``groups`` as ``slo.evaluate`` takes them, in arrival order)."""
-    from pipeline.sim.uncertainty import windows_for
-
     n = len(next(iter(metrics.values()))) if metrics else 0
     out: dict[str, tuple[float, float] | None] = {s.key: None for s in slos}
     if n < iv.MIN_REQUESTS:

@@ -180,7 +180,7 @@ class Prober:
 
         ends = civ.answer_ends(self.spec.kind, answer, probe, lambda: list(self.done), knob, slos)
         if sc.cost_uncertainty.log_sd > 0:  # the profile term where the ends are, then again
-            for end in {e for e in ends if e is not None and e != answer}:
+            for end in sorted({e for e in ends if e is not None and e != answer}):
                 model.profile[end] = self._profile_term(end)
             ends = civ.answer_ends(
                 self.spec.kind, answer, probe, lambda: list(self.done), knob, slos
