@@ -53,7 +53,7 @@ def answer_text(search: SearchOutcome) -> str:
         return f"{text} ({low}-{_bare(search, iv.hi)} within {level})"
     high = _bare(search, iv.hi if iv.hi is not None else search.answer)
     if iv.lo is None:
-        return f"{text} (up to {high} within {level}; none in the range is safe at it)"
+        return f"{text} (up to {high} within {level}; none in the range is safe at {LEVEL:.0%})"
     return f"{text} ({_bare(search, iv.lo)}-{high} within {level})"
 
 

@@ -301,9 +301,15 @@ def find_end(
                 break
     while good is None or bad is None:  # gallop past the probes made, from the furthest
         edge: float = bad if good is None else good  # type: ignore[assignment]
-        nxt = min(max(edge * 2.0 if away else edge / 2.0, knob.lo), knob.hi)
-        nxt = float(round(nxt)) if knob.integer else round_probe(nxt)
-        if nxt == edge:
+        nxt = edge * 2.0 if away else edge / 2.0
+        # within the tolerance of a range end, the end itself (probed as it is, not rounded)
+        if nxt <= knob.lo * (1.0 + knob.tolerance):
+            nxt = knob.lo
+        elif nxt >= knob.hi / (1.0 + knob.tolerance):
+            nxt = knob.hi
+        else:
+            nxt = float(round(nxt)) if knob.integer else round_probe(nxt)
+        if nxt == edge or (edge in (knob.lo, knob.hi) and (nxt > edge) == away):
             return good  # the range ends here
         if margin_at(nxt) <= 0:
             good = nxt

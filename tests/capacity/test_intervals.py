@@ -121,6 +121,17 @@ def test_none_is_safe_when_even_the_lowest_value_fails_at_its_upper_bound() -> N
 
     low, high = civ.answer_ends("rate", 4.0, measure, lambda: [4.0, 8.0], knob, SLO)
     assert low is None and high == 64.0  # no rate is safe; up to the range's end may meet
+    # galloping down to a range end that is no round number probes the end, once
+    made: list[float] = []
+    odd = civ.Knob(64 / 796.3, 64.0, 0.05, integer=False)
+
+    def tracked(v: float) -> civ.Probe:
+        made.append(v)
+        return measure(v)
+
+    assert civ.answer_ends("rate", 4.0, tracked, lambda: [4.0], odd, SLO)[0] is None
+    near_end = [v for v in set(made) if v < odd.lo * 1.05]
+    assert near_end == [odd.lo]
 
 
 # --- replicates
