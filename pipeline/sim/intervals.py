@@ -260,8 +260,24 @@ def combine(
     point: float, arrivals: tuple[float, float] | None, profile: Sequence[float] = ()
 ) -> tuple[float, float]:
     """One interval from the arrivals' (a bootstrap interval) and the profile's (the statistic
-    replayed at the low and high step cost): their half-widths, side by side, added in
-    quadrature (independent errors), around ``point``. Never below 0."""
+    replayed at the low and high step cost): each side's half-widths added in quadrature
+    (independent errors), around ``point``.
+
+    On a log scale where every value is positive (latencies: both errors act as factors,
+    and a skewed side stays skewed without running below 0); on a linear one otherwise,
+    never below 0.
+    """
+    values = [point, *(arrivals or ()), *profile]
+    if all(v > 0 for v in values):
+        lp = math.log(point)
+        a_lo = lp - math.log(arrivals[0]) if arrivals else 0.0
+        a_hi = math.log(arrivals[1]) - lp if arrivals else 0.0
+        logs = [math.log(v) - lp for v in profile]
+        p_lo, p_hi = max([0.0, *(-x for x in logs)]), max([0.0, *logs])
+        down, up = math.hypot(max(a_lo, 0.0), p_lo), math.hypot(max(a_hi, 0.0), p_hi)
+        lo = arrivals[0] if arrivals and not p_lo and a_lo > 0 else point * math.exp(-down)
+        hi = arrivals[1] if arrivals and not p_hi and a_hi > 0 else point * math.exp(up)
+        return lo, hi  # one source alone: its own bound, exactly
     a_lo = max(0.0, point - arrivals[0]) if arrivals else 0.0
     a_hi = max(0.0, arrivals[1] - point) if arrivals else 0.0
     p_lo = max([0.0, *(point - v for v in profile)])

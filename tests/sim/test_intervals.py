@@ -84,9 +84,14 @@ def test_t_quantile_matches_students_t() -> None:
 
 
 def test_combine_adds_the_half_widths_in_quadrature() -> None:
-    assert iv.combine(10.0, (7.0, 14.0), [6.0, 13.0]) == pytest.approx((5.0, 15.0))
+    # on a log scale: factors 3/4 and 4/3 below, (4/3, 5/4) and (3/2, ...) above
+    lo, hi = iv.combine(10.0, (10 * 0.75, 10 * 4 / 3), [10 * 0.8, 10 * 1.25])
+    assert np.log(10 / lo) == pytest.approx(np.hypot(np.log(4 / 3), np.log(1.25)))
+    assert np.log(hi / 10) == pytest.approx(np.hypot(np.log(4 / 3), np.log(1.25)))
     assert iv.combine(10.0, None, []) == (10.0, 10.0)
-    assert iv.combine(1.0, (0.0, 1.0), [-5.0])[0] == 0.0  # never below 0
+    # a zero among them: on a linear scale (4 and 3 above: 5), never below 0
+    assert iv.combine(10.0, (0.0, 14.0), [6.0, 13.0]) == pytest.approx((0.0, 15.0))
+    assert iv.combine(1.0, (0.0, 1.0), [-5.0])[0] == 0.0
 
 
 def test_the_same_seed_gives_the_same_intervals() -> None:
@@ -150,7 +155,7 @@ def _coverage(sd: float) -> dict[str, float]:
 @pytest.mark.parametrize("sd", [0.0, 0.1])
 def test_intervals_cover_the_truth_at_about_their_nominal_rate(sd: float) -> None:
     """Measured: arrivals alone 0.78 to 0.86 per statistic (mean 0.83: the bootstrap of one
-    replay sees only the bursts it holds); with the profile term 0.93 to 0.94."""
+    replay sees only the bursts it holds); with the profile term 0.91 to 0.94."""
     cover = _coverage(sd)
     mean = sum(cover.values()) / len(cover)
     assert 0.78 <= mean <= 0.97, cover
