@@ -6,7 +6,9 @@
   workers), every result written to the warehouse;
 - capacity: the seed lab's searches (``examples/seed_lab/capacity.toml``:
   p99 TTFT <= 200 ms; the highest max_num_seqs, the highest rate, the fewest
-  replicas for 4x the traffic): replays needed and wall time.
+  replicas for 4x the traffic): replays needed and wall time, without the
+  answers' 90% intervals (``--no-intervals``, the searches as they were before
+  intervals) and with them, alternating in one run, and the ratio.
 
 Every figure is the median of 3 fresh processes. "process s" is the whole
 command from the first import (reading the requests, checking the grid,
@@ -17,13 +19,16 @@ Run from the repository root:
 
     .venv/bin/python bench/sweep_speed.py            # all figures, writes bench/RESULTS.md
     .venv/bin/python bench/sweep_speed.py --quick    # 1 run each, prints, writes nothing
+    .venv/bin/python bench/sweep_speed.py --capacity-only   # the capacity figures only
 
-Target (issue): the 64-scenario sweep <= 15 s with 2 jobs.
+Targets (issues): the 64-scenario sweep <= 15 s with 2 jobs; capacity with
+intervals within 2x the time of capacity without.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 from pathlib import Path
 
@@ -72,12 +77,18 @@ from pathlib import Path
 from pipeline.plan.capacity import load_capacity_file, run_capacity
 wh = Path({wh!r})
 base, slos, specs = load_capacity_file(Path({cfile!r}))
-r = run_capacity(wh, base, slos, specs, quiet=True)
-out = {{"stage_s": r.wall_s, "replays": r.num_replays}}
+r = run_capacity(wh, base, slos, specs, quiet=True, intervals={intervals})
+out = {{"stage_s": r.wall_s, "replays": r.num_replays, "extra": r.num_interval_replays}}
 for s in r.searches:
     out[s.spec.kind] = s.answer if s.answer is not None else -1
-    out[s.spec.kind + "_probes"] = len(s.probes)
+    out[s.spec.kind + "_probes"] = len(s.probes) + len(s.interval_probes)
+    if s.interval is not None:
+        out[s.spec.kind + "_lo"] = s.interval.lo if s.interval.lo is not None else -1
+        out[s.spec.kind + "_hi"] = s.interval.hi if s.interval.hi is not None else -1
+        out[s.spec.kind + "_safe"] = float(s.interval.safe)
 out["wall_s"] = time.perf_counter() - t0
+me = resource.getrusage(resource.RUSAGE_SELF)
+out["cpu_s"] = me.ru_utime + me.ru_stime
 for table in ("sim_requests", "sim_steps", "scenarios", "capacity_search"):
     shutil.rmtree(wh / table / f"run_id={{r.run_id}}", ignore_errors=True)
 (wh / "runs" / f"{{r.run_id}}.parquet").unlink()
@@ -94,9 +105,42 @@ def azure_warehouse() -> Path:
     return wh
 
 
+def capacity_side_by_side(wh: Path, repeats: int) -> dict[bool, dict[str, float]]:
+    """The capacity searches without and with intervals, alternating in fresh processes
+    (so that a busy spell of the machine falls on both alike); medians of each."""
+    runs: dict[bool, list[dict[str, float]]] = {False: [], True: []}
+    for _ in range(repeats):
+        for intervals in (False, True):
+            code = CAPACITY_RUN.format(wh=str(wh), cfile=str(CAPACITY), intervals=intervals)
+            runs[intervals].append(child(code, repeats=1))
+    return {k: {f: statistics.median(r[f] for r in v) for f in v[0]} for k, v in runs.items()}
+
+
+def answers(m: dict[str, float]) -> str:
+    """The three answers with their intervals, as the command prints them."""
+
+    def span(kind: str, fmt: str) -> str:
+        if kind + "_lo" not in m:
+            return ""
+        lo, hi = m[kind + "_lo"], m[kind + "_hi"]
+        ends = f"{'none' if lo < 0 else format(lo, fmt)}-{'none' if hi < 0 else format(hi, fmt)}"
+        safe = "safe" if m[kind + "_safe"] else "not safe"
+        return f" ({ends} within the 90% interval; {safe} at 90%)"
+
+    conc = "none" if m["concurrency"] < 0 else f"{m['concurrency']:.0f}"
+    return (
+        f"highest max_num_seqs {conc}{span('concurrency', '.0f')}, highest rate "
+        f"{m['rate']:.2f} req/s{span('rate', '.2f')}, fewest replicas for 4x the traffic "
+        f"{m['replicas']:.0f}{span('replicas', '.0f')}"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="1 run each; print, do not record")
+    parser.add_argument(
+        "--capacity-only", action="store_true", help="only the capacity searches; do not record"
+    )
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     repeats = 1 if args.quick else 3
@@ -104,9 +148,12 @@ def main() -> None:
     grid = OUT / "grid.toml"
     grid.write_text(GRID)
     wh = azure_warehouse()
-    child(SWEEP.format(wh=str(wh), grid=str(grid), jobs=1), repeats=1)  # warm numba's cache
+    warm = CAPACITY_RUN.format(wh=str(wh), cfile=str(CAPACITY), intervals=False)
+    if not args.capacity_only:
+        warm = SWEEP.format(wh=str(wh), grid=str(grid), jobs=1)
+    child(warm, repeats=1)  # warm numba's cache
     sweeps = {}
-    for jobs in (1, 2):
+    for jobs in () if args.capacity_only else (1, 2):
         m = child(SWEEP.format(wh=str(wh), grid=str(grid), jobs=jobs), repeats=repeats)
         sweeps[jobs] = m
         print(
@@ -115,16 +162,24 @@ def main() -> None:
             f"peak RSS {m['peak_rss_mb']:,.0f} MB, load average {m['load_1m']:.1f}",
             flush=True,
         )
-    cap = child(CAPACITY_RUN.format(wh=str(wh), cfile=str(CAPACITY)), repeats=repeats)
+    caps = capacity_side_by_side(wh, repeats)
+    cap, full = caps[False], caps[True]
+    for label, m in (("without intervals", cap), ("with intervals", full)):
+        print(
+            f"capacity {label}: {m['replays']:.0f} replays (concurrency "
+            f"{m['concurrency_probes']:.0f}, rate {m['rate_probes']:.0f}, replicas "
+            f"{m['replicas_probes']:.0f}) and {m['extra']:.0f} for the intervals; process "
+            f"{m['wall_s']:.1f} s, stage {m['stage_s']:.1f} s, CPU {m['cpu_s']:.1f} s",
+            flush=True,
+        )
+    ratio = {k: full[k] / cap[k] for k in ("wall_s", "stage_s", "cpu_s")}
     print(
-        f"capacity: {cap['replays']:.0f} replays (concurrency {cap['concurrency_probes']:.0f}, "
-        f"rate {cap['rate_probes']:.0f}, replicas {cap['replicas_probes']:.0f}); process "
-        f"{cap['wall_s']:.1f} s, stage {cap['stage_s']:.1f} s; answers: max_num_seqs "
-        f"{'none' if cap['concurrency'] < 0 else int(cap['concurrency'])}, rate "
-        f"{cap['rate']:.2f} req/s, replicas {cap['replicas']:.0f}",
+        f"capacity with / without intervals: process {ratio['wall_s']:.2f}x, stage "
+        f"{ratio['stage_s']:.2f}x, CPU {ratio['cpu_s']:.2f}x (target <= 2x); answers: "
+        f"{answers(full)}",
         flush=True,
     )
-    if args.quick:
+    if args.quick or args.capacity_only:
         return
     s1, s2 = sweeps[1], sweeps[2]
     lines = [
@@ -147,15 +202,26 @@ def main() -> None:
         "and 2 jobs gain only while a core is free).",
         "",
         "Capacity search on the whole Azure conversation trace "
-        "(`examples/seed_lab/capacity.toml`: p99 TTFT <= 200 ms, vllm on one H100): "
-        f"{cap['replays']:.0f} replays (concurrency {cap['concurrency_probes']:.0f}, rate "
-        f"{cap['rate_probes']:.0f}, replicas {cap['replicas_probes']:.0f}), process "
-        f"{cap['wall_s']:.1f} s, stage {cap['stage_s']:.1f} s. Answers: highest "
-        f"max_num_seqs {'none' if cap['concurrency'] < 0 else int(cap['concurrency'])}, "
-        f"highest rate {cap['rate']:.2f} req/s, fewest replicas for 4x the traffic "
-        f"{cap['replicas']:.0f}.",
+        "(`examples/seed_lab/capacity.toml`: p99 TTFT <= 200 ms, vllm on one H100), without "
+        "the answers' 90% intervals (`--no-intervals`, the searches as before intervals) and "
+        f"with them, alternating, medians of {repeats} fresh processes each:",
         "",
-        "Target: the 64-scenario sweep <= 15 s with 2 jobs.",
+        "| capacity | replays | for the intervals | process s | stage s | CPU s |",
+        "|---|---:|---:|---:|---:|---:|",
+        *(
+            f"| {label} | {m['replays']:.0f} | {m['extra']:.0f} | {m['wall_s']:.1f} | "
+            f"{m['stage_s']:.1f} | {m['cpu_s']:.1f} |"
+            for label, m in (("without intervals", cap), ("with intervals", full))
+        ),
+        f"| **with / without** | | | **{ratio['wall_s']:.2f}x** | {ratio['stage_s']:.2f}x | "
+        f"{ratio['cpu_s']:.2f}x |",
+        "",
+        f"Answers: {answers(full)}. Replays for the intervals: the answer's own bootstrap, 6 "
+        "replicates (the trace resampled in windows) and 2 profile replays at the answer and "
+        "at each end; probes for the ends are summarized, not written.",
+        "",
+        "Targets: the 64-scenario sweep <= 15 s with 2 jobs; capacity with intervals <= 2x "
+        "the time without.",
     ]
     record("Sweeps and capacity", ".venv/bin/python bench/sweep_speed.py", "\n".join(lines))
     print("recorded in bench/RESULTS.md")

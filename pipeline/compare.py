@@ -4,6 +4,9 @@ The figures come from ``sql/compare_runs.sql`` (the same query the report's
 comparison section draws): per scenario, throughput, TTFT and TPOT percentiles,
 preemptions and the prefix-cache hit rate, and each capacity search's answer.
 Scenarios pair by name; two runs of one scenario each pair whatever their names.
+Each latency percentile's and capacity answer's change comes with its 90%
+interval (``pipeline.report.changes``: paired where both runs replayed the same
+requests) and is marked *within noise* when that interval holds zero.
 """
 
 from __future__ import annotations
@@ -66,10 +69,13 @@ def compare_runs(
         if rid not in runs:
             latest = ", ".join(runs[:5]) or "none"
             raise PipelineError(f"no run {rid!r} in {wh.root}; latest runs: {latest}")
+    from pipeline.report.changes import with_intervals
+
     con = wh.connect()
     try:
-        return query(con, "compare_runs", run_id=run_a, compare_run_id=run_b,
-                     prices_json=prices_json(prices or {}))  # fmt: skip
+        df = query(con, "compare_runs", run_id=run_a, compare_run_id=run_b,
+                   prices_json=prices_json(prices or {}))  # fmt: skip
+        return with_intervals(con, df)
     finally:
         con.close()
 
@@ -106,6 +112,10 @@ def comparison_dict(df: pl.DataFrame) -> dict[str, Any]:
             "b": row["value_b"],
             "change": row["change"],
             "relative_change": row["relative_change"],
+            "change_lo": row.get("change_lo"),  # the change's 90% interval (null: none)
+            "change_hi": row.get("change_hi"),
+            "interval": row.get("interval"),  # paired | unpaired
+            "within_noise": row.get("within_noise"),  # the interval holds 0
         }
     return out
 
@@ -125,16 +135,36 @@ def format_comparison(df: pl.DataFrame) -> str:
             label, scale, unit, better_up = METRICS.get(r["metric"], (r["metric"], 1.0, "", True))
             rel = r["relative_change"]
             verdict = ""
-            if r["change"]:
+            if r.get("within_noise"):
+                verdict = "within noise"
+            elif r["change"]:
                 verdict = "better" if (r["change"] > 0) == better_up else "worse"
             a, b = _plain(r["value_a"], scale, unit), _plain(r["value_b"], scale, unit)
             pct = "\u2014" if rel is None else f"{rel * 100:+.1f}%"
-            rows.append([label, a, b, signed(r["change"], scale, unit), pct, verdict])
+            rows.append(
+                [label, a, b, signed(r["change"], scale, unit), _interval(r, scale, unit), pct,
+                 verdict]
+            )  # fmt: skip
         lines.append("")
         lines.append(head)
-        table = render_table(["metric", "A", "B", "B - A", "change", ""], rows)
+        table = render_table(["metric", "A", "B", "B - A", "90% interval", "change", ""], rows)
         lines += ["  " + line for line in table.splitlines()]
+    if "interval" in df.columns and df["interval"].is_not_null().any():
+        lines += [
+            "",
+            "90% interval of B - A: paired where both runs replayed the same requests (a "
+            "bootstrap drawing the same windows of arrivals from both), else unpaired; with "
+            "each run's profile term. 'within noise': the interval holds 0.",
+        ]
     return "\n".join(lines)
+
+
+def _interval(r: dict[str, Any], scale: float, unit: str) -> str:
+    """``-12.3 to +4.5 ms (paired)``, or a dash without an interval."""
+    lo, hi = r.get("change_lo"), r.get("change_hi")
+    if lo is None or hi is None:
+        return "\u2014"
+    return f"{signed(lo, scale)} to {signed(hi, scale, unit)} ({r['interval']})"
 
 
 __all__ = ["METRICS", "compare_runs", "comparison_dict", "format_comparison", "known_runs"]

@@ -47,6 +47,9 @@ class Contract:
     primary_key: tuple[str, ...] = ()
     partition_by: tuple[str, ...] = ()  # hive partition columns (not stored in files)
     docs: dict[str, str] = field(default_factory=dict, compare=False)
+    # columns added after files were first written: nullable, at the end; a file written
+    # before them may lack them (readers get nulls), so old warehouses stay readable
+    added: frozenset[str] = frozenset()
 
     @property
     def column_names(self) -> list[str]:
@@ -80,6 +83,7 @@ def _contract(
     nullable: set[str] | None = None,
     primary_key: tuple[str, ...] = (),
     partition_by: tuple[str, ...] = (),
+    added: frozenset[str] = frozenset(),
 ) -> Contract:
     return Contract(
         name=name,
@@ -90,6 +94,7 @@ def _contract(
         primary_key=primary_key,
         partition_by=partition_by,
         docs={n: d for n, _, d in cols},
+        added=added,
     )
 
 
@@ -266,6 +271,21 @@ SCENARIOS = _contract(
     partition_by=("run_id",),
 )
 
+# columns capacity_search gained with intervals: older files lack them (read as null)
+CAPACITY_INTERVAL_COLUMNS = (
+    "probe_role",
+    "measured_lo_s",
+    "measured_hi_s",
+    "interval_level",
+    "answer_lo",
+    "answer_hi",
+    "answer_safe",
+    "reversal_beyond_interval",
+    "num_replicates",
+    "cost_log_sd",
+    "cost_sd_default",
+)
+
 CAPACITY_SEARCH = _contract(
     "capacity_search",
     1,
@@ -292,6 +312,18 @@ CAPACITY_SEARCH = _contract(
         _c("is_answer", pa.bool_(), "this probe is the answer"),
         _c("monotone", pa.bool_(), "every probe of the search agrees with the assumed shape"),
         _c("note", pa.string(), "range end reached, or the probes that break monotony"),
+        # added with intervals (null in files written before, and with --no-intervals)
+        _c("probe_role", pa.string(), "search (the bisection) or interval (for its ends only)"),
+        _c("measured_lo_s", pa.float64(), "low end of measured_s's interval (the answer's spread)"),
+        _c("measured_hi_s", pa.float64(), "high end of measured_s's interval"),
+        _c("interval_level", pa.float64(), "coverage of the intervals (0.9)"),
+        _c("answer_lo", pa.float64(), "low end of the answer's interval; null: none in range"),
+        _c("answer_hi", pa.float64(), "high end of the answer's interval; null: none in range"),
+        _c("answer_safe", pa.bool_(), "the answer meets every SLO at its upper bounds too"),
+        _c("reversal_beyond_interval", pa.bool_(), "a verdict against the shape, not noise"),
+        _c("num_replicates", pa.int32(), "replicate replays at the answer (arrivals term)"),
+        _c("cost_log_sd", pa.float64(), "sd of log step time of the profile term"),
+        _c("cost_sd_default", pa.bool_(), "that sd is the default (the profile states none)"),
     ],
     nullable={
         "measured_s",
@@ -301,7 +333,9 @@ CAPACITY_SEARCH = _contract(
         "goodput",
         "answer",
         "note",
+        *CAPACITY_INTERVAL_COLUMNS,
     },
+    added=frozenset(CAPACITY_INTERVAL_COLUMNS),
     primary_key=("search", "probe", "slo"),
     partition_by=("run_id",),
 )
@@ -623,7 +657,8 @@ def check_file(path: Path, contract: Contract) -> pq.ParquetFile:
     problems = []
     for name in contract.file_columns:
         if name not in schema.names:
-            problems.append(f"missing column {name!r}")
+            if name not in contract.added:  # a file from before the column was added
+                problems.append(f"missing column {name!r}")
         elif not schema.field(name).type.equals(types[name]):
             problems.append(
                 f"column {name!r} has type {schema.field(name).type}, expected {types[name]}"
@@ -634,5 +669,15 @@ def check_file(path: Path, contract: Contract) -> pq.ParquetFile:
 
 
 def read_table(path: Path, contract: Contract) -> pa.Table:
-    """Read one Parquet file after checking it against ``contract``."""
-    return check_file(path, contract).read(columns=contract.file_columns)
+    """Read one Parquet file after checking it against ``contract``; columns added to the
+    contract after the file was written come back as nulls."""
+    pf = check_file(path, contract)
+    present = [n for n in contract.file_columns if n in pf.schema_arrow.names]
+    table = pf.read(columns=present)
+    if len(present) == len(contract.file_columns):
+        return table
+    types = dict(contract.columns)
+    for i, name in enumerate(contract.file_columns):
+        if name not in present:
+            table = table.add_column(i, name, pa.nulls(table.num_rows, types[name]))
+    return table

@@ -480,10 +480,7 @@ def run_nightly(
                         quiet=quiet,
                     )
                     m["capacity_run_id"] = capacity.run_id
-                    m["capacity"] = {
-                        s.spec.kind: {"knob": s.knob, "answer": s.answer, "note": s.note}
-                        for s in capacity.searches
-                    }
+                    m["capacity"] = {s.spec.kind: s.brief() for s in capacity.searches}
                     say(f"capacity: run {capacity.run_id}, {capacity.num_replays} replays")
                 figures = _figures(Path(warehouse), days, replayed, capacity)
                 prev_id, prev = _previous_figures(Path(warehouse))

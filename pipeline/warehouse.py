@@ -32,6 +32,7 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from pipeline.contracts import CONTRACTS, Contract, TableWriter, write_table
 
@@ -62,13 +63,18 @@ class Warehouse:
         return self.root / contract.name
 
     def init(self) -> None:
-        """Create every table directory with its zero-row schema file (idempotent)."""
+        """Create every table directory with its zero-row schema file (idempotent).
+
+        A schema file that lacks columns a contract gained since (``Contract.added``) is
+        written again, so that the views of an older warehouse have those columns too
+        (null in its older files) and the queries that read them run.
+        """
         for contract in CONTRACTS.values():
             d = self.table_dir(contract)
             for col in contract.partition_by:
                 d = d / f"{col}={_EMPTY_PARTITION[col]}"
             path = d / "_empty.parquet"
-            if not path.exists():
+            if not path.exists() or (contract.added and not _has_columns(path, contract)):
                 write_table(contract.schema().empty_table(), contract, path)
 
     def files(self, contract: Contract) -> list[Path]:
@@ -161,6 +167,15 @@ class Warehouse:
         con.execute("SET enable_external_access = false")
         con.execute("SET lock_configuration = true")
         return con
+
+
+def _has_columns(path: Path, contract: Contract) -> bool:
+    """Whether a schema file holds every file column of ``contract``."""
+    try:
+        names = set(pq.read_schema(path).names)
+    except (OSError, pa.ArrowInvalid):
+        return False
+    return set(contract.file_columns) <= names
 
 
 def absolute_views(root: str) -> str:

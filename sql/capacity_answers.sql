@@ -13,7 +13,13 @@
 --          SLO, at the answer), gpus (replicas x tensor parallel there), usd_per_hour,
 --          usd_per_1m_output_tokens (the deployment's cost at the answer), monotone, note
 --          (range end, monotony, and for no answer the unloaded value of the failing SLO
---          and what sets it)
+--          and what sets it), answer_lo, answer_hi (the answer's interval; null: none in
+--          the range, or a run without intervals), interval_level (0.9), answer_safe (the
+--          answer meets every SLO at the upper bounds too), at_answer (each SLO there:
+--          'ttft_p99 199.9 ms (162.0-252.1 ms)'), reversal_beyond_interval,
+--          num_interval_probes (probes made for the interval's ends), cost_log_sd,
+--          cost_sd_default (the profile term's sd, and whether it is a default because the
+--          profile states none)
 WITH run AS (
     SELECT coalesce(getvariable('run_id')::VARCHAR,
                     (SELECT max(run_id) FROM capacity_search)) AS run_id
@@ -29,8 +35,20 @@ slos AS (
 ),
 searches AS (
     SELECT
-        search, any_value(knob) AS knob, count(DISTINCT probe) AS num_probes,
-        any_value(answer) AS answer, bool_and(monotone) AS monotone, any_value(note) AS note
+        search, any_value(knob) AS knob,
+        count(DISTINCT probe) FILTER (WHERE coalesce(probe_role, 'search') = 'search')
+            AS num_probes,
+        count(DISTINCT probe) FILTER (WHERE probe_role = 'interval') AS num_interval_probes,
+        any_value(answer) AS answer, bool_and(monotone) AS monotone, any_value(note) AS note,
+        any_value(answer_lo) AS answer_lo, any_value(answer_hi) AS answer_hi,
+        any_value(interval_level) AS interval_level, bool_and(answer_safe) AS answer_safe,
+        bool_or(reversal_beyond_interval) AS reversal_beyond_interval,
+        any_value(cost_log_sd) AS cost_log_sd, bool_or(cost_sd_default) AS cost_sd_default,
+        string_agg(slo || ' ' || printf('%.1f ms', measured_s * 1000)
+                   || CASE WHEN measured_lo_s IS NULL THEN ''
+                           ELSE printf(' (%.1f-%.1f ms)', measured_lo_s * 1000,
+                                       measured_hi_s * 1000) END, ', ' ORDER BY slo)
+            FILTER (WHERE is_answer AND measured_s IS NOT NULL) AS at_answer
     FROM rows
     GROUP BY search
 ),
@@ -62,7 +80,9 @@ SELECT
     d.gpus * d.usd_per_gpu_hour AS usd_per_hour,
     d.gpus * d.usd_per_gpu_hour / nullif(a.output_token_throughput * 3600, 0) * 1e6
         AS usd_per_1m_output_tokens,
-    s.monotone, s.note
+    s.monotone, s.note, s.answer_lo, s.answer_hi, s.interval_level, s.answer_safe,
+    s.at_answer, s.reversal_beyond_interval, s.num_interval_probes, s.cost_log_sd,
+    s.cost_sd_default
 FROM searches AS s
 LEFT JOIN at_answer AS a USING (search)
 LEFT JOIN deployment AS d ON d.scenario = a.answer_scenario

@@ -10,7 +10,12 @@
 --          num_preemptions, policy, replicas, max_concurrency (max_num_seqs, or
 --          max_batch_size for static batching; null without a cap),
 --          offered_requests_per_s (requests over the arrival span), mean_queue_depth (met
---          on arrival)
+--          on arrival), p50_ttft_lo_s, p50_ttft_hi_s, p90_ttft_lo_s, p90_ttft_hi_s,
+--          p99_ttft_lo_s, p99_ttft_hi_s, p50_tpot_lo_s, p50_tpot_hi_s, p99_tpot_lo_s,
+--          p99_tpot_hi_s, p50_e2e_lo_s, p50_e2e_hi_s, p99_e2e_lo_s, p99_e2e_hi_s (the 90%
+--          interval of each percentile, from the scenario's summary; null for a run
+--          replayed without intervals, e.g. a sweep), interval_cost_sd_default (the
+--          interval's profile term is a default: the profile states no calibration error)
 -- Percentiles interpolate linearly (quantile_cont, numpy's default); TPOT leaves out
 -- requests with one output token (tpot_s is null for them). TTFT, TPOT and E2E are what a
 -- client sees (the engine's times plus the profile's front end); *_engine_ttft_s the
@@ -58,7 +63,23 @@ SELECT
     coalesce(TRY_CAST(s.config_json ->> 'max_num_seqs' AS BIGINT),
              TRY_CAST(s.config_json ->> 'max_batch_size' AS BIGINT)) AS max_concurrency,
     v.offered_requests_per_s,
-    v.mean_queue_depth
+    v.mean_queue_depth,
+    TRY_CAST(s.summary_json ->> '$.intervals.stats.ttft_p50_s.lo' AS DOUBLE) AS p50_ttft_lo_s,
+    TRY_CAST(s.summary_json ->> '$.intervals.stats.ttft_p50_s.hi' AS DOUBLE) AS p50_ttft_hi_s,
+    TRY_CAST(s.summary_json ->> '$.intervals.stats.ttft_p90_s.lo' AS DOUBLE) AS p90_ttft_lo_s,
+    TRY_CAST(s.summary_json ->> '$.intervals.stats.ttft_p90_s.hi' AS DOUBLE) AS p90_ttft_hi_s,
+    TRY_CAST(s.summary_json ->> '$.intervals.stats.ttft_p99_s.lo' AS DOUBLE) AS p99_ttft_lo_s,
+    TRY_CAST(s.summary_json ->> '$.intervals.stats.ttft_p99_s.hi' AS DOUBLE) AS p99_ttft_hi_s,
+    TRY_CAST(s.summary_json ->> '$.intervals.stats.tpot_p50_s.lo' AS DOUBLE) AS p50_tpot_lo_s,
+    TRY_CAST(s.summary_json ->> '$.intervals.stats.tpot_p50_s.hi' AS DOUBLE) AS p50_tpot_hi_s,
+    TRY_CAST(s.summary_json ->> '$.intervals.stats.tpot_p99_s.lo' AS DOUBLE) AS p99_tpot_lo_s,
+    TRY_CAST(s.summary_json ->> '$.intervals.stats.tpot_p99_s.hi' AS DOUBLE) AS p99_tpot_hi_s,
+    TRY_CAST(s.summary_json ->> '$.intervals.stats.e2e_p50_s.lo' AS DOUBLE) AS p50_e2e_lo_s,
+    TRY_CAST(s.summary_json ->> '$.intervals.stats.e2e_p50_s.hi' AS DOUBLE) AS p50_e2e_hi_s,
+    TRY_CAST(s.summary_json ->> '$.intervals.stats.e2e_p99_s.lo' AS DOUBLE) AS p99_e2e_lo_s,
+    TRY_CAST(s.summary_json ->> '$.intervals.stats.e2e_p99_s.hi' AS DOUBLE) AS p99_e2e_hi_s,
+    TRY_CAST(s.summary_json ->> '$.intervals.cost_sd_default' AS BOOLEAN)
+        AS interval_cost_sd_default
 FROM per_scenario AS v
 LEFT JOIN scenarios AS s
     ON s.scenario = v.scenario AND s.run_id = (SELECT run_id FROM run)

@@ -21,8 +21,10 @@ from pipeline.plan.capacity import (
     load_capacity_file,
     run_capacity,
 )
-from pipeline.plan.slo import Slo, parse_slos
+from pipeline.plan.intervals import Spread
+from pipeline.plan.slo import Slo, format_seconds, parse_slos
 from pipeline.pricing import deployment_cost, format_cost, gpu_prices
+from pipeline.sim.intervals import LEVEL
 from pipeline.sim.policies import POLICIES
 from pipeline.sim.scenario import read_scenario_file
 
@@ -31,6 +33,82 @@ def _value(search: SearchOutcome, x: float | None) -> str:
     if x is None:
         return "none"
     return f"{x:,.3g} req/s" if search.spec.kind == "rate" else f"{int(x):,}"
+
+
+def _bare(search: SearchOutcome, x: float) -> str:
+    return f"{x:,.3g}" if search.spec.kind == "rate" else f"{int(x):,}"
+
+
+def answer_text(search: SearchOutcome) -> str:
+    """``3.07 req/s (2.95-3.19 within the 90% interval)``, ``4 (3-5 within ...)``."""
+    text = _value(search, search.answer)
+    iv = search.interval
+    if iv is None or search.answer is None:
+        return text
+    level = f"the {LEVEL:.0%} interval"
+    if search.spec.kind == "replicas":
+        low = _bare(search, iv.lo if iv.lo is not None else search.answer)
+        if iv.hi is None:
+            return f"{text} ({low} to more than {_bare(search, search.hi)} within {level})"
+        return f"{text} ({low}-{_bare(search, iv.hi)} within {level})"
+    high = _bare(search, iv.hi if iv.hi is not None else search.answer)
+    if iv.lo is None:
+        return f"{text} (up to {high} within {level}; none in the range is safe at {LEVEL:.0%})"
+    return f"{text} ({_bare(search, iv.lo)}-{high} within {level})"
+
+
+def _bounded(value: float | None, bounds: tuple[float, float] | None) -> str:
+    """``199.5ms (188.1ms-214.2ms)``."""
+    if value is None:
+        return "-"
+    shown = format_seconds(float(f"{value:.4g}"))
+    if bounds is None:
+        return shown
+    lo, hi = (format_seconds(float(f"{b:.3g}")) for b in bounds)
+    return f"{shown} ({lo}-{hi})"
+
+
+def _slo_cell(v: float | None, spread: Spread | None) -> str:
+    """A probe's statistic, with its interval when there is one."""
+    if spread is None or not v:
+        return seconds(v)
+    return _bounded(v, spread.bounds(v))
+
+
+def interval_lines(search: SearchOutcome, slos: list[Slo]) -> list[str]:
+    """At the answer: each SLO's statistic with its interval and limit, safe or not; and
+    what the interval rests on."""
+    iv, at = search.interval, search.answer_probe
+    if iv is None or at is None or at.slo is None or search.answer is None:
+        return []
+    level = f"{LEVEL:.0%}"
+    cells = []
+    spreads = iv.spread_at(search.answer)
+    for s in slos:
+        v = at.slo.measured_s[s.key]
+        bounds = spreads[s.key].bounds(v) if v else None
+        cells.append(f"{s.key} {_bounded(v, bounds)} against {format_seconds(s.limit_s)}")
+    if iv.safe:
+        verdict = f"safe at {level}: every upper bound is within its limit"
+    else:
+        verdict = f"not safe at {level}: an upper bound is above its limit"
+        if search.spec.kind == "replicas" and iv.hi is not None:
+            verdict += f"; {_bare(search, iv.hi)} replicas are safe at {level}"
+        elif search.spec.kind == "replicas":
+            verdict += f"; no count in the range is safe at {level}"
+        elif iv.lo is not None:
+            verdict += f"; safe at {level} up to {_value(search, iv.lo)}"
+    unc = iv.uncertainty
+    if unc.log_sd:
+        kind = "a default: " if unc.is_default else ""
+        profile = f"step-time sd {unc.log_sd:.3g} ({kind}{unc.source})"
+    else:
+        profile = "left out (step-time sd 0)"
+    return [
+        f"  at {_value(search, search.answer)}: {', '.join(cells)}: {verdict}",
+        f"  {level} intervals: arrivals from {iv.num_replicates} replicates ({iv.arrivals}); "
+        f"profile: {profile}",
+    ]
 
 
 def answer_cost(search: SearchOutcome, prices: dict[str, float]) -> dict[str, Any] | None:
@@ -55,7 +133,7 @@ def format_search(
         "rate": f"highest request rate that meets every SLO (within {search.spec.tolerance:.0%})",
         "replicas": f"fewest replicas that meet every SLO at {number(rate)} req/s",
     }[kind]
-    lines = [f"{kind}: {head}: {_value(search, search.answer)}"]
+    lines = [f"{kind}: {head}: {answer_text(search)}", *interval_lines(search, slos)]
     at = search.answer_probe
     if at is not None and at.run is not None and at.slo is not None:
         s = at.run.summary
@@ -71,15 +149,22 @@ def format_search(
         lines.append(f"  note: {search.note}")
     headers = ["probe", search.knob, *[s.key for s in slos], "met", "req/s", "goodput", "preempt"]
     rows = []
-    for i, ((value, met), out) in enumerate(zip(search.result.probes, search.probes, strict=True)):
+    probes = [
+        *((v, out, "") for (v, _), out in zip(search.result.probes, search.probes, strict=True)),
+        *((v, out, " i") for v, out in search.interval_probes),
+    ]
+    iv = search.interval
+    for i, (value, out, role) in enumerate(probes):
         assert out.run is not None and out.slo is not None
         cell = f"{value:,.4g}" if kind == "rate" else f"{int(value):,}"
+        measured = out.slo.measured_s
+        spreads = iv.spread_at(value) if iv else None
         rows.append(
             [
-                str(i),
-                cell + (" *" if value == search.answer else ""),
-                *[seconds(out.slo.measured_s[s.key]) for s in slos],
-                "yes" if met else "no",
+                f"{i}{role}",
+                cell + (" *" if not role and value == search.answer else ""),
+                *[_slo_cell(measured[s.key], spreads[s.key] if spreads else None) for s in slos],
+                "yes" if out.slo.all_met else "no",
                 number(out.run.summary["request_throughput"]),
                 number(out.slo.goodput),
                 f"{out.run.summary['num_preemptions']:,}",
@@ -87,6 +172,8 @@ def format_search(
         )
     table = render_table(headers, rows)
     lines += ["  " + line for line in table.splitlines()]
+    if search.interval_probes:
+        lines.append("  (i: a probe for the interval's ends; * the answer)")
     return "\n".join(lines)
 
 
@@ -121,6 +208,7 @@ def result_dict(
         "num_requests_read": result.num_requests_read,
         "slos": [str(s) for s in result.slos],
         "num_replays": result.num_replays,
+        "num_interval_replays": result.num_interval_replays,
         "wall_s": result.wall_s,
         "searches": {
             s.spec.kind: {
@@ -128,15 +216,55 @@ def result_dict(
                 "range": [s.lo, s.hi],
                 "rate": s.spec.rate or (result.base_rate if s.spec.kind != "rate" else None),
                 "answer": s.answer,
+                "interval": interval_dict(s),
                 "cost": answer_cost(s, prices or {}),
                 "monotone": s.result.monotone,
                 "note": s.note,
                 "probes": [
                     probe(v, m, o) for (v, m), o in zip(s.result.probes, s.probes, strict=True)
                 ],
+                "interval_probes": [
+                    probe(v, o.slo is not None and o.slo.all_met, o) for v, o in s.interval_probes
+                ],
             }
             for s in result.searches
         },
+    }
+
+
+def interval_dict(search: SearchOutcome) -> dict[str, Any] | None:
+    """The answer's interval as JSON-able data (None: intervals off, or no answer)."""
+    iv, at = search.interval, search.answer_probe
+    if iv is None or at is None or at.slo is None:
+        return None
+    at_answer = {}
+    assert search.answer is not None
+    for key, sp in iv.spread_at(search.answer).items():
+        v = at.slo.measured_s[key]
+        lo, hi = sp.bounds(v) if v else (None, None)
+        at_answer[key] = {
+            "measured_s": v,
+            "lo_s": lo,
+            "hi_s": hi,
+            "arrivals_log_halfwidth": sp.arrivals,
+            "profile_log_halfwidth": [sp.profile_lo, sp.profile_hi],
+        }
+    return {
+        "level": LEVEL,
+        "lo": iv.lo,
+        "hi": iv.hi,
+        "safe": iv.safe,
+        "at_answer": at_answer,
+        "arrivals": iv.arrivals,
+        "num_replicates": iv.num_replicates,
+        "replicates": iv.replicates,
+        "at_cost": iv.at_cost,
+        "cost_log_sd": iv.uncertainty.log_sd,
+        "cost_sd_source": iv.uncertainty.source,
+        "cost_sd_default": iv.uncertainty.is_default,
+        "reversals": [
+            {"fails": r.fails, "meets": r.meets, "beyond_interval": r.beyond} for r in iv.reversals
+        ],
     }
 
 
@@ -224,6 +352,7 @@ def _specs(
     is_flag=True,
     help="Write each probe's summary and the search, not its sim_requests and sim_steps.",
 )
+@opt.intervals
 @opt.gpu_hour_price
 @opt.output
 @opt.locked
@@ -247,6 +376,7 @@ def capacity_command(
     max_concurrency: int | None,
     max_replicas: int | None,
     summary_only: bool,
+    no_intervals: bool,
     gpu_hour_price: float | None,
     quiet: bool,
     as_json: bool,
@@ -260,6 +390,10 @@ def capacity_command(
     rate (the trace time-scaled) that meets them; and the fewest replicas
     that meet them at a target rate. Each is a bisection; every probe is a
     replay, written under one run id with the search path (capacity_search).
+    Each answer comes with its 90% interval (replicates of the arrivals and the
+    profile's error at the answer; --no-intervals leaves it out), says whether
+    it is safe at that confidence, and flags probes that break the expected
+    shape beyond what the interval explains.
     CAPACITY_FILE is optional TOML: [base], [slo], [search.<kind>] (see
     docs/capacity.md).
 
@@ -293,6 +427,7 @@ def capacity_command(
         **opt.selection_kwargs(date_from, date_to, models, tenants, where),
         summary_only=summary_only,
         quiet=quiet,
+        intervals=not no_intervals,
     )
     prices = gpu_prices(cfg, gpu_hour_price)
     if as_json:
@@ -300,7 +435,13 @@ def capacity_command(
         return
     click.echo(format_capacity(result, prices))
     click.echo(
-        f"run {result.run_id}: {result.num_replays} replays in {result.wall_s:.1f} s, "
+        f"run {result.run_id}: {result.num_replays} replays"
+        + (
+            f" (and {result.num_interval_replays} for the intervals)"
+            if result.num_interval_replays
+            else ""
+        )
+        + f" in {result.wall_s:.1f} s, "
         f"written to {wh}"
     )
 
@@ -309,7 +450,7 @@ def capacity_command(
 # ...): the replay command's own options, so the two never drift apart.
 _NOT_SCENARIO_KEYS = {"warehouse", "config_file", "requests_file", "date_from", "date_to",
                       "models", "tenants", "where", "scenario_files", "sets", "quiet", "as_json",
-                      "gpu_hour_price", "name"}  # fmt: skip
+                      "gpu_hour_price", "name", "no_intervals"}  # fmt: skip
 _have = {p.name for p in capacity_command.params}
 capacity_command.params.extend(
     p for p in replay_command.params if p.name not in _NOT_SCENARIO_KEYS | _have

@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from pipeline.cli import options as opt
+from pipeline.cli.text import render_table
 from pipeline.config import load_config, warehouse_path
 from pipeline.pricing import deployment_cost, format_cost, gpu_prices
 from pipeline.sim.policies import POLICIES
@@ -36,9 +37,8 @@ def format_run(run: ScenarioRun, prices: dict[str, float] | None = None) -> str:
             f"{_fmt(s['request_throughput'], 'req/s', digits=2)}, "
             f"{_fmt(s['output_token_throughput'], 'output tok/s', digits=0)}, "
             f"{_fmt(s['total_token_throughput'], 'total tok/s', digits=0)}",
-            f"  TTFT p50 {_fmt(s['ttft_p50_s'])}  p90 {_fmt(s['ttft_p90_s'])}  "
-            f"p99 {_fmt(s['ttft_p99_s'])}   TPOT p50 {_fmt(s['tpot_p50_s'], 'ms', 1e3, 1)}  "
-            f"p99 {_fmt(s['tpot_p99_s'], 'ms', 1e3, 1)}   ({_basis(s)})",
+            *_latency_lines(s),
+            f"  latencies {_basis(s)}",
             f"  queue depth max {s['max_queue_depth']:,} mean {s['mean_queue_depth']:.1f}   "
             f"preemptions {s['num_preemptions']:,}   KV peak {s['kv_peak_usage']:.1%} "
             f"({s['kv_peak_blocks']:,} of {s['num_kv_blocks']:,} blocks)   "
@@ -57,11 +57,64 @@ def _basis(s: dict[str, Any]) -> str:
     """Which latencies the figures are: a client's (with the profile's front end, and the
     engine core's TTFT beside them) or the engine core's."""
     if s.get("latency_basis") != "client":
-        return "engine core"
+        return "at the engine core (the profile has no front end)"
     return (
-        f"as a client sees them; engine TTFT p50 {_fmt(s.get('engine_ttft_p50_s'))} "
-        f"p99 {_fmt(s.get('engine_ttft_p99_s'))}"
+        f"as a client sees them (the profile's front end included); engine TTFT p50 "
+        f"{_fmt(s.get('engine_ttft_p50_s'))} p99 {_fmt(s.get('engine_ttft_p99_s'))}"
     )
+
+
+# rows of the latency table: label, summary key prefix, scale, digits
+_LATENCY_ROWS = (("TTFT (s)", "ttft", 1.0, 3), ("TPOT (ms)", "tpot", 1e3, 1),
+                 ("E2E (s)", "e2e", 1.0, 2))  # fmt: skip
+
+
+def _latency_lines(s: dict[str, Any]) -> list[str]:
+    """TTFT and TPOT percentiles on one line; with intervals, a table of TTFT, TPOT and
+    E2E p50/p90/p99, each with its 90% interval, and where the intervals come from."""
+    iv = s.get("intervals")
+    if not iv:
+        return [
+            f"  TTFT p50 {_fmt(s['ttft_p50_s'])}  p90 {_fmt(s['ttft_p90_s'])}  "
+            f"p99 {_fmt(s['ttft_p99_s'])}   TPOT p50 {_fmt(s['tpot_p50_s'], 'ms', 1e3, 1)}  "
+            f"p99 {_fmt(s['tpot_p99_s'], 'ms', 1e3, 1)}"
+        ]
+    stats = iv.get("stats", {})
+    rows = []
+    for label, metric, scale, digits in _LATENCY_ROWS:
+        cells = [label]
+        for q in (50, 90, 99):
+            value = s.get(f"{metric}_p{q}_s")
+            cell = "n/a" if value is None else f"{value * scale:,.{digits}f}"
+            bounds = stats.get(f"{metric}_p{q}_s")
+            if bounds:
+                cell += f" ({bounds['lo'] * scale:,.{digits}f}-{bounds['hi'] * scale:,.{digits}f})"
+            cells.append(cell)
+        rows.append(cells)
+    level = f"{iv['level']:.0%}"
+    table = render_table(["", "p50", "p90", "p99"], rows)
+    lines = ["  " + line for line in table.splitlines()]
+    lines.append(f"  ({level} intervals) {interval_sources(iv)}")
+    lines += [f"  note: {note}" for note in iv.get("notes", [])]
+    return lines
+
+
+def interval_sources(iv: dict[str, Any]) -> str:
+    """Where a summary's intervals come from, in one line."""
+    if iv.get("num_windows"):
+        arrivals = (
+            f"arrivals: a block bootstrap over {iv['num_windows']} windows of "
+            f"~{iv['window_requests']:,} requests ({iv['resamples']} resamples)"
+        )
+    else:
+        arrivals = "arrivals: none"
+    sd = iv["cost_log_sd"]
+    if not sd:
+        profile = "profile: left out (step-time sd 0)"
+    else:
+        kind = "a default, " if iv.get("cost_sd_default") else ""
+        profile = f"profile: step-time sd {sd:.3g} ({kind}{iv['cost_sd_source']})"
+    return f"{arrivals}; {profile}"
 
 
 def _prefix_lines(s: dict[str, Any]) -> list[str]:
@@ -175,6 +228,7 @@ def result_dict(
     metavar="KEY=VALUE",
     help="Any scenario key (repeatable), e.g. --set drop_too_long=true.",
 )
+@opt.intervals
 @opt.gpu_hour_price
 @opt.output
 @opt.locked
@@ -189,6 +243,7 @@ def replay_command(
     where: str | None,
     scenario_files: tuple[Path, ...],
     sets: tuple[str, ...],
+    no_intervals: bool,
     gpu_hour_price: float | None,
     quiet: bool,
     as_json: bool,
@@ -200,8 +255,10 @@ def replay_command(
     (flags override every file; without files the flags make one scenario).
     Policies: static, orca, vllm, sarathi, sglang, tgi; see docs/replay.md for
     every key.
-    Prints per scenario: throughput, TTFT and TPOT percentiles, queue depth,
-    preemptions and KV peak usage.
+    Prints per scenario: throughput, TTFT, TPOT and E2E percentiles with their
+    90% intervals (arrivals: a block bootstrap of the replayed requests;
+    profile: two more replays at the step cost's error; --no-intervals leaves
+    them out), queue depth, preemptions and KV peak usage.
 
     Example:
 
@@ -222,6 +279,7 @@ def replay_command(
         requests_file=requests_file,
         **opt.selection_kwargs(date_from, date_to, models, tenants, where),
         quiet=quiet,
+        intervals=not no_intervals,
     )
     prices = gpu_prices(cfg, gpu_hour_price)
     if as_json:

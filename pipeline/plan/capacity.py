@@ -37,22 +37,22 @@ import polars as pl
 import pyarrow as pa
 
 from pipeline.contracts import CAPACITY_SEARCH
-from pipeline.errors import ConfigError, ScenarioError
+from pipeline.errors import ConfigError
 from pipeline.lock import with_warehouse_lock
+from pipeline.plan.intervals import END_TOLERANCE, AnswerInterval, Knob, Reversal
 from pipeline.plan.knobs import concurrency_knob
+from pipeline.plan.prober import ProbeContext, Prober
+from pipeline.plan.prober import fmt_value as _fmt
+from pipeline.plan.prober import probe_values as _probe_values
+from pipeline.plan.replicates import trace_window
 from pipeline.plan.search import SearchResult, highest_float, highest_int, lowest_int
-from pipeline.plan.slo import Slo, parse_slos
-from pipeline.plan.tasks import (
-    ScenarioTask,
-    TaskOutcome,
-    offered_rate,
-    run_task,
-    write_scenarios,
-)
+from pipeline.plan.slo import Slo, format_seconds, parse_slos
+from pipeline.plan.tasks import TaskOutcome, offered_rate, write_scenarios
 from pipeline.plan.unloaded import explain_none
 from pipeline.progress import progress
 from pipeline.runs import write_run_row
 from pipeline.selection import RequestFilter
+from pipeline.sim.intervals import LEVEL
 from pipeline.sim.replay import load_loop, prepare, read_requests, select_request_files
 from pipeline.sim.scenario import Scenario, build_scenario
 from pipeline.warehouse import Warehouse, new_run_id
@@ -92,6 +92,10 @@ class SearchOutcome:
     probes: list[TaskOutcome]  # in probe order, aligned with result.probes
     # nothing meets: the failing SLOs' unloaded values and what sets them (unloaded.py)
     explanation: str | None = None
+    interval: AnswerInterval | None = None  # None: intervals off, or no answer
+    # probes only the interval's searches needed: (value, outcome), in the order they ran
+    interval_probes: list[tuple[float, TaskOutcome]] = field(default_factory=list)
+    slos: list[Slo] = field(default_factory=list)
 
     @property
     def answer(self) -> float | None:
@@ -123,14 +127,64 @@ class SearchOutcome:
         met_values = [v for v, met in self.result.probes if met]
         if self.spec.kind == "concurrency" and met_values and min(met_values) > self.lo:
             notes.append(f"the lowest probed {self.knob} that meets is {_fmt(min(met_values))}")
-        if self.result.violation is not None:
+        reversal = self.interval.reversal if self.interval is not None else None
+        if reversal is not None:
+            notes.append(self._reversal_note(reversal))
+        elif self.result.violation is not None:
             a, b = self.result.violation
             met = dict(self.result.probes)
             notes.append(
                 f"not monotone: {self.knob} {_fmt(a)} {'meets' if met[a] else 'fails'} but "
                 f"{_fmt(b)} {'meets' if met[b] else 'fails'}"
             )
+        if self.interval is not None and self.interval.uncertainty.is_default:
+            notes.append(
+                "the profile term is a default (step-time sd "
+                f"{self.interval.uncertainty.log_sd:g}): {self.interval.uncertainty.source}"
+            )
         return "; ".join(notes) or None
+
+    def brief(self) -> dict[str, Any]:
+        """The answer in a few JSON-able fields (the runs row, the nightly manifest)."""
+        iv = self.interval
+        return {
+            "knob": self.knob,
+            "answer": self.answer,
+            "interval": [iv.lo, iv.hi] if iv else None,  # the answer's 90% interval
+            "safe": iv.safe if iv else None,  # meets every SLO at its upper bounds too
+            "note": self.note,
+        }
+
+    def outcome_at(self, value: float) -> TaskOutcome | None:
+        """The probe at ``value``, whether the bisection or the interval asked for it."""
+        for v, out in [
+            *zip((v for v, _ in self.result.probes), self.probes, strict=True),
+            *self.interval_probes,
+        ]:
+            if v == value:
+                return out
+        return None
+
+    def _reversal_note(self, r: Reversal) -> str:
+        """Two probes against the assumed shape, and whether the interval explains them."""
+        level = f"{LEVEL:.0%}"
+
+        def at(value: float) -> str:
+            out = self.outcome_at(value)
+            measured = out.slo.measured_s if out is not None and out.slo is not None else {}
+            shown = [f"{k} {format_seconds(v)}" for k, v in measured.items() if v is not None]
+            return f"{self.knob} {_fmt(value)}" + (f" ({', '.join(shown)})" if shown else "")
+
+        where = "beyond" if r.beyond else "within"
+        tail = (
+            "the probes disagree by more than the interval explains: the answer is one "
+            "boundary the bisection found, others may lie above it"
+            if r.beyond
+            else "noise of the size the interval describes"
+        )
+        return f"not monotone {where} the {level} interval: {at(r.meets)} meets but " + (
+            f"{at(r.fails)} fails; {tail}"
+        )
 
 
 @dataclass
@@ -148,7 +202,18 @@ class CapacityResult:
 
     @property
     def num_replays(self) -> int:
-        return sum(len(s.probes) for s in self.searches)
+        """Probes replayed and stored as scenarios: the bisections' and the intervals'."""
+        return sum(len(s.probes) + len(s.interval_probes) for s in self.searches)
+
+    @property
+    def num_interval_replays(self) -> int:
+        """Replays made for the intervals and not stored: the answer's own bootstrap, its
+        replicates, the profile term's."""
+        return sum(
+            1 + s.interval.num_replicates + s.interval.num_profile_replays
+            for s in self.searches
+            if s.interval is not None
+        )
 
 
 def load_capacity_file(path: Path) -> tuple[dict[str, Any], list[Slo], list[SearchSpec]]:
@@ -214,24 +279,6 @@ def _number(where: str, key: str, value: Any) -> float:
     return float(value)
 
 
-def _fmt(x: float) -> str:
-    """A knob value for messages and scenario names: 64, 5.532 (never an exponent)."""
-    return str(int(x)) if x == int(x) else f"{x:.6f}".rstrip("0").rstrip(".")
-
-
-def _probe_values(
-    base: dict[str, Any], name: str, spec: SearchSpec, knob: str, value: float
-) -> dict[str, Any]:
-    values = {**base, "name": f"{name}-{spec.kind}-{_fmt(value)}"}
-    rate = value if spec.kind == "rate" else spec.rate
-    if rate is not None:
-        values.pop("time_scale", None)
-        values["rate"] = rate
-    if spec.kind != "rate":
-        values[knob] = int(value)
-    return values
-
-
 @with_warehouse_lock
 def run_capacity(
     warehouse: Path,
@@ -246,6 +293,7 @@ def run_capacity(
     quiet: bool = False,
     run_id: str | None = None,
     selection: RequestFilter | None = None,
+    intervals: bool = True,
 ) -> CapacityResult:
     """Run the capacity searches for one base scenario and write every probe.
 
@@ -258,6 +306,9 @@ def run_capacity(
         summary_only: write each probe's summary (scenarios) but not its sim tables.
         quiet: no progress bar.
         run_id: the run id to write under (default: a new one).
+        selection: which of those requests (models, tenants, predicate, time window).
+        intervals: give each answer its 90% interval (``intervals.py``: replicates and
+            the profile term at the answer, then the searches for the interval's ends).
 
     Raises:
         ConfigError: no SLO, an empty range, no requests selected.
@@ -291,38 +342,24 @@ def run_capacity(
     status = "failed"
     try:
         with progress("capacity search", total=None, quiet=quiet) as bar:
+            window = trace_window(frame["arrival_s"].to_numpy()) if intervals else None
+            ctx = ProbeContext(
+                frame, base_values, base.name, slos, run_id, wh, summary_only, outcomes, bar, window
+            )
             for spec, knob, lo, hi in plans:
-                probes: list[TaskOutcome] = []
-
-                def measure(
-                    value: float,
-                    spec: SearchSpec = spec,
-                    knob: str = knob,
-                    probes: list[TaskOutcome] = probes,
-                ) -> bool:
-                    values = _probe_values(base_values, base.name, spec, knob, value)
-                    sc = build_scenario(values, where=f"{spec.kind} probe {value}")
-                    bar.describe(f"capacity search: {spec.kind} {knob}={_fmt(value)}")
-                    task = ScenarioTask(
-                        index=len(outcomes),
-                        scenario=sc,
-                        prepared=prepare(frame, sc),
-                        slos=tuple(slos),
-                        run_id=run_id,
-                        warehouse=None if summary_only else wh.root,
-                    )
-                    out = run_task(task)
-                    out.tables = {}
-                    if out.error is not None or out.slo is None:
-                        raise ScenarioError(f"probe {sc.name} failed: {out.error}")
-                    outcomes.append(out)
-                    probes.append(out)
-                    bar.advance(1)
-                    return out.slo.all_met
-
-                found = _search(spec, measure, lo, hi, base_rate)
+                prober = Prober(ctx, spec, knob)
+                found = _search(spec, prober.verdict, lo, hi, base_rate)
+                probes = [prober.done[v] for v, _ in found.probes]
                 why = _why_none(base, frame, slos, probes) if found.answer is None else None
-                result.searches.append(SearchOutcome(spec, knob, lo, hi, found, probes, why))
+                search = SearchOutcome(spec, knob, lo, hi, found, probes, why, slos=slos)
+                if intervals and found.answer is not None:
+                    tol = (
+                        max(spec.tolerance, END_TOLERANCE) if spec.kind == "rate" else END_TOLERANCE
+                    )
+                    knob_range = Knob(lo, hi, tol, integer=spec.kind != "rate")
+                    search.interval = prober.answer_interval(found.answer, knob_range)
+                    search.interval_probes = prober.interval_probes
+                result.searches.append(search)
         write_scenarios(wh, run_id, [o.run for o in outcomes if o.run is not None])
         wh.write(CAPACITY_SEARCH, capacity_table(result), {"run_id": run_id}, "capacity_search")
         status = "ok"
@@ -340,10 +377,7 @@ def run_capacity(
             details={
                 "base": base.to_dict(),
                 "slos": [str(s) for s in slos],
-                "searches": {
-                    s.spec.kind: {"knob": s.knob, "answer": s.answer, "note": s.note}
-                    for s in result.searches
-                },
+                "searches": {s.spec.kind: s.brief() for s in result.searches},
                 "num_replays": len(outcomes),
             },
         )
@@ -412,16 +446,25 @@ def _search(
 
 
 def capacity_table(result: CapacityResult) -> pa.Table:
-    """The capacity_search rows: one per search, probe and SLO."""
+    """The capacity_search rows: one per search, probe and SLO (the bisection's probes in
+    order, then those only the interval's searches needed)."""
     cols: dict[str, list[Any]] = {n: [] for n in CAPACITY_SEARCH.file_columns}
     for search in result.searches:
         note = search.note
-        for i, ((value, met), out) in enumerate(
-            zip(search.result.probes, search.probes, strict=True)
-        ):
+        iv = search.interval
+        met = dict(search.result.probes)
+        probes = [
+            *((v, out, "search") for (v, _), out in zip(search.result.probes, search.probes,
+                                                         strict=True)),
+            *((v, out, "interval") for v, out in search.interval_probes),
+        ]  # fmt: skip
+        for i, (value, out, role) in enumerate(probes):
             assert out.run is not None and out.slo is not None
             s = out.run.summary
             for slo in result.slos:
+                measured = out.slo.measured_s[slo.key]
+                spread = iv.spread_at(value)[slo.key] if iv else None
+                bounds = spread.bounds(measured) if spread and measured else None
                 row = {
                     "search": search.spec.kind,
                     "knob": search.knob,
@@ -430,9 +473,9 @@ def capacity_table(result: CapacityResult) -> pa.Table:
                     "scenario": out.name,
                     "slo": slo.key,
                     "limit_s": slo.limit_s,
-                    "measured_s": out.slo.measured_s[slo.key],
+                    "measured_s": measured,
                     "slo_met": out.slo.met[slo.key],
-                    "met": met,
+                    "met": met.get(value, out.slo.all_met),
                     "num_requests": s["num_requests"],
                     "offered_rate": out.offered_rate,
                     "request_throughput": s["request_throughput"],
@@ -440,9 +483,22 @@ def capacity_table(result: CapacityResult) -> pa.Table:
                     "goodput": out.slo.goodput,
                     "num_preemptions": s["num_preemptions"],
                     "answer": search.answer,
-                    "is_answer": value == search.answer,
+                    "is_answer": role == "search" and value == search.answer,
                     "monotone": search.result.monotone,
                     "note": note,
+                    "probe_role": role,
+                    "measured_lo_s": bounds[0] if bounds else None,
+                    "measured_hi_s": bounds[1] if bounds else None,
+                    "interval_level": LEVEL if iv else None,
+                    "answer_lo": iv.lo if iv else None,
+                    "answer_hi": iv.hi if iv else None,
+                    "answer_safe": iv.safe if iv else None,
+                    "reversal_beyond_interval": (
+                        any(r.beyond for r in iv.reversals) if iv else None
+                    ),
+                    "num_replicates": iv.num_replicates if iv else None,
+                    "cost_log_sd": iv.uncertainty.log_sd if iv else None,
+                    "cost_sd_default": iv.uncertainty.is_default if iv else None,
                 }
                 for k, v in row.items():
                     cols[k].append(v)

@@ -103,6 +103,25 @@ def find_violation(probes: list[tuple[float, bool]], shape: str) -> tuple[float,
     raise ValueError(f"unknown shape {shape!r}")
 
 
+def find_violations(probes: list[tuple[float, bool]], shape: str) -> list[tuple[float, float]]:
+    """Every pair of probes that breaks ``shape``, as (the one that fails, the one that meets),
+    lower value first within each kind of break.
+
+    ``"T*F*"``: a fail below a meet; ``"F*T*"``: a meet below a fail; ``"F*T*F*"``: a
+    fail between two meets (paired with the later meet).
+    """
+    ordered = sorted(probes)
+    fails = [v for v, met in ordered if not met]
+    meets = [v for v, met in ordered if met]
+    if shape == "T*F*":
+        return [(f, m) for f in fails for m in meets if f < m]
+    if shape == "F*T*":
+        return [(f, m) for m in meets for f in fails if m < f]
+    if shape == "F*T*F*":
+        return [(f, m) for f in fails for m in meets if f < m and meets[0] < f]
+    raise ValueError(f"unknown shape {shape!r}")
+
+
 def highest_int(measure: Measure, lo: int, hi: int, *, max_probes: int = 64) -> SearchResult:
     """The highest integer in [lo, hi] that meets, assuming shape F* T+ F*."""
     if not 1 <= lo <= hi:
@@ -190,7 +209,7 @@ def highest_float(
     if not 0 < lo <= hi or not rel_tol > 0:
         raise ValueError(f"need 0 < lo <= hi and rel_tol > 0, got {lo}, {hi}, {rel_tol}")
     probe = _Probes(measure, max_probes)
-    v = min(max(_round(start), lo), hi)
+    v = min(max(round_probe(start), lo), hi)
     meet: float | None = None
     fail: float | None = None
     at_end = False
@@ -218,7 +237,7 @@ def highest_float(
                     fail = v
         if meet is not None and fail is not None:
             while (fail - meet) > rel_tol * meet:
-                mid = _round((meet + fail) / 2)
+                mid = round_probe((meet + fail) / 2)
                 if mid in (meet, fail):
                     break
                 if probe(mid):
@@ -227,7 +246,7 @@ def highest_float(
                     fail = mid
         if meet is not None and fail is not None:
             first_fail = min(v for v, met in probe.seen.items() if not met and v > meet)
-            check = _round(min(2 * first_fail, hi))
+            check = round_probe(min(2 * first_fail, hi))
             if not any(v >= check and not met for v, met in probe.seen.items()):
                 probe(check)  # the check: further up should fail too
     except _ProbesExhaustedError:
@@ -235,7 +254,7 @@ def highest_float(
     return probe.result(meet, "T*F*", at_end)
 
 
-def _round(x: float) -> float:
+def round_probe(x: float) -> float:
     """Round to 4 significant digits, so that probe values print and name cleanly."""
     if x <= 0:
         return x

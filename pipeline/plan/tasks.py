@@ -28,8 +28,16 @@ import pyarrow as pa
 from pipeline.contracts import SCENARIOS, SIM_REQUESTS, SIM_STEPS
 from pipeline.errors import PipelineError
 from pipeline.plan.slo import Slo, SloReport, evaluate
-from pipeline.sim.replay import Prepared, ScenarioRun, run_prepared, scenarios_table
+from pipeline.sim.replay import (
+    Prepared,
+    ScenarioRun,
+    run_prepared,
+    scenarios_table,
+    summarize_prepared,
+)
 from pipeline.sim.scenario import Scenario
+from pipeline.sim.state import F_FINISH, R_PROMPT, SimResult
+from pipeline.sim.summary import request_metric
 from pipeline.warehouse import Warehouse
 
 METRIC_COLUMNS = ("ttft_s", "tpot_s", "e2e_s", "queue_s")
@@ -45,6 +53,7 @@ class ScenarioTask:
     slos: tuple[Slo, ...] = ()
     run_id: str = ""
     warehouse: Path | None = None  # write here; None: return the tables instead
+    tables: bool = True  # False: the summary and SLO verdicts only, no sim tables built
 
 
 @dataclass
@@ -82,6 +91,17 @@ def request_groups(table: pa.Table, groups: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def sim_metrics(
+    res: SimResult, groups: dict[str, Any]
+) -> tuple[dict[str, npt.NDArray[np.float64]], dict[str, Any]]:
+    """``request_metrics`` and ``request_groups`` of a replay's result, without its table."""
+    done = ~np.isnan(res.rqf[:, F_FINISH])
+    metrics = {c: request_metric(res, c)[done] for c in METRIC_COLUMNS}
+    out: dict[str, Any] = {"prompt_tokens": res.rq[done, R_PROMPT]}
+    out.update({k: np.asarray(v)[done] for k, v in groups.items()})
+    return metrics, out
+
+
 def offered_rate(arrival_s: npt.NDArray[np.float64]) -> float | None:
     """Requests per second offered: N over the last arrival (the convention of ``rate``)."""
     span = float(arrival_s.max() - arrival_s.min()) if len(arrival_s) else 0.0
@@ -112,15 +132,20 @@ def run_task(task: ScenarioTask) -> TaskOutcome:
     """Replay one scenario; write its sim tables (or return them). Never raises."""
     name = task.scenario.name
     try:
-        run, requests, steps = run_prepared(task.scenario, writable(task.prepared))
+        tables: dict[str, pa.Table] = {}
+        if task.tables:
+            run, requests, steps = run_prepared(task.scenario, writable(task.prepared))
+            tables = {SIM_REQUESTS.name: requests, SIM_STEPS.name: steps}
+        else:
+            run, res = summarize_prepared(task.scenario, writable(task.prepared))
         report = None
         if task.slos:
-            report = evaluate(
-                list(task.slos),
-                request_metrics(requests),
-                run.summary["duration_s"] or 0.0,
-                request_groups(requests, task.prepared.groups),
-            )
+            if task.tables:
+                metrics = request_metrics(requests)
+                groups = request_groups(requests, task.prepared.groups)
+            else:
+                metrics, groups = sim_metrics(res, task.prepared.groups)
+            report = evaluate(list(task.slos), metrics, run.summary["duration_s"] or 0.0, groups)
             run.summary["goodput"] = report.goodput
             run.summary["slo_met"] = report.all_met
             run.summary["slo"] = {
@@ -138,10 +163,9 @@ def run_task(task: ScenarioTask) -> TaskOutcome:
             slo=report,
             offered_rate=offered_rate(task.prepared.inp.arrival_s),
         )
-        tables = {SIM_REQUESTS.name: requests, SIM_STEPS.name: steps}
         if task.warehouse is None:
             outcome.tables = tables
-        else:
+        elif tables:
             write_tables(Warehouse(task.warehouse), task.run_id, outcome, tables)
         return outcome
     except PipelineError as exc:

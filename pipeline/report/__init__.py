@@ -43,7 +43,9 @@ DEFAULT_SLO_TTFT_S = 0.2  # p99 TTFT objective of the capacity search and goodpu
 _SECTION_KEYS = {"id", "title", "how_to_read", "scope", "requires_view", "requires_param", "empty",
                  "items"}  # fmt: skip
 _ITEM_KEYS = {"kind", "query", "params", "chart", "title", "options", "columns", "filter",
-              "requires", "requires_param", "note", "empty", "max_rows"}  # fmt: skip
+              "requires", "requires_param", "note", "empty", "max_rows", "intervals"}  # fmt: skip
+# item key intervals: what adds intervals to the query's rows (computed where SQL cannot)
+_INTERVALS = {"changes"}
 _FORMATS = {"text", "int", "float", "s", "ms", "pct", "time"}
 
 
@@ -66,6 +68,8 @@ class Item:
     empty: str = "No data."
     max_rows: int = 200
     requires_param: str | None = None  # no data (and no query) unless this parameter is given
+    # "changes": the compare_runs rows get each change's 90% interval (report/changes.py)
+    intervals: str | None = None
 
 
 @dataclass(frozen=True)
@@ -159,6 +163,8 @@ def _item(it: dict[str, Any], at: str) -> Item:
             raise ConfigError(f"{at}: column {c!r} must be [name, label, format in {_FORMATS}]")
     if kind == "table" and not columns:
         raise ConfigError(f"{at}: a table needs columns")
+    if it.get("intervals") is not None and it["intervals"] not in _INTERVALS:
+        raise ConfigError(f"{at}: intervals must be one of {', '.join(sorted(_INTERVALS))}")
     return Item(
         kind=kind,
         query=q.name,
@@ -173,6 +179,7 @@ def _item(it: dict[str, Any], at: str) -> Item:
         empty=it.get("empty", "No data."),
         max_rows=int(it.get("max_rows", 200)),
         requires_param=it.get("requires_param"),
+        intervals=it.get("intervals"),
     )
 
 
@@ -203,12 +210,25 @@ class _Queries:
         self.cache: dict[tuple[str, str], pl.DataFrame] = {}
 
     def __call__(self, name: str, **params: Any) -> pl.DataFrame:
+        return self.cache[self._run(name, params)]
+
+    def _run(self, name: str, params: dict[str, Any]) -> tuple[str, str]:
         declared = load_query(name).params
         given = {k: v for k, v in params.items() if k in declared and v is not None}
         key = (name, json.dumps(given, sort_keys=True, default=str))
         if key not in self.cache:
             self.cache[key] = query(self.con, name, **given)
-        return self.cache[key]
+        return key
+
+    def with_intervals(self, name: str, kind: str, **params: Any) -> pl.DataFrame:
+        """The rows of ``name`` with the intervals ``kind`` adds (item key ``intervals``)."""
+        from pipeline.report.changes import with_intervals
+
+        key = self._run(name, params)
+        with_key = (f"{name} with {kind}", key[1])
+        if with_key not in self.cache:
+            self.cache[with_key] = with_intervals(self.con, self.cache[key])
+        return self.cache[with_key]
 
 
 def build_report(
@@ -320,6 +340,8 @@ def build_report(
                     df = pl.DataFrame()
                 elif needed and not _any_nonzero(run(needed[0], **scope), needed[1]):
                     df = pl.DataFrame()
+                elif item.intervals:
+                    df = run.with_intervals(item.query, item.intervals, **scope, **item.params)
                 else:
                     df = run(item.query, **scope, **item.params)
                 items.append(

@@ -166,6 +166,11 @@ def _min_visible(df: pl.DataFrame, column: str, share: float = 0.008) -> pl.Data
     )
 
 
+def _log2_x(field: str, title: str) -> alt.X:
+    """An x axis over powers of two (caps, cache sizes)."""
+    return alt.X(field, title=title, scale=alt.Scale(type="log", base=2))
+
+
 def _slo_rule(opts: ChartOptions) -> alt.Chart:
     return (
         alt.Chart(alt.Data(values=[{"slo_ttft_s": opts.slo_ttft_s}]))
@@ -430,35 +435,39 @@ def ttft_by_queue_depth(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
 
 def ttft_vs_concurrency_cap(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
     """p99 TTFT against the concurrency cap, one point per scenario, one line (and colour)
-    per policy and offered rate, so that a 1x and a 4x sweep never share a colour.
+    per policy and offered rate, so that a 1x and a 4x sweep never share a colour; a bar
+    through each point spans its 90% interval where the run has one.
 
-    Expects: scenario, policy, max_concurrency, offered_requests_per_s, p99_ttft_s.
+    Expects: scenario, policy, max_concurrency, offered_requests_per_s, p99_ttft_s, and
+    optionally p99_ttft_lo_s, p99_ttft_hi_s.
     """
     drawn = df.with_columns(
         (pl.col("policy") + " at " + pl.col("offered_requests_per_s").round_sig_figs(3)
          .cast(pl.String) + " req/s").fill_null(pl.col("policy")).alias("series")
     ) if df.height else df.with_columns(pl.lit("").alias("series"))  # fmt: skip
+    if "p99_ttft_lo_s" not in drawn.columns:
+        drawn = drawn.with_columns(
+            pl.lit(None, pl.Float64).alias("p99_ttft_lo_s"),
+            pl.lit(None, pl.Float64).alias("p99_ttft_hi_s"),
+        )
     names = sorted(set(drawn["series"].to_list()), key=natural_key)
-    y_scale = _scale_for(pl.concat([drawn["p99_ttft_s"], pl.Series([opts.slo_ttft_s])]))
+    shown = ["p99_ttft_s", "p99_ttft_lo_s", "p99_ttft_hi_s"]
+    y_scale = _scale_for(pl.concat([*(drawn[c] for c in shown), pl.Series([opts.slo_ttft_s])]))
+    x = _log2_x("max_concurrency:Q", "concurrency cap (max_num_seqs / max_batch_size)")
+    color = alt.Color(
+        "series:N",
+        title="policy at offered load",
+        sort=names,
+        scale=alt.Scale(domain=names, scheme="tableau20" if len(names) > 10 else "tableau10"),
+        legend=alt.Legend(symbolLimit=0, labelLimit=320),
+    )
     points = _interactive(
         alt.Chart()
         .mark_line(point=alt.OverlayMarkDef(size=70))
         .encode(
-            x=alt.X(
-                "max_concurrency:Q",
-                title="concurrency cap (max_num_seqs / max_batch_size)",
-                scale=alt.Scale(type="log", base=2),
-            ),
+            x=x,
             y=alt.Y("p99_ttft_s:Q", title=_scale_title("p99 TTFT (s)", y_scale), scale=y_scale),
-            color=alt.Color(
-                "series:N",
-                title="policy at offered load",
-                sort=names,
-                scale=alt.Scale(
-                    domain=names, scheme="tableau20" if len(names) > 10 else "tableau10"
-                ),
-                legend=alt.Legend(symbolLimit=0, labelLimit=320),
-            ),
+            color=color,
             opacity=_highlight_opacity(),
             tooltip=[
                 alt.Tooltip("scenario:N"),
@@ -468,11 +477,75 @@ def ttft_vs_concurrency_cap(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
                     "offered_requests_per_s:Q", title="offered (requests/s)", format=".3~f"
                 ),
                 alt.Tooltip("p99_ttft_s:Q", title="p99 TTFT (s)", format=".4~f"),
+                alt.Tooltip("p99_ttft_lo_s:Q", title="90% interval from (s)", format=".4~f"),
+                alt.Tooltip("p99_ttft_hi_s:Q", title="to (s)", format=".4~f"),
             ],
         )  # fmt: skip
     )
-    return alt.layer(points, _slo_rule_datum(opts), data=values(drawn), title=opts.title
+    bars = (
+        alt.Chart()
+        .transform_filter("isValid(datum.p99_ttft_lo_s)")
+        .mark_rule(strokeWidth=2)
+        .encode(x=x, y=alt.Y("p99_ttft_lo_s:Q", scale=y_scale), y2="p99_ttft_hi_s:Q",
+                color=color, opacity=_highlight_opacity())
+    )  # fmt: skip
+    return alt.layer(points, bars, _slo_rule_datum(opts), data=values(drawn), title=opts.title
                      ).properties(width=WIDTH, height=HEIGHT)  # fmt: skip
+
+
+# latency_percentiles.sql columns of each percentile drawn with its interval
+_INTERVAL_STATS = (
+    ("TTFT", "p50", "p50_ttft"), ("TTFT", "p90", "p90_ttft"), ("TTFT", "p99", "p99_ttft"),
+    ("TPOT", "p50", "p50_tpot"), ("TPOT", "p99", "p99_tpot"),
+    ("E2E", "p50", "p50_e2e"), ("E2E", "p99", "p99_e2e"),
+)  # fmt: skip
+
+
+def latency_intervals(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
+    """Each scenario's TTFT, TPOT and E2E percentiles as points, each with a bar over its
+    90% interval; one panel per metric (its own time axis, log when the values spread).
+
+    Expects the rows of latency_percentiles.sql (scenario, p50_ttft_s, p50_ttft_lo_s,
+    p50_ttft_hi_s, ...).
+    """
+    parts = [
+        df.select(
+            pl.col("scenario"),
+            pl.lit(metric).alias("metric"),
+            pl.lit(q).alias("percentile"),
+            pl.col(f"{col}_s").alias("value_s"),
+            pl.col(f"{col}_lo_s").alias("lo_s"),
+            pl.col(f"{col}_hi_s").alias("hi_s"),
+        )
+        for metric, q, col in _INTERVAL_STATS
+    ]
+    long = pl.concat(parts).filter(pl.col("lo_s").is_not_null() & (pl.col("value_s") > 0))
+    order = natural_sorted(set(long["scenario"].to_list()))
+    panels = []
+    for metric in ("TTFT", "TPOT", "E2E"):
+        part = long.filter(pl.col("metric") == metric)
+        if part.is_empty():
+            continue
+        scale = _scale_for(pl.concat([part["lo_s"], part["hi_s"]]))
+        base = alt.Chart(values(part), title=metric).encode(
+            y=alt.Y("scenario:N", title=None, sort=order, axis=alt.Axis(labelLimit=180)),
+            yOffset=alt.YOffset("percentile:N", sort=["p50", "p90", "p99"]),
+            color=alt.Color("percentile:N", sort=["p50", "p90", "p99"], title="percentile"),
+        )
+        x = alt.X("value_s:Q", title=_scale_title(f"{metric} (s)", scale), scale=scale)
+        bar = base.mark_rule(strokeWidth=2).encode(x=alt.X("lo_s:Q", scale=scale, title=None),
+                                                   x2="hi_s:Q")  # fmt: skip
+        dot = base.mark_point(filled=True, size=40).encode(
+            x=x,
+            tooltip=[
+                alt.Tooltip("scenario:N"), alt.Tooltip("metric:N"), alt.Tooltip("percentile:N"),
+                alt.Tooltip("value_s:Q", title="value (s)", format=".4~g"),
+                alt.Tooltip("lo_s:Q", title="90% interval from (s)", format=".4~g"),
+                alt.Tooltip("hi_s:Q", title="to (s)", format=".4~g"),
+            ],
+        )  # fmt: skip
+        panels.append(alt.layer(bar, dot).properties(width=WIDTH // 3 - 40, height=alt.Step(8)))
+    return alt.hconcat(*panels, title=opts.title).resolve_scale(x="independent")
 
 
 def latency_cdf(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
@@ -647,11 +720,7 @@ def prefix_hit_rate_by_cache_size(df: pl.DataFrame, opts: ChartOptions) -> AnyCh
         alt.Chart(values(drawn), title=opts.title)
         .mark_line(point=alt.OverlayMarkDef(size=70))
         .encode(
-            x=alt.X(
-                "cache_tokens:Q",
-                title="KV cache per replica (tokens, log scale)",
-                scale=alt.Scale(type="log", base=2),
-            ),
+            x=_log2_x("cache_tokens:Q", "KV cache per replica (tokens, log scale)"),
             y=alt.Y(
                 "hit_rate:Q",
                 title="hit rate (hit / looked-up tokens)",
@@ -800,16 +869,27 @@ def slo_capacity(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
 
 def capacity_probes(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
     """Each capacity search's probes: the measured statistic over its SLO limit (1 is the
-    limit), one colour per SLO, the answer ringed; one panel per search.
+    limit), one colour per SLO, the answer ringed; one panel per search. With intervals,
+    a bar through each probe spans its statistic's 90% interval and a band the answer's.
 
     Expects: search, knob, probe, value, scenario, slo, limit_s, measured_s, met,
-    is_answer (the rows of capacity_search.sql).
+    is_answer, and optionally measured_lo_s, measured_hi_s, answer_lo, answer_hi (the rows
+    of capacity_search.sql).
     """
+    if "measured_lo_s" not in df.columns:  # a frame from before intervals
+        df = df.with_columns(
+            *(pl.lit(None, pl.Float64).alias(c)
+              for c in ("measured_lo_s", "measured_hi_s", "answer_lo", "answer_hi"))
+        )  # fmt: skip
     drawn = df.with_columns(
         (pl.col("measured_s") / pl.col("limit_s")).alias("share_of_limit"),
+        (pl.col("measured_lo_s") / pl.col("limit_s")).alias("share_lo"),
+        (pl.col("measured_hi_s") / pl.col("limit_s")).alias("share_hi"),
         (pl.col("search") + " (" + pl.col("knob") + ")").alias("panel"),
     ).filter(pl.col("share_of_limit").is_not_null())
-    y_scale = _scale_for(pl.concat([drawn["share_of_limit"], pl.Series([1.0])]))
+    y_scale = _scale_for(
+        pl.concat([drawn["share_of_limit"], drawn["share_lo"], drawn["share_hi"], pl.Series([1.0])])
+    )
     slos = natural_sorted(set(drawn["slo"].to_list()))
     base = alt.Chart()
     pick = alt.selection_point(fields=["slo"], bind="legend", name=LEGEND_PICK)
@@ -840,10 +920,23 @@ def capacity_probes(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
         .mark_point(size=260, shape="circle", filled=False, strokeWidth=2, color="#222")
         .encode(x="value:Q", y="share_of_limit:Q")
     )
+    bars = (
+        base.transform_filter("isValid(datum.share_lo)")
+        .mark_rule(strokeWidth=1.5)
+        .encode(x="value:Q", y=alt.Y("share_lo:Q", scale=y_scale), y2="share_hi:Q",
+                color=alt.Color("slo:N", sort=slos, scale=alt.Scale(domain=slos)),
+                opacity=alt.condition(pick, alt.value(0.7), alt.value(FADED)))
+    )  # fmt: skip
+    # the answer's interval: a band across the panel, at the answer's rows only
+    band = (
+        base.transform_filter("datum.is_answer && isValid(datum.answer_lo)")
+        .mark_rect(color="#4c78a8", opacity=0.12)
+        .encode(x="answer_lo:Q", x2="answer_hi:Q")
+    )
     limit = base.mark_rule(color="#b00", strokeDash=[4, 3]).encode(y=alt.datum(1.0))
     panels = natural_sorted(set(drawn["panel"].to_list()))
     return (
-        alt.layer(points, ring, limit, data=values(drawn))
+        alt.layer(band, bars, points, ring, limit, data=values(drawn))
         .properties(width=WIDTH // 3 - 40, height=HEIGHT - 40)
         .facet(column=alt.Column("panel:N", title=None, sort=panels), title=opts.title)
         .resolve_scale(x="independent")
@@ -969,6 +1062,7 @@ CHARTS: dict[str, Callable[[pl.DataFrame, ChartOptions], AnyChart]] = {
         throughput,
         ttft_by_queue_depth,
         ttft_vs_concurrency_cap,
+        latency_intervals,
         latency_cdf,
         engine_timeline,
         prefix_hit_rate_overall,

@@ -13,6 +13,7 @@ selected request (``arrival_time``; ``arrival_s`` is per source file).
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Callable
@@ -40,6 +41,7 @@ from pipeline.lock import with_warehouse_lock
 from pipeline.progress import progress
 from pipeline.runs import write_run_row
 from pipeline.selection import RequestFilter, check_request_columns
+from pipeline.sim import uncertainty
 from pipeline.sim.arrivals import make_arrivals
 from pipeline.sim.loop import simulate, warm_up
 from pipeline.sim.prefix import build_keys, describe
@@ -491,6 +493,7 @@ def replay(
     run_id: str | None = None,
     selection: RequestFilter | None = None,
     chunk_rows: int = CHUNK_ROWS,
+    intervals: bool = True,
 ) -> ReplayResult:
     """Replay the selected requests through every scenario and write the results.
 
@@ -505,6 +508,9 @@ def replay(
         selection: which of those requests (models, tenants, predicate, time window).
         chunk_rows: step rows converted and written at once, and requests per
             row group of sim_requests (bounds the memory the writing takes).
+        intervals: give each summary's TTFT, TPOT and E2E percentiles their 90%
+            intervals (``pipeline.sim.uncertainty``: a bootstrap, and two more
+            replays for the profile term).
 
     Returns:
         The run id, the inputs and each scenario's summary and files.
@@ -530,8 +536,9 @@ def replay(
     try:
         if scenarios:
             load_loop(scenarios[0].engine(), quiet=quiet)
+        run_one = functools.partial(_run_one, quiet=quiet, rows=chunk_rows, intervals=intervals)
         for sc in scenarios:  # each scenario's inputs are let go once it has run
-            runs.append(_run_one(wh, run_id, sc, prepared.pop(0), quiet=quiet, rows=chunk_rows))
+            runs.append(run_one(wh, run_id, sc, prepared.pop(0)))
         wh.write(SCENARIOS, _scenarios_table(runs), {"run_id": run_id}, "scenarios")
         status = "ok"
     finally:
@@ -551,9 +558,18 @@ def load_loop(eng: EngineConfig, *, quiet: bool = False) -> None:
 
 
 def _run_one(
-    wh: Warehouse, run_id: str, sc: Scenario, prep: Prepared, *, quiet: bool, rows: int
+    wh: Warehouse,
+    run_id: str,
+    sc: Scenario,
+    prep: Prepared,
+    *,
+    quiet: bool,
+    rows: int,
+    intervals: bool = False,
 ) -> ScenarioRun:
     """Run one scenario; its step rows are written as the loop hands them out."""
+    # the profile term's replays run first, while the input is still held
+    at_cost = uncertainty.profile_statistics(sc, prep.inp) if intervals else None
     n, inputs, ids, facts = len(prep.inp), [prep.inp], prep.request_ids, _facts(prep)
     del prep  # the caller holds it no more: the loop frees the input once it has copied it
     part = {"run_id": run_id}
@@ -571,6 +587,8 @@ def _run_one(
             sc, inputs, steps_out.write, chunk_rows=rows, on_progress=on_progress
         )
     summary = {**summarize(res, steps), **facts}
+    if intervals:
+        summary["intervals"] = uncertainty.summary_intervals(sc, res, at_cost)
     paths = {
         "sim_steps": steps_out.path,
         "sim_requests": write_sim_requests(
@@ -638,6 +656,18 @@ def run_prepared(sc: Scenario, prep: Prepared) -> tuple[ScenarioRun, pa.Table, p
     summary = {**summarize(res, steps), **_facts(prep)}
     run = ScenarioRun(scenario=sc, summary=summary, num_dropped=prep.num_dropped, sim_s=sim_s)
     return run, sim_requests_table(sc.name, prep.request_ids, res), steps_table
+
+
+def summarize_prepared(sc: Scenario, prep: Prepared) -> tuple[ScenarioRun, SimResult]:
+    """Simulate one prepared scenario for its summary only: no tables are built.
+
+    Returns the run and the result (its step timeline kept whole, for the summary).
+    """
+    t0 = time.perf_counter()
+    res = simulate(prep.inp, sc.engine())
+    sim_s = time.perf_counter() - t0
+    summary = {**summarize(res), **_facts(prep)}
+    return ScenarioRun(scenario=sc, summary=summary, num_dropped=prep.num_dropped, sim_s=sim_s), res
 
 
 def scenarios_table(runs: list[ScenarioRun]) -> pa.Table:

@@ -30,6 +30,7 @@ flag > scenario file > ``[replay]`` in the config file > default::
     prefix_warmup_requests = 0    # the first N requests fill the caches instead of running
 
     max_num_seqs = 256            # ... and the policy's own parameters (policies/*.py)
+    cost_uncertainty = 0.08       # sd of log step time for intervals; default: the profile's
 
     [tenant_priority]             # vllm scheduling_policy = "priority": tenant -> priority
     batch = 10                    # (lower first; others keep the trace's priority, else 0)
@@ -60,6 +61,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pipeline.errors import PipelineError, ScenarioError
+from pipeline.sim import cost_uncertainty
 from pipeline.sim.cost_model import OPTIONAL_COEFFICIENTS, StepCost
 from pipeline.sim.frontend import SCENARIO_KEYS as FRONTEND_KEYS
 from pipeline.sim.frontend import Frontend
@@ -121,6 +123,11 @@ COMMON: dict[str, tuple[type, Any, str]] = {
     "frontend_request_s": (float, None, "front end per request, s; default: the profile's"),
     "frontend_prompt_token_s": (float, None, "front end per prompt token, s (tokenisation)"),
     "frontend_output_token_s": (float, None, "front end per streamed token, s"),
+    "cost_uncertainty": (
+        float,
+        None,
+        "sd of log step time the intervals assume; default: the profile's (cost_uncertainty.py)",
+    ),
     **{k: (float if isinstance(d, float) else int, None, h) for k, (d, h) in ROUTER_PARAMS.items()},
 }
 
@@ -160,6 +167,8 @@ class Scenario:
     tenant_priority: dict[str, int] | None = None  # vllm priority policy: tenant -> priority
     router_params: dict[str, float] | None = None  # prefix_aware: ROUTER_PARAMS, resolved
     frontend: Frontend = Frontend()  # what a client sees on top of the engine (frontend.py)
+    # the profile term of intervals: sd of log step time and where it came from
+    cost_uncertainty: cost_uncertainty.CostUncertainty = cost_uncertainty.DEFAULT
 
     @property
     def num_kv_blocks(self) -> int:
@@ -225,6 +234,8 @@ class Scenario:
             "prefix_warmup_requests": self.prefix_warmup_requests,
             "tenant_priority": self.tenant_priority,
             **(self.router_params or {}),
+            "cost_uncertainty": self.cost_uncertainty.log_sd,
+            "cost_uncertainty_source": self.cost_uncertainty.source,
         }
 
     def cap_lengths(
@@ -410,6 +421,9 @@ def build_scenario(values: dict[str, Any], *, where: str = "scenario") -> Scenar
     if pol.num_blocks(memory, params) < 1:
         raise ScenarioError(f"{where}: num_gpu_blocks ({num_gpu_blocks}) leaves no usable block")
     caching, router_params = _check_caching_and_routing(got, policy, params, where)
+    uncertainty = cost_uncertainty.resolve(
+        got["cost_uncertainty"], got["profile"], custom="cost" in values, where=where
+    )
     return Scenario(
         name=name,
         policy=policy,
@@ -435,6 +449,7 @@ def build_scenario(values: dict[str, Any], *, where: str = "scenario") -> Scenar
         tenant_priority=got["tenant_priority"],
         router_params=router_params,
         frontend=frontend,
+        cost_uncertainty=uncertainty,
     )
 
 

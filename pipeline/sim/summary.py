@@ -222,10 +222,10 @@ def summarize(res: SimResult, steps: StepTotals | None = None) -> dict[str, Any]
     del ttft
     tpot = request_metric(res, "tpot_s")[done]
     tpot = tpot[~np.isnan(tpot)]
-    tpot_pct = {q: _pct(tpot, q) for q in (50, 99)}
+    tpot_pct = {q: _pct(tpot, q) for q in (50, 90, 99)}
     del tpot
     e2e = request_metric(res, "e2e_s")[done]
-    e2e_pct = {q: _pct(e2e, q) for q in (50, 99)}
+    e2e_pct = {q: _pct(e2e, q) for q in (50, 90, 99)}
     del e2e
     queue_p99 = _pct(request_metric(res, "queue_s")[done], 99)
     engine_ttft = request_metric(res, "engine_ttft_s")[done]
@@ -242,8 +242,10 @@ def summarize(res: SimResult, steps: StepTotals | None = None) -> dict[str, Any]
         "ttft_p90_s": ttft_pct[90],
         "ttft_p99_s": ttft_pct[99],
         "tpot_p50_s": tpot_pct[50],
+        "tpot_p90_s": tpot_pct[90],
         "tpot_p99_s": tpot_pct[99],
         "e2e_p50_s": e2e_pct[50],
+        "e2e_p90_s": e2e_pct[90],
         "e2e_p99_s": e2e_pct[99],
         "queue_p99_s": queue_p99,
         "latency_basis": latency_basis(res),

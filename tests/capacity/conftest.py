@@ -49,6 +49,26 @@ def grid_toml(axes: dict[str, Any], *, slo: dict[str, str] | None = None, **base
     return "\n".join(lines) + "\n"
 
 
+def capacity_file(path: Path, sections: str) -> Path:
+    """A capacity file at ``path``: a [base] of BASE (its cost table included), then
+    ``sections`` ([slo], [search.<kind>], ...) as written."""
+    cost = "\n".join(f"{k} = {v!r}" for k, v in BASE["cost"].items())
+    path.write_text(
+        f"[base]\nnum_gpu_blocks = 4000\nmax_model_len = 4096\n[base.cost]\n{cost}\n{sections}"
+    )
+    return path
+
+
+def seeded_warehouse(root: Path, n: int = 400, rate: float = 15.0, seed: int = 7) -> Path:
+    """A warehouse at ``root`` of ``n`` requests, Poisson-ish at ``rate``, Azure-like lengths."""
+    rng = np.random.default_rng(seed)
+    table = requests_table(
+        rng.integers(50, 2000, n), rng.integers(2, 300, n), rng.exponential(1 / rate, n)
+    )
+    Warehouse(root).write(REQUESTS, table, {"date": "2024-05-01"}, "src-test")
+    return root
+
+
 @pytest.fixture
 def small_warehouse(tmp_path: Path) -> Callable[..., Path]:
     """small_warehouse(n=300, rate=20.0): Poisson-ish arrivals, Azure-like lengths, seed 1."""

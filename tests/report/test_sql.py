@@ -61,6 +61,17 @@ CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any], Rows]] = {
         {"run_a": R2, "run_b": R1, "scenario_b": None, "value_a": 0.494, "value_b": None,
          "change": None, "relative_change": None, "metric_order": 6},
     ]),
+    # R1's one request of 'old' beside R2's: TTFT 9 s, E2E 10 s, TPOT 1 s over 9 tokens
+    "compare_requests": ("compare_requests", {"run_id": R2, "compare_run_id": R1},
+                         {"scenario": "old"}, [
+        {"run_id": R1, "request_id": "r1", "arrival_s": 0.0, "ttft_s": 9.0, "tpot_s": 1 / 9,
+         "e2e_s": 10.0},
+    ]),
+    "compare_requests_latest": ("compare_requests", {}, {"request_id": "r1"}, [
+        {"run_id": R1, "scenario": "old"}, {"run_id": R2, "scenario": "static-4"},
+        {"run_id": R2, "scenario": "vllm-2"}, {"run_id": R2, "scenario": "vllm-4"},
+        {"run_id": R2, "scenario": "vllm-4-fast"},
+    ]),
     # nor a calibration; tests/calibrate/test_observed.py checks this query's rows
     "calibration_without_a_calibration": ("calibration", {}, {}, []),
     # the tiny warehouse has no live run; tests/live/test_live_sql.py checks these queries' rows

@@ -161,15 +161,23 @@ def test_cli_prints_a_summary_per_scenario(
     assert "st (static" in r.output
     for word in (
         "req/s",
-        "TTFT p50",
+        "TTFT (s)",
+        "TPOT (ms)",
+        "E2E (s)",
+        "p50",
         "p90",
         "p99",
-        "TPOT p50",
+        "(90% intervals) arrivals: a block bootstrap",
         "queue depth max",
         "preemptions",
         "KV peak",
     ):
         assert word in r.output
+    r = CliRunner().invoke(
+        cli, ["replay", "--warehouse", str(root), "--scenario", str(f), "--quiet", "--no-intervals"]
+    )
+    assert r.exit_code == 0, r.output
+    assert "TTFT p50" in r.output and "TPOT p50" in r.output and "intervals" not in r.output
 
 
 def test_cli_json_with_flags_overriding_the_file(

@@ -1,0 +1,112 @@
+"""Replicates of a capacity probe: the same load again, with other arrivals.
+
+A capacity answer sits where a statistic crosses its limit, usually close to
+saturation, where one trace's p99 swings with a burst it happened to hold or
+not; a bootstrap of the replayed requests cannot show a burst the trace never
+had. So at the answer the load is replayed again, ``REPLICATES`` times, each
+time with arrivals the trace could as well have had:
+
+- drawn arrivals (``poisson``, ``gamma``): a new seed per replicate (the
+  scenario's seed and the replicate's number, mixed), so new gaps (and, with
+  ``num_requests``, new lengths);
+- trace arrivals: the trace resampled in windows of consecutive requests (a
+  block bootstrap of the trace itself): as many windows as it has, drawn with
+  replacement and laid end to end, each keeping its own gaps and the gap that
+  followed it. The window is the Politis-White block length of the trace's
+  inter-arrival gaps (``intervals.block_length``, on their ranks), so that
+  bursts stay whole, held between ``MIN_WINDOWS`` and ``MAX_WINDOWS`` windows
+  like the bootstrap's. Then the scenario rescales it as it rescales the trace
+  (``rate``, ``time_scale``).
+
+Each replicate is replayed without writing anything (``measure``): only each
+SLO's statistic is kept.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+
+from pipeline.plan.intervals import slo_bootstrap
+from pipeline.plan.slo import Slo, evaluate
+from pipeline.plan.tasks import sim_metrics
+from pipeline.sim import intervals as iv
+from pipeline.sim.loop import simulate
+from pipeline.sim.replay import Prepared, prepare
+from pipeline.sim.scenario import Scenario
+
+REPLICATES = 6  # replicate replays at each capacity answer
+SEED_SALT = 0x2E91_1CA7  # mixed into replicate seeds and the trace resampling
+
+
+def _drop(st: Any, stf: Any) -> None:
+    """A step sink that keeps nothing."""
+
+
+def replicate_seed(seed: int, replicate: int) -> int:
+    """The seed of replicate ``replicate`` (1, 2, ...) of a scenario seeded ``seed``."""
+    state = np.random.SeedSequence([seed, replicate, SEED_SALT]).generate_state(1)
+    return int(state[0] & 0x7FFF_FFFF)
+
+
+def trace_window(arrival_s: npt.NDArray[np.float64]) -> int:
+    """Requests per window for resampling a trace with these (sorted) arrivals."""
+    n = len(arrival_s)
+    if n < 2:
+        return max(n, 1)
+    b = iv.block_length(np.diff(arrival_s))
+    num = min(max(int(n / max(b, 1.0)), iv.MIN_WINDOWS), iv.MAX_WINDOWS)
+    return max(1, -(-n // max(num, 1)))
+
+
+def resample_trace(frame: pl.DataFrame, window: int, rng: np.random.Generator) -> pl.DataFrame:
+    """The requests of ``frame`` (sorted by arrival_s) resampled in windows of ``window``
+    consecutive requests, laid end to end (a request drawn twice keeps its id: replicates
+    are measured, never written)."""
+    t = frame["arrival_s"].to_numpy().astype(np.float64)
+    n = len(t)
+    starts = np.arange(0, n, window)
+    ends = np.minimum(starts + window, n)
+    mean_gap = float(t[-1] - t[0]) / max(n - 1, 1)
+    # the gap that followed each window (after the last: the mean gap)
+    after = np.where(ends < n, t[np.minimum(ends, n - 1)] - t[ends - 1], mean_gap)
+    drawn = rng.integers(0, len(starts), size=len(starts))
+    rows = np.concatenate([np.arange(starts[k], ends[k]) for k in drawn])
+    local = np.concatenate([t[starts[k] : ends[k]] - t[starts[k]] for k in drawn])
+    span = np.array([t[ends[k] - 1] - t[starts[k]] + after[k] for k in drawn])
+    offset = np.repeat(np.concatenate([[0.0], np.cumsum(span)[:-1]]), ends[drawn] - starts[drawn])
+    return frame[rows].with_columns(pl.Series("arrival_s", offset + local))
+
+
+def replicate(
+    frame: pl.DataFrame, sc: Scenario, number: int, window: int | None
+) -> tuple[Scenario, Prepared]:
+    """Replicate ``number`` (1, 2, ...) of scenario ``sc`` on the requests ``frame``:
+    a new seed for drawn arrivals, a resampled trace (``window`` requests per window) for
+    trace arrivals."""
+    if sc.arrivals.process != "trace":
+        other = dataclasses.replace(sc, seed=replicate_seed(sc.seed, number))
+        return other, prepare(frame, other)
+    rng = np.random.default_rng([sc.seed, number, SEED_SALT])
+    resampled = resample_trace(frame, window or trace_window(frame["arrival_s"].to_numpy()), rng)
+    return sc, prepare(resampled, sc)
+
+
+def measure(sc: Scenario, prep: Prepared, slos: list[Slo]) -> dict[str, float | None]:
+    """Each SLO's statistic of one replay of ``prep`` under ``sc``; nothing is written."""
+    return measure_with_bootstrap(sc, prep, slos, bootstrap=False)[0]
+
+
+def measure_with_bootstrap(
+    sc: Scenario, prep: Prepared, slos: list[Slo], *, bootstrap: bool = True
+) -> tuple[dict[str, float | None], dict[str, tuple[float, float] | None]]:
+    """``measure``, and the block bootstrap interval of each statistic over the replay's
+    own requests (seeded by the scenario's seed)."""
+    res = simulate(prep.inp, sc.engine(), on_steps=_drop)
+    metrics, groups = sim_metrics(res, prep.groups)
+    measured = evaluate(slos, metrics, 1.0, groups).measured_s
+    return measured, slo_bootstrap(slos, metrics, groups, sc.seed) if bootstrap else {}
