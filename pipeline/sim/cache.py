@@ -13,16 +13,38 @@ State per replica r (``kc = (ck, cs, ht, ukey, uslot, gk, gb, gn)``):
 - slots: ``ck[r, s]`` the key of cached unit s, ``cs[r, s, CS_REF]`` how many
   running requests reference it, ``cs[r, s, CS_BLK]`` its blocks, and
   ``CS_PREV`` / ``CS_NEXT`` links: the LRU queue of unreferenced units
-  (``rp[r, P_LRU_HEAD]`` is evicted first), or the free-slot list;
+  (``rp[r, P_LRU_HEAD]`` is evicted first), or the free-slot list (there a
+  link is relative: slot s's next free slot is ``s + 1 + cs[r, s, CS_NEXT]``,
+  so a never-used slot, all zeros, links to the next one and the arrays are
+  touched only as slots are used); ``CS_DNEXT`` / ``CS_DPREV`` link the
+  copies of one key (below);
 - ``ht[r, j] = (key, slot + 1)`` (slot + 1 = 0: an empty entry): open
   addressing with linear probing, deletion by backward shift, so no
   tombstones. Each entry carries its key, so a probe reads one cache line and
   never the slot's (the table is touched at random: every eviction and every
-  new unit probes it);
+  new unit probes it). The slot is the key's oldest cached copy;
 - per request: ``ukey[hoff:hoff + nunits]`` its unit keys and ``uslot`` the
   slot each settled unit references (-1: held privately);
 - over all replicas, ``(gk, gb, gn)``: which replicas cache each key
   (``prefix_index.py``; kept only for the ``prefix_aware`` router).
+
+**Copies** (vLLM, ``dedupe`` off). vLLM does not de-duplicate: a full block
+that a request computes while an identical one is cached already (two
+requests computing the same prompt blocks in the same steps, or a resumed
+request recomputing a block it had cached before) is cached too, under the
+same hash (``BlockHashToBlockMap`` keeps every block id of a hash), so that
+block tables stay append-only. Here such a unit becomes a second cached
+**copy** of its key, referenced by the request that computed it: it is cached
+from the moment it is committed, it joins the LRU queue like any unit once
+nobody references it (so it is free capacity then, in its place in the
+eviction order), eviction takes whichever copy reaches the LRU head and
+leaves the others cached, and a lookup gets the oldest copy still cached
+(``get_one_block``: the first block id of the hash's dict, in insertion
+order), referenced or not. The copies of a key are a list, oldest first:
+``CS_DNEXT`` the next newer copy (-1: none), ``CS_DPREV`` the next older one,
+and for the oldest (the table's) the newest (itself when alone). SGLang and
+TGI (``dedupe`` on) share the cached unit instead and free the request's
+blocks.
 
 Free capacity is ``rp[r, P_FREE]`` (blocks holding nothing) plus
 ``rp[r, P_EVICTABLE]`` (blocks of cached units nobody references, vLLM's
@@ -65,13 +87,16 @@ from pipeline.sim.state import (
     R_UNIT_BLK,
     R_UNIT_TOK,
     W_HOFF,
+    PrefixKeys,
 )
 
 CS_REF = 0
 CS_BLK = 1
 CS_PREV = 2
 CS_NEXT = 3
-NCS = 4
+CS_DNEXT = 4
+CS_DPREV = 5
+NCS = 6
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 assert sys.byteorder == "little"  # _keys_at
@@ -80,8 +105,49 @@ assert sys.byteorder == "little"  # _keys_at
 _EMPTY = np.uint64(0)
 
 
+def cache_sizes(
+    num_blocks: int,
+    keys: list[PrefixKeys],
+    block_size: int,
+    *,
+    copies: bool,
+    blocks_needed: int,
+) -> tuple[int, int]:
+    """(slots, distinct keys) one replica's cache can hold at once, for ``empty_caches``.
+
+    Every cached unit holds blocks of its own, so at most ``num_blocks //
+    smallest unit`` are cached at once, and never more distinct keys than the
+    requests and warm-up prompts have (``keys``). Without ``copies`` a key is
+    cached once, so that bounds the units too. With them (vLLM) a request
+    caches a unit again only when it recomputes it after a preemption; with
+    ``blocks_needed`` (every request's whole KV, plus the warm-up's units) or
+    fewer blocks nothing is preempted or evicted, so every unit is cached at
+    most once then as well. Slots cost memory only as they are used.
+    """
+    total = 0
+    smallest = 0
+    for pk in keys:
+        units = np.diff(pk.offsets)
+        used = pk.unit_tokens[units > 0]
+        total += int(units.sum())
+        if len(used):
+            m = int(used.min()) // block_size
+            smallest = m if smallest == 0 else min(smallest, m)
+    if total == 0:
+        return 0, 0
+    room = num_blocks // max(smallest, 1)
+    if not copies or num_blocks >= blocks_needed:
+        return min(total, room), min(total, room)
+    return room, min(total, room)
+
+
 def empty_caches(
-    num_replicas: int, num_slots: int, keys: npt.NDArray[np.uint64], *, index: int = 0
+    num_replicas: int,
+    num_slots: int,
+    keys: npt.NDArray[np.uint64],
+    *,
+    index: int = 0,
+    num_keys: int = 0,
 ) -> tuple[
     npt.NDArray[np.uint64],
     npt.NDArray[np.int64],
@@ -92,19 +158,19 @@ def empty_caches(
     npt.NDArray[np.uint64],
     npt.NDArray[np.int64],
 ]:
-    """``kc`` for ``num_replicas`` empty caches of ``num_slots`` units each.
+    """``kc`` for ``num_replicas`` empty caches of ``num_slots`` units (copies) each.
 
-    ``index``: most distinct keys cached at once over all replicas, for the
-    index of which replicas hold each key (0: no index).
-    The caller links the free-slot lists (``init_replica``) and sets the
-    replica fields.
+    ``num_keys``: most distinct keys one replica caches at once, which sizes
+    its hash table (0: ``num_slots``). ``index``: most distinct keys cached at
+    once over all replicas, for the index of which replicas hold each key (0:
+    no index). The caller sets the replica fields (``P_SLOT_FREE`` 0: every
+    slot free, see the module docstring).
     """
     s = max(num_slots, 1)
-    size = 1 << max(4, (2 * s - 1).bit_length())  # load <= 1/2
+    e = max(min(num_keys, s) if num_keys > 0 else s, 1)
+    size = 1 << max(4, (2 * e - 1).bit_length())  # load <= 1/2
     ck = np.zeros((num_replicas, s), dtype=np.uint64)
-    cs = np.zeros((num_replicas, s, NCS), dtype=np.int64)
-    cs[:, :, CS_NEXT] = np.arange(1, s + 1)
-    cs[:, s - 1, CS_NEXT] = -1
+    cs = np.zeros((num_replicas, s, NCS), dtype=np.int64)  # zeros: a free-slot list (above)
     ht = np.zeros((num_replicas, size, 2), dtype=np.uint64)
     uslot = np.full(len(keys), -1, dtype=np.int64)
     # writable: numba compiles a loop of its own for read-only arrays (Ray's object store)
@@ -176,8 +242,9 @@ def _evict(
     One call per allocation that evicts, its loop written out: helpers that
     take arrays cost reference counts and argument copies per unit, and the
     big caches evict about one unit per request block (``bench/prefix_cache.py``).
-    Each unit leaves the LRU queue (it is its head), its table entry is
-    deleted by backward shift, and its slot goes to the free-slot list.
+    Each unit leaves the LRU queue (it is its head) and its key's list of
+    copies; the key's table entry then names the next copy, or is deleted by
+    backward shift when none is left; the slot goes to the free-slot list.
     """
     mask = ht.shape[1] - 1
     row = r * ht.shape[1]  # replica r's first table entry, over all replicas
@@ -200,28 +267,40 @@ def _evict(
             if after >= 0:
                 prefetch(ck, srow + after)
                 prefetch(cs, (srow + after) * NCS)
-        # delete the table entry: find it, then shift later entries of its run back
-        i = _home(key, mask)
-        while ht[r, i, 1] != np.uint64(s + 1):
+        i = _home(key, mask)  # the key's table entry (no empty entry lies before it)
+        while ht[r, i, 1] == _EMPTY or ht[r, i, 0] != key:
             i = (i + 1) & mask
-        j = i
-        while True:
-            j = (j + 1) & mask
-            if ht[r, j, 1] == _EMPTY:
-                break
-            k = _home(ht[r, j, 0], mask)
-            # leave entry j where it is if its home lies cyclically in (i, j]
-            if (i < j and i < k <= j) or (i > j and (k > i or k <= j)):
-                continue
-            ht[r, i, 0] = ht[r, j, 0]
-            ht[r, i, 1] = ht[r, j, 1]
-            i = j
-        ht[r, i, 1] = 0
-        cs[r, s, CS_NEXT] = slot_free
+        oldest = int(ht[r, i, 1]) - 1
+        newer = cs[r, s, CS_DNEXT]
+        if oldest != s:  # a newer copy leaves: unlink it, the key stays cached
+            older = cs[r, s, CS_DPREV]
+            cs[r, older, CS_DNEXT] = newer
+            if newer >= 0:
+                cs[r, newer, CS_DPREV] = older
+            else:
+                cs[r, oldest, CS_DPREV] = older
+        elif newer >= 0:  # the oldest copy leaves: the next one is what a lookup gets
+            cs[r, newer, CS_DPREV] = cs[r, s, CS_DPREV]
+            ht[r, i, 1] = newer + 1
+        else:  # the only copy: delete the entry, shifting later entries of its run back
+            j = i
+            while True:
+                j = (j + 1) & mask
+                if ht[r, j, 1] == _EMPTY:
+                    break
+                k = _home(ht[r, j, 0], mask)
+                # leave entry j where it is if its home lies cyclically in (i, j]
+                if (i < j and i < k <= j) or (i > j and (k > i or k <= j)):
+                    continue
+                ht[r, i, 0] = ht[r, j, 0]
+                ht[r, i, 1] = ht[r, j, 1]
+                i = j
+            ht[r, i, 1] = 0
+            if indexed:
+                index_remove(gk, gb, gn, r, key)
+        cs[r, s, CS_NEXT] = slot_free - s - 1  # relative link (module docstring)
         slot_free = s
         n += 1
-        if indexed:
-            index_remove(gk, gb, gn, r, key)
         s = nxt
     rp[r, P_LRU_HEAD] = s
     if s >= 0:
@@ -344,8 +423,9 @@ def _put(
 
     ``uslot[at + k]`` gets the slot unit k now uses. A key not cached gets a
     new unit, referenced once. A cached one is referenced if ``dedupe``, and
-    its ``blocks`` go back to the free pool; otherwise the unit stays private
-    (slot -1). Returns how many units are now shared (new or deduplicated).
+    its ``blocks`` go back to the free pool; otherwise (vLLM) the unit is
+    cached as a newer copy of the key, referenced once (module docstring).
+    Returns how many units are now shared (every one of them).
 
     Inlined, its loop written out (probe, insert): calls and helpers that
     take arrays cost reference counts and argument copies (see ``_evict``).
@@ -364,30 +444,38 @@ def _put(
         j = _home(key, mask)
         while ht[r, j, 1] != _EMPTY and ht[r, j, 0] != key:
             j = (j + 1) & mask
-        if ht[r, j, 1] == _EMPTY:  # a new cached unit: a free slot and this empty entry
-            s = slot_free
-            assert s >= 0  # sized for every unit that can be cached at once
-            slot_free = cs[r, s, CS_NEXT]
-            ck[r, s] = key
-            cs[r, s, CS_REF] = 1
-            cs[r, s, CS_BLK] = blocks
-            cs[r, s, CS_PREV] = -1
-            cs[r, s, CS_NEXT] = -1
-            ht[r, j, 0] = key
-            ht[r, j, 1] = s + 1
-            uslot[q] = s
-            inserted += 1
-            shared += 1
-            if indexed:
-                index_add(gk, gb, gn, r, key)
-        elif dedupe:
+        new = ht[r, j, 1] == _EMPTY
+        if not new and dedupe:  # share the cached unit, free the request's copy
             s = int(ht[r, j, 1]) - 1
             _ref(cs, rp, r, s)
             uslot[q] = s
             rp[r, P_FREE] += blocks
             shared += 1
-        else:
-            uslot[q] = -1
+            continue
+        s = slot_free  # a new cached unit (or copy) in a free slot
+        assert s < ck.shape[1]  # sized for every unit that can be cached at once
+        slot_free = s + 1 + cs[r, s, CS_NEXT]
+        ck[r, s] = key
+        cs[r, s, CS_REF] = 1
+        cs[r, s, CS_BLK] = blocks
+        cs[r, s, CS_PREV] = -1
+        cs[r, s, CS_NEXT] = -1
+        cs[r, s, CS_DNEXT] = -1
+        if new:  # the key's only copy, in this empty entry
+            cs[r, s, CS_DPREV] = s
+            ht[r, j, 0] = key
+            ht[r, j, 1] = s + 1
+            if indexed:
+                index_add(gk, gb, gn, r, key)
+        else:  # the newest copy: after the oldest's newest
+            oldest = int(ht[r, j, 1]) - 1
+            last = cs[r, oldest, CS_DPREV]
+            cs[r, last, CS_DNEXT] = s
+            cs[r, s, CS_DPREV] = last
+            cs[r, oldest, CS_DPREV] = s
+        uslot[q] = s
+        inserted += 1
+        shared += 1
     rp[r, P_SLOT_FREE] = slot_free
     rp[r, P_NCACHED] += inserted
     return shared
@@ -407,8 +495,8 @@ def commit(
 
     Its private blocks of such a unit become the cache entry. If another copy
     is cached already, ``dedupe`` (SGLang, TGI) makes the request use that one
-    and frees its own blocks; without it (vLLM) the request keeps its copy
-    privately and the cache keeps the other.
+    and frees its own blocks; without it (vLLM) the request's blocks are
+    cached as a newer copy of the key (module docstring).
     """
     u = rq[i, R_UNIT_TOK]
     if u == 0:

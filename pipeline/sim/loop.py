@@ -59,7 +59,7 @@ import numpy.typing as npt
 from numba import njit
 
 from pipeline.sim.borrow import borrow
-from pipeline.sim.cache import commit, empty_caches, settles, take, warm
+from pipeline.sim.cache import cache_sizes, commit, empty_caches, settles, take, warm
 from pipeline.sim.cost_model import (
     decode_run_s,
     step_time,
@@ -897,22 +897,6 @@ def _warm_caches(
         rp[r, P_EVICTED] = 0
 
 
-def _num_slots(num_blocks: int, keys: list[PrefixKeys], block_size: int) -> int:
-    """Cache units a replica may hold at once: bounded by its blocks and by the distinct keys."""
-    total = 0
-    smallest = 0
-    for pk in keys:
-        units = np.diff(pk.offsets)
-        used = pk.unit_tokens[units > 0]
-        total += int(units.sum())
-        if len(used):
-            m = int(used.min()) // block_size
-            smallest = m if smallest == 0 else min(smallest, m)
-    if total == 0:
-        return 0
-    return min(total, num_blocks // max(smallest, 1))
-
-
 StepSink = Callable[[npt.NDArray[np.int64], npt.NDArray[np.float64]], None]
 
 
@@ -958,11 +942,15 @@ def simulate(
             pk = extend_keys(pk, inp.prompt_tokens, inp.output_tokens)
     rq = request_state(inp, pk if caching else None, bs)
     warmup = inp.warmup if caching and inp.warmup is not None else PrefixKeys.empty(0)
-    slots = _num_slots(num_blocks, [pk, warmup], bs)
+    need = int(np.sum(-(-(inp.prompt_tokens + inp.output_tokens) // bs))) + int(
+        np.sum(np.diff(warmup.offsets) * (warmup.unit_tokens // bs))
+    )
+    copies = eng.get(C_POLICY) == vllm.CODE  # vLLM caches a key more than once
+    slots, distinct = cache_sizes(num_blocks, [pk, warmup], bs, copies=copies, blocks_needed=need)
     index = 0  # the prefix_aware router's index of which replicas hold each unit
     if eng.get(C_ROUTER) == PREFIX_AWARE and num_replicas > 1:
-        index = min(num_replicas * slots, len(pk.keys) + len(warmup.keys))
-    kc = empty_caches(num_replicas, slots, pk.keys, index=index)
+        index = min(num_replicas * distinct, len(pk.keys) + len(warmup.keys))
+    kc = empty_caches(num_replicas, slots, pk.keys, index=index, num_keys=distinct)
     rqf = request_times(np.require(inp.arrival_s, np.float64, "C"))
     del inp  # copied into rq/rqf: a caller that let go of it frees it while the loop runs
     rp = np.zeros((num_replicas, NRP), dtype=np.int64)

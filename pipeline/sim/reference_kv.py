@@ -2,11 +2,13 @@
 
 Same model as ``kv.py`` and ``cache.py`` (see their docstrings), written
 plainly: a unit is cached under its key with a reference count and a size in
-blocks; units nobody references sit in an ``OrderedDict``, oldest first, and
-count as free capacity; an allocation takes free blocks first, then evicts
-from the front. A request holds blocks privately and through the cache units
-it references; releasing it frees the former and unreferences the latter,
-deepest unit first.
+blocks, and a key may have several cached copies (vLLM), oldest first, of
+which a lookup gets the oldest; units nobody references sit in an
+``OrderedDict``, oldest first, and count as free capacity; an allocation
+takes free blocks first, then evicts from the front, one copy at a time. A
+request holds blocks privately and through the cache units it references;
+releasing it frees the former and unreferences the latter, deepest unit
+first.
 """
 
 from __future__ import annotations
@@ -33,8 +35,8 @@ class PrefixCache:
 
     def __init__(self, num_blocks: int) -> None:
         self.free = num_blocks  # blocks holding nothing
-        self.units: dict[int, Unit] = {}
-        self.lru: OrderedDict[int, Unit] = OrderedDict()  # unreferenced units, oldest first
+        self.units: dict[int, list[Unit]] = {}  # key -> its cached copies, oldest first
+        self.lru: OrderedDict[Unit, None] = OrderedDict()  # unreferenced units, oldest first
         self.evictable = 0  # blocks in lru
         self.evicted = 0  # blocks evicted so far
 
@@ -46,29 +48,37 @@ class PrefixCache:
         """The cached leading units of ``keys`` (at most ``max_units``), and their idle blocks."""
         hits: list[Unit] = []
         for key in keys[: max(max_units, 0)]:
-            unit = self.units.get(key)
-            if unit is None:
+            copies = self.units.get(key)
+            if not copies:
                 break
-            hits.append(unit)
+            hits.append(copies[0])  # vLLM's get_one_block: the oldest copy
         return hits, sum(u.blocks for u in hits if u.ref == 0)
+
+    def get(self, key: int) -> Unit | None:
+        """The unit a lookup of ``key`` gets: its oldest cached copy."""
+        copies = self.units.get(key)
+        return copies[0] if copies else None
 
     def ref(self, unit: Unit) -> None:
         if unit.ref == 0:
-            del self.lru[unit.key]
+            del self.lru[unit]
             self.evictable -= unit.blocks
         unit.ref += 1
 
     def unref(self, unit: Unit) -> None:
         unit.ref -= 1
         if unit.ref == 0:
-            self.lru[unit.key] = unit
+            self.lru[unit] = None
             self.evictable += unit.blocks
 
     def make_free(self, need: int) -> bool:
         """Evict least recently released units until ``need`` blocks are free."""
         while self.free < need and self.lru:
-            key, unit = self.lru.popitem(last=False)
-            del self.units[key]
+            unit, _ = self.lru.popitem(last=False)
+            copies = self.units[unit.key]
+            copies.remove(unit)  # the other copies of its key stay cached
+            if not copies:
+                del self.units[unit.key]
             self.evictable -= unit.blocks
             self.free += unit.blocks
             self.evicted += unit.blocks
@@ -80,17 +90,17 @@ class PrefixCache:
         self.free -= need
 
     def insert(self, key: int, blocks: int) -> Unit:
-        """Cache a new unit, referenced once (its blocks come from the caller's)."""
-        assert key not in self.units
+        """Cache a new unit, referenced once (its blocks come from the caller's): the
+        key's only copy, or its newest when it is cached already (vLLM)."""
         unit = Unit(key, blocks, 1)
-        self.units[key] = unit
+        self.units.setdefault(key, []).append(unit)
         return unit
 
     def warm(self, keys: list[int], blocks: int) -> None:
         """Serve one warm-up prompt: use its cached units, cache the rest, release them."""
         held: list[Unit] = []
         for key in keys:
-            unit = self.units.get(key)
+            unit = self.get(key)
             if unit is not None:
                 self.ref(unit)
             else:
@@ -117,7 +127,7 @@ class Req:
         self.generated = 0  # output tokens sampled
         self.private = 0  # KV blocks held privately
         self.shared = 0  # KV blocks held through referenced cache units
-        self.settled: list[Unit | None] = []  # leading units: cached (or None: held privately)
+        self.settled: list[Unit] = []  # leading units, as cache entries it references
         self.keys: list[int] = []  # cache-unit keys of its prompt
         self.unit_tokens = 0  # tokens per unit (0: never looked up)
         self.unit_blocks = 0
@@ -223,8 +233,7 @@ class ReferenceKV:
         rep.cache.free += req.private
         req.private = 0
         for unit in reversed(req.settled):
-            if unit is not None:
-                rep.cache.unref(unit)
+            rep.cache.unref(unit)
         req.settled = []
         req.shared = 0
 
@@ -257,19 +266,15 @@ class ReferenceKV:
             return
         m = req.unit_blocks
         for k in range(len(req.settled), min(tokens // req.unit_tokens, len(req.keys))):
-            unit = rep.cache.units.get(req.keys[k])
-            if unit is None:
-                req.settled.append(rep.cache.insert(req.keys[k], m))
-                req.private -= m
-                req.shared += m
-            elif dedupe:
+            unit = rep.cache.get(req.keys[k])
+            if unit is not None and dedupe:  # share it, free the request's copy
                 rep.cache.ref(unit)
                 req.settled.append(unit)
-                req.private -= m
                 rep.cache.free += m
-                req.shared += m
-            else:
-                req.settled.append(None)
+            else:  # new, or (vLLM) a newer copy of a cached key
+                req.settled.append(rep.cache.insert(req.keys[k], m))
+            req.private -= m
+            req.shared += m
 
     def drop(self, rep: Replica, req: Req) -> None:
         """Recompute preemption: drop its KV and forget its progress."""

@@ -54,7 +54,7 @@ R_PRIORITY = 12  # scheduling priority (lower first; vLLM's priority policy), as
 R_NUNITS = 13  # prefix keys it has: full cache units of its prompt
 R_UNIT_TOK = 14  # tokens per cache unit (0: no prefix hashes, never looked up)
 R_UNIT_BLK = 15  # KV blocks per cache unit
-R_SETTLED = 16  # leading units it holds as cache entries (or as private duplicates)
+R_SETTLED = 16  # leading units it holds as cache entries (or copies) it references
 R_CACHED = 17  # prompt tokens found in the prefix cache at its first lookup
 R_LOOKUPS = 18  # prefix-cache lookups made for it (the first, then one per resumption)
 # column 19 is padding: the wide columns start 8-byte aligned
@@ -92,7 +92,7 @@ P_LAST_DONE = 7  # requests finished at the end of its latest step (row)
 P_EVICTABLE = 8  # KV blocks in cached units nobody references (free for allocation)
 P_LRU_HEAD = 9  # least recently released cached unit (-1: none)
 P_LRU_TAIL = 10  # most recently released cached unit (-1: none)
-P_SLOT_FREE = 11  # first unused cache slot (-1: none)
+P_SLOT_FREE = 11  # first unused cache slot (the number of slots: none; cache.py)
 P_NCACHED = 12  # cached units
 P_EVICTED = 13  # KV blocks evicted from the prefix cache so far
 P_STABLE = 14  # 1: the step's decision holds for repeated decode steps; 2: if none evicts

@@ -598,6 +598,16 @@ def configurations(full: bool = False) -> list[Config]:
             what="prefix caching, shared prefixes, tight KV (evictions, preemptions)",
         ),
         Config(
+            "prefix_threshold_tight",
+            shared,
+            350 if full else 450,
+            enable_prefix_caching=True,
+            long_prefill_token_threshold=256,
+            max_num_batched_tokens=2048,
+            what="prefix caching, shared prefixes, threshold 256, tight KV: requests that "
+            "compute the same blocks in the same steps each cache a copy",
+        ),
+        Config(
             "priority",
             prio,
             tight,

@@ -14,6 +14,7 @@ from pipeline.errors import ScenarioError
 from pipeline.sim.loop import simulate
 from pipeline.sim.prefix import build_keys, extend_keys
 from pipeline.sim.reference import simulate_reference
+from pipeline.sim.reference_kv import PrefixCache
 from pipeline.sim.scenario import Scenario, build_scenario
 from pipeline.sim.state import (
     F_FINISH,
@@ -340,3 +341,44 @@ def test_generated_block_keys_follow_the_splitmix_chain() -> None:
         tail = [chain_key(seed, s + 1) for s in range(len(own) - len(mine))]
         assert own == mine + tail
     assert np.diff(ext.offsets).tolist() == [4, 1, 2]
+
+
+def test_vllm_a_block_computed_twice_is_cached_twice() -> None:
+    # 9 usable 4-token blocks, 4 tokens a step per request. A and B (the same 4-block prompt)
+    # compute in lockstep: B hits A's first block, then each block is computed by B first and
+    # by A one step later, so A caches a second copy of blocks 1-3 (vLLM keeps both). When
+    # both are done, all 7 blocks are cached and free: LRU B3 B2 B1 A3 A2 A1 A0 (B finished
+    # first, each request deepest first). C (6 other blocks) takes the 2 free ones and evicts
+    # 4 copies, B3 B2 B1 A3: every key but 3 keeps a copy, so D (A's prompt) finds 3 blocks,
+    # block 1 through A's copy, and evicts one of C's for its last. Keeping A's copies
+    # private would have left 5 free, and C would have evicted 1.
+    sc = make_scenario(
+        "vllm",
+        block_size=4,
+        num_gpu_blocks=10,
+        long_prefill_token_threshold=4,
+        max_model_len=64,
+    )
+    a = chain(1, 2, 3, 4)
+    hashes = [a, a, chain(9, 8, 7, 6, 5, 4), a]
+    inp = with_prefix(make_input([0.0, 0.0, 10.0, 20.0], [16, 16, 24, 16], [1, 1, 1, 1]),
+                      hashes, 4, 4)  # fmt: skip
+    res = run_both(inp, sc)
+    assert res.rq[:, R_CACHED].tolist() == [0, 4, 0, 12]
+    assert res.st[:, S_PREFILL].tolist() == [8, 8, 8, 4, 24, 4]
+    assert res.st[:, S_EVICTED].tolist() == [0, 0, 0, 0, 4, 1]
+    assert res.st[3, S_KV_USED] == 0  # the copies nobody references count as free
+
+
+def test_reference_cache_keeps_every_copy_and_lookups_get_the_oldest() -> None:
+    cache = PrefixCache(10)
+    first, second = cache.insert(7, 2), cache.insert(7, 2)
+    cache.take(4)
+    assert cache.lookup([7], 1)[0] == [first]
+    cache.unref(first)
+    cache.unref(second)
+    assert (cache.capacity, cache.evictable) == (10, 4)
+    cache.make_free(8)  # evicts the copy released first; the key stays cached
+    assert cache.lookup([7], 1)[0] == [second] and cache.evicted == 2
+    cache.make_free(10)
+    assert cache.lookup([7], 1) == ([], 0)

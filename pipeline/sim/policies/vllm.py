@@ -40,8 +40,8 @@ first miss, at most ``num_tokens - 1`` tokens (a fully cached, unit-aligned
 prompt recomputes its last unit); hit tokens count as computed, so they are
 neither charged to the budget nor computed. Full units are committed to the
 cache when they are **scheduled** (so a later request of the same step can
-hit them); an identical unit computed by two requests stays private to the
-second. Blocks of generated tokens are cached too, as vLLM does (their keys
+hit them); an identical unit computed by two requests is cached twice, a
+copy each (``cache.py``). Blocks of generated tokens are cached too, as vLLM does (their keys
 are unique to the request, ``prefix.extend_keys``: they are never hit by
 another request, but a resumed request hits its own, and they take their
 place in the eviction order). A preempted request looks up again when it is
