@@ -25,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from pipeline.contracts import (
     REQUESTS,
@@ -33,6 +34,7 @@ from pipeline.contracts import (
     SIM_STEPS,
     TableWriter,
     check_file,
+    with_optional_columns,
 )
 from pipeline.errors import ConfigError, ScenarioError
 from pipeline.jit import compile_notice
@@ -93,6 +95,7 @@ REQUEST_COLUMNS = [
     "max_tokens",
     "block_size",
     "prefix_hashes",
+    "output_hashes",
     "priority",
     "tenant",
     "cached_tokens",
@@ -180,9 +183,10 @@ def read_requests(files: list[Path], selection: RequestFilter | None = None) -> 
     ``arrival_s`` is recomputed here: seconds from the earliest selected request.
     """
     if selection is not None and selection.active:
-        source = pl.from_arrow(selection.read(files)).lazy()  # type: ignore[union-attr]
+        table = with_optional_columns(selection.read(files), REQUESTS)
+        source = pl.from_arrow(table).lazy()  # type: ignore[union-attr]
     else:
-        source = pl.scan_parquet([str(p) for p in files], hive_partitioning=False)
+        source = _scan(files)
     frame = source.select(REQUEST_COLUMNS).collect()
     if frame.height == 0:
         raise ConfigError("the selected requests files hold no requests")
@@ -194,6 +198,24 @@ def read_requests(files: list[Path], selection: RequestFilter | None = None) -> 
     seconds = (us - us[0]).astype(np.float64, copy=False)
     seconds /= 1e6  # in place: one array of 8 bytes a request, not three
     return frame.with_columns(pl.Series("arrival_s", seconds))
+
+
+def _scan(files: list[Path]) -> pl.LazyFrame:
+    """One lazy scan of ``files``, in order; a file written before an optional column
+    was added (``contracts.REQUESTS.optional``) gives it as nulls."""
+    schemas = [set(pq.read_schema(p).names) for p in files]
+    if all(REQUESTS.optional <= names for names in schemas):
+        return pl.scan_parquet([str(p) for p in files], hive_partitioning=False)
+    types = dict(REQUESTS.columns)
+    scans = []
+    for path, names in zip(files, schemas, strict=True):
+        scan = pl.scan_parquet(str(path), hive_partitioning=False)
+        lacking = [c for c in sorted(REQUESTS.optional) if c not in names]
+        nulls = [
+            pl.lit(None, dtype=pl.Series(c, pa.array([], types[c])).dtype).alias(c) for c in lacking
+        ]
+        scans.append(scan.with_columns(nulls).select(REQUEST_COLUMNS))
+    return pl.concat(scans, how="vertical")
 
 
 def _in_order(us: npt.NDArray[np.int64], request_id: pl.Series) -> bool:
