@@ -6,7 +6,9 @@ blocks hold it. Its key is the chained prefix hash of the trace at the unit's
 last block (see ``prefix.py``): two requests have the same key at unit k
 exactly when their first ``(k + 1) * unit_tokens`` tokens are equal. When the
 trace's hash blocks are the engine's KV blocks, a unit is one block (vLLM's
-own model); when the trace's blocks are coarser, a unit is one trace block.
+own model); when the trace's blocks are coarser, a unit is one trace block,
+and what is left of a prompt after its whole units can make a shorter
+**tail** unit (``unit_end`` below gives where each unit ends).
 
 State per replica r (``kc = (ck, cs, ht, ukey, uslot, gk, gb, gn)``):
 
@@ -82,8 +84,10 @@ from pipeline.sim.state import (
     P_SLOT_FREE,
     R_HELD,
     R_NUNITS,
+    R_PROMPT,
     R_SETTLED,
     R_SHARED,
+    R_TAIL,
     R_UNIT_BLK,
     R_UNIT_TOK,
     W_HOFF,
@@ -116,29 +120,44 @@ def cache_sizes(
     """(slots, distinct keys) one replica's cache can hold at once, for ``empty_caches``.
 
     Every cached unit holds blocks of its own, so at most ``num_blocks //
-    smallest unit`` are cached at once, and never more distinct keys than the
-    requests and warm-up prompts have (``keys``). Without ``copies`` a key is
-    cached once, so that bounds the units too. With them (vLLM) a request
-    caches a unit again only when it recomputes it after a preemption; with
-    ``blocks_needed`` (every request's whole KV, plus the warm-up's units) or
-    fewer blocks nothing is preempted or evicted, so every unit is cached at
-    most once then as well. Slots cost memory only as they are used.
+    smallest unit`` are cached at once; distinct keys are fewer than the
+    requests and warm-up prompts have (``keys``), and than the whole units
+    the blocks hold plus the tail units (a tail and the rest of its unit, see
+    ``unit_end``). Without ``copies`` a key is cached once, so that bounds the
+    units too. With them (vLLM) a request caches a unit again only when it
+    recomputes it after a preemption; with ``blocks_needed`` (every request's
+    whole KV, plus the warm-up's units) or fewer blocks nothing is preempted
+    or evicted, so every unit is cached at most once then as well. Slots cost
+    memory only as they are used.
     """
     total = 0
-    smallest = 0
+    whole = 0  # blocks of the smallest whole unit
+    smallest = 0  # ... of the smallest unit, tails included
+    small = 0  # tail units and the rests of their units
     for pk in keys:
         units = np.diff(pk.offsets)
-        used = pk.unit_tokens[units > 0]
+        used = units > 0
         total += int(units.sum())
-        if len(used):
-            m = int(used.min()) // block_size
-            smallest = m if smallest == 0 else min(smallest, m)
+        if not used.any():
+            continue
+        m = pk.unit_tokens[used] // block_size
+        whole = int(m.min()) if whole == 0 else min(whole, int(m.min()))
+        smallest = whole if smallest == 0 else min(smallest, whole)
+        tails = used & (pk.tails > 0)
+        if tails.any():
+            t = pk.tails[tails] // block_size
+            rest = pk.unit_tokens[tails] // block_size - t
+            smallest = min(smallest, int(t.min()), int(rest.min()))
+            small += 2 * int(tails.sum())
     if total == 0:
         return 0, 0
     room = num_blocks // max(smallest, 1)
-    if not copies or num_blocks >= blocks_needed:
-        return min(total, room), min(total, room)
-    return room, min(total, room)
+    distinct = min(total, room, num_blocks // max(whole, 1) + small)
+    if not copies:
+        return distinct, distinct
+    if num_blocks >= blocks_needed:
+        return min(total, room), distinct
+    return room, distinct
 
 
 def empty_caches(
@@ -187,6 +206,55 @@ def _keys_at(rq: npt.NDArray[np.int32], i: int) -> int:
     """
     lo = np.int64(rq[i, 2 * W_HOFF]) & 0xFFFFFFFF
     return int((np.int64(rq[i, 2 * W_HOFF + 1]) << 32) | lo)
+
+
+# --- where a request's units end (prefix.py): every unit is R_UNIT_TOK tokens, except, when
+# the request has a tail (R_TAIL > 0), unit kp = prompt // R_UNIT_TOK, its tail, of R_TAIL
+# tokens, and (vLLM's generated units) unit kp + 1, the rest up to the next multiple of
+# R_UNIT_TOK; later units are whole again. Unit k is at or past the tail exactly when
+# (k + 1) * R_UNIT_TOK > prompt.
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def unit_end(rq: npt.NDArray[np.int32], i: int, k: int) -> int:
+    """Tokens up to the end of request i's unit k."""
+    u = rq[i, R_UNIT_TOK]
+    e = (k + 1) * u
+    t = rq[i, R_TAIL]
+    if t != 0 and e > rq[i, R_PROMPT]:  # the tail (k * u <= prompt) or a unit after it
+        e = k * u + (t if k * u <= rq[i, R_PROMPT] else 0)
+    return e
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def hit_tokens(rq: npt.NDArray[np.int32], i: int, h: int) -> int:
+    """Tokens of request i's first ``h`` units."""
+    return 0 if h == 0 else unit_end(rq, i, h - 1)
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def hit_blocks(rq: npt.NDArray[np.int32], i: int, h: int) -> int:
+    """KV blocks of request i's first ``h`` units."""
+    u = rq[i, R_UNIT_TOK]
+    m = rq[i, R_UNIT_BLK]
+    t = rq[i, R_TAIL]
+    if t == 0 or h * u <= rq[i, R_PROMPT]:  # none of them is the tail
+        return h * m
+    if (h - 1) * u <= rq[i, R_PROMPT]:  # the last of them is the tail
+        return (h - 1) * m + t * m // u
+    return (h - 1) * m  # the tail and the rest of its unit make one whole unit
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def units_within(rq: npt.NDArray[np.int32], i: int, num_tokens: int) -> int:
+    """How many of request i's units end within its first ``num_tokens`` tokens
+    (its units as if they went on for ever: callers cap it at R_NUNITS)."""
+    u = rq[i, R_UNIT_TOK]
+    q = num_tokens // u
+    t = rq[i, R_TAIL]
+    if t != 0 and num_tokens >= rq[i, R_PROMPT] - rq[i, R_PROMPT] % u + t:
+        q += 1  # the tail counts as one more
+    return q
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -395,7 +463,7 @@ def use_hits(
     for k in range(h):
         _ref(cs, rp, r, uslot[base + k])
     rq[i, R_SETTLED] = h
-    rq[i, R_SHARED] = h * rq[i, R_UNIT_BLK]
+    rq[i, R_SHARED] = hit_blocks(rq, i, h)
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -406,7 +474,7 @@ def settles(rq: npt.NDArray[np.int32], i: int, num_tokens: int) -> bool:
     it is inlined, ``commit`` is a call, and most steps complete no unit.
     """
     k = rq[i, R_SETTLED]
-    return bool(k < rq[i, R_NUNITS] and (k + 1) * rq[i, R_UNIT_TOK] <= num_tokens)
+    return bool(k < rq[i, R_NUNITS] and unit_end(rq, i, k) <= num_tokens)
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -418,14 +486,18 @@ def _put(
     n: int,
     blocks: int,
     dedupe: bool,
+    tail_at: int,
+    tail_blocks: int,
 ) -> int:
-    """Cache the units of keys ``ukey[at:at + n]``, of ``blocks`` blocks each.
+    """Cache the units of keys ``ukey[at:at + n]``, of ``blocks`` blocks each, except
+    the one of key ``ukey[tail_at]``, a tail of ``tail_blocks``, and the next one,
+    the rest of the tail's unit (``unit_end``).
 
     ``uslot[at + k]`` gets the slot unit k now uses. A key not cached gets a
     new unit, referenced once. A cached one is referenced if ``dedupe``, and
-    its ``blocks`` go back to the free pool; otherwise (vLLM) the unit is
-    cached as a newer copy of the key, referenced once (module docstring).
-    Returns how many units are now shared (every one of them).
+    the request's blocks of it go back to the free pool; otherwise (vLLM) the
+    unit is cached as a newer copy of the key, referenced once (module
+    docstring). Returns the blocks of the units now shared (all of them).
 
     Inlined, its loop written out (probe, insert): calls and helpers that
     take arrays cost reference counts and argument copies (see ``_evict``).
@@ -441,6 +513,12 @@ def _put(
         key = ukey[q]
         if q + 1 < at + n:  # fetch the next key's table entry meanwhile
             prefetch(ht, (row + _home(ukey[q + 1], mask)) * 2)
+        b = blocks
+        if q == tail_at:
+            b = tail_blocks
+        elif q == tail_at + 1:
+            b = blocks - tail_blocks
+        shared += b
         j = _home(key, mask)
         while ht[r, j, 1] != _EMPTY and ht[r, j, 0] != key:
             j = (j + 1) & mask
@@ -449,15 +527,14 @@ def _put(
             s = int(ht[r, j, 1]) - 1
             _ref(cs, rp, r, s)
             uslot[q] = s
-            rp[r, P_FREE] += blocks
-            shared += 1
+            rp[r, P_FREE] += b
             continue
         s = slot_free  # a new cached unit (or copy) in a free slot
         assert s < ck.shape[1]  # sized for every unit that can be cached at once
         slot_free = s + 1 + cs[r, s, CS_NEXT]
         ck[r, s] = key
         cs[r, s, CS_REF] = 1
-        cs[r, s, CS_BLK] = blocks
+        cs[r, s, CS_BLK] = b
         cs[r, s, CS_PREV] = -1
         cs[r, s, CS_NEXT] = -1
         cs[r, s, CS_DNEXT] = -1
@@ -475,7 +552,6 @@ def _put(
             cs[r, oldest, CS_DPREV] = s
         uslot[q] = s
         inserted += 1
-        shared += 1
     rp[r, P_SLOT_FREE] = slot_free
     rp[r, P_NCACHED] += inserted
     return shared
@@ -501,14 +577,18 @@ def commit(
     u = rq[i, R_UNIT_TOK]
     if u == 0:
         return
-    upto = min(num_tokens // u, rq[i, R_NUNITS])
+    upto = min(units_within(rq, i, num_tokens), rq[i, R_NUNITS])
     k = rq[i, R_SETTLED]
     if k >= upto:
         return
     m = rq[i, R_UNIT_BLK]
-    shared = _put(kc, rp, r, _keys_at(rq, i) + k, upto - k, m, dedupe)
-    rq[i, R_HELD] -= shared * m
-    rq[i, R_SHARED] += shared * m
+    base = _keys_at(rq, i)
+    tail_at = -2  # no unit is a tail
+    if rq[i, R_TAIL] != 0:
+        tail_at = base + rq[i, R_PROMPT] // u
+    shared = _put(kc, rp, r, base + k, upto - k, m, dedupe, tail_at, rq[i, R_TAIL] * m // u)
+    rq[i, R_HELD] -= shared
+    rq[i, R_SHARED] += shared
     rq[i, R_SETTLED] = upto
 
 
@@ -585,25 +665,29 @@ def warm(
     r: int,
     keys: npt.NDArray[np.uint64],
     unit_blocks: int,
+    tail_blocks: int,
     slots: npt.NDArray[np.int64],
     kc: tuple,  # type: ignore[type-arg]
 ) -> None:
     """Serve one warm-up prompt: reference its cached units, cache the rest, release.
 
-    Stops at the first unit that finds no room (the cache is smaller than the prompt).
+    ``tail_blocks`` > 0: its last unit is a tail of that many blocks. Stops at
+    the first unit that finds no room (the cache is smaller than the prompt).
     """
     cs, ht = kc[1], kc[2]
     mine = (kc[0], cs, ht, keys, slots, kc[5], kc[6], kc[7])  # this prompt's keys and slots
     n = 0
+    last = len(keys) - 1 if tail_blocks > 0 else -2
     for k in range(len(keys)):
         s = find(ht, r, keys[k])
         if s >= 0:
             _ref(cs, rp, r, s)
             slots[k] = s
         else:
-            if capacity(rp, r) < unit_blocks:
+            b = tail_blocks if k == last else unit_blocks
+            if capacity(rp, r) < b:
                 break
-            take(rp, r, unit_blocks, kc)
-            _put(mine, rp, r, k, 1, unit_blocks, False)
+            take(rp, r, b, kc)
+            _put(mine, rp, r, k, 1, unit_blocks, False, last, tail_blocks)
         n += 1
     _unref(cs, rp, r, slots, 0, n)

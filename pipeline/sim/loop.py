@@ -886,6 +886,7 @@ def _warm_caches(
     offsets: npt.NDArray[np.int64],
     keys: npt.NDArray[np.uint64],
     unit_blocks: npt.NDArray[np.int64],
+    tail_blocks: npt.NDArray[np.int64],
     kc: tuple,  # type: ignore[type-arg]
 ) -> None:
     """Serve every warm-up prompt on every replica, in order, before the replay."""
@@ -893,7 +894,8 @@ def _warm_caches(
     for r in range(rp.shape[0]):
         for j in range(len(unit_blocks)):
             if unit_blocks[j] > 0 and offsets[j + 1] > offsets[j]:
-                warm(rp, r, keys[offsets[j] : offsets[j + 1]], unit_blocks[j], slots, kc)
+                warm(rp, r, keys[offsets[j] : offsets[j + 1]], unit_blocks[j], tail_blocks[j],
+                     slots, kc)  # fmt: skip
         rp[r, P_EVICTED] = 0
 
 
@@ -965,7 +967,7 @@ def simulate(
     if len(warmup):
         offsets = np.require(warmup.offsets, np.int64, ["C", "W"])
         keys = np.require(warmup.keys, np.uint64, ["C", "W"])
-        _warm_caches(rp, offsets, keys, warmup.unit_tokens // bs, kc)
+        _warm_caches(rp, offsets, keys, warmup.unit_tokens // bs, warmup.tails // bs, kc)
     max_seqs = min(eng.get(C_MAX_SEQS), max(n, 1))
     run = np.zeros((num_replicas, max_seqs + 1), dtype=np.int64)
     wq = empty(num_replicas, max(n, 1), np.int32)  # a slot is read only once written

@@ -17,6 +17,7 @@ import heapq
 import math
 from collections import OrderedDict, deque
 from dataclasses import dataclass
+from itertools import accumulate
 
 from pipeline.sim.scenario import Scenario
 
@@ -96,18 +97,19 @@ class PrefixCache:
         self.units.setdefault(key, []).append(unit)
         return unit
 
-    def warm(self, keys: list[int], blocks: int) -> None:
-        """Serve one warm-up prompt: use its cached units, cache the rest, release them."""
+    def warm(self, keys: list[int], blocks: list[int]) -> None:
+        """Serve one warm-up prompt (its units' keys and blocks): use its cached units,
+        cache the rest, release them."""
         held: list[Unit] = []
-        for key in keys:
+        for key, size in zip(keys, blocks, strict=True):
             unit = self.get(key)
             if unit is not None:
                 self.ref(unit)
             else:
-                if self.capacity < blocks:
+                if self.capacity < size:
                     break
-                self.take(blocks)
-                unit = self.insert(key, blocks)
+                self.take(size)
+                unit = self.insert(key, size)
             held.append(unit)
         for unit in reversed(held):
             self.unref(unit)
@@ -128,9 +130,12 @@ class Req:
         self.private = 0  # KV blocks held privately
         self.shared = 0  # KV blocks held through referenced cache units
         self.settled: list[Unit] = []  # leading units, as cache entries it references
-        self.keys: list[int] = []  # cache-unit keys of its prompt
+        self.keys: list[int] = []  # cache-unit keys of its prompt (and, vLLM, its output)
         self.unit_tokens = 0  # tokens per unit (0: never looked up)
         self.unit_blocks = 0
+        self.tail = 0  # tokens of its prompt's tail unit (0: none)
+        self.ends: list[int] = []  # where each of its units ends, in tokens
+        self.sizes: list[int] = []  # ... and its blocks
         self.prefill_end = 0  # num_tokens at its last admission
         self.first_scheduled_s = math.nan
         self.first_token_s = math.nan
@@ -143,6 +148,32 @@ class Req:
         self.lookups = 0
         self.cached = 0  # hit tokens at its first lookup
         self.hits = 0  # hit tokens over all lookups
+
+    def set_units(self, keys: list[int], unit_tokens: int, block_size: int, tail: int) -> None:
+        """Its cache units: whole ones of ``unit_tokens``, except its tail (``tail`` > 0)
+        after its prompt's whole units, and the rest of the tail's unit after it."""
+        self.keys = keys
+        self.unit_tokens = unit_tokens
+        self.unit_blocks = unit_tokens // block_size
+        self.tail = tail
+        tokens = [unit_tokens] * len(keys)
+        if tail:  # its tail comes right after its prompt's whole units
+            whole = self.prompt // unit_tokens
+            tokens[whole] = tail
+            if whole + 1 < len(tokens):
+                tokens[whole + 1] = unit_tokens - tail
+        self.ends = list(accumulate(tokens))
+        self.sizes = [t // block_size for t in tokens]
+
+    def units_within(self, tokens: int) -> int:
+        """How many of its units end within its first ``tokens`` tokens."""
+        return sum(1 for e in self.ends if e <= tokens)
+
+    def hit_tokens(self, units: int) -> int:
+        return self.ends[units - 1] if units else 0
+
+    def hit_blocks(self, units: int) -> int:
+        return sum(self.sizes[:units])
 
     @property
     def num_tokens(self) -> int:
@@ -241,18 +272,18 @@ class ReferenceKV:
         """Cached leading units (at most num_tokens - 1 tokens) of a request computing from 0."""
         if not self.caching or req.unit_tokens == 0:
             return [], 0
-        return rep.cache.lookup(req.keys, (req.num_tokens - 1) // req.unit_tokens)
+        return rep.cache.lookup(req.keys, req.units_within(req.num_tokens - 1))
 
     def use_hits(self, rep: Replica, req: Req, hits: list[Unit]) -> None:
         for unit in hits:
             rep.cache.ref(unit)
         req.settled = list(hits)
-        req.shared = len(hits) * req.unit_blocks
+        req.shared = req.hit_blocks(len(hits))
 
     def count_lookup(self, rep: Replica, req: Req, num_hits: int) -> None:
         if req.unit_tokens == 0:
             return
-        hit = num_hits * req.unit_tokens
+        hit = req.hit_tokens(num_hits)
         if req.lookups == 0:
             req.cached = hit
             rep.step_query += req.num_tokens
@@ -264,8 +295,8 @@ class ReferenceKV:
         """Cache the units within ``req``'s first ``tokens`` tokens (see ``cache.commit``)."""
         if req.unit_tokens == 0:
             return
-        m = req.unit_blocks
-        for k in range(len(req.settled), min(tokens // req.unit_tokens, len(req.keys))):
+        for k in range(len(req.settled), req.units_within(tokens)):
+            m = req.sizes[k]
             unit = rep.cache.get(req.keys[k])
             if unit is not None and dedupe:  # share it, free the request's copy
                 rep.cache.ref(unit)

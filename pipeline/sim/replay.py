@@ -268,11 +268,19 @@ def prepare(frame: pl.DataFrame, scenario: Scenario, *, with_groups: bool = True
         if _has_hashes(frame):
             trace_block = frame["block_size"].fill_null(0).to_numpy().astype(np.int64)[rows]
             hashes = frame["prefix_hashes"].to_arrow().take(pa.array(rows))
-            prefix = build_keys(kept(prompt), trace_block, hashes, engine_block)
+            prefix = build_keys(
+                kept(prompt),
+                trace_block,
+                hashes,
+                engine_block,
+                partial_blocks=scenario.prefix_partial_blocks,
+            )
         else:
             trace_block = np.zeros(n, dtype=np.int64)
             prefix = PrefixKeys.empty(n)
-        info = describe(prefix, trace_block, engine_block)
+        info = describe(
+            prefix, trace_block, engine_block, partial_blocks=scenario.prefix_partial_blocks
+        )
     info.update(trace_prefix_facts(frame, rows))
     priority = None
     if scenario.by_priority:

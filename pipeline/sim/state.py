@@ -51,14 +51,14 @@ R_CHUNKS = 9  # steps that computed part of its prompt
 R_QDEPTH = 10  # waiting requests on its replica when it arrived
 R_SHARED = 11  # KV blocks it holds through prefix-cache entries it references
 R_PRIORITY = 12  # scheduling priority (lower first; vLLM's priority policy), as a rank
-R_NUNITS = 13  # prefix keys it has: full cache units of its prompt
+R_NUNITS = 13  # prefix keys it has: its cache units (prompt, then vLLM's generated ones)
 R_UNIT_TOK = 14  # tokens per cache unit (0: no prefix hashes, never looked up)
 R_UNIT_BLK = 15  # KV blocks per cache unit
 R_SETTLED = 16  # leading units it holds as cache entries (or copies) it references
 R_CACHED = 17  # prompt tokens found in the prefix cache at its first lookup
 R_LOOKUPS = 18  # prefix-cache lookups made for it (the first, then one per resumption)
-# column 19 is padding: the wide columns start 8-byte aligned
-NRQ = 28  # int32 columns of rq (19 narrow, 1 padding, 4 wide ones of two each)
+R_TAIL = 19  # tokens of its prompt's tail unit, shorter than a unit (0: none; prefix.py)
+NRQ = 28  # int32 columns of rq (20 narrow, then 4 wide ones of two each, 8-byte aligned)
 
 # --- wide(rq): int64 per request, in rq's last 8 int32 columns ------------------
 # ``wide(rq)[i, W_*]`` (a view of the same memory; ``SimResult.rqw`` in Python).
@@ -345,25 +345,41 @@ class PrefixKeys:
     """Prefix-cache keys of a list of requests (see ``prefix.py``), flattened.
 
     Request j owns ``keys[offsets[j]:offsets[j + 1]]``: one key per full cache
-    unit of its prompt, in order; a unit is ``unit_tokens[j]`` tokens (0 when
-    the request has no prefix hashes and is never looked up).
+    unit of its prompt, in order, then (``tail_tokens[j]`` > 0) one for its
+    prompt's tail unit, the full engine blocks of what is left of the prompt
+    (``prefix.py``); a unit is ``unit_tokens[j]`` tokens (0 when the request has
+    no prefix hashes and is never looked up).
     """
 
     offsets: npt.NDArray[np.int64]  # [n + 1]
     keys: npt.NDArray[np.uint64]
     unit_tokens: npt.NDArray[np.int64]  # [n]
+    tail_tokens: npt.NDArray[np.int64] | None = None  # [n]; None: no tail units
 
     def __post_init__(self) -> None:
         assert len(self.offsets) == len(self.unit_tokens) + 1
         assert int(self.offsets[-1]) == len(self.keys)
+        assert self.tail_tokens is None or len(self.tail_tokens) == len(self.unit_tokens)
 
     def __len__(self) -> int:
         return len(self.unit_tokens)
 
+    @property
+    def tails(self) -> npt.NDArray[np.int64]:
+        """``tail_tokens``, zeros when there are none."""
+        if self.tail_tokens is None:
+            return np.zeros(len(self), dtype=np.int64)
+        return self.tail_tokens
+
     def slice(self, lo: int, hi: int) -> PrefixKeys:
         """Requests lo..hi-1."""
         a, b = int(self.offsets[lo]), int(self.offsets[hi])
-        return PrefixKeys(self.offsets[lo : hi + 1] - a, self.keys[a:b], self.unit_tokens[lo:hi])
+        return PrefixKeys(
+            self.offsets[lo : hi + 1] - a,
+            self.keys[a:b],
+            self.unit_tokens[lo:hi],
+            None if self.tail_tokens is None else self.tail_tokens[lo:hi],
+        )
 
     @staticmethod
     def empty(n: int) -> PrefixKeys:
@@ -417,8 +433,8 @@ def request_state(inp: SimInput, keys: PrefixKeys | None, block_size: int) -> np
     if keys is None:
         keys = PrefixKeys.empty(0)
     rq, k = _fill_request_state(
-        inp.prompt_tokens, inp.output_tokens, keys.offsets, keys.unit_tokens, block_size,
-        with_keys,
+        inp.prompt_tokens, inp.output_tokens, keys.offsets, keys.unit_tokens, keys.tails,
+        block_size, with_keys,
     )  # fmt: skip
     if k >= 0:
         longest = int(inp.prompt_tokens[k]) + int(inp.output_tokens[k])
@@ -449,6 +465,7 @@ def _fill_request_state(
     output: npt.NDArray[np.int64],
     offsets: npt.NDArray[np.int64],
     unit_tokens: npt.NDArray[np.int64],
+    tail_tokens: npt.NDArray[np.int64],
     block_size: int,
     with_keys: bool,
 ) -> tuple[npt.NDArray[np.int32], int]:
@@ -474,6 +491,7 @@ def _fill_request_state(
             rq[i, R_NUNITS] = offsets[i + 1] - offsets[i]
             rq[i, R_UNIT_TOK] = unit_tokens[i]
             rq[i, R_UNIT_BLK] = unit_tokens[i] // block_size
+            rq[i, R_TAIL] = tail_tokens[i]
     return rq, -1
 
 

@@ -11,9 +11,12 @@ its own (``1 + index``), so generated blocks never match another request's.
 
 Simulator side: the reference loop (recording what each step scheduled and
 preempted) and the fast loop, on the same requests, with the scenario's cost
-model. ``step_cost`` (a plain callable of a batch) times vLLM's steps; the
-default, ``cost_function``, is the simulator's own ``cost_model.step_time`` on
-the batch's features, whichever signature it has.
+model. Its prefix keys are the requests' chained hashes of their token ids, of
+16-token blocks as vLLM's, or of ``trace_block`` tokens with the partial last
+block hashed too (a trace like Mooncake's). ``step_cost`` (a plain callable of
+a batch) times vLLM's steps; the default, ``cost_function``, is the
+simulator's own ``cost_model.step_time`` on the batch's features, whichever
+signature it has.
 
 A batch is a list of ``(computed_before, tokens, is_decode)``, one per scheduled
 request; a request decodes when its prompt (or recompute after a preemption)
@@ -23,10 +26,12 @@ is done, exactly the simulator's definition.
 from __future__ import annotations
 
 import csv
+import hashlib
 import inspect
 import json
 import math
 import os
+import pickle
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -35,16 +40,19 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
-from pipeline.ingest.hashing import prefix_hashes
+from pipeline.ingest.hashing import block_digests, digests_to_uint64, none_hash, prefix_hashes
 from pipeline.sim.cost_model import step_time
 from pipeline.sim.loop import simulate
+from pipeline.sim.prefix import build_keys
 from pipeline.sim.reference import ReferenceLoop
 from pipeline.sim.reference_kv import Replica, Req, Scheduled
 from pipeline.sim.scenario import Scenario, build_scenario
 from pipeline.sim.state import (
     F_FINISH,
     F_FIRST_TOKEN,
+    R_CACHED,
     S_NUM_STEPS,
     S_PREEMPT,
     PrefixKeys,
@@ -85,6 +93,7 @@ class Config:
     enable_prefix_caching: bool = False
     scheduler_reserve_full_isl: bool = True
     max_model_len: int = 8192
+    trace_block: int = BLOCK  # the simulator's hash blocks (> BLOCK: the partial one hashed too)
     what: str = ""  # one line for the docs
     sim_values: dict[str, Any] = field(default_factory=dict)  # simulator-only overrides
 
@@ -123,6 +132,7 @@ class Run:
     steps: list[Step] = field(default_factory=list)
     first_token: np.ndarray = field(default_factory=lambda: np.zeros(0))
     finish: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    cached: np.ndarray = field(default_factory=lambda: np.zeros(0))  # hits, first lookup
 
     @property
     def preemptions(self) -> int:
@@ -172,17 +182,38 @@ class _Recording(ReferenceLoop):
         return out
 
 
+def trace_hashes(ids: list[int], block: int) -> np.ndarray:
+    """Chained hashes of every ``block``-token block of ``ids``, the partial last one too
+    (a Mooncake-style trace: its hash covers the tokens it has)."""
+    full = block_digests(ids, block)
+    rest = ids[len(full) * block :]
+    if rest:
+        parent = full[-1] if full else none_hash()
+        full.append(hashlib.sha256(pickle.dumps((parent, tuple(rest), None), 5)).digest())
+    return digests_to_uint64(full)
+
+
+def _flat(keys: list[np.ndarray]) -> PrefixKeys:
+    counts = np.array([len(k) for k in keys], dtype=np.int64)
+    return PrefixKeys(
+        np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
+        np.concatenate([*keys, np.zeros(0, np.uint64)]).astype(np.uint64),
+        np.full(len(keys), BLOCK, dtype=np.int64),
+    )
+
+
 def sim_input(cfg: Config) -> SimInput:
     reqs = cfg.requests
     prefix = None
-    if cfg.enable_prefix_caching:
-        keys = [prefix_hashes(r.prompt, BLOCK) for r in reqs]
-        counts = np.array([len(k) for k in keys], dtype=np.int64)
-        prefix = PrefixKeys(
-            np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
-            np.concatenate([*keys, np.zeros(0, np.uint64)]).astype(np.uint64),
-            np.full(len(reqs), BLOCK, dtype=np.int64),
-        )
+    if cfg.enable_prefix_caching and cfg.trace_block != BLOCK:
+        hashes = pa.array([trace_hashes(r.prompt, cfg.trace_block) for r in reqs],
+                          pa.list_(pa.uint64()))  # fmt: skip
+        prompt = np.array([len(r.prompt) for r in reqs], dtype=np.int64)
+        blocks = np.full(len(reqs), cfg.trace_block, dtype=np.int64)
+        sc = cfg.scenario()
+        prefix = build_keys(prompt, blocks, hashes, BLOCK, partial_blocks=sc.prefix_partial_blocks)
+    elif cfg.enable_prefix_caching:
+        prefix = _flat([prefix_hashes(r.prompt, BLOCK) for r in reqs])
     return SimInput(
         np.array([r.arrival_s for r in reqs], dtype=np.float64),
         np.array([len(r.prompt) for r in reqs], dtype=np.int64),
@@ -198,6 +229,7 @@ def run_simulator(cfg: Config) -> tuple[Run, Run]:
     inp = sim_input(cfg)
     ref_loop = _Recording(sc)
     ref = ref_loop.run(inp)
+    cached = ref.rq[:, R_CACHED].astype(np.float64)
     steps = [
         Step(float(ref.stf[k, 0]), float(ref.stf[k, 1]), sched, pre)
         for k, (sched, pre) in enumerate(ref_loop.log)
@@ -210,7 +242,7 @@ def run_simulator(cfg: Config) -> tuple[Run, Run]:
         for row in fast.st
         for j in range(int(row[S_NUM_STEPS]))
     ]
-    return Run(steps, ref.rqf[:, F_FIRST_TOKEN], ref.rqf[:, F_FINISH]), fast_run
+    return Run(steps, ref.rqf[:, F_FIRST_TOKEN], ref.rqf[:, F_FINISH], cached), fast_run
 
 
 # --- the vLLM side -----------------------------------------------------------------
@@ -313,7 +345,8 @@ def run_vllm(cfg: Config, step_cost: StepCost) -> Run:
     reqs: dict[str, Any] = {}
     index: dict[str, int] = {}
     pf_end: dict[str, int] = {}  # num_tokens when last admitted: below it, a prefill
-    run = Run(first_token=np.full(n, math.nan), finish=np.full(n, math.nan))
+    run = Run(first_token=np.full(n, math.nan), finish=np.full(n, math.nan), cached=np.zeros(n))
+    looked: set[str] = set()  # requests scheduled once (a resumed one may come as new again)
     clock = 0.0
     nxt = 0
     done = 0
@@ -340,8 +373,8 @@ def run_vllm(cfg: Config, step_cost: StepCost) -> Run:
         out = sched.schedule()
         if out.total_num_scheduled_tokens == 0 and not out.preempted_req_ids:
             raise RuntimeError(f"{cfg.name}: vLLM scheduled nothing at {clock} s")
-        admitted = {r.req_id for r in out.scheduled_new_reqs}
-        admitted |= set(out.scheduled_cached_reqs.resumed_req_ids)
+        new = {r.req_id for r in out.scheduled_new_reqs}
+        admitted = new | set(out.scheduled_cached_reqs.resumed_req_ids)
         batch: Batch = []
         sampled: list[list[int]] = []
         ids = list(out.num_scheduled_tokens)
@@ -351,6 +384,9 @@ def run_vllm(cfg: Config, step_cost: StepCost) -> Run:
             c0 = vr.num_computed_tokens - t  # schedule() already counted them
             if rid in admitted:
                 pf_end[rid] = vr.num_tokens
+            if rid in new and rid not in looked:  # its first lookup's hits
+                run.cached[index[rid]] = c0
+                looked.add(rid)
             batch.append((c0, t, c0 >= pf_end[rid]))
             sampled.append(
                 [1 + index[rid] % (VOCAB - 1)] if vr.num_computed_tokens >= vr.num_tokens else []
@@ -400,6 +436,9 @@ class Comparison:
     e2e_max_s: float
     e2e_mean_s: float
     fast_equals_reference: bool
+    vllm_hit_tokens: int = 0  # prompt tokens found in the cache at first lookups
+    sim_hit_tokens: int = 0
+    prompt_tokens: int = 0
     note: str = ""
 
     @property
@@ -454,6 +493,9 @@ def compare(cfg: Config, step_cost: StepCost | None = None) -> Comparison:
         float(e2e.max()),
         float(e2e.mean()),
         same_fast,
+        int(v.cached.sum()),
+        int(ref.cached.sum()),
+        sum(len(r.prompt) for r in cfg.requests),
     )
 
 
@@ -511,6 +553,28 @@ def shared_prefix_requests(
     return out
 
 
+def partial_block_requests(n: int, *, rate: float, seed: int = 4) -> list[Request]:
+    """Prompts for 64-token trace blocks that share only whole ones, or all of themselves: a
+    system prompt of whole blocks and a question of its own (no prompt a multiple of 64
+    tokens long), or, for a third of them, an earlier prompt again (a retry: its partial
+    last block too). Poisson arrivals at ``rate`` per second."""
+    rng = np.random.default_rng(seed)
+    systems = [rng.integers(1, VOCAB, k).tolist() for k in (512, 256, 128)]
+    out: list[Request] = []
+    t = 0.0
+    for _ in range(n):
+        t += float(rng.exponential(1.0 / rate))
+        if out and rng.random() < 0.35:
+            prompt = list(out[int(rng.integers(len(out)))].prompt)
+        else:
+            length = int(rng.integers(1, 700))
+            length += int(length % 64 == 0)
+            system = systems[int(rng.integers(len(systems)))]
+            prompt = system + rng.integers(1, VOCAB, length).tolist()
+        out.append(Request(t, prompt, int(rng.integers(10, 200))))
+    return out
+
+
 # --- the configurations ------------------------------------------------------------
 
 AZURE_RAW = (
@@ -535,6 +599,7 @@ def configurations(full: bool = False) -> list[Config]:
         for k in range(12)
     ]
     shared = shared_prefix_requests(400 if full else 150, rate=8.0)
+    partial = partial_block_requests(400 if full else 150, rate=6.0)
     tight = 1500 if full else 450
     return [
         Config("azure_4x", azure, 20_000, what="Azure conversation at 4x, ample KV, defaults"),
@@ -606,6 +671,15 @@ def configurations(full: bool = False) -> list[Config]:
             max_num_batched_tokens=2048,
             what="prefix caching, shared prefixes, threshold 256, tight KV: requests that "
             "compute the same blocks in the same steps each cache a copy",
+        ),
+        Config(
+            "prefix_partial_blocks",
+            partial,
+            20_000,
+            enable_prefix_caching=True,
+            trace_block=64,
+            what="prefix caching, the simulator on 64-token trace hashes with the partial last "
+            "block hashed (Mooncake's way): retries hit the 16-token blocks inside it",
         ),
         Config(
             "priority",

@@ -147,10 +147,51 @@ def test_finer_trace_blocks_rechunk_exactly() -> None:
     assert picked.tolist() == [2, 4, 6]
 
 
-def test_mooncake_partial_last_block_is_never_cached() -> None:
-    # Mooncake lists a hash for the partial last block; only full blocks count
-    keys = build_keys(np.array([1100]), np.array([512]), pa.array([[7, 8, 9]]), 16)
-    assert len(keys.keys) == 2
+@pytest.mark.parametrize(
+    ("partial", "tails", "units"),
+    [(True, [64, 0, 288, 0], [3, 2, 1, 2]), (False, [0, 0, 0, 0], [2, 2, 0, 2])],
+)
+def test_mooncake_partial_last_block_makes_a_tail_unit(
+    partial: bool, tails: list[int], units: list[int]
+) -> None:
+    # Mooncake lists a hash for the partial last block: the 16-token blocks inside it, as far
+    # as num_tokens - 1 reaches, are one more unit (1100 = 2 x 512 + 76: 64 tokens); a prompt
+    # of whole blocks has none; one shorter than a block has only its tail; a list without
+    # the partial block's hash gives none
+    prompt = np.array([1100, 1024, 300, 1100])
+    hashes = pa.array([[7, 8, 9], [7, 8], [5], [7, 8]], pa.list_(pa.uint64()))
+    keys = build_keys(prompt, np.full(4, 512), hashes, 16, partial_blocks=partial)
+    assert keys.tails.tolist() == tails
+    assert np.diff(keys.offsets).tolist() == units
+    if partial:  # the tail's key is its trace block's hash, mixed with the unit and its length
+        golden = np.uint64((512 * 0x9E3779B97F4A7C15) % 2**64)
+        assert (
+            keys.keys[2] != np.uint64(9) ^ golden
+            and keys.keys[:2].tolist() == (np.array([7, 8], dtype=np.uint64) ^ golden).tolist()
+        )
+
+
+@pytest.mark.parametrize("partial", [True, False])
+def test_a_repeated_prompt_hits_the_blocks_of_its_partial_last_trace_block(partial: bool) -> None:
+    # two identical 1,100-token prompts with Mooncake's 512-token hashes, and two of 300: vLLM
+    # hits (L - 1) // 16 blocks of each repeat, 1,088 and 288 tokens; whole units only: 1,024, 0
+    sc = make_scenario("vllm", max_model_len=4096, num_gpu_blocks=1000,
+                       prefix_partial_blocks=partial)  # fmt: skip
+    hashes = [[7, 8, 9], [7, 8, 9], [5], [5]]
+    inp = with_prefix(make_input([0.0, 5.0, 10.0, 15.0], [1100, 1100, 300, 300], [3, 3, 3, 3]),
+                      hashes, 512, 16, partial_blocks=partial)  # fmt: skip
+    res = run_both(inp, sc)
+    assert res.rq[:, R_CACHED].tolist() == ([0, 1088, 0, 288] if partial else [0, 1024, 0, 0])
+    assert res.st[res.st[:, S_PREFILL] > 0, S_PREFILL].tolist() == (
+        [1100, 12, 300, 12] if partial else [1100, 76, 300, 300]
+    )
+
+
+def test_prefix_partial_blocks_needs_caching() -> None:
+    with pytest.raises(ScenarioError, match="prefix_partial_blocks needs enable_prefix_caching"):
+        make_scenario("vllm", enable_prefix_caching=False, prefix_partial_blocks=False)
+    with pytest.raises(ScenarioError, match="prefix_partial_blocks must be true or false"):
+        make_scenario("vllm", prefix_partial_blocks="sometimes")
 
 
 def test_warm_cache_hits_from_the_first_request() -> None:

@@ -60,7 +60,7 @@ import numpy.typing as npt
 from numba import njit
 
 from pipeline.errors import ScenarioError
-from pipeline.sim.cache import commit, settles, use_hits
+from pipeline.sim.cache import commit, hit_blocks, hit_tokens, settles, use_hits
 from pipeline.sim.kv import blocks_needed, grow
 from pipeline.sim.policies.base import (
     Memory,
@@ -99,7 +99,6 @@ from pipeline.sim.state import (
     R_PRIORITY,
     R_PROMPT,
     R_SHARED,
-    R_UNIT_BLK,
     R_UNIT_TOK,
     cdiv,
     uindex,
@@ -399,7 +398,7 @@ def schedule(
         looked = caching and rq[i, R_COMPUTED] == 0 and rq[i, R_UNIT_TOK] > 0
         if looked:
             h, idle = cache_lookup(cfg, rq, r, i, kc)
-        hit = h * rq[i, R_UNIT_TOK]
+        hit = hit_tokens(rq, i, h)
         new = num_tokens(rq, i) - rq[i, R_COMPUTED] - hit
         if 0 < threshold < new:
             new = threshold
@@ -408,10 +407,11 @@ def schedule(
         if new > budget:
             new = budget
         keep_free = cfg[C_WM_BLOCKS] if n > 0 else 0
-        need = cdiv(rq[i, R_COMPUTED] + hit + new, bs) - h * rq[i, R_UNIT_BLK]
+        shared = hit_blocks(rq, i, h)
+        need = cdiv(rq[i, R_COMPUTED] + hit + new, bs) - shared
         gate = need  # blocks that must fit for it to be admitted
         if cfg[C_FULL_ISL] != 0:  # the whole sequence, not only this chunk
-            gate = cdiv(num_tokens(rq, i), bs) - h * rq[i, R_UNIT_BLK]
+            gate = cdiv(num_tokens(rq, i), bs) - shared
         if gate + idle + keep_free > rp[r, P_FREE] + rp[r, P_EVICTABLE]:
             if idle > 0:  # evicting its idle hits could let it in: decode runs must not evict
                 rp[r, P_STABLE] = 2
