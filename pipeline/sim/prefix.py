@@ -44,12 +44,16 @@ up; a request of a hashed trace whose prompt is shorter than one unit has a
 unit size and no whole unit: it is looked up (and counted in the hit rates, as
 vLLM counts every request) and hits only through its tail.
 
-vLLM also caches the full blocks of generated tokens (their hashes chain on
-from the prompt's). ``extend_keys`` gives each request's units beyond its
-prompt's (the rest of its tail's unit, if it has a tail, then whole units of
-prompt and output) keys derived from the request's own chain and its index:
-unique to the request, so another request never hits them, while the request
-itself does when it is resumed after a preemption, and they take their place
+vLLM also caches the full blocks of generated tokens, hashed by their
+tokens (the chain goes on over prompt + output), so a later prompt that
+quotes an earlier answer hits them. ``extend_keys`` gives each request's units
+beyond its prompt's (the rest of its tail's unit, if it has a tail, then whole
+units of prompt and output) the trace's keys of them where the requests table
+has them (``output_hashes``, from logs that carry the generated token ids),
+keyed as prompt units are, so a later prompt holding the same tokens hits
+them; elsewhere keys derived from the request's own chain and its index,
+unique to the request: another request never hits them, the request itself
+does when it is resumed after a preemption. Either way they take their place
 in the eviction order.
 """
 
@@ -68,6 +72,7 @@ from pipeline.sim.state import PrefixKeys
 
 _GOLDEN = 0x9E3779B97F4A7C15
 _MIX_TAIL = np.uint64(0xD6E8FEB86659FD93)  # mixes a tail's length into its key
+_MIX_REST = np.uint64(0xA0761D6478BD642F)  # ... and the rest of its unit's
 
 
 def unit_tokens(trace_block: int, engine_block: int) -> int:
@@ -82,6 +87,7 @@ def build_keys(
     engine_block: int,
     *,
     partial_blocks: bool = True,
+    output_hashes: pa.Array | pa.ChunkedArray | None = None,
 ) -> PrefixKeys:
     """The cache-unit keys of each request.
 
@@ -93,6 +99,10 @@ def build_keys(
         partial_blocks: give a prompt a tail unit where the trace hashes what is
             left of it after its whole units (the module docstring); False: whole
             units only.
+        output_hashes: per request, the chain continued over prompt + output:
+            the hashes of the trace blocks after the prompt's full blocks
+            (``requests.output_hashes``; null = none); they key the units beyond
+            the prompt's (``PrefixKeys.output``, for ``extend_keys``).
     """
     n = len(prompt_tokens)
     if isinstance(hashes, pa.ChunkedArray):
@@ -134,7 +144,52 @@ def build_keys(
     mix = (utok[owner].astype(np.uint64) * np.uint64(_GOLDEN)).astype(np.uint64)
     mix ^= np.where(is_tail, tail[owner].astype(np.uint64) * _MIX_TAIL, np.uint64(0))
     keys = flat[pick] ^ mix if total else np.zeros(0, dtype=np.uint64)
-    return PrefixKeys(offsets, keys.astype(np.uint64), utok, tail if tail.any() else None)
+    output = None
+    if output_hashes is not None:
+        whole = (units == prompt // np.maximum(utok, 1)) & (utok > 0)  # every whole unit hashed
+        output = _output_keys(prompt, tb, utok, tail, whole, output_hashes)
+    return PrefixKeys(offsets, keys.astype(np.uint64), utok, tail if tail.any() else None, output)
+
+
+def _output_keys(
+    prompt: npt.NDArray[np.int64],
+    trace_block: npt.NDArray[np.int64],
+    utok: npt.NDArray[np.int64],
+    tail: npt.NDArray[np.int64],
+    whole: npt.NDArray[np.bool_],
+    output_hashes: pa.Array | pa.ChunkedArray,
+) -> PrefixKeys:
+    """The keys of each request's units after its prompt's, from the trace's hashes of
+    prompt + output (``build_keys``). The b-th of those units ends at ``(k + 1 + b) × U``
+    tokens (k whole prompt units; the first is the rest of the tail's unit when there is
+    a tail), so its key is the hash of trace block ``(k + 1 + b) × U / T - 1``; there are
+    as many as the trace's hashes reach. The rest of a tail's unit mixes in its length,
+    so it never matches a whole unit."""
+    n = len(prompt)
+    if isinstance(output_hashes, pa.ChunkedArray):
+        output_hashes = (
+            output_hashes.combine_chunks()
+            if output_hashes.num_chunks
+            else pa.array([], output_hashes.type)
+        )
+    lens = pc.fill_null(pc.list_value_length(output_hashes), 0).to_numpy().astype(np.int64)
+    flat = pc.list_flatten(output_hashes).to_numpy(zero_copy_only=False).astype(np.uint64)
+    starts = np.concatenate([[0], np.cumsum(lens)[:-1]]) if n else np.zeros(0, dtype=np.int64)
+    t = np.maximum(trace_block, 1)
+    u = np.maximum(utok, 1)
+    step = u // t  # trace blocks per unit
+    first = (prompt // u + 1) * step - 1 - prompt // t  # index of the first one's hash
+    count = np.where(whole & (lens > first), (lens - 1 - first) // np.maximum(step, 1) + 1, 0)
+    offsets = np.concatenate([[0], np.cumsum(count)]).astype(np.int64)
+    total = int(offsets[-1])
+    owner = np.repeat(np.arange(n), count)
+    b = np.arange(total) - offsets[:-1][owner]
+    pick = starts[owner] + first[owner] + b * step[owner]
+    mix = (utok[owner].astype(np.uint64) * np.uint64(_GOLDEN)).astype(np.uint64)
+    rest = (b == 0) & (tail[owner] > 0)
+    mix ^= np.where(rest, (utok - tail)[owner].astype(np.uint64) * _MIX_REST, np.uint64(0))
+    keys = flat[pick] ^ mix if total else np.zeros(0, dtype=np.uint64)
+    return PrefixKeys(offsets, keys.astype(np.uint64), utok.copy())
 
 
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -151,8 +206,10 @@ def extend_keys(
 
     A request computes at most ``prompt + output - 1`` tokens, so it has
     ``(prompt + output - 1) // U`` whole units (and its tail); those past its
-    prompt units get keys chained from its last prompt key (or from its index
-    when it has none) through splitmix64, unique to the request.
+    prompt units get the trace's keys of them (``prefix.output``: the hashes of
+    prompt + output, as vLLM hashes generated blocks by their tokens) as far
+    as the trace has them, then keys chained from its last prompt key (or
+    from its index when it has none) through splitmix64, unique to the request.
     """
     old = np.diff(prefix.offsets)
     u = prefix.unit_tokens
@@ -161,8 +218,14 @@ def extend_keys(
     total = (prompt_tokens + output_tokens - 1) // np.maximum(u, 1) + (prefix.tails > 0)
     total = np.maximum(np.where(u > 0, total, 0), old).astype(np.int64)
     offsets = np.concatenate([[0], np.cumsum(total)]).astype(np.int64)
-    old_offsets = np.ascontiguousarray(prefix.offsets, dtype=np.int64)
-    keys = _extended(old_offsets, np.ascontiguousarray(prefix.keys, dtype=np.uint64), offsets)
+    out = prefix.output if prefix.output is not None else PrefixKeys.empty(len(prefix))
+    keys = _extended(
+        np.ascontiguousarray(prefix.offsets, dtype=np.int64),
+        np.ascontiguousarray(prefix.keys, dtype=np.uint64),
+        np.ascontiguousarray(out.offsets, dtype=np.int64),
+        np.ascontiguousarray(out.keys, dtype=np.uint64),
+        offsets,
+    )
     return PrefixKeys(offsets, keys, u.copy(), prefix.tail_tokens)
 
 
@@ -170,9 +233,12 @@ def extend_keys(
 def _extended(
     old_offsets: npt.NDArray[np.int64],
     old_keys: npt.NDArray[np.uint64],
+    out_offsets: npt.NDArray[np.int64],
+    out_keys: npt.NDArray[np.uint64],
     offsets: npt.NDArray[np.int64],
 ) -> npt.NDArray[np.uint64]:
-    """The keys of ``extend_keys``: each request's prompt keys, then its own chain."""
+    """The keys of ``extend_keys``: each request's prompt keys, the trace's keys of the
+    units after them, then its own chain."""
     keys = np.empty(offsets[-1], dtype=np.uint64)
     one = np.uint64(1)
     for j in range(len(offsets) - 1):
@@ -180,11 +246,14 @@ def _extended(
         m = old_offsets[j + 1] - a
         base = offsets[j]
         keys[base : base + m] = old_keys[a : a + m]
+        o = out_offsets[j]
+        traced = min(out_offsets[j + 1] - o, offsets[j + 1] - base - m)
+        keys[base + m : base + m + traced] = out_keys[o : o + traced]
         # the request's own chain: its last prompt key (or its index), then splitmix64
         uj = np.uint64(j)
         seed = old_keys[a + m - 1] if m > 0 else uj * _GOLDEN_U
         seed ^= (uj + one) * _MIX1
-        for k in range(m, offsets[j + 1] - base):
+        for k in range(m + traced, offsets[j + 1] - base):
             x = seed + np.uint64(k - m + 1) * _GOLDEN_U
             x = (x ^ (x >> np.uint64(30))) * _MIX1
             x = (x ^ (x >> np.uint64(27))) * _MIX2

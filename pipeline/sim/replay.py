@@ -268,12 +268,16 @@ def prepare(frame: pl.DataFrame, scenario: Scenario, *, with_groups: bool = True
         if _has_hashes(frame):
             trace_block = frame["block_size"].fill_null(0).to_numpy().astype(np.int64)[rows]
             hashes = frame["prefix_hashes"].to_arrow().take(pa.array(rows))
+            outputs = None  # the hashes of generated blocks, where the trace has them
+            if _has_output_hashes(frame):
+                outputs = frame["output_hashes"].to_arrow().take(pa.array(rows))
             prefix = build_keys(
                 kept(prompt),
                 trace_block,
                 hashes,
                 engine_block,
                 partial_blocks=scenario.prefix_partial_blocks,
+                output_hashes=outputs,
             )
         else:
             trace_block = np.zeros(n, dtype=np.int64)
@@ -334,6 +338,11 @@ def _has_hashes(frame: pl.DataFrame) -> bool:
     if "prefix_hashes" not in frame.columns or "block_size" not in frame.columns:
         return False
     return bool(frame["prefix_hashes"].list.len().sum() > 0)  # a pass over list offsets
+
+
+def _has_output_hashes(frame: pl.DataFrame) -> bool:
+    """Whether any request carries the hashes of its generated blocks."""
+    return "output_hashes" in frame.columns and frame["output_hashes"].null_count() < frame.height
 
 
 def _is_whole(idx: npt.NDArray[np.int64], num_rows: int) -> bool:

@@ -348,18 +348,22 @@ class PrefixKeys:
     unit of its prompt, in order, then (``tail_tokens[j]`` > 0) one for its
     prompt's tail unit, the full engine blocks of what is left of the prompt
     (``prefix.py``); a unit is ``unit_tokens[j]`` tokens (0 when the request has
-    no prefix hashes and is never looked up).
+    no prefix hashes and is never looked up). ``output`` (optional): per
+    request, the trace's keys of the units of its prompt and output beyond the
+    prompt's full units, as far as the trace has them (``prefix.extend_keys``).
     """
 
     offsets: npt.NDArray[np.int64]  # [n + 1]
     keys: npt.NDArray[np.uint64]
     unit_tokens: npt.NDArray[np.int64]  # [n]
     tail_tokens: npt.NDArray[np.int64] | None = None  # [n]; None: no tail units
+    output: PrefixKeys | None = None  # keys of units beyond the prompt's (None: none)
 
     def __post_init__(self) -> None:
         assert len(self.offsets) == len(self.unit_tokens) + 1
         assert int(self.offsets[-1]) == len(self.keys)
         assert self.tail_tokens is None or len(self.tail_tokens) == len(self.unit_tokens)
+        assert self.output is None or len(self.output) == len(self.unit_tokens)
 
     def __len__(self) -> int:
         return len(self.unit_tokens)
@@ -379,6 +383,7 @@ class PrefixKeys:
             self.keys[a:b],
             self.unit_tokens[lo:hi],
             None if self.tail_tokens is None else self.tail_tokens[lo:hi],
+            None if self.output is None else self.output.slice(lo, hi),
         )
 
     @staticmethod

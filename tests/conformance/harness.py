@@ -6,17 +6,20 @@ and one full-attention KV group of ``num_blocks`` blocks. There is no model:
 after each ``schedule()`` a fake runner samples one token for every scheduled
 request whose computed tokens reach its length (``SamplingParams(max_tokens=
 output, ignore_eos=True)`` ends it), and a simulated clock advances by the
-step cost of the batch vLLM chose. Every request samples the same token id,
-its own (``1 + index``), so generated blocks never match another request's.
+step cost of the batch vLLM chose. A request samples its ``output_ids`` when
+it has them (a trace that logs what was generated); otherwise every token it
+samples is the same id, its own (``1 + index``), so its generated blocks never
+match another request's.
 
 Simulator side: the reference loop (recording what each step scheduled and
 preempted) and the fast loop, on the same requests, with the scenario's cost
 model. Its prefix keys are the requests' chained hashes of their token ids, of
 16-token blocks as vLLM's, or of ``trace_block`` tokens with the partial last
-block hashed too (a trace like Mooncake's). ``step_cost`` (a plain callable of
-a batch) times vLLM's steps; the default, ``cost_function``, is the
-simulator's own ``cost_model.step_time`` on the batch's features, whichever
-signature it has.
+block hashed too (a trace like Mooncake's), and, for requests with
+``output_ids``, the hashes of their generated blocks (``output_hashes``).
+``step_cost`` (a plain callable of a batch) times vLLM's steps; the default,
+``cost_function``, is the simulator's own ``cost_model.step_time`` on the
+batch's features, whichever signature it has.
 
 A batch is a list of ``(computed_before, tokens, is_decode)``, one per scheduled
 request; a request decodes when its prompt (or recompute after a preemption)
@@ -26,6 +29,7 @@ is done, exactly the simulator's definition.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import hashlib
 import inspect
 import json
@@ -75,6 +79,7 @@ class Request:
     prompt: list[int]  # token ids
     output: int
     priority: int = 0
+    output_ids: list[int] | None = None  # what it generates (None: its own id, repeated)
 
 
 @dataclass
@@ -94,6 +99,7 @@ class Config:
     scheduler_reserve_full_isl: bool = True
     max_model_len: int = 8192
     trace_block: int = BLOCK  # the simulator's hash blocks (> BLOCK: the partial one hashed too)
+    output_hashes: bool = False  # the simulator gets the hashes of generated blocks
     what: str = ""  # one line for the docs
     sim_values: dict[str, Any] = field(default_factory=dict)  # simulator-only overrides
 
@@ -213,7 +219,16 @@ def sim_input(cfg: Config) -> SimInput:
         sc = cfg.scenario()
         prefix = build_keys(prompt, blocks, hashes, BLOCK, partial_blocks=sc.prefix_partial_blocks)
     elif cfg.enable_prefix_caching:
-        prefix = _flat([prefix_hashes(r.prompt, BLOCK) for r in reqs])
+        keys = [prefix_hashes(r.prompt, BLOCK) for r in reqs]
+        prefix = _flat(keys)
+        if cfg.output_hashes:
+            whole = [  # the generated blocks' hashes chain on from the prompt's
+                prefix_hashes(r.prompt + r.output_ids, BLOCK)[len(k) :]
+                if r.output_ids is not None
+                else np.zeros(0, np.uint64)
+                for r, k in zip(reqs, keys, strict=True)
+            ]
+            prefix = dataclasses.replace(prefix, output=_flat(whole))
     return SimInput(
         np.array([r.arrival_s for r in reqs], dtype=np.float64),
         np.array([len(r.prompt) for r in reqs], dtype=np.int64),
@@ -388,9 +403,11 @@ def run_vllm(cfg: Config, step_cost: StepCost) -> Run:
                 run.cached[index[rid]] = c0
                 looked.add(rid)
             batch.append((c0, t, c0 >= pf_end[rid]))
-            sampled.append(
-                [1 + index[rid] % (VOCAB - 1)] if vr.num_computed_tokens >= vr.num_tokens else []
-            )
+            own = cfg.requests[index[rid]].output_ids
+            token = 1 + index[rid] % (VOCAB - 1)
+            if own is not None:
+                token = own[len(vr.output_token_ids)]
+            sampled.append([token] if vr.num_computed_tokens >= vr.num_tokens else [])
         duration = step_cost(batch)
         run.steps.append(
             Step(
@@ -553,6 +570,28 @@ def shared_prefix_requests(
     return out
 
 
+def quoted_answer_requests(n: int, *, rate: float, seed: int = 3) -> list[Request]:
+    """Conversations whose later turns quote an earlier turn whole, its answer included:
+    each request starts with one of a few system prompts or with an earlier request's
+    prompt and the tokens it generated (``output_ids``), then adds a question. Poisson
+    arrivals at ``rate`` per second."""
+    rng = np.random.default_rng(seed)
+    systems = [rng.integers(1, VOCAB, k).tolist() for k in (512, 256, 96)]
+    out: list[Request] = []
+    t = 0.0
+    for _ in range(n):
+        t += float(rng.exponential(1.0 / rate))
+        if out and rng.random() < 0.6:
+            turn = out[int(rng.integers(len(out)))]
+            base = turn.prompt + (turn.output_ids or [])
+        else:
+            base = systems[int(rng.integers(len(systems)))]
+        prompt = (base + rng.integers(1, VOCAB, int(rng.integers(20, 200))).tolist())[:3000]
+        output = int(rng.integers(10, 200))
+        out.append(Request(t, prompt, output, output_ids=rng.integers(1, VOCAB, output).tolist()))
+    return out
+
+
 def partial_block_requests(n: int, *, rate: float, seed: int = 4) -> list[Request]:
     """Prompts for 64-token trace blocks that share only whole ones, or all of themselves: a
     system prompt of whole blocks and a question of its own (no prompt a multiple of 64
@@ -599,6 +638,7 @@ def configurations(full: bool = False) -> list[Config]:
         for k in range(12)
     ]
     shared = shared_prefix_requests(400 if full else 150, rate=8.0)
+    quoted = quoted_answer_requests(400 if full else 150, rate=6.0)
     partial = partial_block_requests(400 if full else 150, rate=6.0)
     tight = 1500 if full else 450
     return [
@@ -671,6 +711,23 @@ def configurations(full: bool = False) -> list[Config]:
             max_num_batched_tokens=2048,
             what="prefix caching, shared prefixes, threshold 256, tight KV: requests that "
             "compute the same blocks in the same steps each cache a copy",
+        ),
+        Config(
+            "prefix_quoted_answers",
+            quoted,
+            20_000,
+            enable_prefix_caching=True,
+            output_hashes=True,
+            what="prefix caching, later turns quoting an earlier turn and its answer; the "
+            "simulator gets the hashes of the generated blocks",
+        ),
+        Config(
+            "prefix_quoted_answers_tight",
+            quoted,
+            260,
+            enable_prefix_caching=True,
+            output_hashes=True,
+            what="the same with tight KV (evictions, preemptions)",
         ),
         Config(
             "prefix_partial_blocks",

@@ -6,15 +6,21 @@ prefixes through explicit hash lists (one hash per full trace block).
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pyarrow as pa
 import pytest
 
+from pipeline.contracts import REQUESTS
 from pipeline.errors import ScenarioError
+from pipeline.ingest import IngestOptions, ingest_logs
 from pipeline.sim.loop import simulate
 from pipeline.sim.prefix import build_keys, extend_keys
 from pipeline.sim.reference import simulate_reference
 from pipeline.sim.reference_kv import PrefixCache
+from pipeline.sim.replay import prepare, read_requests
 from pipeline.sim.scenario import Scenario, build_scenario
 from pipeline.sim.state import (
     F_FINISH,
@@ -34,6 +40,7 @@ from pipeline.sim.state import (
     SimResult,
 )
 from pipeline.sim.summary import summarize
+from pipeline.warehouse import Warehouse
 from tests.sim.conftest import make_input, make_scenario, with_prefix
 
 
@@ -423,3 +430,68 @@ def test_reference_cache_keeps_every_copy_and_lookups_get_the_oldest() -> None:
     assert cache.lookup([7], 1)[0] == [second] and cache.evicted == 2
     cache.make_free(10)
     assert cache.lookup([7], 1) == ([], 0)
+
+
+@pytest.mark.parametrize("traced", [True, False])
+def test_vllm_a_later_prompt_that_quotes_an_answer_hits_its_generated_blocks(
+    traced: bool,
+) -> None:
+    # A: 32 prompt tokens, 40 generated; its chain over prompt + output has 4 full blocks,
+    # 2 of them generated (and computed: 71 tokens). B quotes A's prompt and answer and asks
+    # more: with the trace's hashes of A's generated blocks it hits all 4 (64 tokens), as
+    # vLLM does; without them A's generated blocks are A's own and B hits the prompt's 2
+    whole = chain(*range(6))  # prompt + answer + question: 6 blocks
+    a, b = whole[:2], whole
+    keys = build_keys(
+        np.array([32, 96]),
+        np.array([16, 16]),
+        pa.array([a, b], pa.list_(pa.uint64())),
+        16,
+        output_hashes=pa.array([whole[2:4], None], pa.list_(pa.uint64())) if traced else None,
+    )
+    assert keys.output is None if not traced else np.diff(keys.output.offsets).tolist() == [2, 0]
+    sc = make_scenario("vllm", num_gpu_blocks=100)
+    inp = SimInput(np.array([0.0, 100.0]), np.array([32, 96]), np.array([40, 2]), prefix=keys)
+    res = run_both(inp, sc)
+    assert res.rq[:, R_CACHED].tolist() == [0, 64 if traced else 32]
+
+
+def test_output_keys_follow_the_trace_blocks_past_a_tail() -> None:
+    # 512-token trace blocks, 16-token engine blocks: 1,100 tokens = 2 blocks + 76 (a 64-token
+    # tail). The trace's output hashes are of blocks 2, 3, ... of prompt + output: the first
+    # keys the rest of the tail's unit (mixed with its length), the next a whole unit
+    prompt = np.array([1100])
+    keys = build_keys(
+        prompt,
+        np.array([512]),
+        pa.array([[7, 8, 9]], pa.list_(pa.uint64())),
+        16,
+        output_hashes=pa.array([[20, 21]], pa.list_(pa.uint64())),
+    )
+    golden = np.uint64((512 * 0x9E3779B97F4A7C15) % 2**64)
+    assert keys.tails.tolist() == [64] and keys.output is not None
+    out = keys.output.keys
+    assert out[1] == np.uint64(21) ^ golden and out[0] != np.uint64(20) ^ golden
+    ext = extend_keys(keys, prompt, np.array([1000]))  # 2,099 tokens: units to 2,048
+    assert np.diff(ext.offsets).tolist() == [5]  # 2 whole, the tail, its rest, one whole
+    assert ext.keys[3:].tolist() == out.tolist()
+
+
+def test_a_token_id_log_with_output_ids_replays_quoted_answers_as_hits(tmp_path: Path) -> None:
+    # ingested as a user would: turn 2 quotes turn 1's prompt and the 40 tokens it
+    # generated; vLLM hits both (79 of them computed: 4 blocks), not only the prompt's 2
+    prompt, answer = list(range(1, 41)), list(range(1000, 1040))
+    turns = [
+        {"request_id": "t1", "timestamp": 1.0, "prompt_token_ids": prompt,
+         "output_token_ids": answer},
+        {"request_id": "t2", "timestamp": 100.0, "prompt_token_ids": prompt + answer + [7] * 20,
+         "output_tokens": 5},
+    ]  # fmt: skip
+    log = tmp_path / "turns.jsonl"
+    log.write_text("".join(json.dumps(t) + "\n" for t in turns))
+    wh = Warehouse(tmp_path / "wh")
+    ingest_logs([str(log)], wh, IngestOptions(quiet=True))
+    frame = read_requests(wh.files(REQUESTS))
+    sc = make_scenario("vllm", num_gpu_blocks=100)
+    res = run_both(prepare(frame, sc).inp, sc)
+    assert res.rq[:, R_CACHED].tolist() == [0, 64]

@@ -41,11 +41,12 @@ prompt recomputes its last unit); hit tokens count as computed, so they are
 neither charged to the budget nor computed. Full units are committed to the
 cache when they are **scheduled** (so a later request of the same step can
 hit them); an identical unit computed by two requests is cached twice, a
-copy each (``cache.py``). Blocks of generated tokens are cached too, as vLLM does (their keys
-are unique to the request, ``prefix.extend_keys``: they are never hit by
-another request, but a resumed request hits its own, and they take their
-place in the eviction order). A preempted request looks up again when it is
-resumed.
+copy each (``cache.py``). Blocks of generated tokens are cached too, as vLLM
+does: keyed by their tokens where the trace has their hashes
+(``requests.output_hashes``), so a later prompt quoting the answer hits them,
+otherwise by keys unique to the request (``prefix.extend_keys``), which only
+the request itself hits when it is resumed; either way they take their place
+in the eviction order. A preempted request looks up again when it is resumed.
 
 One block of the pool is vLLM's null block, so ``num_gpu_blocks - 1`` are usable.
 """
