@@ -75,6 +75,7 @@ from numba import njit
 from pipeline.sim.prefetch import prefetch
 from pipeline.sim.prefix_index import index_add, index_remove, new_index
 from pipeline.sim.state import (
+    NEVER,
     P_EVICTABLE,
     P_EVICTED,
     P_FREE,
@@ -83,6 +84,7 @@ from pipeline.sim.state import (
     P_NCACHED,
     P_SLOT_FREE,
     R_HELD,
+    R_NEXT,
     R_NUNITS,
     R_PROMPT,
     R_SETTLED,
@@ -243,6 +245,13 @@ def hit_blocks(rq: npt.NDArray[np.int32], i: int, h: int) -> int:
     if (h - 1) * u <= rq[i, R_PROMPT]:  # the last of them is the tail
         return (h - 1) * m + t * m // u
     return (h - 1) * m  # the tail and the rest of its unit make one whole unit
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _next_settles(rq: npt.NDArray[np.int32], i: int) -> None:
+    """``R_NEXT`` after ``R_SETTLED`` changed: where the next unit to settle ends."""
+    k = rq[i, R_SETTLED]
+    rq[i, R_NEXT] = unit_end(rq, i, k) if k < rq[i, R_NUNITS] else NEVER
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -464,6 +473,7 @@ def use_hits(
         _ref(cs, rp, r, uslot[base + k])
     rq[i, R_SETTLED] = h
     rq[i, R_SHARED] = hit_blocks(rq, i, h)
+    _next_settles(rq, i)
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -471,10 +481,11 @@ def settles(rq: npt.NDArray[np.int32], i: int, num_tokens: int) -> bool:
     """Whether ``commit`` up to ``num_tokens`` tokens would settle a new unit of request i.
 
     Callers that commit every scheduled request every step test this first:
-    it is inlined, ``commit`` is a call, and most steps complete no unit.
+    it is inlined, ``commit`` is a call, and most steps complete no unit. One
+    load and a compare: where the next unit ends is kept in ``R_NEXT`` (the
+    decode loop tests every decode, and a longer test costs it registers).
     """
-    k = rq[i, R_SETTLED]
-    return bool(k < rq[i, R_NUNITS] and unit_end(rq, i, k) <= num_tokens)
+    return bool(rq[i, R_NEXT] <= num_tokens)
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -590,6 +601,7 @@ def commit(
     rq[i, R_HELD] -= shared
     rq[i, R_SHARED] += shared
     rq[i, R_SETTLED] = upto
+    _next_settles(rq, i)
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -657,6 +669,7 @@ def _release_units(
     _unref(kc[1], rp, r, kc[4], base, base + k)
     rq[i, R_SETTLED] = 0
     rq[i, R_SHARED] = 0
+    _next_settles(rq, i)
 
 
 @njit(cache=True, error_model="numpy")

@@ -34,6 +34,7 @@ from pipeline.sim.state import (
     F_FINISH,
     F_FIRST_SCHED,
     F_FIRST_TOKEN,
+    NEVER,
     NRQ,
     NRQF,
     NST,
@@ -44,6 +45,7 @@ from pipeline.sim.state import (
     R_GENERATED,
     R_HELD,
     R_LOOKUPS,
+    R_NEXT,
     R_NUNITS,
     R_OUTPUT,
     R_PF_END,
@@ -442,6 +444,8 @@ class ReferenceLoop(EngineSchedulers):
             rq[k, R_UNIT_TOK] = q.unit_tokens
             rq[k, R_UNIT_BLK] = q.unit_blocks
             rq[k, R_TAIL] = q.tail
+            left = len(q.settled) < len(q.keys)  # where its next unit would settle
+            rq[k, R_NEXT] = q.ends[len(q.settled)] if left else NEVER
             rq[k, R_SETTLED] = len(q.settled)
             rq[k, R_CACHED] = q.cached
             rq[k, R_LOOKUPS] = q.lookups

@@ -58,15 +58,18 @@ R_SETTLED = 16  # leading units it holds as cache entries (or copies) it referen
 R_CACHED = 17  # prompt tokens found in the prefix cache at its first lookup
 R_LOOKUPS = 18  # prefix-cache lookups made for it (the first, then one per resumption)
 R_TAIL = 19  # tokens of its prompt's tail unit, shorter than a unit (0: none; prefix.py)
-NRQ = 28  # int32 columns of rq (20 narrow, then 4 wide ones of two each, 8-byte aligned)
+R_NEXT = 20  # tokens at which its next unit settles (cache.settles); NEVER when none is left
+# column 21 is padding: the wide columns start 8-byte aligned
+NRQ = 30  # int32 columns of rq (21 narrow, 1 padding, 4 wide ones of two each)
+NEVER = 2**31 - 1  # R_NEXT of a request with no unit left to settle
 
 # --- wide(rq): int64 per request, in rq's last 8 int32 columns ------------------
 # ``wide(rq)[i, W_*]`` (a view of the same memory; ``SimResult.rqw`` in Python).
 # Cumulative counts can pass 2**31 for a request preempted thousands of times.
-W_HOFF = 10  # offset of its prefix keys in kc's key array
-W_DISCARDED = 11  # computed tokens thrown away by preemptions (recomputed later)
-W_HITS = 12  # tokens found in the cache over all its lookups
-W_TOTAL = 13  # tokens computed over its life, recomputation included
+W_HOFF = 11  # offset of its prefix keys in kc's key array
+W_DISCARDED = 12  # computed tokens thrown away by preemptions (recomputed later)
+W_HITS = 13  # tokens found in the cache over all its lookups
+W_TOTAL = 14  # tokens computed over its life, recomputation included
 
 # --- rqf: float64 per request ----------------------------------------------
 F_ARRIVAL = 0
@@ -491,12 +494,16 @@ def _fill_request_state(
         rq[i, R_PROMPT] = prompt[i]
         rq[i, R_OUTPUT] = output[i]
         rq[i, R_REPLICA] = -1
+        rq[i, R_NEXT] = NEVER
         if with_keys:
             rqw[i, W_HOFF] = offsets[i]
             rq[i, R_NUNITS] = offsets[i + 1] - offsets[i]
             rq[i, R_UNIT_TOK] = unit_tokens[i]
             rq[i, R_UNIT_BLK] = unit_tokens[i] // block_size
             rq[i, R_TAIL] = tail_tokens[i]
+            if rq[i, R_NUNITS] > 0:  # where its first unit ends (cache.unit_end)
+                first = tail_tokens[i] if 0 < tail_tokens[i] and prompt[i] < unit_tokens[i] else 0
+                rq[i, R_NEXT] = first if first > 0 else unit_tokens[i]
     return rq, -1
 
 
