@@ -4,10 +4,11 @@
     python bench/conformance.py --full   # 2,000 requests of the real Azure trace, 1,500 blocks
 
 Prints one markdown row per configuration (see docs/conformance.md): steps and
-preemptions on each side, the largest and mean TTFT / E2E difference per
-request, and the wall time of both sides (after a warm-up that imports vLLM
-and compiles the simulator). Needs the ``conformance`` extra
-and vLLM (``--no-deps``), as ``scripts/test.sh`` installs them.
+preemptions on each side, the prompt tokens each found in its prefix cache
+(first lookups, as a share of all prompt tokens; "-" without caching), the
+largest and mean TTFT / E2E difference per request, and the wall time of both
+sides (after a warm-up that imports vLLM and compiles the simulator). Needs the
+``conformance`` extra and vLLM (``--no-deps``), as ``scripts/test.sh`` installs them.
 """
 
 from __future__ import annotations
@@ -34,16 +35,21 @@ def main() -> None:
     print()
     print(
         "| configuration | requests | KV blocks | steps vLLM / sim | preemptions vLLM / sim "
-        "| TTFT diff max / mean | E2E diff max / mean | identical | s |"
+        "| prefix hits vLLM / sim | TTFT diff max / mean | E2E diff max / mean | identical | s |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---|---:|")
     for cfg in configurations(full):
         t0 = time.perf_counter()
         c = compare(cfg)
         wall = time.perf_counter() - t0
+        hits = "-"
+        if cfg.enable_prefix_caching:
+            total = c.prompt_tokens
+            hits = f"{c.vllm_hit_tokens / total:.1%} / {c.sim_hit_tokens / total:.1%}"
         print(
             f"| `{cfg.name}` | {len(cfg.requests):,} | {cfg.num_blocks:,} "
             f"| {c.vllm_steps:,} / {c.sim_steps:,} | {c.vllm_preemptions} / {c.sim_preemptions} "
+            f"| {hits} "
             f"| {c.ttft_max_s:.3g} / {c.ttft_mean_s:.3g} s "
             f"| {c.e2e_max_s:.3g} / {c.e2e_mean_s:.3g} s "
             f"| {'yes' if c.identical else f'no (step {c.first_divergence})'} | {wall:.1f} |",

@@ -18,6 +18,13 @@ through hive partitioning.
 Every file carries ``tracereplay.table`` and ``tracereplay.schema_version`` in its
 Parquet footer. Writers and readers check the columns, their types and their
 nullability and fail with a message that names the table, the column and the file.
+
+Schema evolution: a column added to a table without changing what the others
+mean is declared ``optional`` (and nullable) and keeps the table's version.
+Every file written now has it (``conform`` writes nulls where a writer has no
+values); files written before it existed lack it, and readers (``check_file``,
+``read_table``, the DuckDB views with ``union_by_name``) take it as all nulls
+there, so an old warehouse reads as it is.
 """
 
 from __future__ import annotations
@@ -47,9 +54,9 @@ class Contract:
     primary_key: tuple[str, ...] = ()
     partition_by: tuple[str, ...] = ()  # hive partition columns (not stored in files)
     docs: dict[str, str] = field(default_factory=dict, compare=False)
-    # columns added after files were first written: nullable, at the end; a file written
-    # before them may lack them (readers get nulls), so old warehouses stay readable
-    added: frozenset[str] = frozenset()
+    # columns added after files were first written: nullable; a file written before them may
+    # lack them (readers get nulls), so old warehouses stay readable
+    optional: frozenset[str] = frozenset()
 
     @property
     def column_names(self) -> list[str]:
@@ -83,8 +90,9 @@ def _contract(
     nullable: set[str] | None = None,
     primary_key: tuple[str, ...] = (),
     partition_by: tuple[str, ...] = (),
-    added: frozenset[str] = frozenset(),
+    optional: set[str] | None = None,
 ) -> Contract:
+    assert not (optional or set()) - (nullable or set()), "an optional column must be nullable"
     return Contract(
         name=name,
         version=version,
@@ -94,7 +102,7 @@ def _contract(
         primary_key=primary_key,
         partition_by=partition_by,
         docs={n: d for n, _, d in cols},
-        added=added,
+        optional=frozenset(optional or ()),
     )
 
 
@@ -113,6 +121,12 @@ REQUESTS = _contract(
         _c("max_tokens", pa.int32(), "the request's max_tokens cap, when logged"),
         _c("block_size", pa.int32(), "tokens per prefix hash block; null without hashes"),
         _c("prefix_hashes", pa.list_(pa.uint64()), "chained hashes of full prompt blocks"),
+        _c(
+            "output_hashes",
+            pa.list_(pa.uint64()),
+            "the chain continued over prompt + output: hashes of the full blocks after the "
+            "prompt's full blocks; null when the log has no output tokens",
+        ),
         _c("model", pa.string(), "model name, when logged"),
         _c("tenant", pa.string(), "user, team or API key the request belongs to"),
         _c("priority", pa.int32(), "scheduling priority (lower first), when logged"),
@@ -141,9 +155,11 @@ REQUESTS = _contract(
         "observed_e2e_s",
         "observed_queue_s",
         "cached_tokens",
+        "output_hashes",
     },
     primary_key=("request_id",),
     partition_by=("date",),
+    optional={"output_hashes"},
 )
 
 QUARANTINE = _contract(
@@ -209,8 +225,9 @@ SIM_REQUESTS = _contract(
         _c("cached_tokens", pa.int32(), "prompt tokens served from the prefix cache"),
         _c("queue_depth_at_arrival", pa.int32(), "requests waiting on its replica when it came"),
     ],
-    # engine_*: null in rows written before they were (their columns came with cost model v3)
+    # engine_*: added with cost model v3 (files written before lack them)
     nullable={"tpot_s", "engine_ttft_s", "engine_e2e_s"},
+    optional={"engine_ttft_s", "engine_e2e_s"},
     primary_key=("scenario", "request_id"),
     partition_by=("run_id",),
 )
@@ -248,8 +265,9 @@ SIM_STEPS = _contract(
         _c("num_prefix_query_tokens", pa.int64(), "prompt tokens looked up in the prefix cache"),
         _c("num_prefix_hit_tokens", pa.int64(), "of which found"),
     ],
-    # null in rows written before they were (their columns came with cost model v3)
+    # added with cost model v3 (files written before lack them)
     nullable={"prefill_attn_pairs", "decode_context_tokens"},
+    optional={"prefill_attn_pairs", "decode_context_tokens"},
     primary_key=("scenario", "replica", "step"),
     partition_by=("run_id",),
 )
@@ -335,7 +353,7 @@ CAPACITY_SEARCH = _contract(
         "note",
         *CAPACITY_INTERVAL_COLUMNS,
     },
-    added=frozenset(CAPACITY_INTERVAL_COLUMNS),
+    optional=set(CAPACITY_INTERVAL_COLUMNS),
     primary_key=("search", "probe", "slo"),
     partition_by=("run_id",),
 )
@@ -383,6 +401,7 @@ CALIBRATION = _contract(
         "held_out_before_error",
         "held_out_error",
     },
+    optional={"held_out_before_error", "held_out_error"},  # added with calibrate observed v2
     primary_key=("metric", "statistic"),
     partition_by=("run_id",),
 )
@@ -526,7 +545,8 @@ def conform(table: pa.Table, contract: Contract, where: str) -> pa.Table:
     """Return ``table`` with exactly the contract's file columns, in order, cast safely.
 
     Columns may arrive in any order and with types that cast losslessly
-    (int64 -> int32 within range, large_string -> string, ...).
+    (int64 -> int32 within range, large_string -> string, ...); an optional
+    column that is absent becomes nulls.
 
     Raises:
         ContractError: naming the table, every problem column, and ``where``.
@@ -536,7 +556,10 @@ def conform(table: pa.Table, contract: Contract, where: str) -> pa.Table:
     arrays = []
     for name in contract.file_columns:
         if name not in table.column_names:
-            problems.append(f"missing column {name!r}")
+            if name in contract.optional:
+                arrays.append(pa.chunked_array([pa.nulls(table.num_rows, types[name])]))
+            else:
+                problems.append(f"missing column {name!r}")
             continue
         col = table.column(name)
         want = types[name]
@@ -657,7 +680,7 @@ def check_file(path: Path, contract: Contract) -> pq.ParquetFile:
     problems = []
     for name in contract.file_columns:
         if name not in schema.names:
-            if name not in contract.added:  # a file from before the column was added
+            if name not in contract.optional:  # an optional one: a file from before it
                 problems.append(f"missing column {name!r}")
         elif not schema.field(name).type.equals(types[name]):
             problems.append(
@@ -669,15 +692,24 @@ def check_file(path: Path, contract: Contract) -> pq.ParquetFile:
 
 
 def read_table(path: Path, contract: Contract) -> pa.Table:
-    """Read one Parquet file after checking it against ``contract``; columns added to the
-    contract after the file was written come back as nulls."""
+    """Read one Parquet file after checking it against ``contract``; the optional
+    columns it lacks (a file from before they existed) come back as nulls."""
     pf = check_file(path, contract)
-    present = [n for n in contract.file_columns if n in pf.schema_arrow.names]
-    table = pf.read(columns=present)
-    if len(present) == len(contract.file_columns):
+    present = set(pf.schema_arrow.names)
+    table = pf.read(columns=[c for c in contract.file_columns if c in present])
+    return with_optional_columns(table, contract)
+
+
+def with_optional_columns(table: pa.Table, contract: Contract) -> pa.Table:
+    """``table`` with the contract's optional columns it lacks added as nulls, in order."""
+    missing = [c for c in contract.optional if c not in table.column_names]
+    if not missing:
         return table
     types = dict(contract.columns)
-    for i, name in enumerate(contract.file_columns):
-        if name not in present:
-            table = table.add_column(i, name, pa.nulls(table.num_rows, types[name]))
-    return table
+    for name in missing:
+        table = table.append_column(
+            pa.field(name, types[name]), pa.nulls(table.num_rows, types[name])
+        )
+    order = [c for c in contract.column_names if c in table.column_names]
+    order += [c for c in table.column_names if c not in order]
+    return table.select(order)

@@ -79,7 +79,11 @@ class RequestFilter:
             params.append(self.end)
         if self.where:
             clauses.append(f"({self.where})")
-        source = f"read_parquet({[str(f) for f in files]!r}, hive_partitioning = false)"
+        # union_by_name: files written before an optional column was added lack it
+        source = (
+            f"read_parquet({[str(f) for f in files]!r}, hive_partitioning = false, "
+            "union_by_name = true)"
+        )
         con = duckdb.connect()
         try:
             con.execute("SET TimeZone = 'UTC'")
@@ -132,6 +136,8 @@ def check_request_columns(path: Path) -> None:
         if name in REQUESTS.partition_by:
             continue
         if name not in schema.names:
+            if name in REQUESTS.optional:  # a file from before the column: read as nulls
+                continue
             raise ConfigError(f"{path}: column {name!r} is missing; {how}")
         got = schema.field(name).type
         if not _compatible(got, want):

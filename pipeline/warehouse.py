@@ -65,7 +65,7 @@ class Warehouse:
     def init(self) -> None:
         """Create every table directory with its zero-row schema file (idempotent).
 
-        A schema file that lacks columns a contract gained since (``Contract.added``) is
+        A schema file that lacks columns a contract gained since (``Contract.optional``) is
         written again, so that the views of an older warehouse have those columns too
         (null in its older files) and the queries that read them run.
         """
@@ -74,7 +74,7 @@ class Warehouse:
             for col in contract.partition_by:
                 d = d / f"{col}={_EMPTY_PARTITION[col]}"
             path = d / "_empty.parquet"
-            if not path.exists() or (contract.added and not _has_columns(path, contract)):
+            if not path.exists() or (contract.optional and not _has_columns(path, contract)):
                 write_table(contract.schema().empty_table(), contract, path)
 
     def files(self, contract: Contract) -> list[Path]:

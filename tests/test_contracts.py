@@ -9,7 +9,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.contracts import CONTRACTS, QUARANTINE, REQUESTS, RUNS, check_file, write_table
+from pipeline.contracts import (
+    CONTRACTS,
+    QUARANTINE,
+    REQUESTS,
+    RUNS,
+    check_file,
+    conform,
+    write_table,
+)
 from pipeline.errors import ContractError
 from pipeline.warehouse import SQL_DIR, Warehouse
 
@@ -104,3 +112,13 @@ def test_views_file_covers_every_table(tmp_path: Path) -> None:
 def test_requests_never_has_a_text_column() -> None:
     assert not {"prompt", "messages", "text", "response"} & set(REQUESTS.column_names)
     assert "raw_excerpt" in QUARANTINE.nullable
+
+
+def test_an_optional_column_is_nullable_and_written_as_nulls_when_absent(tmp_path: Path) -> None:
+    for c in CONTRACTS.values():
+        assert c.optional <= c.nullable, c.name
+    assert REQUESTS.optional == {"output_hashes"}
+    table = pa.table({n: pa.array([], t) for n, t in REQUESTS.columns if n != "output_hashes"})
+    written = conform(table, REQUESTS, "test")
+    assert written.column_names == REQUESTS.file_columns
+    assert written.schema.field("output_hashes").type == pa.list_(pa.uint64())

@@ -253,13 +253,20 @@ def _one(tok: TextTokenizer, prompt: Prompt) -> list[int]:
         return tok.encode([text.encode("utf-8", "replace").decode("utf-8")])[0]
 
 
-def hash_list_series(values: list[npt.NDArray[np.uint64]], lens: list[int]) -> pl.Series:
-    """One List(UInt64) ``prefix_hashes`` series from per-row arrays, without per-row objects."""
+def hash_list_series(
+    values: list[npt.NDArray[np.uint64]],
+    lens: list[int],
+    name: str = "prefix_hashes",
+    valid: list[bool] | None = None,
+) -> pl.Series:
+    """One List(UInt64) series of hashes (``prefix_hashes`` unless ``name`` says) from
+    per-row arrays, without per-row objects; rows not ``valid`` are null."""
     flat = np.concatenate(values) if values else np.zeros(0, dtype=np.uint64)
     offsets = np.zeros(len(lens) + 1, dtype=np.int32)
     np.cumsum(lens, out=offsets[1:])
-    arr = pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat, type=pa.uint64()))
-    series = pl.Series("prefix_hashes", arr)
+    mask = None if valid is None else pa.array([not v for v in valid], pa.bool_())
+    arr = pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat, type=pa.uint64()), mask=mask)
+    series = pl.Series(name, arr)
     return series.cast(pl.List(pl.UInt64()))
 
 

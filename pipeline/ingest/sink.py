@@ -42,7 +42,14 @@ def _seconds(epoch_us: npt.NDArray[np.int64], origin_us: int) -> npt.NDArray[np.
 # Dictionary pages only for columns whose values repeat (names, counts, small ints): on
 # ids, times, line numbers and hashes a dictionary is built, overflows and is dropped,
 # which made writing ~25% slower and the files ~15% larger (bench/ingest_speed.py).
-_UNIQUE = {"request_id", "arrival_time", "arrival_s", "source_line", "prefix_hashes"}
+_UNIQUE = {
+    "request_id",
+    "arrival_time",
+    "arrival_s",
+    "source_line",
+    "prefix_hashes",
+    "output_hashes",
+}
 DICTIONARY_COLUMNS = [
     f.name for f in REQUESTS.schema() if f.name not in _UNIQUE and not pa.types.is_floating(f.type)
 ]
@@ -52,7 +59,9 @@ DICTIONARY_COLUMNS = [
 # computing them cost ~10% of the write (bench/ingest_speed.py).
 DELTA_COLUMNS = {"source_line": "DELTA_BINARY_PACKED", "arrival_time": "DELTA_BINARY_PACKED"}
 STATISTICS_COLUMNS = [
-    f.name for f in REQUESTS.schema() if f.name not in {"request_id", "prefix_hashes"}
+    f.name
+    for f in REQUESTS.schema()
+    if f.name not in {"request_id", "prefix_hashes", "output_hashes"}
 ]
 WRITE_OPTIONS = {
     "compression": "zstd",

@@ -6,23 +6,47 @@ blocks hold it. Its key is the chained prefix hash of the trace at the unit's
 last block (see ``prefix.py``): two requests have the same key at unit k
 exactly when their first ``(k + 1) * unit_tokens`` tokens are equal. When the
 trace's hash blocks are the engine's KV blocks, a unit is one block (vLLM's
-own model); when the trace's blocks are coarser, a unit is one trace block.
+own model); when the trace's blocks are coarser, a unit is one trace block,
+and what is left of a prompt after its whole units can make a shorter
+**tail** unit (``unit_end`` below gives where each unit ends).
 
 State per replica r (``kc = (ck, cs, ht, ukey, uslot, gk, gb, gn)``):
 
 - slots: ``ck[r, s]`` the key of cached unit s, ``cs[r, s, CS_REF]`` how many
   running requests reference it, ``cs[r, s, CS_BLK]`` its blocks, and
   ``CS_PREV`` / ``CS_NEXT`` links: the LRU queue of unreferenced units
-  (``rp[r, P_LRU_HEAD]`` is evicted first), or the free-slot list;
+  (``rp[r, P_LRU_HEAD]`` is evicted first), or the free-slot list (there a
+  link is relative: slot s's next free slot is ``s + 1 + cs[r, s, CS_NEXT]``,
+  so a never-used slot, all zeros, links to the next one and the arrays are
+  touched only as slots are used); ``CS_DNEXT`` / ``CS_DPREV`` link the
+  copies of one key (below);
 - ``ht[r, j] = (key, slot + 1)`` (slot + 1 = 0: an empty entry): open
   addressing with linear probing, deletion by backward shift, so no
   tombstones. Each entry carries its key, so a probe reads one cache line and
   never the slot's (the table is touched at random: every eviction and every
-  new unit probes it);
+  new unit probes it). The slot is the key's oldest cached copy;
 - per request: ``ukey[hoff:hoff + nunits]`` its unit keys and ``uslot`` the
   slot each settled unit references (-1: held privately);
 - over all replicas, ``(gk, gb, gn)``: which replicas cache each key
   (``prefix_index.py``; kept only for the ``prefix_aware`` router).
+
+**Copies** (vLLM, ``dedupe`` off). vLLM does not de-duplicate: a full block
+that a request computes while an identical one is cached already (two
+requests computing the same prompt blocks in the same steps, or a resumed
+request recomputing a block it had cached before) is cached too, under the
+same hash (``BlockHashToBlockMap`` keeps every block id of a hash), so that
+block tables stay append-only. Here such a unit becomes a second cached
+**copy** of its key, referenced by the request that computed it: it is cached
+from the moment it is committed, it joins the LRU queue like any unit once
+nobody references it (so it is free capacity then, in its place in the
+eviction order), eviction takes whichever copy reaches the LRU head and
+leaves the others cached, and a lookup gets the oldest copy still cached
+(``get_one_block``: the first block id of the hash's dict, in insertion
+order), referenced or not. The copies of a key are a list, oldest first:
+``CS_DNEXT`` the next newer copy (-1: none), ``CS_DPREV`` the next older one,
+and for the oldest (the table's) the newest (itself when alone). SGLang and
+TGI (``dedupe`` on) share the cached unit instead and free the request's
+blocks.
 
 Free capacity is ``rp[r, P_FREE]`` (blocks holding nothing) plus
 ``rp[r, P_EVICTABLE]`` (blocks of cached units nobody references, vLLM's
@@ -51,6 +75,7 @@ from numba import njit
 from pipeline.sim.prefetch import prefetch
 from pipeline.sim.prefix_index import index_add, index_remove, new_index
 from pipeline.sim.state import (
+    NEVER,
     P_EVICTABLE,
     P_EVICTED,
     P_FREE,
@@ -59,19 +84,25 @@ from pipeline.sim.state import (
     P_NCACHED,
     P_SLOT_FREE,
     R_HELD,
+    R_NEXT,
     R_NUNITS,
+    R_PROMPT,
     R_SETTLED,
     R_SHARED,
+    R_TAIL,
     R_UNIT_BLK,
     R_UNIT_TOK,
     W_HOFF,
+    PrefixKeys,
 )
 
 CS_REF = 0
 CS_BLK = 1
 CS_PREV = 2
 CS_NEXT = 3
-NCS = 4
+CS_DNEXT = 4
+CS_DPREV = 5
+NCS = 6
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 assert sys.byteorder == "little"  # _keys_at
@@ -80,8 +111,64 @@ assert sys.byteorder == "little"  # _keys_at
 _EMPTY = np.uint64(0)
 
 
+def cache_sizes(
+    num_blocks: int,
+    keys: list[PrefixKeys],
+    block_size: int,
+    *,
+    copies: bool,
+    blocks_needed: int,
+) -> tuple[int, int]:
+    """(slots, distinct keys) one replica's cache can hold at once, for ``empty_caches``.
+
+    Every cached unit holds blocks of its own, so at most ``num_blocks //
+    smallest unit`` are cached at once; distinct keys are fewer than the
+    requests and warm-up prompts have (``keys``), and than the whole units
+    the blocks hold plus the tail units (a tail and the rest of its unit, see
+    ``unit_end``). Without ``copies`` a key is cached once, so that bounds the
+    units too. With them (vLLM) a request caches a unit again only when it
+    recomputes it after a preemption; with ``blocks_needed`` (every request's
+    whole KV, plus the warm-up's units) or fewer blocks nothing is preempted
+    or evicted, so every unit is cached at most once then as well. Slots cost
+    memory only as they are used.
+    """
+    total = 0
+    whole = 0  # blocks of the smallest whole unit
+    smallest = 0  # ... of the smallest unit, tails included
+    small = 0  # tail units and the rests of their units
+    for pk in keys:
+        units = np.diff(pk.offsets)
+        used = units > 0
+        total += int(units.sum())
+        if not used.any():
+            continue
+        m = pk.unit_tokens[used] // block_size
+        whole = int(m.min()) if whole == 0 else min(whole, int(m.min()))
+        smallest = whole if smallest == 0 else min(smallest, whole)
+        tails = used & (pk.tails > 0)
+        if tails.any():
+            t = pk.tails[tails] // block_size
+            rest = pk.unit_tokens[tails] // block_size - t
+            smallest = min(smallest, int(t.min()), int(rest.min()))
+            small += 2 * int(tails.sum())
+    if total == 0:
+        return 0, 0
+    room = num_blocks // max(smallest, 1)
+    distinct = min(total, room, num_blocks // max(whole, 1) + small)
+    if not copies:
+        return distinct, distinct
+    if num_blocks >= blocks_needed:
+        return min(total, room), distinct
+    return room, distinct
+
+
 def empty_caches(
-    num_replicas: int, num_slots: int, keys: npt.NDArray[np.uint64], *, index: int = 0
+    num_replicas: int,
+    num_slots: int,
+    keys: npt.NDArray[np.uint64],
+    *,
+    index: int = 0,
+    num_keys: int = 0,
 ) -> tuple[
     npt.NDArray[np.uint64],
     npt.NDArray[np.int64],
@@ -92,19 +179,19 @@ def empty_caches(
     npt.NDArray[np.uint64],
     npt.NDArray[np.int64],
 ]:
-    """``kc`` for ``num_replicas`` empty caches of ``num_slots`` units each.
+    """``kc`` for ``num_replicas`` empty caches of ``num_slots`` units (copies) each.
 
-    ``index``: most distinct keys cached at once over all replicas, for the
-    index of which replicas hold each key (0: no index).
-    The caller links the free-slot lists (``init_replica``) and sets the
-    replica fields.
+    ``num_keys``: most distinct keys one replica caches at once, which sizes
+    its hash table (0: ``num_slots``). ``index``: most distinct keys cached at
+    once over all replicas, for the index of which replicas hold each key (0:
+    no index). The caller sets the replica fields (``P_SLOT_FREE`` 0: every
+    slot free, see the module docstring).
     """
     s = max(num_slots, 1)
-    size = 1 << max(4, (2 * s - 1).bit_length())  # load <= 1/2
+    e = max(min(num_keys, s) if num_keys > 0 else s, 1)
+    size = 1 << max(4, (2 * e - 1).bit_length())  # load <= 1/2
     ck = np.zeros((num_replicas, s), dtype=np.uint64)
-    cs = np.zeros((num_replicas, s, NCS), dtype=np.int64)
-    cs[:, :, CS_NEXT] = np.arange(1, s + 1)
-    cs[:, s - 1, CS_NEXT] = -1
+    cs = np.zeros((num_replicas, s, NCS), dtype=np.int64)  # zeros: a free-slot list (above)
     ht = np.zeros((num_replicas, size, 2), dtype=np.uint64)
     uslot = np.full(len(keys), -1, dtype=np.int64)
     # writable: numba compiles a loop of its own for read-only arrays (Ray's object store)
@@ -121,6 +208,62 @@ def _keys_at(rq: npt.NDArray[np.int32], i: int) -> int:
     """
     lo = np.int64(rq[i, 2 * W_HOFF]) & 0xFFFFFFFF
     return int((np.int64(rq[i, 2 * W_HOFF + 1]) << 32) | lo)
+
+
+# --- where a request's units end (prefix.py): every unit is R_UNIT_TOK tokens, except, when
+# the request has a tail (R_TAIL > 0), unit kp = prompt // R_UNIT_TOK, its tail, of R_TAIL
+# tokens, and (vLLM's generated units) unit kp + 1, the rest up to the next multiple of
+# R_UNIT_TOK; later units are whole again. Unit k is at or past the tail exactly when
+# (k + 1) * R_UNIT_TOK > prompt.
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def unit_end(rq: npt.NDArray[np.int32], i: int, k: int) -> int:
+    """Tokens up to the end of request i's unit k."""
+    u = rq[i, R_UNIT_TOK]
+    e = (k + 1) * u
+    t = rq[i, R_TAIL]
+    if t != 0 and e > rq[i, R_PROMPT]:  # the tail (k * u <= prompt) or a unit after it
+        e = k * u + (t if k * u <= rq[i, R_PROMPT] else 0)
+    return e
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def hit_tokens(rq: npt.NDArray[np.int32], i: int, h: int) -> int:
+    """Tokens of request i's first ``h`` units."""
+    return 0 if h == 0 else unit_end(rq, i, h - 1)
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def hit_blocks(rq: npt.NDArray[np.int32], i: int, h: int) -> int:
+    """KV blocks of request i's first ``h`` units."""
+    u = rq[i, R_UNIT_TOK]
+    m = rq[i, R_UNIT_BLK]
+    t = rq[i, R_TAIL]
+    if t == 0 or h * u <= rq[i, R_PROMPT]:  # none of them is the tail
+        return h * m
+    if (h - 1) * u <= rq[i, R_PROMPT]:  # the last of them is the tail
+        return (h - 1) * m + t * m // u
+    return (h - 1) * m  # the tail and the rest of its unit make one whole unit
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _next_settles(rq: npt.NDArray[np.int32], i: int) -> None:
+    """``R_NEXT`` after ``R_SETTLED`` changed: where the next unit to settle ends."""
+    k = rq[i, R_SETTLED]
+    rq[i, R_NEXT] = unit_end(rq, i, k) if k < rq[i, R_NUNITS] else NEVER
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def units_within(rq: npt.NDArray[np.int32], i: int, num_tokens: int) -> int:
+    """How many of request i's units end within its first ``num_tokens`` tokens
+    (its units as if they went on for ever: callers cap it at R_NUNITS)."""
+    u = rq[i, R_UNIT_TOK]
+    q = num_tokens // u
+    t = rq[i, R_TAIL]
+    if t != 0 and num_tokens >= rq[i, R_PROMPT] - rq[i, R_PROMPT] % u + t:
+        q += 1  # the tail counts as one more
+    return q
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -176,8 +319,9 @@ def _evict(
     One call per allocation that evicts, its loop written out: helpers that
     take arrays cost reference counts and argument copies per unit, and the
     big caches evict about one unit per request block (``bench/prefix_cache.py``).
-    Each unit leaves the LRU queue (it is its head), its table entry is
-    deleted by backward shift, and its slot goes to the free-slot list.
+    Each unit leaves the LRU queue (it is its head) and its key's list of
+    copies; the key's table entry then names the next copy, or is deleted by
+    backward shift when none is left; the slot goes to the free-slot list.
     """
     mask = ht.shape[1] - 1
     row = r * ht.shape[1]  # replica r's first table entry, over all replicas
@@ -200,28 +344,40 @@ def _evict(
             if after >= 0:
                 prefetch(ck, srow + after)
                 prefetch(cs, (srow + after) * NCS)
-        # delete the table entry: find it, then shift later entries of its run back
-        i = _home(key, mask)
-        while ht[r, i, 1] != np.uint64(s + 1):
+        i = _home(key, mask)  # the key's table entry (no empty entry lies before it)
+        while ht[r, i, 1] == _EMPTY or ht[r, i, 0] != key:
             i = (i + 1) & mask
-        j = i
-        while True:
-            j = (j + 1) & mask
-            if ht[r, j, 1] == _EMPTY:
-                break
-            k = _home(ht[r, j, 0], mask)
-            # leave entry j where it is if its home lies cyclically in (i, j]
-            if (i < j and i < k <= j) or (i > j and (k > i or k <= j)):
-                continue
-            ht[r, i, 0] = ht[r, j, 0]
-            ht[r, i, 1] = ht[r, j, 1]
-            i = j
-        ht[r, i, 1] = 0
-        cs[r, s, CS_NEXT] = slot_free
+        oldest = int(ht[r, i, 1]) - 1
+        newer = cs[r, s, CS_DNEXT]
+        if oldest != s:  # a newer copy leaves: unlink it, the key stays cached
+            older = cs[r, s, CS_DPREV]
+            cs[r, older, CS_DNEXT] = newer
+            if newer >= 0:
+                cs[r, newer, CS_DPREV] = older
+            else:
+                cs[r, oldest, CS_DPREV] = older
+        elif newer >= 0:  # the oldest copy leaves: the next one is what a lookup gets
+            cs[r, newer, CS_DPREV] = cs[r, s, CS_DPREV]
+            ht[r, i, 1] = newer + 1
+        else:  # the only copy: delete the entry, shifting later entries of its run back
+            j = i
+            while True:
+                j = (j + 1) & mask
+                if ht[r, j, 1] == _EMPTY:
+                    break
+                k = _home(ht[r, j, 0], mask)
+                # leave entry j where it is if its home lies cyclically in (i, j]
+                if (i < j and i < k <= j) or (i > j and (k > i or k <= j)):
+                    continue
+                ht[r, i, 0] = ht[r, j, 0]
+                ht[r, i, 1] = ht[r, j, 1]
+                i = j
+            ht[r, i, 1] = 0
+            if indexed:
+                index_remove(gk, gb, gn, r, key)
+        cs[r, s, CS_NEXT] = slot_free - s - 1  # relative link (module docstring)
         slot_free = s
         n += 1
-        if indexed:
-            index_remove(gk, gb, gn, r, key)
         s = nxt
     rp[r, P_LRU_HEAD] = s
     if s >= 0:
@@ -316,7 +472,8 @@ def use_hits(
     for k in range(h):
         _ref(cs, rp, r, uslot[base + k])
     rq[i, R_SETTLED] = h
-    rq[i, R_SHARED] = h * rq[i, R_UNIT_BLK]
+    rq[i, R_SHARED] = hit_blocks(rq, i, h)
+    _next_settles(rq, i)
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -324,10 +481,11 @@ def settles(rq: npt.NDArray[np.int32], i: int, num_tokens: int) -> bool:
     """Whether ``commit`` up to ``num_tokens`` tokens would settle a new unit of request i.
 
     Callers that commit every scheduled request every step test this first:
-    it is inlined, ``commit`` is a call, and most steps complete no unit.
+    it is inlined, ``commit`` is a call, and most steps complete no unit. One
+    load and a compare: where the next unit ends is kept in ``R_NEXT`` (the
+    decode loop tests every decode, and a longer test costs it registers).
     """
-    k = rq[i, R_SETTLED]
-    return bool(k < rq[i, R_NUNITS] and (k + 1) * rq[i, R_UNIT_TOK] <= num_tokens)
+    return bool(rq[i, R_NEXT] <= num_tokens)
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -339,13 +497,18 @@ def _put(
     n: int,
     blocks: int,
     dedupe: bool,
+    tail_at: int,
+    tail_blocks: int,
 ) -> int:
-    """Cache the units of keys ``ukey[at:at + n]``, of ``blocks`` blocks each.
+    """Cache the units of keys ``ukey[at:at + n]``, of ``blocks`` blocks each, except
+    the one of key ``ukey[tail_at]``, a tail of ``tail_blocks``, and the next one,
+    the rest of the tail's unit (``unit_end``).
 
     ``uslot[at + k]`` gets the slot unit k now uses. A key not cached gets a
     new unit, referenced once. A cached one is referenced if ``dedupe``, and
-    its ``blocks`` go back to the free pool; otherwise the unit stays private
-    (slot -1). Returns how many units are now shared (new or deduplicated).
+    the request's blocks of it go back to the free pool; otherwise (vLLM) the
+    unit is cached as a newer copy of the key, referenced once (module
+    docstring). Returns the blocks of the units now shared (all of them).
 
     Inlined, its loop written out (probe, insert): calls and helpers that
     take arrays cost reference counts and argument copies (see ``_evict``).
@@ -361,33 +524,45 @@ def _put(
         key = ukey[q]
         if q + 1 < at + n:  # fetch the next key's table entry meanwhile
             prefetch(ht, (row + _home(ukey[q + 1], mask)) * 2)
+        b = blocks
+        if q == tail_at:
+            b = tail_blocks
+        elif q == tail_at + 1:
+            b = blocks - tail_blocks
+        shared += b
         j = _home(key, mask)
         while ht[r, j, 1] != _EMPTY and ht[r, j, 0] != key:
             j = (j + 1) & mask
-        if ht[r, j, 1] == _EMPTY:  # a new cached unit: a free slot and this empty entry
-            s = slot_free
-            assert s >= 0  # sized for every unit that can be cached at once
-            slot_free = cs[r, s, CS_NEXT]
-            ck[r, s] = key
-            cs[r, s, CS_REF] = 1
-            cs[r, s, CS_BLK] = blocks
-            cs[r, s, CS_PREV] = -1
-            cs[r, s, CS_NEXT] = -1
-            ht[r, j, 0] = key
-            ht[r, j, 1] = s + 1
-            uslot[q] = s
-            inserted += 1
-            shared += 1
-            if indexed:
-                index_add(gk, gb, gn, r, key)
-        elif dedupe:
+        new = ht[r, j, 1] == _EMPTY
+        if not new and dedupe:  # share the cached unit, free the request's copy
             s = int(ht[r, j, 1]) - 1
             _ref(cs, rp, r, s)
             uslot[q] = s
-            rp[r, P_FREE] += blocks
-            shared += 1
-        else:
-            uslot[q] = -1
+            rp[r, P_FREE] += b
+            continue
+        s = slot_free  # a new cached unit (or copy) in a free slot
+        assert s < ck.shape[1]  # sized for every unit that can be cached at once
+        slot_free = s + 1 + cs[r, s, CS_NEXT]
+        ck[r, s] = key
+        cs[r, s, CS_REF] = 1
+        cs[r, s, CS_BLK] = b
+        cs[r, s, CS_PREV] = -1
+        cs[r, s, CS_NEXT] = -1
+        cs[r, s, CS_DNEXT] = -1
+        if new:  # the key's only copy, in this empty entry
+            cs[r, s, CS_DPREV] = s
+            ht[r, j, 0] = key
+            ht[r, j, 1] = s + 1
+            if indexed:
+                index_add(gk, gb, gn, r, key)
+        else:  # the newest copy: after the oldest's newest
+            oldest = int(ht[r, j, 1]) - 1
+            last = cs[r, oldest, CS_DPREV]
+            cs[r, last, CS_DNEXT] = s
+            cs[r, s, CS_DPREV] = last
+            cs[r, oldest, CS_DPREV] = s
+        uslot[q] = s
+        inserted += 1
     rp[r, P_SLOT_FREE] = slot_free
     rp[r, P_NCACHED] += inserted
     return shared
@@ -407,21 +582,26 @@ def commit(
 
     Its private blocks of such a unit become the cache entry. If another copy
     is cached already, ``dedupe`` (SGLang, TGI) makes the request use that one
-    and frees its own blocks; without it (vLLM) the request keeps its copy
-    privately and the cache keeps the other.
+    and frees its own blocks; without it (vLLM) the request's blocks are
+    cached as a newer copy of the key (module docstring).
     """
     u = rq[i, R_UNIT_TOK]
     if u == 0:
         return
-    upto = min(num_tokens // u, rq[i, R_NUNITS])
+    upto = min(units_within(rq, i, num_tokens), rq[i, R_NUNITS])
     k = rq[i, R_SETTLED]
     if k >= upto:
         return
     m = rq[i, R_UNIT_BLK]
-    shared = _put(kc, rp, r, _keys_at(rq, i) + k, upto - k, m, dedupe)
-    rq[i, R_HELD] -= shared * m
-    rq[i, R_SHARED] += shared * m
+    base = _keys_at(rq, i)
+    tail_at = -2  # no unit is a tail
+    if rq[i, R_TAIL] != 0:
+        tail_at = base + rq[i, R_PROMPT] // u
+    shared = _put(kc, rp, r, base + k, upto - k, m, dedupe, tail_at, rq[i, R_TAIL] * m // u)
+    rq[i, R_HELD] -= shared
+    rq[i, R_SHARED] += shared
     rq[i, R_SETTLED] = upto
+    _next_settles(rq, i)
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -489,6 +669,7 @@ def _release_units(
     _unref(kc[1], rp, r, kc[4], base, base + k)
     rq[i, R_SETTLED] = 0
     rq[i, R_SHARED] = 0
+    _next_settles(rq, i)
 
 
 @njit(cache=True, error_model="numpy")
@@ -497,25 +678,29 @@ def warm(
     r: int,
     keys: npt.NDArray[np.uint64],
     unit_blocks: int,
+    tail_blocks: int,
     slots: npt.NDArray[np.int64],
     kc: tuple,  # type: ignore[type-arg]
 ) -> None:
     """Serve one warm-up prompt: reference its cached units, cache the rest, release.
 
-    Stops at the first unit that finds no room (the cache is smaller than the prompt).
+    ``tail_blocks`` > 0: its last unit is a tail of that many blocks. Stops at
+    the first unit that finds no room (the cache is smaller than the prompt).
     """
     cs, ht = kc[1], kc[2]
     mine = (kc[0], cs, ht, keys, slots, kc[5], kc[6], kc[7])  # this prompt's keys and slots
     n = 0
+    last = len(keys) - 1 if tail_blocks > 0 else -2
     for k in range(len(keys)):
         s = find(ht, r, keys[k])
         if s >= 0:
             _ref(cs, rp, r, s)
             slots[k] = s
         else:
-            if capacity(rp, r) < unit_blocks:
+            b = tail_blocks if k == last else unit_blocks
+            if capacity(rp, r) < b:
                 break
-            take(rp, r, unit_blocks, kc)
-            _put(mine, rp, r, k, 1, unit_blocks, False)
+            take(rp, r, b, kc)
+            _put(mine, rp, r, k, 1, unit_blocks, False, last, tail_blocks)
         n += 1
     _unref(cs, rp, r, slots, 0, n)

@@ -59,7 +59,7 @@ import numpy.typing as npt
 from numba import njit
 
 from pipeline.sim.borrow import borrow
-from pipeline.sim.cache import commit, empty_caches, settles, take, warm
+from pipeline.sim.cache import cache_sizes, commit, empty_caches, settles, take, warm
 from pipeline.sim.cost_model import (
     decode_run_s,
     step_time,
@@ -890,6 +890,7 @@ def _warm_caches(
     offsets: npt.NDArray[np.int64],
     keys: npt.NDArray[np.uint64],
     unit_blocks: npt.NDArray[np.int64],
+    tail_blocks: npt.NDArray[np.int64],
     kc: tuple,  # type: ignore[type-arg]
 ) -> None:
     """Serve every warm-up prompt on every replica, in order, before the replay."""
@@ -897,24 +898,9 @@ def _warm_caches(
     for r in range(rp.shape[0]):
         for j in range(len(unit_blocks)):
             if unit_blocks[j] > 0 and offsets[j + 1] > offsets[j]:
-                warm(rp, r, keys[offsets[j] : offsets[j + 1]], unit_blocks[j], slots, kc)
+                warm(rp, r, keys[offsets[j] : offsets[j + 1]], unit_blocks[j], tail_blocks[j],
+                     slots, kc)  # fmt: skip
         rp[r, P_EVICTED] = 0
-
-
-def _num_slots(num_blocks: int, keys: list[PrefixKeys], block_size: int) -> int:
-    """Cache units a replica may hold at once: bounded by its blocks and by the distinct keys."""
-    total = 0
-    smallest = 0
-    for pk in keys:
-        units = np.diff(pk.offsets)
-        used = pk.unit_tokens[units > 0]
-        total += int(units.sum())
-        if len(used):
-            m = int(used.min()) // block_size
-            smallest = m if smallest == 0 else min(smallest, m)
-    if total == 0:
-        return 0
-    return min(total, num_blocks // max(smallest, 1))
 
 
 StepSink = Callable[[npt.NDArray[np.int64], npt.NDArray[np.float64]], None]
@@ -962,11 +948,15 @@ def simulate(
             pk = extend_keys(pk, inp.prompt_tokens, inp.output_tokens)
     rq = request_state(inp, pk if caching else None, bs)
     warmup = inp.warmup if caching and inp.warmup is not None else PrefixKeys.empty(0)
-    slots = _num_slots(num_blocks, [pk, warmup], bs)
+    need = int(np.sum(-(-(inp.prompt_tokens + inp.output_tokens) // bs))) + int(
+        np.sum(np.diff(warmup.offsets) * (warmup.unit_tokens // bs))
+    )
+    copies = eng.get(C_POLICY) == vllm.CODE  # vLLM caches a key more than once
+    slots, distinct = cache_sizes(num_blocks, [pk, warmup], bs, copies=copies, blocks_needed=need)
     index = 0  # the prefix_aware router's index of which replicas hold each unit
     if eng.get(C_ROUTER) == PREFIX_AWARE and num_replicas > 1:
-        index = min(num_replicas * slots, len(pk.keys) + len(warmup.keys))
-    kc = empty_caches(num_replicas, slots, pk.keys, index=index)
+        index = min(num_replicas * distinct, len(pk.keys) + len(warmup.keys))
+    kc = empty_caches(num_replicas, slots, pk.keys, index=index, num_keys=distinct)
     rqf = request_times(np.require(inp.arrival_s, np.float64, "C"))
     del inp  # copied into rq/rqf: a caller that let go of it frees it while the loop runs
     rp = np.zeros((num_replicas, NRP), dtype=np.int64)
@@ -981,7 +971,7 @@ def simulate(
     if len(warmup):
         offsets = np.require(warmup.offsets, np.int64, ["C", "W"])
         keys = np.require(warmup.keys, np.uint64, ["C", "W"])
-        _warm_caches(rp, offsets, keys, warmup.unit_tokens // bs, kc)
+        _warm_caches(rp, offsets, keys, warmup.unit_tokens // bs, warmup.tails // bs, kc)
     max_seqs = min(eng.get(C_MAX_SEQS), max(n, 1))
     run = np.zeros((num_replicas, max_seqs + 1), dtype=np.int64)
     wq = empty(num_replicas, max(n, 1), np.int32)  # a slot is read only once written

@@ -34,6 +34,7 @@ from pipeline.sim.state import (
     F_FINISH,
     F_FIRST_SCHED,
     F_FIRST_TOKEN,
+    NEVER,
     NRQ,
     NRQF,
     NST,
@@ -44,6 +45,7 @@ from pipeline.sim.state import (
     R_GENERATED,
     R_HELD,
     R_LOOKUPS,
+    R_NEXT,
     R_NUNITS,
     R_OUTPUT,
     R_PF_END,
@@ -55,6 +57,7 @@ from pipeline.sim.state import (
     R_SETTLED,
     R_SHARED,
     R_STATUS,
+    R_TAIL,
     R_UNIT_BLK,
     R_UNIT_TOK,
     ST_FINISHED,
@@ -142,7 +145,7 @@ class ReferenceLoop(EngineSchedulers):
             req = rep.head()
             looked = self.caching and req.computed == 0
             hits, idle = self.lookup(rep, req) if looked else ([], 0)
-            hit = len(hits) * req.unit_tokens
+            hit = req.hit_tokens(len(hits))
             new = req.num_tokens - req.computed - hit
             if 0 < threshold < new:
                 new = threshold
@@ -150,9 +153,9 @@ class ReferenceLoop(EngineSchedulers):
                 break
             new = min(new, budget)
             keep_free = watermark if scheduled else 0
-            need = self.blocks_for(req.computed + hit + new) - len(hits) * req.unit_blocks
+            need = self.blocks_for(req.computed + hit + new) - req.hit_blocks(len(hits))
             if p.scheduler_reserve_full_isl:  # allocate_slots(full_sequence_must_fit=True)
-                need = self.blocks_for(req.num_tokens) - len(hits) * req.unit_blocks
+                need = self.blocks_for(req.num_tokens) - req.hit_blocks(len(hits))
             if need + idle + keep_free > rep.cache.capacity:
                 break
             self.use_hits(rep, req, hits)
@@ -362,7 +365,7 @@ class ReferenceLoop(EngineSchedulers):
                 h == best_units and best is not None and loads[rep.index] < loads[best.index]
             ):
                 best, best_units = rep, h
-        if best is not None and best_units * req.unit_tokens > rp["cache_threshold"] * req.prompt:
+        if best is not None and req.hit_tokens(best_units) > rp["cache_threshold"] * req.prompt:
             return best
         return least
 
@@ -379,9 +382,10 @@ class ReferenceLoop(EngineSchedulers):
         for k, req in enumerate(reqs):
             if inp.priority is not None:
                 req.priority = int(inp.priority[k])
-            req.keys = [int(x) for x in self.prefix.keys[off[k] : off[k + 1]]]
-            req.unit_tokens = int(self.prefix.unit_tokens[k])
-            req.unit_blocks = req.unit_tokens // self.bs
+            keys = [int(x) for x in self.prefix.keys[off[k] : off[k + 1]]]
+            unit = int(self.prefix.unit_tokens[k])
+            if unit:
+                req.set_units(keys, unit, self.bs, int(self.prefix.tails[k]))
         reps = [Replica(r, self.num_blocks, self.sc.by_priority) for r in range(self.sc.replicas)]
         for rep in reps:
             rep.ratio = self.ratio_init
@@ -392,7 +396,10 @@ class ReferenceLoop(EngineSchedulers):
                     blocks = int(w.unit_tokens[j]) // self.bs
                     keys = [int(x) for x in w.keys[w.offsets[j] : w.offsets[j + 1]]]
                     if blocks > 0 and keys:
-                        rep.cache.warm(keys, blocks)
+                        sizes = [blocks] * len(keys)
+                        if w.tails[j]:  # its last unit is its tail
+                            sizes[-1] = int(w.tails[j]) // self.bs
+                        rep.cache.warm(keys, sizes)
                 rep.cache.evicted = 0
         for k, req in enumerate(reqs):
             t = req.arrival_s
@@ -437,6 +444,9 @@ class ReferenceLoop(EngineSchedulers):
             rq[k, R_NUNITS] = len(q.keys)
             rq[k, R_UNIT_TOK] = q.unit_tokens
             rq[k, R_UNIT_BLK] = q.unit_blocks
+            rq[k, R_TAIL] = q.tail
+            left = len(q.settled) < len(q.keys)  # where its next unit would settle
+            rq[k, R_NEXT] = q.ends[len(q.settled)] if left else NEVER
             rq[k, R_SETTLED] = len(q.settled)
             rq[k, R_CACHED] = q.cached
             rq[k, R_LOOKUPS] = q.lookups

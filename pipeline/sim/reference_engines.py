@@ -126,7 +126,7 @@ class EngineSchedulers(ReferenceKV):
 
     # --- SGLang --------------------------------------------------------------
     def sglang_max_units(self, req: Req) -> int:
-        return 0 if req.unit_tokens == 0 else (req.num_tokens - 1) // req.unit_tokens
+        return 0 if req.unit_tokens == 0 else req.units_within(req.num_tokens - 1)
 
     def sglang_sort(self, rep: Replica) -> None:
         """calc_priority: sort the waiting queue in place."""
@@ -148,7 +148,7 @@ class EngineSchedulers(ReferenceKV):
         elif policy == "lpm":
             queue.sort(
                 key=lambda r: (
-                    -len(rep.cache.lookup(r.keys, self.sglang_max_units(r))[0]) * r.unit_tokens
+                    -r.hit_tokens(len(rep.cache.lookup(r.keys, self.sglang_max_units(r))[0]))
                 )
             )
         else:  # dfs-weight: post-order DFS over the waiting requests' prefix tree
@@ -216,7 +216,7 @@ class EngineSchedulers(ReferenceKV):
                 rep.full = True
                 break
             hits, idle = self.lookup(rep, req) if req.computed == 0 else ([], 0)
-            prefix = len(hits) * req.unit_tokens
+            prefix = req.hit_tokens(len(hits))
             ext = req.num_tokens - prefix
             total = ext + min(req.output - req.generated, clip) + bs  # + per_req_token_overhead
             if total >= rep.cache.capacity * bs - offset_total:
@@ -344,11 +344,11 @@ class EngineSchedulers(ReferenceKV):
         why = tgi.GOT
         for req in list(rep.fifo):
             hits, idle = self.lookup(rep, req)
-            own = self.blocks_for(req.prompt + req.output - 1) - len(hits) * req.unit_blocks
+            own = self.blocks_for(req.prompt + req.output - 1) - req.hit_blocks(len(hits))
             if own + idle > rep.cache.capacity:
                 why = tgi.NO_MEMORY
                 break
-            prefix = len(hits) * req.unit_tokens
+            prefix = req.hit_tokens(len(hits))
             self.use_hits(rep, req, hits)
             req.computed = prefix
             rep.cache.take(own)
@@ -377,7 +377,7 @@ class EngineSchedulers(ReferenceKV):
         for req, _ in batch:
             assert self.start(rep) is req
             if self.caching:
-                self.count_lookup(rep, req, req.computed // max(req.unit_tokens, 1))
+                self.count_lookup(rep, req, len(req.settled))  # its hits, before it computes
             rep.running.append(req)
         return batch, tgi.GOT
 

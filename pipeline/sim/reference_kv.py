@@ -2,11 +2,13 @@
 
 Same model as ``kv.py`` and ``cache.py`` (see their docstrings), written
 plainly: a unit is cached under its key with a reference count and a size in
-blocks; units nobody references sit in an ``OrderedDict``, oldest first, and
-count as free capacity; an allocation takes free blocks first, then evicts
-from the front. A request holds blocks privately and through the cache units
-it references; releasing it frees the former and unreferences the latter,
-deepest unit first.
+blocks, and a key may have several cached copies (vLLM), oldest first, of
+which a lookup gets the oldest; units nobody references sit in an
+``OrderedDict``, oldest first, and count as free capacity; an allocation
+takes free blocks first, then evicts from the front, one copy at a time. A
+request holds blocks privately and through the cache units it references;
+releasing it frees the former and unreferences the latter, deepest unit
+first.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import heapq
 import math
 from collections import OrderedDict, deque
 from dataclasses import dataclass
+from itertools import accumulate
 
 from pipeline.sim.scenario import Scenario
 
@@ -33,8 +36,8 @@ class PrefixCache:
 
     def __init__(self, num_blocks: int) -> None:
         self.free = num_blocks  # blocks holding nothing
-        self.units: dict[int, Unit] = {}
-        self.lru: OrderedDict[int, Unit] = OrderedDict()  # unreferenced units, oldest first
+        self.units: dict[int, list[Unit]] = {}  # key -> its cached copies, oldest first
+        self.lru: OrderedDict[Unit, None] = OrderedDict()  # unreferenced units, oldest first
         self.evictable = 0  # blocks in lru
         self.evicted = 0  # blocks evicted so far
 
@@ -46,29 +49,37 @@ class PrefixCache:
         """The cached leading units of ``keys`` (at most ``max_units``), and their idle blocks."""
         hits: list[Unit] = []
         for key in keys[: max(max_units, 0)]:
-            unit = self.units.get(key)
-            if unit is None:
+            copies = self.units.get(key)
+            if not copies:
                 break
-            hits.append(unit)
+            hits.append(copies[0])  # vLLM's get_one_block: the oldest copy
         return hits, sum(u.blocks for u in hits if u.ref == 0)
+
+    def get(self, key: int) -> Unit | None:
+        """The unit a lookup of ``key`` gets: its oldest cached copy."""
+        copies = self.units.get(key)
+        return copies[0] if copies else None
 
     def ref(self, unit: Unit) -> None:
         if unit.ref == 0:
-            del self.lru[unit.key]
+            del self.lru[unit]
             self.evictable -= unit.blocks
         unit.ref += 1
 
     def unref(self, unit: Unit) -> None:
         unit.ref -= 1
         if unit.ref == 0:
-            self.lru[unit.key] = unit
+            self.lru[unit] = None
             self.evictable += unit.blocks
 
     def make_free(self, need: int) -> bool:
         """Evict least recently released units until ``need`` blocks are free."""
         while self.free < need and self.lru:
-            key, unit = self.lru.popitem(last=False)
-            del self.units[key]
+            unit, _ = self.lru.popitem(last=False)
+            copies = self.units[unit.key]
+            copies.remove(unit)  # the other copies of its key stay cached
+            if not copies:
+                del self.units[unit.key]
             self.evictable -= unit.blocks
             self.free += unit.blocks
             self.evicted += unit.blocks
@@ -80,24 +91,25 @@ class PrefixCache:
         self.free -= need
 
     def insert(self, key: int, blocks: int) -> Unit:
-        """Cache a new unit, referenced once (its blocks come from the caller's)."""
-        assert key not in self.units
+        """Cache a new unit, referenced once (its blocks come from the caller's): the
+        key's only copy, or its newest when it is cached already (vLLM)."""
         unit = Unit(key, blocks, 1)
-        self.units[key] = unit
+        self.units.setdefault(key, []).append(unit)
         return unit
 
-    def warm(self, keys: list[int], blocks: int) -> None:
-        """Serve one warm-up prompt: use its cached units, cache the rest, release them."""
+    def warm(self, keys: list[int], blocks: list[int]) -> None:
+        """Serve one warm-up prompt (its units' keys and blocks): use its cached units,
+        cache the rest, release them."""
         held: list[Unit] = []
-        for key in keys:
-            unit = self.units.get(key)
+        for key, size in zip(keys, blocks, strict=True):
+            unit = self.get(key)
             if unit is not None:
                 self.ref(unit)
             else:
-                if self.capacity < blocks:
+                if self.capacity < size:
                     break
-                self.take(blocks)
-                unit = self.insert(key, blocks)
+                self.take(size)
+                unit = self.insert(key, size)
             held.append(unit)
         for unit in reversed(held):
             self.unref(unit)
@@ -117,10 +129,13 @@ class Req:
         self.generated = 0  # output tokens sampled
         self.private = 0  # KV blocks held privately
         self.shared = 0  # KV blocks held through referenced cache units
-        self.settled: list[Unit | None] = []  # leading units: cached (or None: held privately)
-        self.keys: list[int] = []  # cache-unit keys of its prompt
+        self.settled: list[Unit] = []  # leading units, as cache entries it references
+        self.keys: list[int] = []  # cache-unit keys of its prompt (and, vLLM, its output)
         self.unit_tokens = 0  # tokens per unit (0: never looked up)
         self.unit_blocks = 0
+        self.tail = 0  # tokens of its prompt's tail unit (0: none)
+        self.ends: list[int] = []  # where each of its units ends, in tokens
+        self.sizes: list[int] = []  # ... and its blocks
         self.prefill_end = 0  # num_tokens at its last admission
         self.first_scheduled_s = math.nan
         self.first_token_s = math.nan
@@ -133,6 +148,32 @@ class Req:
         self.lookups = 0
         self.cached = 0  # hit tokens at its first lookup
         self.hits = 0  # hit tokens over all lookups
+
+    def set_units(self, keys: list[int], unit_tokens: int, block_size: int, tail: int) -> None:
+        """Its cache units: whole ones of ``unit_tokens``, except its tail (``tail`` > 0)
+        after its prompt's whole units, and the rest of the tail's unit after it."""
+        self.keys = keys
+        self.unit_tokens = unit_tokens
+        self.unit_blocks = unit_tokens // block_size
+        self.tail = tail
+        tokens = [unit_tokens] * len(keys)
+        if tail:  # its tail comes right after its prompt's whole units
+            whole = self.prompt // unit_tokens
+            tokens[whole] = tail
+            if whole + 1 < len(tokens):
+                tokens[whole + 1] = unit_tokens - tail
+        self.ends = list(accumulate(tokens))
+        self.sizes = [t // block_size for t in tokens]
+
+    def units_within(self, tokens: int) -> int:
+        """How many of its units end within its first ``tokens`` tokens."""
+        return sum(1 for e in self.ends if e <= tokens)
+
+    def hit_tokens(self, units: int) -> int:
+        return self.ends[units - 1] if units else 0
+
+    def hit_blocks(self, units: int) -> int:
+        return sum(self.sizes[:units])
 
     @property
     def num_tokens(self) -> int:
@@ -223,8 +264,7 @@ class ReferenceKV:
         rep.cache.free += req.private
         req.private = 0
         for unit in reversed(req.settled):
-            if unit is not None:
-                rep.cache.unref(unit)
+            rep.cache.unref(unit)
         req.settled = []
         req.shared = 0
 
@@ -232,18 +272,18 @@ class ReferenceKV:
         """Cached leading units (at most num_tokens - 1 tokens) of a request computing from 0."""
         if not self.caching or req.unit_tokens == 0:
             return [], 0
-        return rep.cache.lookup(req.keys, (req.num_tokens - 1) // req.unit_tokens)
+        return rep.cache.lookup(req.keys, req.units_within(req.num_tokens - 1))
 
     def use_hits(self, rep: Replica, req: Req, hits: list[Unit]) -> None:
         for unit in hits:
             rep.cache.ref(unit)
         req.settled = list(hits)
-        req.shared = len(hits) * req.unit_blocks
+        req.shared = req.hit_blocks(len(hits))
 
     def count_lookup(self, rep: Replica, req: Req, num_hits: int) -> None:
         if req.unit_tokens == 0:
             return
-        hit = num_hits * req.unit_tokens
+        hit = req.hit_tokens(num_hits)
         if req.lookups == 0:
             req.cached = hit
             rep.step_query += req.num_tokens
@@ -255,21 +295,17 @@ class ReferenceKV:
         """Cache the units within ``req``'s first ``tokens`` tokens (see ``cache.commit``)."""
         if req.unit_tokens == 0:
             return
-        m = req.unit_blocks
-        for k in range(len(req.settled), min(tokens // req.unit_tokens, len(req.keys))):
-            unit = rep.cache.units.get(req.keys[k])
-            if unit is None:
-                req.settled.append(rep.cache.insert(req.keys[k], m))
-                req.private -= m
-                req.shared += m
-            elif dedupe:
+        for k in range(len(req.settled), req.units_within(tokens)):
+            m = req.sizes[k]
+            unit = rep.cache.get(req.keys[k])
+            if unit is not None and dedupe:  # share it, free the request's copy
                 rep.cache.ref(unit)
                 req.settled.append(unit)
-                req.private -= m
                 rep.cache.free += m
-                req.shared += m
-            else:
-                req.settled.append(None)
+            else:  # new, or (vLLM) a newer copy of a cached key
+                req.settled.append(rep.cache.insert(req.keys[k], m))
+            req.private -= m
+            req.shared += m
 
     def drop(self, rep: Replica, req: Req) -> None:
         """Recompute preemption: drop its KV and forget its progress."""

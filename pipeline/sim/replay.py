@@ -26,6 +26,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from pipeline.contracts import (
     REQUESTS,
@@ -34,6 +35,7 @@ from pipeline.contracts import (
     SIM_STEPS,
     TableWriter,
     check_file,
+    with_optional_columns,
 )
 from pipeline.errors import ConfigError, ScenarioError
 from pipeline.jit import compile_notice
@@ -97,6 +99,7 @@ REQUEST_COLUMNS = [
     "max_tokens",
     "block_size",
     "prefix_hashes",
+    "output_hashes",
     "priority",
     "tenant",
     "cached_tokens",
@@ -184,9 +187,10 @@ def read_requests(files: list[Path], selection: RequestFilter | None = None) -> 
     ``arrival_s`` is recomputed here: seconds from the earliest selected request.
     """
     if selection is not None and selection.active:
-        source = pl.from_arrow(selection.read(files)).lazy()  # type: ignore[union-attr]
+        table = with_optional_columns(selection.read(files), REQUESTS)
+        source = pl.from_arrow(table).lazy()  # type: ignore[union-attr]
     else:
-        source = pl.scan_parquet([str(p) for p in files], hive_partitioning=False)
+        source = _scan(files)
     frame = source.select(REQUEST_COLUMNS).collect()
     if frame.height == 0:
         raise ConfigError("the selected requests files hold no requests")
@@ -198,6 +202,24 @@ def read_requests(files: list[Path], selection: RequestFilter | None = None) -> 
     seconds = (us - us[0]).astype(np.float64, copy=False)
     seconds /= 1e6  # in place: one array of 8 bytes a request, not three
     return frame.with_columns(pl.Series("arrival_s", seconds))
+
+
+def _scan(files: list[Path]) -> pl.LazyFrame:
+    """One lazy scan of ``files``, in order; a file written before an optional column
+    was added (``contracts.REQUESTS.optional``) gives it as nulls."""
+    schemas = [set(pq.read_schema(p).names) for p in files]
+    if all(REQUESTS.optional <= names for names in schemas):
+        return pl.scan_parquet([str(p) for p in files], hive_partitioning=False)
+    types = dict(REQUESTS.columns)
+    scans = []
+    for path, names in zip(files, schemas, strict=True):
+        scan = pl.scan_parquet(str(path), hive_partitioning=False)
+        lacking = [c for c in sorted(REQUESTS.optional) if c not in names]
+        nulls = [
+            pl.lit(None, dtype=pl.Series(c, pa.array([], types[c])).dtype).alias(c) for c in lacking
+        ]
+        scans.append(scan.with_columns(nulls).select(REQUEST_COLUMNS))
+    return pl.concat(scans, how="vertical")
 
 
 def _in_order(us: npt.NDArray[np.int64], request_id: pl.Series) -> bool:
@@ -250,11 +272,23 @@ def prepare(frame: pl.DataFrame, scenario: Scenario, *, with_groups: bool = True
         if _has_hashes(frame):
             trace_block = frame["block_size"].fill_null(0).to_numpy().astype(np.int64)[rows]
             hashes = frame["prefix_hashes"].to_arrow().take(pa.array(rows))
-            prefix = build_keys(kept(prompt), trace_block, hashes, engine_block)
+            outputs = None  # the hashes of generated blocks, where the trace has them
+            if _has_output_hashes(frame):
+                outputs = frame["output_hashes"].to_arrow().take(pa.array(rows))
+            prefix = build_keys(
+                kept(prompt),
+                trace_block,
+                hashes,
+                engine_block,
+                partial_blocks=scenario.prefix_partial_blocks,
+                output_hashes=outputs,
+            )
         else:
             trace_block = np.zeros(n, dtype=np.int64)
             prefix = PrefixKeys.empty(n)
-        info = describe(prefix, trace_block, engine_block)
+        info = describe(
+            prefix, trace_block, engine_block, partial_blocks=scenario.prefix_partial_blocks
+        )
     info.update(trace_prefix_facts(frame, rows))
     priority = None
     if scenario.by_priority:
@@ -308,6 +342,11 @@ def _has_hashes(frame: pl.DataFrame) -> bool:
     if "prefix_hashes" not in frame.columns or "block_size" not in frame.columns:
         return False
     return bool(frame["prefix_hashes"].list.len().sum() > 0)  # a pass over list offsets
+
+
+def _has_output_hashes(frame: pl.DataFrame) -> bool:
+    """Whether any request carries the hashes of its generated blocks."""
+    return "output_hashes" in frame.columns and frame["output_hashes"].null_count() < frame.height
 
 
 def _is_whole(idx: npt.NDArray[np.int64], num_rows: int) -> bool:

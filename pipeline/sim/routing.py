@@ -31,6 +31,7 @@ import numpy as np
 import numpy.typing as npt
 from numba import njit
 
+from pipeline.sim.cache import hit_tokens
 from pipeline.sim.prefix_index import find_key
 from pipeline.sim.state import (
     C_BAL_ABS,
@@ -141,7 +142,7 @@ def prefix_aware(
         for w in range(words):
             held[w] &= gb[e, w]
         h += 1
-    if not h * u > cfgf[CF_CACHE_THRESHOLD] * rq[i, R_PROMPT]:
+    if not hit_tokens(rq, i, h) > cfgf[CF_CACHE_THRESHOLD] * rq[i, R_PROMPT]:
         return lo
     best = -1
     best_n = 0

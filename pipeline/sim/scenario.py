@@ -28,6 +28,7 @@ flag > scenario file > ``[replay]`` in the config file > default::
 
     enable_prefix_caching = true  # default: on for vllm, sglang and tgi, as in the engines
     prefix_warmup_requests = 0    # the first N requests fill the caches instead of running
+    prefix_partial_blocks = true  # a hashed partial last trace block can hit (prefix.py)
 
     max_num_seqs = 256            # ... and the policy's own parameters (policies/*.py)
     cost_uncertainty = 0.08       # sd of log step time for intervals; default: the profile's
@@ -119,6 +120,12 @@ COMMON: dict[str, tuple[type, Any, str]] = {
         0,
         "the first N requests are not replayed: their prompts fill every replica's cache first",
     ),
+    "prefix_partial_blocks": (
+        bool,
+        None,
+        "the engine blocks inside a prompt's partial last trace block can hit (its hash names "
+        "the whole prompt); false: only whole trace blocks. Default true",
+    ),
     "tenant_priority": (dict, None, "vllm priority policy: table tenant -> priority"),
     "frontend_request_s": (float, None, "front end per request, s; default: the profile's"),
     "frontend_prompt_token_s": (float, None, "front end per prompt token, s (tokenisation)"),
@@ -164,6 +171,7 @@ class Scenario:
     seed: int
     prefix_caching: bool = False
     prefix_warmup_requests: int = 0  # leading requests that warm the caches instead
+    prefix_partial_blocks: bool = True  # a prompt's tail unit (prefix.py); False: whole units
     tenant_priority: dict[str, int] | None = None  # vllm priority policy: tenant -> priority
     router_params: dict[str, float] | None = None  # prefix_aware: ROUTER_PARAMS, resolved
     frontend: Frontend = Frontend()  # what a client sees on top of the engine (frontend.py)
@@ -232,6 +240,7 @@ class Scenario:
             "gpu_memory_utilization": self.gpu_memory_utilization,
             "enable_prefix_caching": self.prefix_caching,
             "prefix_warmup_requests": self.prefix_warmup_requests,
+            "prefix_partial_blocks": self.prefix_partial_blocks,
             "tenant_priority": self.tenant_priority,
             **(self.router_params or {}),
             "cost_uncertainty": self.cost_uncertainty.log_sd,
@@ -446,6 +455,7 @@ def build_scenario(values: dict[str, Any], *, where: str = "scenario") -> Scenar
         seed=got["seed"],
         prefix_caching=caching,
         prefix_warmup_requests=got["prefix_warmup_requests"],
+        prefix_partial_blocks=got["prefix_partial_blocks"] is not False,
         tenant_priority=got["tenant_priority"],
         router_params=router_params,
         frontend=frontend,
@@ -484,6 +494,8 @@ def _check_caching_and_routing(
         )
     if got["prefix_warmup_requests"] and not caching:
         raise ScenarioError(f"{where}: prefix_warmup_requests needs enable_prefix_caching = true")
+    if got["prefix_partial_blocks"] is not None and not caching:
+        raise ScenarioError(f"{where}: prefix_partial_blocks needs enable_prefix_caching = true")
     if got["tenant_priority"] is not None and pol.queue(params) != Q_PRIORITY:
         raise ScenarioError(
             f"{where}: tenant_priority applies to policy vllm with scheduling_policy = 'priority'"

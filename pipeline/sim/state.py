@@ -51,22 +51,25 @@ R_CHUNKS = 9  # steps that computed part of its prompt
 R_QDEPTH = 10  # waiting requests on its replica when it arrived
 R_SHARED = 11  # KV blocks it holds through prefix-cache entries it references
 R_PRIORITY = 12  # scheduling priority (lower first; vLLM's priority policy), as a rank
-R_NUNITS = 13  # prefix keys it has: full cache units of its prompt
+R_NUNITS = 13  # prefix keys it has: its cache units (prompt, then vLLM's generated ones)
 R_UNIT_TOK = 14  # tokens per cache unit (0: no prefix hashes, never looked up)
 R_UNIT_BLK = 15  # KV blocks per cache unit
-R_SETTLED = 16  # leading units it holds as cache entries (or as private duplicates)
+R_SETTLED = 16  # leading units it holds as cache entries (or copies) it references
 R_CACHED = 17  # prompt tokens found in the prefix cache at its first lookup
 R_LOOKUPS = 18  # prefix-cache lookups made for it (the first, then one per resumption)
-# column 19 is padding: the wide columns start 8-byte aligned
-NRQ = 28  # int32 columns of rq (19 narrow, 1 padding, 4 wide ones of two each)
+R_TAIL = 19  # tokens of its prompt's tail unit, shorter than a unit (0: none; prefix.py)
+R_NEXT = 20  # tokens at which its next unit settles (cache.settles); NEVER when none is left
+# column 21 is padding: the wide columns start 8-byte aligned
+NRQ = 30  # int32 columns of rq (21 narrow, 1 padding, 4 wide ones of two each)
+NEVER = 2**31 - 1  # R_NEXT of a request with no unit left to settle
 
 # --- wide(rq): int64 per request, in rq's last 8 int32 columns ------------------
 # ``wide(rq)[i, W_*]`` (a view of the same memory; ``SimResult.rqw`` in Python).
 # Cumulative counts can pass 2**31 for a request preempted thousands of times.
-W_HOFF = 10  # offset of its prefix keys in kc's key array
-W_DISCARDED = 11  # computed tokens thrown away by preemptions (recomputed later)
-W_HITS = 12  # tokens found in the cache over all its lookups
-W_TOTAL = 13  # tokens computed over its life, recomputation included
+W_HOFF = 11  # offset of its prefix keys in kc's key array
+W_DISCARDED = 12  # computed tokens thrown away by preemptions (recomputed later)
+W_HITS = 13  # tokens found in the cache over all its lookups
+W_TOTAL = 14  # tokens computed over its life, recomputation included
 
 # --- rqf: float64 per request ----------------------------------------------
 F_ARRIVAL = 0
@@ -92,7 +95,7 @@ P_LAST_DONE = 7  # requests finished at the end of its latest step (row)
 P_EVICTABLE = 8  # KV blocks in cached units nobody references (free for allocation)
 P_LRU_HEAD = 9  # least recently released cached unit (-1: none)
 P_LRU_TAIL = 10  # most recently released cached unit (-1: none)
-P_SLOT_FREE = 11  # first unused cache slot (-1: none)
+P_SLOT_FREE = 11  # first unused cache slot (the number of slots: none; cache.py)
 P_NCACHED = 12  # cached units
 P_EVICTED = 13  # KV blocks evicted from the prefix cache so far
 P_STABLE = 14  # 1: the step's decision holds for repeated decode steps; 2: if none evicts
@@ -347,25 +350,46 @@ class PrefixKeys:
     """Prefix-cache keys of a list of requests (see ``prefix.py``), flattened.
 
     Request j owns ``keys[offsets[j]:offsets[j + 1]]``: one key per full cache
-    unit of its prompt, in order; a unit is ``unit_tokens[j]`` tokens (0 when
-    the request has no prefix hashes and is never looked up).
+    unit of its prompt, in order, then (``tail_tokens[j]`` > 0) one for its
+    prompt's tail unit, the full engine blocks of what is left of the prompt
+    (``prefix.py``); a unit is ``unit_tokens[j]`` tokens (0 when the request has
+    no prefix hashes and is never looked up). ``output`` (optional): per
+    request, the trace's keys of the units of its prompt and output beyond the
+    prompt's full units, as far as the trace has them (``prefix.extend_keys``).
     """
 
     offsets: npt.NDArray[np.int64]  # [n + 1]
     keys: npt.NDArray[np.uint64]
     unit_tokens: npt.NDArray[np.int64]  # [n]
+    tail_tokens: npt.NDArray[np.int64] | None = None  # [n]; None: no tail units
+    output: PrefixKeys | None = None  # keys of units beyond the prompt's (None: none)
 
     def __post_init__(self) -> None:
         assert len(self.offsets) == len(self.unit_tokens) + 1
         assert int(self.offsets[-1]) == len(self.keys)
+        assert self.tail_tokens is None or len(self.tail_tokens) == len(self.unit_tokens)
+        assert self.output is None or len(self.output) == len(self.unit_tokens)
 
     def __len__(self) -> int:
         return len(self.unit_tokens)
 
+    @property
+    def tails(self) -> npt.NDArray[np.int64]:
+        """``tail_tokens``, zeros when there are none."""
+        if self.tail_tokens is None:
+            return np.zeros(len(self), dtype=np.int64)
+        return self.tail_tokens
+
     def slice(self, lo: int, hi: int) -> PrefixKeys:
         """Requests lo..hi-1."""
         a, b = int(self.offsets[lo]), int(self.offsets[hi])
-        return PrefixKeys(self.offsets[lo : hi + 1] - a, self.keys[a:b], self.unit_tokens[lo:hi])
+        return PrefixKeys(
+            self.offsets[lo : hi + 1] - a,
+            self.keys[a:b],
+            self.unit_tokens[lo:hi],
+            None if self.tail_tokens is None else self.tail_tokens[lo:hi],
+            None if self.output is None else self.output.slice(lo, hi),
+        )
 
     @staticmethod
     def empty(n: int) -> PrefixKeys:
@@ -419,8 +443,8 @@ def request_state(inp: SimInput, keys: PrefixKeys | None, block_size: int) -> np
     if keys is None:
         keys = PrefixKeys.empty(0)
     rq, k = _fill_request_state(
-        inp.prompt_tokens, inp.output_tokens, keys.offsets, keys.unit_tokens, block_size,
-        with_keys,
+        inp.prompt_tokens, inp.output_tokens, keys.offsets, keys.unit_tokens, keys.tails,
+        block_size, with_keys,
     )  # fmt: skip
     if k >= 0:
         longest = int(inp.prompt_tokens[k]) + int(inp.output_tokens[k])
@@ -451,6 +475,7 @@ def _fill_request_state(
     output: npt.NDArray[np.int64],
     offsets: npt.NDArray[np.int64],
     unit_tokens: npt.NDArray[np.int64],
+    tail_tokens: npt.NDArray[np.int64],
     block_size: int,
     with_keys: bool,
 ) -> tuple[npt.NDArray[np.int32], int]:
@@ -471,11 +496,16 @@ def _fill_request_state(
         rq[i, R_PROMPT] = prompt[i]
         rq[i, R_OUTPUT] = output[i]
         rq[i, R_REPLICA] = -1
+        rq[i, R_NEXT] = NEVER
         if with_keys:
             rqw[i, W_HOFF] = offsets[i]
             rq[i, R_NUNITS] = offsets[i + 1] - offsets[i]
             rq[i, R_UNIT_TOK] = unit_tokens[i]
             rq[i, R_UNIT_BLK] = unit_tokens[i] // block_size
+            rq[i, R_TAIL] = tail_tokens[i]
+            if rq[i, R_NUNITS] > 0:  # where its first unit ends (cache.unit_end)
+                first = tail_tokens[i] if 0 < tail_tokens[i] and prompt[i] < unit_tokens[i] else 0
+                rq[i, R_NEXT] = first if first > 0 else unit_tokens[i]
     return rq, -1
 
 

@@ -6,14 +6,20 @@ and one full-attention KV group of ``num_blocks`` blocks. There is no model:
 after each ``schedule()`` a fake runner samples one token for every scheduled
 request whose computed tokens reach its length (``SamplingParams(max_tokens=
 output, ignore_eos=True)`` ends it), and a simulated clock advances by the
-step cost of the batch vLLM chose. Every request samples the same token id,
-its own (``1 + index``), so generated blocks never match another request's.
+step cost of the batch vLLM chose. A request samples its ``output_ids`` when
+it has them (a trace that logs what was generated); otherwise every token it
+samples is the same id, its own (``1 + index``), so its generated blocks never
+match another request's.
 
 Simulator side: the reference loop (recording what each step scheduled and
 preempted) and the fast loop, on the same requests, with the scenario's cost
-model. ``step_cost`` (a plain callable of a batch) times vLLM's steps; the
-default, ``cost_function``, is the simulator's own ``cost_model.step_time`` on
-the batch's features, whichever signature it has.
+model. Its prefix keys are the requests' chained hashes of their token ids, of
+16-token blocks as vLLM's, or of ``trace_block`` tokens with the partial last
+block hashed too (a trace like Mooncake's), and, for requests with
+``output_ids``, the hashes of their generated blocks (``output_hashes``).
+``step_cost`` (a plain callable of a batch) times vLLM's steps; the default,
+``cost_function``, is the simulator's own ``cost_model.step_time`` on the
+batch's features, whichever signature it has.
 
 A batch is a list of ``(computed_before, tokens, is_decode)``, one per scheduled
 request; a request decodes when its prompt (or recompute after a preemption)
@@ -23,10 +29,13 @@ is done, exactly the simulator's definition.
 from __future__ import annotations
 
 import csv
+import dataclasses
+import hashlib
 import inspect
 import json
 import math
 import os
+import pickle
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -35,16 +44,19 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
-from pipeline.ingest.hashing import prefix_hashes
+from pipeline.ingest.hashing import block_digests, digests_to_uint64, none_hash, prefix_hashes
 from pipeline.sim.cost_model import step_time
 from pipeline.sim.loop import simulate
+from pipeline.sim.prefix import build_keys
 from pipeline.sim.reference import ReferenceLoop
 from pipeline.sim.reference_kv import Replica, Req, Scheduled
 from pipeline.sim.scenario import Scenario, build_scenario
 from pipeline.sim.state import (
     F_FINISH,
     F_FIRST_TOKEN,
+    R_CACHED,
     S_NUM_STEPS,
     S_PREEMPT,
     PrefixKeys,
@@ -67,6 +79,7 @@ class Request:
     prompt: list[int]  # token ids
     output: int
     priority: int = 0
+    output_ids: list[int] | None = None  # what it generates (None: its own id, repeated)
 
 
 @dataclass
@@ -85,6 +98,8 @@ class Config:
     enable_prefix_caching: bool = False
     scheduler_reserve_full_isl: bool = True
     max_model_len: int = 8192
+    trace_block: int = BLOCK  # the simulator's hash blocks (> BLOCK: the partial one hashed too)
+    output_hashes: bool = False  # the simulator gets the hashes of generated blocks
     what: str = ""  # one line for the docs
     sim_values: dict[str, Any] = field(default_factory=dict)  # simulator-only overrides
 
@@ -123,6 +138,7 @@ class Run:
     steps: list[Step] = field(default_factory=list)
     first_token: np.ndarray = field(default_factory=lambda: np.zeros(0))
     finish: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    cached: np.ndarray = field(default_factory=lambda: np.zeros(0))  # hits, first lookup
 
     @property
     def preemptions(self) -> int:
@@ -172,17 +188,47 @@ class _Recording(ReferenceLoop):
         return out
 
 
+def trace_hashes(ids: list[int], block: int) -> np.ndarray:
+    """Chained hashes of every ``block``-token block of ``ids``, the partial last one too
+    (a Mooncake-style trace: its hash covers the tokens it has)."""
+    full = block_digests(ids, block)
+    rest = ids[len(full) * block :]
+    if rest:
+        parent = full[-1] if full else none_hash()
+        full.append(hashlib.sha256(pickle.dumps((parent, tuple(rest), None), 5)).digest())
+    return digests_to_uint64(full)
+
+
+def _flat(keys: list[np.ndarray]) -> PrefixKeys:
+    counts = np.array([len(k) for k in keys], dtype=np.int64)
+    return PrefixKeys(
+        np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
+        np.concatenate([*keys, np.zeros(0, np.uint64)]).astype(np.uint64),
+        np.full(len(keys), BLOCK, dtype=np.int64),
+    )
+
+
 def sim_input(cfg: Config) -> SimInput:
     reqs = cfg.requests
     prefix = None
-    if cfg.enable_prefix_caching:
+    if cfg.enable_prefix_caching and cfg.trace_block != BLOCK:
+        hashes = pa.array([trace_hashes(r.prompt, cfg.trace_block) for r in reqs],
+                          pa.list_(pa.uint64()))  # fmt: skip
+        prompt = np.array([len(r.prompt) for r in reqs], dtype=np.int64)
+        blocks = np.full(len(reqs), cfg.trace_block, dtype=np.int64)
+        sc = cfg.scenario()
+        prefix = build_keys(prompt, blocks, hashes, BLOCK, partial_blocks=sc.prefix_partial_blocks)
+    elif cfg.enable_prefix_caching:
         keys = [prefix_hashes(r.prompt, BLOCK) for r in reqs]
-        counts = np.array([len(k) for k in keys], dtype=np.int64)
-        prefix = PrefixKeys(
-            np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
-            np.concatenate([*keys, np.zeros(0, np.uint64)]).astype(np.uint64),
-            np.full(len(reqs), BLOCK, dtype=np.int64),
-        )
+        prefix = _flat(keys)
+        if cfg.output_hashes:
+            whole = [  # the generated blocks' hashes chain on from the prompt's
+                prefix_hashes(r.prompt + r.output_ids, BLOCK)[len(k) :]
+                if r.output_ids is not None
+                else np.zeros(0, np.uint64)
+                for r, k in zip(reqs, keys, strict=True)
+            ]
+            prefix = dataclasses.replace(prefix, output=_flat(whole))
     return SimInput(
         np.array([r.arrival_s for r in reqs], dtype=np.float64),
         np.array([len(r.prompt) for r in reqs], dtype=np.int64),
@@ -198,6 +244,7 @@ def run_simulator(cfg: Config) -> tuple[Run, Run]:
     inp = sim_input(cfg)
     ref_loop = _Recording(sc)
     ref = ref_loop.run(inp)
+    cached = ref.rq[:, R_CACHED].astype(np.float64)
     steps = [
         Step(float(ref.stf[k, 0]), float(ref.stf[k, 1]), sched, pre)
         for k, (sched, pre) in enumerate(ref_loop.log)
@@ -210,7 +257,7 @@ def run_simulator(cfg: Config) -> tuple[Run, Run]:
         for row in fast.st
         for j in range(int(row[S_NUM_STEPS]))
     ]
-    return Run(steps, ref.rqf[:, F_FIRST_TOKEN], ref.rqf[:, F_FINISH]), fast_run
+    return Run(steps, ref.rqf[:, F_FIRST_TOKEN], ref.rqf[:, F_FINISH], cached), fast_run
 
 
 # --- the vLLM side -----------------------------------------------------------------
@@ -313,7 +360,8 @@ def run_vllm(cfg: Config, step_cost: StepCost) -> Run:
     reqs: dict[str, Any] = {}
     index: dict[str, int] = {}
     pf_end: dict[str, int] = {}  # num_tokens when last admitted: below it, a prefill
-    run = Run(first_token=np.full(n, math.nan), finish=np.full(n, math.nan))
+    run = Run(first_token=np.full(n, math.nan), finish=np.full(n, math.nan), cached=np.zeros(n))
+    looked: set[str] = set()  # requests scheduled once (a resumed one may come as new again)
     clock = 0.0
     nxt = 0
     done = 0
@@ -340,8 +388,8 @@ def run_vllm(cfg: Config, step_cost: StepCost) -> Run:
         out = sched.schedule()
         if out.total_num_scheduled_tokens == 0 and not out.preempted_req_ids:
             raise RuntimeError(f"{cfg.name}: vLLM scheduled nothing at {clock} s")
-        admitted = {r.req_id for r in out.scheduled_new_reqs}
-        admitted |= set(out.scheduled_cached_reqs.resumed_req_ids)
+        new = {r.req_id for r in out.scheduled_new_reqs}
+        admitted = new | set(out.scheduled_cached_reqs.resumed_req_ids)
         batch: Batch = []
         sampled: list[list[int]] = []
         ids = list(out.num_scheduled_tokens)
@@ -351,10 +399,15 @@ def run_vllm(cfg: Config, step_cost: StepCost) -> Run:
             c0 = vr.num_computed_tokens - t  # schedule() already counted them
             if rid in admitted:
                 pf_end[rid] = vr.num_tokens
+            if rid in new and rid not in looked:  # its first lookup's hits
+                run.cached[index[rid]] = c0
+                looked.add(rid)
             batch.append((c0, t, c0 >= pf_end[rid]))
-            sampled.append(
-                [1 + index[rid] % (VOCAB - 1)] if vr.num_computed_tokens >= vr.num_tokens else []
-            )
+            own = cfg.requests[index[rid]].output_ids
+            token = 1 + index[rid] % (VOCAB - 1)
+            if own is not None:
+                token = own[len(vr.output_token_ids)]
+            sampled.append([token] if vr.num_computed_tokens >= vr.num_tokens else [])
         duration = step_cost(batch)
         run.steps.append(
             Step(
@@ -400,6 +453,9 @@ class Comparison:
     e2e_max_s: float
     e2e_mean_s: float
     fast_equals_reference: bool
+    vllm_hit_tokens: int = 0  # prompt tokens found in the cache at first lookups
+    sim_hit_tokens: int = 0
+    prompt_tokens: int = 0
     note: str = ""
 
     @property
@@ -454,6 +510,9 @@ def compare(cfg: Config, step_cost: StepCost | None = None) -> Comparison:
         float(e2e.max()),
         float(e2e.mean()),
         same_fast,
+        int(v.cached.sum()),
+        int(ref.cached.sum()),
+        sum(len(r.prompt) for r in cfg.requests),
     )
 
 
@@ -511,6 +570,50 @@ def shared_prefix_requests(
     return out
 
 
+def quoted_answer_requests(n: int, *, rate: float, seed: int = 3) -> list[Request]:
+    """Conversations whose later turns quote an earlier turn whole, its answer included:
+    each request starts with one of a few system prompts or with an earlier request's
+    prompt and the tokens it generated (``output_ids``), then adds a question. Poisson
+    arrivals at ``rate`` per second."""
+    rng = np.random.default_rng(seed)
+    systems = [rng.integers(1, VOCAB, k).tolist() for k in (512, 256, 96)]
+    out: list[Request] = []
+    t = 0.0
+    for _ in range(n):
+        t += float(rng.exponential(1.0 / rate))
+        if out and rng.random() < 0.6:
+            turn = out[int(rng.integers(len(out)))]
+            base = turn.prompt + (turn.output_ids or [])
+        else:
+            base = systems[int(rng.integers(len(systems)))]
+        prompt = (base + rng.integers(1, VOCAB, int(rng.integers(20, 200))).tolist())[:3000]
+        output = int(rng.integers(10, 200))
+        out.append(Request(t, prompt, output, output_ids=rng.integers(1, VOCAB, output).tolist()))
+    return out
+
+
+def partial_block_requests(n: int, *, rate: float, seed: int = 4) -> list[Request]:
+    """Prompts for 64-token trace blocks that share only whole ones, or all of themselves: a
+    system prompt of whole blocks and a question of its own (no prompt a multiple of 64
+    tokens long), or, for a third of them, an earlier prompt again (a retry: its partial
+    last block too). Poisson arrivals at ``rate`` per second."""
+    rng = np.random.default_rng(seed)
+    systems = [rng.integers(1, VOCAB, k).tolist() for k in (512, 256, 128)]
+    out: list[Request] = []
+    t = 0.0
+    for _ in range(n):
+        t += float(rng.exponential(1.0 / rate))
+        if out and rng.random() < 0.35:
+            prompt = list(out[int(rng.integers(len(out)))].prompt)
+        else:
+            length = int(rng.integers(1, 700))
+            length += int(length % 64 == 0)
+            system = systems[int(rng.integers(len(systems)))]
+            prompt = system + rng.integers(1, VOCAB, length).tolist()
+        out.append(Request(t, prompt, int(rng.integers(10, 200))))
+    return out
+
+
 # --- the configurations ------------------------------------------------------------
 
 AZURE_RAW = (
@@ -535,6 +638,8 @@ def configurations(full: bool = False) -> list[Config]:
         for k in range(12)
     ]
     shared = shared_prefix_requests(400 if full else 150, rate=8.0)
+    quoted = quoted_answer_requests(400 if full else 150, rate=6.0)
+    partial = partial_block_requests(400 if full else 150, rate=6.0)
     tight = 1500 if full else 450
     return [
         Config("azure_4x", azure, 20_000, what="Azure conversation at 4x, ample KV, defaults"),
@@ -596,6 +701,42 @@ def configurations(full: bool = False) -> list[Config]:
             350,
             enable_prefix_caching=True,
             what="prefix caching, shared prefixes, tight KV (evictions, preemptions)",
+        ),
+        Config(
+            "prefix_threshold_tight",
+            shared,
+            350 if full else 450,
+            enable_prefix_caching=True,
+            long_prefill_token_threshold=256,
+            max_num_batched_tokens=2048,
+            what="prefix caching, shared prefixes, threshold 256, tight KV: requests that "
+            "compute the same blocks in the same steps each cache a copy",
+        ),
+        Config(
+            "prefix_quoted_answers",
+            quoted,
+            20_000,
+            enable_prefix_caching=True,
+            output_hashes=True,
+            what="prefix caching, later turns quoting an earlier turn and its answer; the "
+            "simulator gets the hashes of the generated blocks",
+        ),
+        Config(
+            "prefix_quoted_answers_tight",
+            quoted,
+            260,
+            enable_prefix_caching=True,
+            output_hashes=True,
+            what="the same with tight KV (evictions, preemptions)",
+        ),
+        Config(
+            "prefix_partial_blocks",
+            partial,
+            20_000,
+            enable_prefix_caching=True,
+            trace_block=64,
+            what="prefix caching, the simulator on 64-token trace hashes with the partial last "
+            "block hashed (Mooncake's way): retries hit the 16-token blocks inside it",
         ),
         Config(
             "priority",

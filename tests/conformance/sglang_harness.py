@@ -355,7 +355,7 @@ class _Recording(ReferenceLoop):
             rep.ratio,
             rep.full,
             c.free,
-            [(u.key, u.blocks * self.bs, u.ref) for u in c.units.values()],
+            [(u.key, u.blocks * self.bs, u.ref) for copies in c.units.values() for u in copies],
         )
         self.decisions.append(d)
         out = super().sglang_prefill(rep)

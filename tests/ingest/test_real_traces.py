@@ -51,6 +51,7 @@ def test_mooncake_conversation(tmp_path: Path, traces_raw: Path, golden) -> None
         "sum_output_tokens": int(got["output_tokens"].sum()),
         "max_arrival_s": float(got["arrival_s"].max()),  # type: ignore[arg-type]
         "sum_hash_blocks": int(got["prefix_hashes"].list.len().sum()),
+        "null_output_hashes": int(got["output_hashes"].null_count()),  # no output tokens
         "first_rows": got.head(5)
         .select("arrival_s", "prompt_tokens", "output_tokens", "prefix_hashes", "request_id")
         .to_dicts(),

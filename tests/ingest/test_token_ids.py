@@ -78,6 +78,29 @@ def test_fields_and_dtypes() -> None:
     assert len(h0) == 2 and h0 == h1  # shared system prompt -> equal hashes
 
 
+def test_output_token_ids_continue_the_chain() -> None:
+    # 40 prompt + 30 generated tokens: four full 16-token blocks, two of them the prompt's;
+    # the generated blocks' hashes go on from the prompt's (vLLM hashes them by content)
+    output = list(range(500, 530))
+    data = _line(request_id="a", timestamp=1.0, prompt_token_ids=SYSTEM, output_token_ids=output)
+    data += _line(request_id="b", timestamp=2.0, prompt_token_ids=SYSTEM, output_tokens=30)
+    data += _line(request_id="c", timestamp=3.0, prompt_tokens=40, output_token_ids=output)
+    rows = _parse(data).rows
+    whole = prefix_hashes(SYSTEM + output).tolist()
+    assert len(whole) == 4
+    assert rows["prefix_hashes"].to_list() == [whole[:2], whole[:2], []]
+    assert rows["output_hashes"].to_list() == [whole[2:], None, None]  # c has no prompt ids
+    assert rows["output_tokens"].to_list() == [30, 30, 30]
+    _check_dtypes(rows)
+
+
+def test_output_token_ids_that_are_not_integers_reject_the_record() -> None:
+    data = _line(request_id="a", timestamp=1.0, prompt_token_ids=[1, 2], output_token_ids=["x"])
+    p = _parse(data)
+    assert p.rows.height == 0
+    assert p.rejects["reason"].to_list() == ["output_token_ids: expected a list of integers"]
+
+
 def test_timestamps_iso_variants_and_numeric_strings() -> None:
     stamps = ["2024-05-01T02:00:00+02:00", "2024-05-01 00:00:00", "1714521600", 1714521600]
     data = b"".join(
@@ -222,3 +245,14 @@ def test_the_sample_file() -> None:
     salted = set(rows.filter(pl.col("tenant") == "team-c")["prefix_hashes"].explode().to_list())
     others = set(rows.filter(pl.col("tenant") != "team-c")["prefix_hashes"].explode().to_list())
     assert salted and not salted & others
+    # the records that log their output token ids (every other one) have the hashes of
+    # their generated blocks, chained on from the prompt's, salt and all
+    records = [json.loads(x) for x in data.splitlines()]
+    for rec, got in zip(records, rows["output_hashes"].to_list(), strict=True):
+        if "output_token_ids" not in rec:
+            assert got is None
+            continue
+        ids = rec["prompt_token_ids"] + rec["output_token_ids"]
+        whole = prefix_hashes(ids, cache_salt=rec.get("cache_salt", "")).tolist()
+        assert got == whole[len(rec["prompt_token_ids"]) // 16 :]
+    assert rows["output_hashes"].null_count() == 30

@@ -134,18 +134,29 @@ def read_azure_conv(n: int | None = None) -> pl.DataFrame:
 
 
 def shared_prefix_hashes(
-    rng: np.random.Generator, prompt: np.ndarray, block_size: int, *, num_roots: int = 3
+    rng: np.random.Generator,
+    prompt: np.ndarray,
+    block_size: int,
+    *,
+    num_roots: int = 3,
+    partial: bool = False,
 ) -> list[list[int]]:
     """Chained block hashes of prompts that share prefixes the way chat traffic does.
 
     Each prompt starts from one of a few roots (system prompts) or from a
     prefix of an earlier prompt (a later turn, a retry), then goes its own
-    way. Only full blocks are hashed; equal hash at block i means equal
-    prompts up to block i.
+    way; a prompt as long as an earlier one may be a retry of it (the same
+    hashes). Full blocks are hashed, and with ``partial`` a partial last block
+    too (as Mooncake does: its length is part of its content); equal hash at
+    block i means equal prompts up to the end of block i.
     """
-    chains: dict[tuple[int, int], int] = {}
+    chains: dict[tuple[int, ...], int] = {}
     out: list[list[int]] = []
     for j, length in enumerate(prompt):
+        same = np.flatnonzero(prompt[:j] == length)
+        if len(same) and rng.random() < 0.5:
+            out.append(list(out[int(same[-1])]))
+            continue
         blocks = int(length) // block_size
         if j and rng.random() < 0.5:
             base = out[int(rng.integers(0, j))]
@@ -160,6 +171,10 @@ def shared_prefix_hashes(
             own = content[b] if not shared and rng.random() < 0.8 else (-1 - j, b)
             parent = chains.setdefault((parent, *own), len(chains) + 1)
             hashes.append(parent)
+        rest = int(length) % block_size
+        if partial and rest and len(hashes) == blocks:
+            own = (root, blocks) if rng.random() < 0.5 else (-1 - j, blocks)
+            hashes.append(chains.setdefault((parent, *own, rest), len(chains) + 1))
         out.append(hashes)
     return out
 
@@ -171,13 +186,15 @@ def with_prefix(
     engine_block: int,
     *,
     warmup: int = 0,
+    partial_blocks: bool = True,
 ) -> SimInput:
     """``inp`` with prefix keys built from per-request hashes (the first ``warmup`` warm)."""
     from pipeline.sim.prefix import build_keys
 
     n = len(inp)
     tb = np.broadcast_to(np.asarray(trace_block, dtype=np.int64), (n,))
-    keys = build_keys(inp.prompt_tokens, tb, pa.array(hashes, pa.list_(pa.uint64())), engine_block)
+    hashed = pa.array(hashes, pa.list_(pa.uint64()))
+    keys = build_keys(inp.prompt_tokens, tb, hashed, engine_block, partial_blocks=partial_blocks)
     if not warmup:
         return SimInput(inp.arrival_s, inp.prompt_tokens, inp.output_tokens, prefix=keys,
                         priority=inp.priority)  # fmt: skip

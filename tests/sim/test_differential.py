@@ -34,6 +34,7 @@ from pipeline.sim.state import (
     R_PROMPT,
     R_SHARED,
     R_STATUS,
+    R_TAIL,
     R_UNIT_TOK,
     S_DECODE,
     S_EVICTED,
@@ -82,6 +83,9 @@ def _case(
     arrival = np.sort(np.cumsum(rng.exponential(load, n)) * rng.uniform(0.5, 1.0))
     prompt_max = 600 if long_prompts else 80
     prompt = rng.integers(1, prompt_max, n)
+    retry = rng.random(n) < 0.15  # the same prompt as an earlier request
+    for j in np.flatnonzero(retry[1:]) + 1:
+        prompt[j] = prompt[rng.integers(j)]
     output = rng.integers(1, 60, n)
     cost = {
         "fixed_s": rng.uniform(1e-3, 5e-3),
@@ -110,6 +114,8 @@ def _case(
     }
     if caches:
         values["enable_prefix_caching"] = caching
+        if caching:
+            values["prefix_partial_blocks"] = draw(st.booleans())
     if router == "prefix_aware":
         values |= {
             "cache_threshold": draw(st.sampled_from([0.0, 0.3, 0.8])),
@@ -193,9 +199,11 @@ def _case(
     sc.cap_lengths(inp.prompt_tokens, inp.output_tokens, np.zeros(n, dtype=np.int64))
     if caching:
         trace_block = draw(st.sampled_from([block_size, block_size, 2 * block_size, 4, 6, 16]))
-        hashes = shared_prefix_hashes(rng, prompt, trace_block)
+        partial = draw(st.booleans())  # a hash for a partial last block (Mooncake's)
+        hashes = shared_prefix_hashes(rng, prompt, trace_block, partial=partial)
         warmup = draw(st.sampled_from([0, 0, min(3, n - 1)]))
-        inp = with_prefix(inp, hashes, trace_block, block_size, warmup=warmup)
+        tails = sc.prefix_partial_blocks
+        inp = with_prefix(inp, hashes, trace_block, block_size, warmup=warmup, partial_blocks=tails)
     return inp, sc
 
 
@@ -235,11 +243,16 @@ def check_invariants(inp: SimInput, sc: Scenario, res: SimResult) -> None:
     needed = rq[:, R_PROMPT] + rq[:, R_OUTPUT] - 1
     assert (rqw[:, W_TOTAL] == needed + rqw[:, W_DISCARDED] - rqw[:, W_HITS]).all()
     assert (rqw[rq[:, R_PREEMPT] == 0, W_DISCARDED] == 0).all()
-    # nothing is held at the end; hits are whole units, never the whole prompt
+    # nothing is held at the end; hits are whole units (or end with a tail), never the whole
+    # prompt
     assert (rq[:, R_HELD] == 0).all() and (rq[:, R_SHARED] == 0).all()
     assert (rq[:, R_CACHED] <= rq[:, R_PROMPT] - 1).all()
     units = np.maximum(rq[:, R_UNIT_TOK], 1)
-    assert (rq[:, R_CACHED] % units == 0).all() and (rqw[:, W_HITS] % units == 0).all()
+    whole = rq[:, R_TAIL] == 0
+    assert (rq[whole, R_CACHED] % units[whole] == 0).all()
+    assert (rqw[whole, W_HITS] % units[whole] == 0).all()
+    tail_end = rq[:, R_PROMPT] // units * units + rq[:, R_TAIL]
+    assert ((rq[:, R_CACHED] % units == 0) | (rq[:, R_CACHED] == tail_end)).all()
     looked = rq[:, R_UNIT_TOK] > 0
     assert (rq[looked, R_LOOKUPS] >= 1).all() and (rq[~looked, R_LOOKUPS] == 0).all()
     assert res.st[:, S_PQUERY].sum() == rq[looked, R_PROMPT].sum()
@@ -308,6 +321,10 @@ def check_case(case: tuple[SimInput, Scenario]) -> None:
     if case[1].prefix_caching:
         event(f"prefix hits: {'yes' if fast.rq[:, R_CACHED].any() else 'no'}")
         event(f"evictions: {'yes' if fast.st[:, S_EVICTED].any() else 'no'}")
+        rq = fast.rq
+        units = np.maximum(rq[:, R_UNIT_TOK], 1)
+        tail_hit = (rq[:, R_TAIL] > 0) & (rq[:, R_CACHED] % units != 0)
+        event(f"tail units: {'hit' if tail_hit.any() else 'yes' if rq[:, R_TAIL].any() else 'no'}")
 
 
 @settings(max_examples=60)

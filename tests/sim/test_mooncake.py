@@ -44,9 +44,12 @@ def mooncake(tmp_path_factory: pytest.TempPathFactory) -> pl.DataFrame:
     return read_requests(wh.files(REQUESTS))
 
 
-def independent_hit_rate() -> float:
+def independent_hit_rate(engine_block: int | None = None) -> float:
     """Longest leading run of previously seen block ids, in full 512-token blocks, at most
-    prompt - 1 tokens; over all prompt tokens. Straight from the JSON lines."""
+    prompt - 1 tokens; over all prompt tokens. Straight from the JSON lines. With an
+    ``engine_block`` size, a prompt whose every full block hits and whose partial last
+    block's id was seen (the same prompt) also hits the engine blocks of that block, up to
+    prompt - 1 tokens."""
     seen: set[int] = set()
     hit = total = 0
     for line in MOONCAKE.read_text().splitlines():
@@ -57,8 +60,11 @@ def independent_hit_rate() -> float:
         while k < min(len(full), (length - 1) // 512) and full[k] in seen:
             k += 1
         hit += k * 512
+        partial = ids[len(full) :]
+        if engine_block and partial and k == len(full) and partial[0] in seen:
+            hit += (length - 1 - k * 512) // engine_block * engine_block
         total += length
-        seen.update(full)
+        seen.update(ids if engine_block else full)
     return hit / total
 
 
@@ -73,8 +79,9 @@ def replay(frame: pl.DataFrame, **values: Any) -> tuple[SimResult, dict[str, Any
 @pytest.mark.parametrize("policy", ["vllm", "sglang"])
 def test_unbounded_cache_hit_rate_is_the_trace_s_own(mooncake: pl.DataFrame, policy: str) -> None:
     res, s = replay(mooncake, policy=policy, num_gpu_blocks=UNBOUNDED)
-    expected = independent_hit_rate()
-    assert expected == pytest.approx(0.3734, abs=5e-4)
+    assert independent_hit_rate() == pytest.approx(0.3734, abs=5e-4)  # whole blocks only
+    expected = independent_hit_rate(16 if policy == "vllm" else 1)  # and the tails
+    assert expected == pytest.approx(0.3736, abs=5e-4)
     if policy == "vllm":
         assert s["prefix_token_hit_rate"] == pytest.approx(expected, rel=1e-12)
     else:  # SGLang caches a batch's prompts after it: two in one batch both miss what they share
@@ -83,6 +90,11 @@ def test_unbounded_cache_hit_rate_is_the_trace_s_own(mooncake: pl.DataFrame, pol
     assert s["prefix_request_hit_rate"] > 0.999  # every prompt starts with the system prompt
     assert s["prefix_bridged"] and s["prefix_unit_tokens"] == [512]
     assert (res.rq[:, R_CACHED] <= res.rq[:, R_PROMPT] - 1).all()
+
+
+def test_whole_blocks_only_is_the_trace_s_count_of_full_blocks(mooncake: pl.DataFrame) -> None:
+    s = replay(mooncake, policy="vllm", num_gpu_blocks=UNBOUNDED, prefix_partial_blocks=False)[1]
+    assert s["prefix_token_hit_rate"] == pytest.approx(independent_hit_rate(), rel=1e-12)
 
 
 @pytest.mark.parametrize("policy", ["vllm", "sglang"])

@@ -6,14 +6,21 @@ prefixes through explicit hash lists (one hash per full trace block).
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pyarrow as pa
 import pytest
 
+from pipeline.contracts import REQUESTS
 from pipeline.errors import ScenarioError
+from pipeline.ingest import IngestOptions, ingest_logs
 from pipeline.sim.loop import simulate
 from pipeline.sim.prefix import build_keys, extend_keys
 from pipeline.sim.reference import simulate_reference
+from pipeline.sim.reference_kv import PrefixCache
+from pipeline.sim.replay import prepare, read_requests
 from pipeline.sim.scenario import Scenario, build_scenario
 from pipeline.sim.state import (
     F_FINISH,
@@ -33,6 +40,7 @@ from pipeline.sim.state import (
     SimResult,
 )
 from pipeline.sim.summary import summarize
+from pipeline.warehouse import Warehouse
 from tests.sim.conftest import make_input, make_scenario, with_prefix
 
 
@@ -146,10 +154,51 @@ def test_finer_trace_blocks_rechunk_exactly() -> None:
     assert picked.tolist() == [2, 4, 6]
 
 
-def test_mooncake_partial_last_block_is_never_cached() -> None:
-    # Mooncake lists a hash for the partial last block; only full blocks count
-    keys = build_keys(np.array([1100]), np.array([512]), pa.array([[7, 8, 9]]), 16)
-    assert len(keys.keys) == 2
+@pytest.mark.parametrize(
+    ("partial", "tails", "units"),
+    [(True, [64, 0, 288, 0], [3, 2, 1, 2]), (False, [0, 0, 0, 0], [2, 2, 0, 2])],
+)
+def test_mooncake_partial_last_block_makes_a_tail_unit(
+    partial: bool, tails: list[int], units: list[int]
+) -> None:
+    # Mooncake lists a hash for the partial last block: the 16-token blocks inside it, as far
+    # as num_tokens - 1 reaches, are one more unit (1100 = 2 x 512 + 76: 64 tokens); a prompt
+    # of whole blocks has none; one shorter than a block has only its tail; a list without
+    # the partial block's hash gives none
+    prompt = np.array([1100, 1024, 300, 1100])
+    hashes = pa.array([[7, 8, 9], [7, 8], [5], [7, 8]], pa.list_(pa.uint64()))
+    keys = build_keys(prompt, np.full(4, 512), hashes, 16, partial_blocks=partial)
+    assert keys.tails.tolist() == tails
+    assert np.diff(keys.offsets).tolist() == units
+    if partial:  # the tail's key is its trace block's hash, mixed with the unit and its length
+        golden = np.uint64((512 * 0x9E3779B97F4A7C15) % 2**64)
+        assert (
+            keys.keys[2] != np.uint64(9) ^ golden
+            and keys.keys[:2].tolist() == (np.array([7, 8], dtype=np.uint64) ^ golden).tolist()
+        )
+
+
+@pytest.mark.parametrize("partial", [True, False])
+def test_a_repeated_prompt_hits_the_blocks_of_its_partial_last_trace_block(partial: bool) -> None:
+    # two identical 1,100-token prompts with Mooncake's 512-token hashes, and two of 300: vLLM
+    # hits (L - 1) // 16 blocks of each repeat, 1,088 and 288 tokens; whole units only: 1,024, 0
+    sc = make_scenario("vllm", max_model_len=4096, num_gpu_blocks=1000,
+                       prefix_partial_blocks=partial)  # fmt: skip
+    hashes = [[7, 8, 9], [7, 8, 9], [5], [5]]
+    inp = with_prefix(make_input([0.0, 5.0, 10.0, 15.0], [1100, 1100, 300, 300], [3, 3, 3, 3]),
+                      hashes, 512, 16, partial_blocks=partial)  # fmt: skip
+    res = run_both(inp, sc)
+    assert res.rq[:, R_CACHED].tolist() == ([0, 1088, 0, 288] if partial else [0, 1024, 0, 0])
+    assert res.st[res.st[:, S_PREFILL] > 0, S_PREFILL].tolist() == (
+        [1100, 12, 300, 12] if partial else [1100, 76, 300, 300]
+    )
+
+
+def test_prefix_partial_blocks_needs_caching() -> None:
+    with pytest.raises(ScenarioError, match="prefix_partial_blocks needs enable_prefix_caching"):
+        make_scenario("vllm", enable_prefix_caching=False, prefix_partial_blocks=False)
+    with pytest.raises(ScenarioError, match="prefix_partial_blocks must be true or false"):
+        make_scenario("vllm", prefix_partial_blocks="sometimes")
 
 
 def test_warm_cache_hits_from_the_first_request() -> None:
@@ -340,3 +389,109 @@ def test_generated_block_keys_follow_the_splitmix_chain() -> None:
         tail = [chain_key(seed, s + 1) for s in range(len(own) - len(mine))]
         assert own == mine + tail
     assert np.diff(ext.offsets).tolist() == [4, 1, 2]
+
+
+def test_vllm_a_block_computed_twice_is_cached_twice() -> None:
+    # 9 usable 4-token blocks, 4 tokens a step per request. A and B (the same 4-block prompt)
+    # compute in lockstep: B hits A's first block, then each block is computed by B first and
+    # by A one step later, so A caches a second copy of blocks 1-3 (vLLM keeps both). When
+    # both are done, all 7 blocks are cached and free: LRU B3 B2 B1 A3 A2 A1 A0 (B finished
+    # first, each request deepest first). C (6 other blocks) takes the 2 free ones and evicts
+    # 4 copies, B3 B2 B1 A3: every key but 3 keeps a copy, so D (A's prompt) finds 3 blocks,
+    # block 1 through A's copy, and evicts one of C's for its last. Keeping A's copies
+    # private would have left 5 free, and C would have evicted 1.
+    sc = make_scenario(
+        "vllm",
+        block_size=4,
+        num_gpu_blocks=10,
+        long_prefill_token_threshold=4,
+        max_model_len=64,
+    )
+    a = chain(1, 2, 3, 4)
+    hashes = [a, a, chain(9, 8, 7, 6, 5, 4), a]
+    inp = with_prefix(make_input([0.0, 0.0, 10.0, 20.0], [16, 16, 24, 16], [1, 1, 1, 1]),
+                      hashes, 4, 4)  # fmt: skip
+    res = run_both(inp, sc)
+    assert res.rq[:, R_CACHED].tolist() == [0, 4, 0, 12]
+    assert res.st[:, S_PREFILL].tolist() == [8, 8, 8, 4, 24, 4]
+    assert res.st[:, S_EVICTED].tolist() == [0, 0, 0, 0, 4, 1]
+    assert res.st[3, S_KV_USED] == 0  # the copies nobody references count as free
+
+
+def test_reference_cache_keeps_every_copy_and_lookups_get_the_oldest() -> None:
+    cache = PrefixCache(10)
+    first, second = cache.insert(7, 2), cache.insert(7, 2)
+    cache.take(4)
+    assert cache.lookup([7], 1)[0] == [first]
+    cache.unref(first)
+    cache.unref(second)
+    assert (cache.capacity, cache.evictable) == (10, 4)
+    cache.make_free(8)  # evicts the copy released first; the key stays cached
+    assert cache.lookup([7], 1)[0] == [second] and cache.evicted == 2
+    cache.make_free(10)
+    assert cache.lookup([7], 1) == ([], 0)
+
+
+@pytest.mark.parametrize("traced", [True, False])
+def test_vllm_a_later_prompt_that_quotes_an_answer_hits_its_generated_blocks(
+    traced: bool,
+) -> None:
+    # A: 32 prompt tokens, 40 generated; its chain over prompt + output has 4 full blocks,
+    # 2 of them generated (and computed: 71 tokens). B quotes A's prompt and answer and asks
+    # more: with the trace's hashes of A's generated blocks it hits all 4 (64 tokens), as
+    # vLLM does; without them A's generated blocks are A's own and B hits the prompt's 2
+    whole = chain(*range(6))  # prompt + answer + question: 6 blocks
+    a, b = whole[:2], whole
+    keys = build_keys(
+        np.array([32, 96]),
+        np.array([16, 16]),
+        pa.array([a, b], pa.list_(pa.uint64())),
+        16,
+        output_hashes=pa.array([whole[2:4], None], pa.list_(pa.uint64())) if traced else None,
+    )
+    assert keys.output is None if not traced else np.diff(keys.output.offsets).tolist() == [2, 0]
+    sc = make_scenario("vllm", num_gpu_blocks=100)
+    inp = SimInput(np.array([0.0, 100.0]), np.array([32, 96]), np.array([40, 2]), prefix=keys)
+    res = run_both(inp, sc)
+    assert res.rq[:, R_CACHED].tolist() == [0, 64 if traced else 32]
+
+
+def test_output_keys_follow_the_trace_blocks_past_a_tail() -> None:
+    # 512-token trace blocks, 16-token engine blocks: 1,100 tokens = 2 blocks + 76 (a 64-token
+    # tail). The trace's output hashes are of blocks 2, 3, ... of prompt + output: the first
+    # keys the rest of the tail's unit (mixed with its length), the next a whole unit
+    prompt = np.array([1100])
+    keys = build_keys(
+        prompt,
+        np.array([512]),
+        pa.array([[7, 8, 9]], pa.list_(pa.uint64())),
+        16,
+        output_hashes=pa.array([[20, 21]], pa.list_(pa.uint64())),
+    )
+    golden = np.uint64((512 * 0x9E3779B97F4A7C15) % 2**64)
+    assert keys.tails.tolist() == [64] and keys.output is not None
+    out = keys.output.keys
+    assert out[1] == np.uint64(21) ^ golden and out[0] != np.uint64(20) ^ golden
+    ext = extend_keys(keys, prompt, np.array([1000]))  # 2,099 tokens: units to 2,048
+    assert np.diff(ext.offsets).tolist() == [5]  # 2 whole, the tail, its rest, one whole
+    assert ext.keys[3:].tolist() == out.tolist()
+
+
+def test_a_token_id_log_with_output_ids_replays_quoted_answers_as_hits(tmp_path: Path) -> None:
+    # ingested as a user would: turn 2 quotes turn 1's prompt and the 40 tokens it
+    # generated; vLLM hits both (79 of them computed: 4 blocks), not only the prompt's 2
+    prompt, answer = list(range(1, 41)), list(range(1000, 1040))
+    turns = [
+        {"request_id": "t1", "timestamp": 1.0, "prompt_token_ids": prompt,
+         "output_token_ids": answer},
+        {"request_id": "t2", "timestamp": 100.0, "prompt_token_ids": prompt + answer + [7] * 20,
+         "output_tokens": 5},
+    ]  # fmt: skip
+    log = tmp_path / "turns.jsonl"
+    log.write_text("".join(json.dumps(t) + "\n" for t in turns))
+    wh = Warehouse(tmp_path / "wh")
+    ingest_logs([str(log)], wh, IngestOptions(quiet=True))
+    frame = read_requests(wh.files(REQUESTS))
+    sc = make_scenario("vllm", num_gpu_blocks=100)
+    res = run_both(prepare(frame, sc).inp, sc)
+    assert res.rq[:, R_CACHED].tolist() == [0, 64]

@@ -42,6 +42,7 @@ CANONICAL: dict[str, pl.DataType] = {
     "max_tokens": pl.Int64(),
     "block_size": pl.Int32(),
     "prefix_hashes": pl.List(pl.UInt64()),
+    "output_hashes": pl.List(pl.UInt64()),
     "model": pl.String(),
     "tenant": pl.String(),
     "priority": pl.Int64(),

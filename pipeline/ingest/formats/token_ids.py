@@ -20,6 +20,11 @@ Fields (others are ignored):
   otherwise. A record without ids but with ``prompt_tokens`` keeps that count
   with no hashes.
 * ``output_tokens``, else the length of ``output_token_ids``.
+* ``output_token_ids`` (optional): what the request generated -> ``output_hashes``:
+  the same chain continued over prompt + output, the hashes of the full blocks
+  after the prompt's full blocks (vLLM hashes generated blocks by their tokens
+  too, so a later prompt that quotes the answer hits them). A list of anything
+  but integers rejects the record.
 * optional: ``model``, ``user`` (or ``tenant``) -> ``tenant``, ``priority``,
   ``max_tokens``, ``session_id``, ``cache_salt`` (vLLM's per-request salt: mixed
   into the first block hash exactly as vLLM does).
@@ -151,6 +156,9 @@ def parse(block: Block, opts: ParseOptions) -> Parsed:
     }
     hash_values: list[np.ndarray] = []
     hash_lens: list[int] = []
+    out_values: list[np.ndarray] = []
+    out_lens: list[int] = []
+    out_valid: list[bool] = []
 
     for raw, line_no, off in zip(
         lines.raw, lines.numbers.tolist(), lines.offsets.tolist(), strict=True
@@ -177,12 +185,19 @@ def parse(block: Block, opts: ParseOptions) -> Parsed:
         except ValueError as exc:
             rejects.add(line_no, off, f"prompt_token_ids: {exc}")
             continue
+        generated: list[int] | None = None
+        try:
+            if obj.get("output_token_ids") is not None:
+                generated = _token_list(obj["output_token_ids"])
+        except ValueError as exc:
+            rejects.add(line_no, off, f"output_token_ids: {exc}")
+            continue
         prompt = len(ids) if ids is not None else lenient(as_int, obj.get("prompt_tokens"))
         output: int | None = None
         if obj.get("output_tokens") is not None:
             output = lenient(as_int, obj["output_tokens"])
-        elif isinstance(obj.get("output_token_ids"), list):
-            output = len(obj["output_token_ids"])
+        elif generated is not None:
+            output = len(generated)
         max_tokens = lenient(as_int, obj.get("max_tokens"))
         priority = lenient(as_int, obj.get("priority"))
         model = lenient(as_str, obj.get("model"))
@@ -191,12 +206,18 @@ def parse(block: Block, opts: ParseOptions) -> Parsed:
         session = lenient(as_str, obj.get("session_id"))
         salt = lenient(as_str, obj.get("cache_salt")) or ""
 
+        out_valid.append(ids is not None and generated is not None)
         if ids is not None:
-            h = prefix_hashes(ids, bs, cache_salt=salt, hash_salt=opts.hash_salt)
-            hash_values.append(h)
-            hash_lens.append(len(h))
+            whole = ids + generated if generated else ids  # one chain over both
+            h = prefix_hashes(whole, bs, cache_salt=salt, hash_salt=opts.hash_salt)
+            n_prompt = len(ids) // bs
+            hash_values.append(h[:n_prompt])
+            hash_lens.append(n_prompt)
+            out_values.append(h[n_prompt:])
+            out_lens.append(len(h) - n_prompt)
         else:
             hash_lens.append(0)
+            out_lens.append(0)
         cols["request_id"].append(rid)
         cols["arrival_time"].append(arrival)
         cols["prompt_tokens"].append(prompt)
@@ -230,6 +251,7 @@ def parse(block: Block, opts: ParseOptions) -> Parsed:
     rows = rows.with_columns(
         pl.col("arrival_time").cast(pl.Datetime("us", "UTC")),
         hash_list_series(hash_values, hash_lens),
+        hash_list_series(out_values, out_lens, "output_hashes", out_valid),
     ).select(
         "request_id",
         "arrival_time",
@@ -238,6 +260,7 @@ def parse(block: Block, opts: ParseOptions) -> Parsed:
         "max_tokens",
         "block_size",
         "prefix_hashes",
+        "output_hashes",
         "model",
         "tenant",
         "priority",

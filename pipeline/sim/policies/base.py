@@ -39,7 +39,7 @@ import numpy.typing as npt
 from numba import njit
 
 from pipeline.errors import ScenarioError
-from pipeline.sim.cache import lookup
+from pipeline.sim.cache import hit_tokens, lookup, units_within
 from pipeline.sim.kv import release
 from pipeline.sim.state import (
     C_CACHING,
@@ -214,7 +214,7 @@ def cache_lookup(
     u = rq[i, R_UNIT_TOK]
     if cfg[C_CACHING] == 0 or u == 0:
         return 0, 0
-    return lookup(rq, i, r, (num_tokens(rq, i) - 1) // u, kc)
+    return lookup(rq, i, r, units_within(rq, i, num_tokens(rq, i) - 1), kc)
 
 
 @njit(cache=True, error_model="numpy")
@@ -222,15 +222,15 @@ def count_lookup(
     rq: npt.NDArray[np.int32], rp: npt.NDArray[np.int64], r: int, i: int, h: int
 ) -> None:
     """Record a lookup of request i that found h units (first lookups go to the step's counts)."""
-    u = rq[i, R_UNIT_TOK]
-    if u == 0:
+    if rq[i, R_UNIT_TOK] == 0:
         return
+    hit = hit_tokens(rq, i, h)
     if rq[i, R_LOOKUPS] == 0:
-        rq[i, R_CACHED] = h * u
+        rq[i, R_CACHED] = hit
         rp[r, P_STEP_QUERY] += num_tokens(rq, i)
-        rp[r, P_STEP_HIT] += h * u
+        rp[r, P_STEP_HIT] += hit
     rq[i, R_LOOKUPS] += 1
-    wide(rq)[i, W_HITS] += h * u
+    wide(rq)[i, W_HITS] += hit
 
 
 @njit(cache=True, error_model="numpy")

@@ -56,7 +56,17 @@ import numpy.typing as npt
 from numba import njit
 
 from pipeline.errors import ScenarioError
-from pipeline.sim.cache import capacity, commit, lookup, make_free, settles, take, use_hits
+from pipeline.sim.cache import (
+    capacity,
+    commit,
+    hit_tokens,
+    lookup,
+    make_free,
+    settles,
+    take,
+    units_within,
+    use_hits,
+)
 from pipeline.sim.kv import blocks_needed, grow
 from pipeline.sim.policies.base import (
     Memory,
@@ -231,7 +241,7 @@ def _splitmix(rp: npt.NDArray[np.int64], r: int) -> np.uint64:
 @njit(cache=True, error_model="numpy")
 def _max_units(rq: npt.NDArray[np.int32], i: int) -> int:
     u = rq[i, R_UNIT_TOK]
-    return 0 if u == 0 else (num_tokens(rq, i) - 1) // u
+    return 0 if u == 0 else units_within(rq, i, num_tokens(rq, i) - 1)
 
 
 @njit(cache=True, error_model="numpy")
@@ -387,7 +397,7 @@ def _sort_waiting(
             i = q[j]
             if policy == LPM:
                 h, _ = lookup(rq, i, r, _max_units(rq, i), kc)
-                key[j] = -h * rq[i, R_UNIT_TOK]
+                key[j] = -hit_tokens(rq, i, h)
             else:  # LOF
                 key[j] = -rq[i, R_OUTPUT]
         order = _stable_order(key)
@@ -464,7 +474,7 @@ def _prefill(
         idle = 0
         if caching and rq[i, R_COMPUTED] == 0:
             h, idle = lookup(rq, i, r, _max_units(rq, i), kc)
-        prefix = h * rq[i, R_UNIT_TOK]
+        prefix = hit_tokens(rq, i, h)
         ext = num_tokens(rq, i) - prefix
         # + a page: per_req_token_overhead, for the allocator's page alignment
         total = ext + min(rq[i, R_OUTPUT] - rq[i, R_GENERATED], CLIP_MAX_NEW_TOKENS) + bs

@@ -54,7 +54,7 @@ import numpy.typing as npt
 from numba import njit
 
 from pipeline.errors import ScenarioError
-from pipeline.sim.cache import capacity, take, use_hits
+from pipeline.sim.cache import capacity, hit_blocks, hit_tokens, take, use_hits
 from pipeline.sim.kv import release
 from pipeline.sim.policies.base import (
     Memory,
@@ -86,8 +86,7 @@ from pipeline.sim.state import (
     R_HELD,
     R_OUTPUT,
     R_PROMPT,
-    R_UNIT_BLK,
-    R_UNIT_TOK,
+    R_SETTLED,
     cdiv,
     wq_pop_front,
 )
@@ -214,11 +213,11 @@ def _next_batch(
     for j in range(rp[r, P_WQ_LEN]):
         i = int(wq[r, (head + j) % cap])
         h, idle = cache_lookup(cfg, rq, r, i, kc)
-        own = cdiv(rq[i, R_PROMPT] + rq[i, R_OUTPUT] - 1, bs) - h * rq[i, R_UNIT_BLK]
+        own = cdiv(rq[i, R_PROMPT] + rq[i, R_OUTPUT] - 1, bs) - hit_blocks(rq, i, h)
         if own + idle > capacity(rp, r):
             why = NO_MEMORY
             break
-        prefix = h * rq[i, R_UNIT_TOK]
+        prefix = hit_tokens(rq, i, h)
         if h > 0:
             use_hits(rq, rp, i, r, h, kc)
             rq[i, R_COMPUTED] = prefix
@@ -250,7 +249,7 @@ def _next_batch(
     for _ in range(got):
         i = wq_pop_front(wq, rp, r)
         if caching:
-            count_lookup(rq, rp, r, i, rq[i, R_COMPUTED] // max(rq[i, R_UNIT_TOK], 1))
+            count_lookup(rq, rp, r, i, rq[i, R_SETTLED])  # its hits, before it computes
         start(rq, i)
         run[r, rp[r, P_RUN_N]] = i
         rp[r, P_RUN_N] += 1

@@ -40,12 +40,13 @@ first miss, at most ``num_tokens - 1`` tokens (a fully cached, unit-aligned
 prompt recomputes its last unit); hit tokens count as computed, so they are
 neither charged to the budget nor computed. Full units are committed to the
 cache when they are **scheduled** (so a later request of the same step can
-hit them); an identical unit computed by two requests stays private to the
-second. Blocks of generated tokens are cached too, as vLLM does (their keys
-are unique to the request, ``prefix.extend_keys``: they are never hit by
-another request, but a resumed request hits its own, and they take their
-place in the eviction order). A preempted request looks up again when it is
-resumed.
+hit them); an identical unit computed by two requests is cached twice, a
+copy each (``cache.py``). Blocks of generated tokens are cached too, as vLLM
+does: keyed by their tokens where the trace has their hashes
+(``requests.output_hashes``), so a later prompt quoting the answer hits them,
+otherwise by keys unique to the request (``prefix.extend_keys``), which only
+the request itself hits when it is resumed; either way they take their place
+in the eviction order. A preempted request looks up again when it is resumed.
 
 One block of the pool is vLLM's null block, so ``num_gpu_blocks - 1`` are usable.
 """
@@ -60,7 +61,7 @@ import numpy.typing as npt
 from numba import njit
 
 from pipeline.errors import ScenarioError
-from pipeline.sim.cache import commit, settles, use_hits
+from pipeline.sim.cache import commit, hit_blocks, hit_tokens, settles, use_hits
 from pipeline.sim.kv import blocks_needed, grow
 from pipeline.sim.policies.base import (
     Memory,
@@ -99,7 +100,6 @@ from pipeline.sim.state import (
     R_PRIORITY,
     R_PROMPT,
     R_SHARED,
-    R_UNIT_BLK,
     R_UNIT_TOK,
     cdiv,
     uindex,
@@ -399,7 +399,7 @@ def schedule(
         looked = caching and rq[i, R_COMPUTED] == 0 and rq[i, R_UNIT_TOK] > 0
         if looked:
             h, idle = cache_lookup(cfg, rq, r, i, kc)
-        hit = h * rq[i, R_UNIT_TOK]
+        hit = hit_tokens(rq, i, h)
         new = num_tokens(rq, i) - rq[i, R_COMPUTED] - hit
         if 0 < threshold < new:
             new = threshold
@@ -408,10 +408,11 @@ def schedule(
         if new > budget:
             new = budget
         keep_free = cfg[C_WM_BLOCKS] if n > 0 else 0
-        need = cdiv(rq[i, R_COMPUTED] + hit + new, bs) - h * rq[i, R_UNIT_BLK]
+        shared = hit_blocks(rq, i, h)
+        need = cdiv(rq[i, R_COMPUTED] + hit + new, bs) - shared
         gate = need  # blocks that must fit for it to be admitted
         if cfg[C_FULL_ISL] != 0:  # the whole sequence, not only this chunk
-            gate = cdiv(num_tokens(rq, i), bs) - h * rq[i, R_UNIT_BLK]
+            gate = cdiv(num_tokens(rq, i), bs) - shared
         if gate + idle + keep_free > rp[r, P_FREE] + rp[r, P_EVICTABLE]:
             if idle > 0:  # evicting its idle hits could let it in: decode runs must not evict
                 rp[r, P_STABLE] = 2
