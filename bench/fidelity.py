@@ -250,6 +250,24 @@ def fit_defaults(runs: list[GroundTruthRun]) -> str:
     return "\n".join(lines)
 
 
+def capacity_agreement(run: GroundTruthRun, results: list[StageResult]) -> tuple[int, int]:
+    """For runs of several load stages: the highest stage rate that meets an SLO on p99 TTFT
+    or p99 E2E, measured against simulated, for SLOs at 0.9x and 1.1x of each stage's
+    measured p99 (so that some stages meet and some do not). Returns (same answers, SLOs)."""
+    if len(run.stages) < 2:
+        return 0, 0
+    same = total = 0
+    for metric in ("ttft_s", "e2e_s"):
+        measured = [st.measured[metric]["p99"] for st in run.stages]
+        simulated = [r.simulated[metric]["p99"] for r in results]
+        for limit in [m * f for m in measured for f in (0.9, 1.1)]:
+            want = max((i for i, m in enumerate(measured) if m <= limit), default=-1)
+            got = max((i for i, v in enumerate(simulated) if v <= limit), default=-1)
+            same += int(want == got)
+            total += 1
+    return same, total
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", type=Path, default=DEFAULT_ROOT, help="the ground truth")
@@ -270,6 +288,7 @@ def main() -> None:
     staged: list[dict[str, Any]] = []
     table, hows = [], []
     fits: dict[str, Any] = {}
+    agree = {"uncalibrated": [0, 0], "calibrated": [0, 0]}
     for run in runs:
         results = {"uncalibrated": replay_with_profile(run, analytic_profile(run))}
         all_rows["uncalibrated"] += error_rows(run, results["uncalibrated"], "uncalibrated")
@@ -281,6 +300,10 @@ def main() -> None:
             if later:
                 staged += error_rows(run, later, "stage 0 -> later")
         table += stage_table(run, results)
+        for label, res in results.items():
+            a, b = capacity_agreement(run, res)
+            agree[label][0] += a
+            agree[label][1] += b
     head = "| run | stage | rate | " + " | ".join(f"{m[:-2]} {s} ms (error)" for m, s in SHOWN)
     out = [
         "Each cell: measured ms / uncalibrated error / calibrated error (/ the peer's).",
@@ -297,6 +320,12 @@ def main() -> None:
             continue
         s = summarize(rows)
         out.append(f"{label}: median |error| " + ", ".join(f"{k} {v:.1%}" for k, v in s.items()))
+    for label, (a, b) in agree.items():
+        if b:
+            out.append(
+                f"{label}: the highest stage meeting a p99 TTFT or E2E SLO (at 0.9x and 1.1x "
+                f"of each stage's measured p99) is the measured one in {a} of {b} cases"
+            )
     out += ["", *hows]
     out.append(f"\n{len(runs)} runs in {time.perf_counter() - started:.0f} s")
     body = "\n".join(out)
