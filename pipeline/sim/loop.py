@@ -42,6 +42,17 @@ tokens, its blocks grow to cover them, and the time is
 ``cost_model.decode_run_s`` (the closed-form sum of the k step times). It is
 written as one sim_steps row with ``num_steps = k``.
 
+vLLM's async scheduling (``policies/vllm.py``) asks three things of the loop:
+an arrival goes into its replica's input queue (``state.inbox_push``), which
+the policy hands to the scheduler when the engine core would; a request that
+finishes stays in the running list until the policy frees it, after the next
+decision (``P_PEND_FREE``); and a decision may start no step (the replica had
+only finished requests). Skipping stays exact: a decision that leaves requests
+in the input queue (the next one sees them), or that had finished requests
+holding blocks while others wait, is not repeated (the policy clears
+``P_STABLE``), and the later steps of a run cache a decode's blocks one token
+short, as each is decided while the one before runs.
+
 numba's on-disk cache does not notice edits to *other* files that a cached
 function calls, so ``_invalidate_stale_cache`` below drops this package's
 cache when any simulator source changes.
@@ -77,6 +88,7 @@ from pipeline.sim.routing import (
     prefix_aware,
 )
 from pipeline.sim.state import (
+    C_ASYNC,
     C_BLOCK_SIZE,
     C_CACHING,
     C_MAX_SEQS,
@@ -99,11 +111,13 @@ from pipeline.sim.state import (
     P_EVICTABLE,
     P_EVICTED,
     P_FREE,
+    P_INBOX,
     P_LAST_DONE,
     P_LRU_HEAD,
     P_LRU_TAIL,
     P_PEND_EV0,
     P_PEND_EVICTS,
+    P_PEND_FREE,
     P_PEND_K,
     P_PENDING,
     P_RNG,
@@ -158,6 +172,7 @@ from pipeline.sim.state import (
     SimInput,
     SimResult,
     empty,
+    inbox_push,
     request_state,
     request_times,
     request_totals,
@@ -267,7 +282,7 @@ def _next_start(
     r: int,
 ) -> float:
     """Earliest start of replica r's next step, inf when it has nothing to do."""
-    if rp[r, P_RUN_N] == 0 and rp[r, P_WQ_LEN] == 0:
+    if rp[r, P_RUN_N] == 0 and rp[r, P_WQ_LEN] == 0 and rp[r, P_INBOX] == 0:
         return math.inf
     clock = rpf[r, Q_CLOCK]
     if cfg[C_POLICY] == static.CODE and rp[r, P_RUN_N] == 0:
@@ -396,12 +411,14 @@ def _step(
 ) -> None:
     """One step of replica r (or a run of identical decode steps), starting at its clock."""
     start = rpf[r, Q_CLOCK]
-    num_waiting = rp[r, P_WQ_LEN]
+    num_waiting = rp[r, P_WQ_LEN] + rp[r, P_INBOX]
     evicted0 = rp[r, P_EVICTED]
     rp[r, P_STEP_QUERY] = 0
     rp[r, P_STEP_HIT] = 0
     n, n_pre, n_adm = _schedule(r, cfg, cfgf, rq, rqf, rp, rpf, run, wq, sq, stt, start, kc)
-    assert n > 0 or n_pre > 0  # a step that does nothing would never end
+    if n == 0 and n_pre == 0:  # vLLM async: the last step's finished requests were all it had
+        assert cfg[C_ASYNC] != 0 and rp[r, P_RUN_N] + rp[r, P_WQ_LEN] + rp[r, P_INBOX] == 0
+        return
     # One pass: the step's cost features (before) and what it computes (after);
     # first and last tokens are listed in ev and timed once the duration is known.
     # integer sums (exact, as the float sums were below 2**53), made floats after the loop
@@ -504,6 +521,9 @@ def _finish(
 ) -> None:
     """The rest of a step ``_step`` decided: repeat it k times, finish requests, write the row."""
     code = cfg[C_POLICY]
+    # vLLM async: steps 2..k are decided while the one before runs, so each caches a
+    # decode's blocks only up to the token that one is sampling (policies/vllm.py)
+    lag = cfg[C_ASYNC]
     if k == 1:
         duration = step_time(cost, p_tok, p_attn, float(n_pf + d), float(d), ctx)
     else:  # steps 2..k: the same decodes again
@@ -524,7 +544,7 @@ def _finish(
             if gen >= rq[i, R_OUTPUT]:
                 ev[n_ev] = i
                 n_ev += 1
-            if commits and settles(rq, i, c):
+            if commits and settles(rq, i, c - lag):
                 settle = True
         # evictions depend only on the blocks taken in total: nothing is released meanwhile
         if total <= rp[r, P_FREE]:
@@ -534,8 +554,8 @@ def _finish(
         if settle:  # what steps 2..k commit, once the blocks are taken
             for j in range(n):
                 i = sq[j]
-                if settles(rq, i, rq[i, R_COMPUTED]):
-                    commit(rq, rp, i, r, rq[i, R_COMPUTED], False, kc)
+                if settles(rq, i, rq[i, R_COMPUTED] - lag):
+                    commit(rq, rp, i, r, rq[i, R_COMPUTED] - lag, False, kc)
         if code == sglang.CODE:
             sglang.decay(cfgf, rpf, r, k - 1)
         elif code == tgi.CODE:
@@ -553,11 +573,14 @@ def _finish(
             rq[i, R_STATUS] = ST_FINISHED
             if caching and code == tgi.CODE:  # TGI caches a prompt when the request ends
                 commit(rq, rp, i, r, rq[i, R_PROMPT], True, kc)
-            release(rq, rp, r, i, kc)
+            if lag == 0:  # (async: freed once the next step is decided, policies/vllm.py)
+                release(rq, rp, r, i, kc)
             done += 1
             if rq[i, R_COMPUTED] > rq[i, R_PF_END]:  # its last token came from a decode
                 done_decoding += 1
-    if done > 0:
+    if done > 0 and lag != 0:
+        rp[r, P_PEND_FREE] += done
+    elif done > 0:
         m = 0
         for j in range(rp[r, P_RUN_N]):
             i = uindex(run[r, j])
@@ -656,7 +679,8 @@ def _resolve(
     ctx = rpf[r, Q_PEND_CTX]
     k = _steps_before(cost, start, until, n, ctx, rp[r, P_PEND_K])
     rp[r, P_PEND_K] = 0
-    _finish(r, k, start, n, 0, 0, 0.0, 0.0, 0, n, ctx, rp[r, P_WQ_LEN], rp[r, P_PEND_EV0],
+    _finish(r, k, start, n, 0, 0, 0.0, 0.0, 0, n, ctx, rp[r, P_WQ_LEN] + rp[r, P_INBOX],
+            rp[r, P_PEND_EV0],
             cfg, cfgf, cost, rq, rqf, rp, rpf, run, st, stf, g, sq, ev, kc)  # fmt: skip
 
 
@@ -870,10 +894,13 @@ def _loop(
                 if g[G_ROWS] >= st.shape[0]:
                     return RET_FULL
                 _resolve(r, t, cfg, cfgf, cost, rq, rqf, rp, rpf, run, st, stf, g, sq, ev, kc)
-        rq[k, R_QDEPTH] = rp[r, P_WQ_LEN]
+        rq[k, R_QDEPTH] = rp[r, P_WQ_LEN] + rp[r, P_INBOX]
         rq[k, R_REPLICA] = r
         rq[k, R_STATUS] = ST_WAITING
-        wait_add(cfg, wq, rp, rq, rqf, r, k)
+        if cfg[C_ASYNC] != 0:  # into the engine's input queue: the scheduler takes it later
+            inbox_push(cfg, wq, rp, r, k)
+        else:
+            wait_add(cfg, wq, rp, rq, rqf, r, k)
         rp[r, P_ROUTED] += 1
         if rp[r, P_RUN_N] == 0 and rpf[r, Q_CLOCK] < t:
             rpf[r, Q_CLOCK] = t

@@ -104,7 +104,8 @@ def test_lru_evicts_the_oldest_release_tail_first() -> None:
 
 
 def test_cached_blocks_nobody_uses_count_as_free() -> None:
-    sc = make_scenario("vllm", num_gpu_blocks=100)
+    # synchronous: the request is freed when its step ends (async: once the next is decided)
+    sc = make_scenario("vllm", num_gpu_blocks=100, async_scheduling=False)
     inp = with_prefix(make_input([0.0], [160], [1]), [chain(*range(10))], 16, 16)
     res = run_both(inp, sc)
     assert res.st[-1, S_KV_USED] == 0  # its 10 cached blocks are evictable, hence free
