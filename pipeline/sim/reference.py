@@ -150,6 +150,7 @@ class ReferenceLoop(EngineSchedulers):
 
     def vllm_scheduler(self, rep: Replica) -> tuple[Scheduled, int, int]:
         """One call of vLLM's ``Scheduler.schedule``."""
+        rep.queued = rep.num_waiting  # (async: the step's queue depth, after the input queue)
         p: vllm.Params = self.p
         by_priority = p.scheduling_policy == "priority"
         budget = p.max_num_batched_tokens
@@ -337,7 +338,7 @@ class ReferenceLoop(EngineSchedulers):
 
     def step(self, rep: Replica) -> None:
         start = rep.clock
-        num_waiting = rep.num_waiting + len(rep.inbox)
+        num_waiting = rep.num_waiting
         evicted0 = rep.cache.evicted
         rep.step_query = rep.step_hit = 0
         schedule = getattr(self, f"schedule_{self.sc.policy}")
@@ -345,6 +346,8 @@ class ReferenceLoop(EngineSchedulers):
         if not scheduled and not preempted:  # vllm async: it had only finished requests
             assert self.deferred_free and not rep.running and not rep.num_waiting
             return
+        if self.deferred_free:  # the queue once the engine core took its new requests
+            num_waiting = rep.queued
         p_tok = p_attn = n_pf = d = ctx = 0
         for req, t in scheduled:
             if req.in_prefill:

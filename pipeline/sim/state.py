@@ -117,14 +117,16 @@ P_INBOX = 26  # requests routed here but not yet handed to the scheduler (the in
 P_INBOX_OLD = 27  # ... of which queued before the latest decision: a pipelined one takes them
 P_PEND_FREE = 28  # requests the latest step finished, in the running list until the next decision
 P_PIPE = 29  # 1 while a step is decided with the previous one in flight (its tokens unknown)
-NRP = 30
+P_QUEUED = 30  # waiting requests when the scheduler was called (after taking the input queue)
+NRP = 31
 
 Q_CLOCK = 0  # earliest start of its next step (end of the previous one, or an arrival)
 Q_LAST_END = 1  # end of its latest step
 Q_RATIO = 2  # sglang: new_token_ratio
 Q_PEND_CTX = 3  # a deferred decode run: total context of its first step
 Q_PEND_LAST = 4  # ... start of its last step if uncut
-NRPF = 5
+Q_AHEAD = 5  # vllm async: start of its latest step if after the latest arrival (else -inf)
+NRPF = 6
 
 # --- st: int64 per timeline row ----------------------------------------------
 S_REPLICA = 0
@@ -351,6 +353,19 @@ def wait_pop(
     if cfg[C_QUEUE] == Q_PRIORITY:
         return heap_pop(wq, rp, rq, rqf, r)
     return wq_pop_front(wq, rp, r)
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def drop_finished(
+    rq: npt.NDArray[np.int32], rp: npt.NDArray[np.int64], run: npt.NDArray[np.int64], r: int
+) -> None:
+    """Take the finished requests out of replica r's running list, keeping its order."""
+    m = 0
+    for j in range(rp[r, P_RUN_N]):
+        i = uindex(run[r, j])
+        run[r, m] = i  # without a branch: which requests finished is all but random
+        m += int(rq[i, R_STATUS] != ST_FINISHED)
+    rp[r, P_RUN_N] = m
 
 
 @njit(cache=True, error_model="numpy", inline="always")

@@ -133,6 +133,7 @@ from pipeline.sim.state import (
     P_INBOX_OLD,
     P_PEND_FREE,
     P_PIPE,
+    P_QUEUED,
     P_RUN_N,
     P_STABLE,
     P_STEP,
@@ -152,6 +153,7 @@ from pipeline.sim.state import (
     R_UNIT_TOK,
     ST_FINISHED,
     cdiv,
+    drop_finished,
     inbox_take,
     uindex,
     wait_head,
@@ -276,6 +278,19 @@ def _victim(
 
 
 @njit(cache=True, error_model="numpy")
+def _unlist_finished(rp: npt.NDArray[np.int64], run: npt.NDArray[np.int64], r: int, i: int) -> None:
+    """Take request i off the list of finished requests to free (``_processed``), in order."""
+    done = run.shape[1] // 2
+    f = rp[r, P_PEND_FREE]
+    e = 0
+    while run[r, done + e] != i:
+        e += 1
+    for x in range(e, f - 1):
+        run[r, done + x] = run[r, done + x + 1]
+    rp[r, P_PEND_FREE] = f - 1
+
+
+@njit(cache=True, error_model="numpy")
 def _make_room(
     cfg: npt.NDArray[np.int64],
     rq: npt.NDArray[np.int32],
@@ -326,7 +341,7 @@ def _make_room(
         if rq[victim, R_STATUS] == ST_FINISHED:  # async: its last token is still in flight
             release(rq, rp, r, victim, kc)  # it is preempted, and finishes with that step
             rq[victim, R_PREEMPT] += 1
-            rp[r, P_PEND_FREE] -= 1
+            _unlist_finished(rp, run, r, victim)
         else:
             preempt(cfg, rq, rqf, rp, wq, r, victim, kc)
         n_pre += 1
@@ -393,7 +408,7 @@ def _decodes(
     return k, n, budget
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")  # one call site: no call per step
 def _schedule_once(
     r: int,
     cfg: npt.NDArray[np.int64],
@@ -507,7 +522,7 @@ def _schedule_once(
     return n, n_pre, n_adm
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")  # one call site
 def _processed(
     cfg: npt.NDArray[np.int64],
     rq: npt.NDArray[np.int32],
@@ -518,23 +533,18 @@ def _processed(
 ) -> None:
     """Async: the output of the step in flight is processed, after the next was decided.
 
-    The requests it finished have their blocks cached up to their last token,
-    are freed, and leave the running list (in its order, as vLLM frees them).
+    The requests it finished (listed by ``loop._finish`` in the second half of
+    the running list's row, in the step's order, as vLLM frees them) have their
+    blocks cached up to their last token, are freed, and leave the running list.
     """
-    if rp[r, P_PEND_FREE] == 0:
-        return
     caching = cfg[C_CACHING] != 0
-    m = 0
-    for j in range(rp[r, P_RUN_N]):
-        i = run[r, j]
-        if rq[i, R_STATUS] == ST_FINISHED:
-            if caching and settles(rq, i, rq[i, R_COMPUTED]):
-                commit(rq, rp, i, r, rq[i, R_COMPUTED], False, kc)
-            release(rq, rp, r, i, kc)
-            continue
-        run[r, m] = i
-        m += 1
-    rp[r, P_RUN_N] = m
+    done = run.shape[1] // 2
+    for e in range(rp[r, P_PEND_FREE]):
+        i = run[r, done + e]
+        if caching and settles(rq, i, rq[i, R_COMPUTED]):
+            commit(rq, rp, i, r, rq[i, R_COMPUTED], False, kc)
+        release(rq, rp, r, i, kc)
+    drop_finished(rq, rp, run, r)
     rp[r, P_PEND_FREE] = 0
 
 
@@ -564,24 +574,29 @@ def schedule(
     and decides again, as the synchronous loop would (the step still starts at
     ``now``: an empty batch takes no time).
     """
-    if cfg[C_ASYNC] == 0:
-        return _schedule_once(r, cfg, rq, rqf, rp, run, wq, sched_q, sched_t, kc)
+    is_async = cfg[C_ASYNC] != 0
+    pipelined = is_async and rp[r, P_STEP] > 0 and rpf[r, Q_LAST_END] == now
+    pending = rp[r, P_PEND_FREE] > 0
     n_pre0 = 0
-    if rp[r, P_STEP] > 0 and rpf[r, Q_LAST_END] == now:  # the previous step is in flight
-        pending = rp[r, P_PEND_FREE] > 0
-        inbox_take(cfg, wq, rp, rq, rqf, r, rp[r, P_INBOX_OLD])
-        rp[r, P_PIPE] = 1
+    while True:
+        if is_async:  # the requests the core has taken from its input queue by now
+            take = rp[r, P_INBOX_OLD] if pipelined else rp[r, P_INBOX]
+            if take > 0:
+                inbox_take(cfg, wq, rp, rq, rqf, r, take)
+            rp[r, P_PIPE] = 1 if pipelined else 0
+            rp[r, P_QUEUED] = rp[r, P_WQ_LEN]  # the step's queue depth
         n, n_pre, n_adm = _schedule_once(r, cfg, rq, rqf, rp, run, wq, sched_q, sched_t, kc)
-        rp[r, P_PIPE] = 0
-        _processed(cfg, rq, rp, run, r, kc)
-        if n > 0:
-            rp[r, P_INBOX_OLD] = rp[r, P_INBOX]  # the next decision takes these
-            # the next decision sees them, or the freed blocks and slots: no decode run
-            if rp[r, P_INBOX] > 0 or (pending and rp[r, P_WQ_LEN] > 0):
-                rp[r, P_STABLE] = 0
+        if not is_async:
             return n, n_pre, n_adm
-        n_pre0 = n_pre  # an empty batch, but what it preempted stays preempted
-    inbox_take(cfg, wq, rp, rq, rqf, r, rp[r, P_INBOX])
-    n, n_pre, n_adm = _schedule_once(r, cfg, rq, rqf, rp, run, wq, sched_q, sched_t, kc)
-    rp[r, P_INBOX_OLD] = 0
+        rp[r, P_PIPE] = 0
+        if rp[r, P_PEND_FREE] > 0:
+            _processed(cfg, rq, rp, run, r, kc)
+        if n > 0 or not pipelined:
+            break
+        pipelined = False  # nothing to run: wait for the step in flight, then decide again
+        n_pre0 = n_pre  # (what the empty decision preempted stays preempted)
+    rp[r, P_INBOX_OLD] = rp[r, P_INBOX]  # the next decision takes these
+    # the next decision sees them, or the blocks and slots just freed: no decode run
+    if rp[r, P_INBOX] > 0 or (pipelined and pending and rp[r, P_WQ_LEN] > 0):
+        rp[r, P_STABLE] = 0
     return n, n_pre + n_pre0, n_adm
