@@ -407,6 +407,7 @@ def test_vllm_a_block_computed_twice_is_cached_twice() -> None:
         num_gpu_blocks=10,
         long_prefill_token_threshold=4,
         max_model_len=64,
+        async_scheduling=False,  # freed when its step ends (async: once the next is decided)
     )
     a = chain(1, 2, 3, 4)
     hashes = [a, a, chain(9, 8, 7, 6, 5, 4), a]
