@@ -8,6 +8,7 @@ import re
 import statistics
 import subprocess
 import sys
+import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -100,3 +101,34 @@ def record(section: str, command: str, body: str) -> None:
             block += "\n" + old.group(0)[at:].rstrip() + "\n"
         text = text[: old.start()] + block + "\n" + text[old.end() :]
     RESULTS.write_text(text.rstrip() + "\n")
+
+
+def checkout(commit: str, prefix: str = "bench-at-") -> str:
+    """That commit's ``pipeline`` package in a temporary folder (``git archive``), to time
+    it with ``child(..., pythonpath=...)``."""
+    folder = tempfile.mkdtemp(prefix=prefix)
+    archive = subprocess.run(
+        ["git", "archive", commit, "pipeline"],
+        cwd=RESULTS.parents[1],
+        capture_output=True,
+        check=True,
+    )
+    subprocess.run(["tar", "-x", "-C", folder], input=archive.stdout, check=True)
+    return folder
+
+
+# Code for a child process: ``prompt`` and ``output`` of {n} requests, Azure conversation
+# lengths drawn with replacement from the trace at {azure!r} by ``rng`` (log-normal lengths
+# when the trace is not there). Format it with n and azure; it needs ``np`` and ``rng``.
+AZURE_LENGTHS = """
+azure = Path({azure!r})
+if azure.is_file():
+    import polars as pl
+    df = pl.read_csv(azure)
+    idx = rng.integers(0, len(df), {n})
+    prompt = df["ContextTokens"].to_numpy()[idx].astype(np.int64)
+    output = df["GeneratedTokens"].to_numpy()[idx].astype(np.int64)
+else:
+    prompt = np.clip(rng.lognormal(6.5, 1.0, {n}), 1, 8000).astype(np.int64)
+    output = np.clip(rng.lognormal(5.0, 1.0, {n}), 1, 2000).astype(np.int64)
+"""

@@ -17,12 +17,6 @@ phase, median and p90 of |predicted / measured - 1| for:
 
 Target (issue 20): median <= 10% and p90 <= 20% per group and phase.
 
-Then the shape check: how closely cost model v3 can follow each group at all, the fit
-of every coefficient (but separate_attention) by plain least squares from 12 starts, no
-pull toward the profile, on ALL the group's rows (p90 and max |error| per phase), and
-the same with two terms the cost model does not have (``EXTRA_TERMS``), also on the
-hold-out split.
-
 Run from the repository root:
 
     .venv/bin/python bench/calibrate_tables.py           # prints, writes bench/RESULTS.md

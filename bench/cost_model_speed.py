@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _measure import child, record  # noqa: E402
+from _measure import AZURE_LENGTHS, child, record  # noqa: E402
 
 AZURE = ROOT.parent / "shared" / "traces_raw" / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv"
 SCENARIO = {"policy": "vllm", "enable_chunked_prefill": True, "max_model_len": 16384}
@@ -47,16 +47,7 @@ v1 = dataclasses.replace(v3, cost=StepCost.from_dict(
     {{k: v for k, v in v3.cost.to_dict().items() if k not in OPTIONAL_COEFFICIENTS}}))
 MODELS = (("v1", v1), ("v2", v2), ("v3", v3))
 rng = np.random.default_rng(1)
-azure = Path({azure!r})
-if azure.is_file():
-    import polars as pl
-    df = pl.read_csv(azure)
-    idx = rng.integers(0, len(df), {n})
-    prompt = df["ContextTokens"].to_numpy()[idx].astype(np.int64)
-    output = df["GeneratedTokens"].to_numpy()[idx].astype(np.int64)
-else:
-    prompt = np.clip(rng.lognormal(6.5, 1.0, {n}), 1, 8000).astype(np.int64)
-    output = np.clip(rng.lognormal(5.0, 1.0, {n}), 1, 2000).astype(np.int64)
+{lengths}
 simulate(SimInput(np.zeros(2), np.array([5, 5]), np.array([3, 3])), v3.engine())
 gaps = rng.exponential(1.0, {n})
 inputs, rate = {{}}, {{}}
@@ -87,7 +78,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="20k requests; print only")
     args = parser.parse_args()
     n = 20_000 if args.quick else 100_000
-    code = CODE.format(scenario=SCENARIO, azure=str(AZURE), n=n)
+    lengths = AZURE_LENGTHS.format(azure=str(AZURE), n=n)
+    code = CODE.format(scenario=SCENARIO, lengths=lengths, n=n)
     r = child(code, repeats=1)
     lengths = "Azure conversation lengths" if AZURE.is_file() else "log-normal lengths"
     labels = {"v1": "v1 (v2 and v3 terms = 0)", "v2": "v2 (v3 terms = 0)", "v3": "v3 (default)"}

@@ -20,15 +20,13 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _measure import child, record  # noqa: E402
+from _measure import checkout, child, record  # noqa: E402
 
 OUT = ROOT / "bench" / "out"
 TRACES_RAW = ROOT.parent / "shared" / "traces_raw"
@@ -116,7 +114,7 @@ def main() -> None:
         help="also time that git commit's ingest in the same run (its pipeline/ on the path)",
     )
     args = ap.parse_args()
-    before = _checkout(args.against) if args.against else None
+    before = checkout(args.against, "ingest-at-") if args.against else None
     cases = [(1_000_000, 0.0), (1_000_000, 0.01)] + ([] if args.quick else [(5_000_000, 0.0)])
     fmt = {"cpu": CPU, "cpu_end": CPU_END, "out": str(OUT)}
     lines = [
@@ -191,16 +189,6 @@ def main() -> None:
     )
     if not args.quick:
         record("Ingest", "python bench/ingest_speed.py", body)
-
-
-def _checkout(commit: str) -> str:
-    """That commit's ``pipeline`` package in a temporary folder (``git archive``)."""
-    folder = tempfile.mkdtemp(prefix="ingest-at-")
-    archive = subprocess.run(
-        ["git", "archive", commit, "pipeline"], cwd=ROOT, capture_output=True, check=True
-    )
-    subprocess.run(["tar", "-x", "-C", folder], input=archive.stdout, check=True)
-    return folder
 
 
 if __name__ == "__main__":

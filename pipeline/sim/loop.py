@@ -42,6 +42,22 @@ tokens, its blocks grow to cover them, and the time is
 ``cost_model.decode_run_s`` (the closed-form sum of the k step times). It is
 written as one sim_steps row with ``num_steps = k``.
 
+vLLM's async scheduling (``policies/vllm.py``) asks three things of the loop:
+an arrival goes into its replica's input queue (``state.inbox_push``), which
+the policy hands to the scheduler when the engine core would; a request that
+finishes stays in the running list until the policy frees it, after the next
+decision (``P_PEND_FREE``); and a decision may start no step (the replica had
+only finished requests). Skipping stays exact: a decision that leaves requests
+in the input queue (the next one sees them), or that had finished requests
+holding blocks while others wait, is not repeated (the policy clears
+``P_STABLE``), and the later steps of a run cache a decode's blocks one token
+short, as each is decided while the one before runs. A run cut at an
+arrival to its replica also takes the first step starting at or after it,
+which was decided before it and so cannot see it (``_run_length``, or
+``_resolve`` for a deferred run); its start (``Q_AHEAD``) tells ``_loop``
+which arrivals the next decision takes. Runs cut for ``prefix_aware``'s view
+of the other replicas still stop before the arrival.
+
 numba's on-disk cache does not notice edits to *other* files that a cached
 function calls, so ``_invalidate_stale_cache`` below drops this package's
 cache when any simulator source changes.
@@ -77,6 +93,7 @@ from pipeline.sim.routing import (
     prefix_aware,
 )
 from pipeline.sim.state import (
+    C_ASYNC,
     C_BLOCK_SIZE,
     C_CACHING,
     C_MAX_SEQS,
@@ -99,13 +116,17 @@ from pipeline.sim.state import (
     P_EVICTABLE,
     P_EVICTED,
     P_FREE,
+    P_INBOX,
+    P_INBOX_OLD,
     P_LAST_DONE,
     P_LRU_HEAD,
     P_LRU_TAIL,
     P_PEND_EV0,
     P_PEND_EVICTS,
+    P_PEND_FREE,
     P_PEND_K,
     P_PENDING,
+    P_QUEUED,
     P_RNG,
     P_ROUTED,
     P_RUN_N,
@@ -116,6 +137,7 @@ from pipeline.sim.state import (
     P_STEP_QUERY,
     P_WAIT_TOK,
     P_WQ_LEN,
+    Q_AHEAD,
     Q_CLOCK,
     Q_LAST_END,
     Q_PEND_CTX,
@@ -157,7 +179,9 @@ from pipeline.sim.state import (
     PrefixKeys,
     SimInput,
     SimResult,
+    drop_finished,
     empty,
+    inbox_push,
     request_state,
     request_times,
     request_totals,
@@ -267,7 +291,7 @@ def _next_start(
     r: int,
 ) -> float:
     """Earliest start of replica r's next step, inf when it has nothing to do."""
-    if rp[r, P_RUN_N] == 0 and rp[r, P_WQ_LEN] == 0:
+    if rp[r, P_RUN_N] == 0 and rp[r, P_WQ_LEN] == 0 and rp[r, P_INBOX] == 0:
         return math.inf
     clock = rpf[r, Q_CLOCK]
     if cfg[C_POLICY] == static.CODE and rp[r, P_RUN_N] == 0:
@@ -324,14 +348,18 @@ def _run_length(
     d: float,
     ctx: float,
     k_max: int,
+    ahead: int,
 ) -> int:
     """Steps the current pure-decode step can be repeated unchanged (>= 1).
 
     The limits (arrival, completion, KV blocks) are independent and each
     allows a prefix of the steps, so the run with a later ``until`` cut at
-    ``until`` is this run: ``_steps_before`` of it.
+    ``until`` is this run: ``_steps_before`` of it. With ``ahead`` (vLLM async
+    scheduling), the first step starting at or after ``until`` is in it too:
+    it was decided when the step before it started, before the arrival.
     """
-    k_max = _steps_before(cost, start, until, d, ctx, k_max)  # the next arrival
+    kb = _steps_before(cost, start, until, d, ctx, k_max)  # the next arrival
+    k_max = kb + ahead if kb < k_max else kb
     if k_max <= 1:
         return 1
     code = cfg[C_POLICY]
@@ -400,8 +428,13 @@ def _step(
     evicted0 = rp[r, P_EVICTED]
     rp[r, P_STEP_QUERY] = 0
     rp[r, P_STEP_HIT] = 0
+    rpf[r, Q_AHEAD] = -math.inf
     n, n_pre, n_adm = _schedule(r, cfg, cfgf, rq, rqf, rp, rpf, run, wq, sq, stt, start, kc)
-    assert n > 0 or n_pre > 0  # a step that does nothing would never end
+    if n == 0 and n_pre == 0:  # vLLM async: the last step's finished requests were all it had
+        assert cfg[C_ASYNC] != 0 and rp[r, P_RUN_N] + rp[r, P_WQ_LEN] + rp[r, P_INBOX] == 0
+        return
+    if cfg[C_ASYNC] != 0:  # the queue once the core took its new requests (policies/vllm.py)
+        num_waiting = rp[r, P_QUEUED]
     # One pass: the step's cost features (before) and what it computes (after);
     # first and last tokens are listed in ev and timed once the duration is known.
     # integer sums (exact, as the float sums were below 2**53), made floats after the loop
@@ -460,8 +493,15 @@ def _step(
         and rp[r, P_STABLE] > 0
     ):
         lazy = g[G_LAZY] != 0
+        # vLLM async, advanced eagerly (``until`` is this replica's next arrival): the run
+        # may take the step after the arrival, which cannot see it yet
+        ahead = 1 if cfg[C_ASYNC] != 0 and not lazy else 0
         k = _run_length(cfg, cost, rq, rp, sq, n, r, start, math.inf if lazy else until, d, ctx,
-                        min_left)  # fmt: skip
+                        min_left, ahead)  # fmt: skip
+        if ahead and k > 1 and until < math.inf:
+            last = start + decode_run_s(cost, d, ctx, k - 1)  # start of its last step
+            if last >= until:  # arrivals up to it reach the next decision (see _loop)
+                rpf[r, Q_AHEAD] = last
         if lazy and k > 1:
             last = start + decode_run_s(cost, d, ctx, k - 1)  # start of its last step
             if last >= until:  # it reaches past the arrival: decide it when it is needed
@@ -504,6 +544,9 @@ def _finish(
 ) -> None:
     """The rest of a step ``_step`` decided: repeat it k times, finish requests, write the row."""
     code = cfg[C_POLICY]
+    # vLLM async: steps 2..k are decided while the one before runs, so each caches a
+    # decode's blocks only up to the token that one is sampling (policies/vllm.py)
+    lag = cfg[C_ASYNC]
     if k == 1:
         duration = step_time(cost, p_tok, p_attn, float(n_pf + d), float(d), ctx)
     else:  # steps 2..k: the same decodes again
@@ -524,7 +567,7 @@ def _finish(
             if gen >= rq[i, R_OUTPUT]:
                 ev[n_ev] = i
                 n_ev += 1
-            if commits and settles(rq, i, c):
+            if commits and settles(rq, i, c - lag):
                 settle = True
         # evictions depend only on the blocks taken in total: nothing is released meanwhile
         if total <= rp[r, P_FREE]:
@@ -534,8 +577,8 @@ def _finish(
         if settle:  # what steps 2..k commit, once the blocks are taken
             for j in range(n):
                 i = sq[j]
-                if settles(rq, i, rq[i, R_COMPUTED]):
-                    commit(rq, rp, i, r, rq[i, R_COMPUTED], False, kc)
+                if settles(rq, i, rq[i, R_COMPUTED] - lag):
+                    commit(rq, rp, i, r, rq[i, R_COMPUTED] - lag, False, kc)
         if code == sglang.CODE:
             sglang.decay(cfgf, rpf, r, k - 1)
         elif code == tgi.CODE:
@@ -553,17 +596,16 @@ def _finish(
             rq[i, R_STATUS] = ST_FINISHED
             if caching and code == tgi.CODE:  # TGI caches a prompt when the request ends
                 commit(rq, rp, i, r, rq[i, R_PROMPT], True, kc)
-            release(rq, rp, r, i, kc)
+            if lag == 0:
+                release(rq, rp, r, i, kc)
+            else:  # async: listed, and freed once the next step is decided (policies/vllm.py)
+                run[r, run.shape[1] // 2 + rp[r, P_PEND_FREE]] = i
+                rp[r, P_PEND_FREE] += 1
             done += 1
             if rq[i, R_COMPUTED] > rq[i, R_PF_END]:  # its last token came from a decode
                 done_decoding += 1
-    if done > 0:
-        m = 0
-        for j in range(rp[r, P_RUN_N]):
-            i = uindex(run[r, j])
-            run[r, m] = i  # without a branch: which requests finished is all but random
-            m += int(rq[i, R_STATUS] != ST_FINISHED)
-        rp[r, P_RUN_N] = m
+    if done > 0 and lag == 0:
+        drop_finished(rq, rp, run, r)
         if code == sglang.CODE:  # filtered out of the running batch at the next decode step
             rp[r, P_PENDING] += done_decoding
     row = g[G_ROWS]
@@ -647,14 +689,22 @@ def _resolve(
     sq: npt.NDArray[np.int64],
     ev: npt.NDArray[np.int64],
     kc: tuple,  # type: ignore[type-arg]
+    ahead: int,
 ) -> None:
-    """Apply replica r's deferred decode run: its steps that start before ``until``."""
+    """Apply replica r's deferred decode run: its steps that start before ``until``.
+
+    With ``ahead`` (vLLM async, cut at an arrival routed to it) also the first
+    step starting at or after ``until``, decided before it (see ``_run_length``).
+    """
     n = rp[r, P_RUN_N]
     for j in range(n):
         sq[j] = run[r, j]
     start = rpf[r, Q_CLOCK]
     ctx = rpf[r, Q_PEND_CTX]
     k = _steps_before(cost, start, until, n, ctx, rp[r, P_PEND_K])
+    if ahead and k < rp[r, P_PEND_K]:
+        k += 1
+        rpf[r, Q_AHEAD] = start + decode_run_s(cost, n, ctx, k - 1)
     rp[r, P_PEND_K] = 0
     _finish(r, k, start, n, 0, 0, 0.0, 0.0, 0, n, ctx, rp[r, P_WQ_LEN], rp[r, P_PEND_EV0],
             cfg, cfgf, cost, rq, rqf, rp, rpf, run, st, stf, g, sq, ev, kc)  # fmt: skip
@@ -693,7 +743,7 @@ def _advance(
         if rp[r, P_PEND_K] > 0:
             if g[G_LAZY] != 0 and not rpf[r, Q_PEND_LAST] < until:
                 return True
-            _resolve(r, until, cfg, cfgf, cost, rq, rqf, rp, rpf, run, st, stf, g, sq, ev, kc)
+            _resolve(r, until, cfg, cfgf, cost, rq, rqf, rp, rpf, run, st, stf, g, sq, ev, kc, 0)
             continue
         s = _next_start(cfg, cfgf, rqf, rp, rpf, wq, r)
         if not s < until:
@@ -744,7 +794,7 @@ def _settle_holders(
             if m & np.uint64(1) and rp[q, P_PEND_K] > 0 and rp[q, P_PEND_EVICTS] != 0:
                 if g[G_ROWS] >= st.shape[0]:
                     return False
-                _resolve(q, t, cfg, cfgf, cost, rq, rqf, rp, rpf, run, st, stf, g, sq, ev, kc)
+                _resolve(q, t, cfg, cfgf, cost, rq, rqf, rp, rpf, run, st, stf, g, sq, ev, kc, 0)
                 set_wake(wt, wi, q, _wake(cfg, cfgf, rqf, rp, rpf, wq, q, t))
             m >>= np.uint64(1)
             b += 1
@@ -866,14 +916,20 @@ def _loop(
                 r = prefix_aware(cfg, cfgf, rq, k, kc, lmin, li, lmax)
             else:
                 r = least_outstanding(lmin, li)
-            if rp[r, P_PEND_K] > 0:  # its deferred run stops before the arrival
+            if rp[r, P_PEND_K] > 0:  # its deferred run stops before the arrival (async: after)
                 if g[G_ROWS] >= st.shape[0]:
                     return RET_FULL
-                _resolve(r, t, cfg, cfgf, cost, rq, rqf, rp, rpf, run, st, stf, g, sq, ev, kc)
-        rq[k, R_QDEPTH] = rp[r, P_WQ_LEN]
+                _resolve(r, t, cfg, cfgf, cost, rq, rqf, rp, rpf, run, st, stf, g, sq, ev, kc,
+                         cfg[C_ASYNC])  # fmt: skip
+        rq[k, R_QDEPTH] = rp[r, P_WQ_LEN] + rp[r, P_INBOX]
         rq[k, R_REPLICA] = r
         rq[k, R_STATUS] = ST_WAITING
-        wait_add(cfg, wq, rp, rq, rqf, r, k)
+        if cfg[C_ASYNC] != 0:  # into the engine's input queue: the scheduler takes it later
+            inbox_push(cfg, wq, rp, r, k)
+            if rpf[r, Q_AHEAD] >= t:  # its latest step was decided before t but starts after:
+                rp[r, P_INBOX_OLD] += 1  # the next decision takes it
+        else:
+            wait_add(cfg, wq, rp, rq, rqf, r, k)
         rp[r, P_ROUTED] += 1
         if rp[r, P_RUN_N] == 0 and rpf[r, Q_CLOCK] < t:
             rpf[r, Q_CLOCK] = t
@@ -968,12 +1024,14 @@ def simulate(
     rp[:, P_RNG] = eng.get(C_SEED) * 1_000_003 + np.arange(num_replicas)
     rpf = np.zeros((num_replicas, NRPF))
     rpf[:, Q_RATIO] = eng.cfgf[CF_RATIO_INIT]
+    rpf[:, Q_AHEAD] = -np.inf
     if len(warmup):
         offsets = np.require(warmup.offsets, np.int64, ["C", "W"])
         keys = np.require(warmup.keys, np.uint64, ["C", "W"])
         _warm_caches(rp, offsets, keys, warmup.unit_tokens // bs, warmup.tails // bs, kc)
     max_seqs = min(eng.get(C_MAX_SEQS), max(n, 1))
-    run = np.zeros((num_replicas, max_seqs + 1), dtype=np.int64)
+    # the running list, and in the second half (vLLM async) the finished requests to free
+    run = np.zeros((num_replicas, 2 * (max_seqs + 1)), dtype=np.int64)
     wq = empty(num_replicas, max(n, 1), np.int32)  # a slot is read only once written
     assert step_rows >= 1, "step_rows must be >= 1"
     rows = step_rows if on_steps is not None else 2 * n + 1024

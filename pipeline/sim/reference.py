@@ -84,6 +84,9 @@ class ReferenceLoop(EngineSchedulers):
         self.reserve = -(-scenario.memory.max_model_len // self.bs)
         self.ratio_init = 0.0
         self.prefix = PrefixKeys.empty(0)
+        # vLLM's async scheduling: arrivals wait in an input queue, finished requests are
+        # freed once the next step is decided
+        self.deferred_free = scenario.policy == "vllm" and scenario.params.async_scheduling
         if scenario.policy == "sglang":
             self.max_running = sglang.max_running(self.p, scenario.memory)
             init = min(sglang.INIT_NEW_TOKEN_RATIO * self.p.schedule_conservativeness, 1.0)
@@ -93,6 +96,61 @@ class ReferenceLoop(EngineSchedulers):
 
     # --- policies ----------------------------------------------------------
     def schedule_vllm(self, rep: Replica) -> tuple[Scheduled, int, int]:
+        """One step as vLLM's engine core decides it (synchronous, or async scheduling)."""
+        if not self.p.async_scheduling:
+            return self.vllm_scheduler(rep)
+        start = rep.clock
+        first = 0
+        if rep.steps and rep.last_end == start:  # decided while the previous step ran
+            self.take_inbox(rep, rep.last_start)  # the requests added when it started
+            rep.pipelined = True
+            scheduled, preempted, admitted = self.vllm_scheduler(rep)
+            rep.pipelined = False
+            self.processed(rep, scheduled)
+            if scheduled:
+                return scheduled, preempted, admitted
+            first = preempted  # nothing to run: wait for it, then decide again
+        self.take_inbox(rep, start)
+        scheduled, preempted, admitted = self.vllm_scheduler(rep)
+        self.processed(rep, scheduled)
+        return scheduled, preempted + first, admitted
+
+    @staticmethod
+    def take_inbox(rep: Replica, upto: float) -> None:
+        """Hand the requests that arrived by ``upto`` to the scheduler (arrival order)."""
+        k = 0
+        while k < len(rep.inbox) and rep.inbox[k].arrival_s <= upto:
+            rep.push(rep.inbox[k])
+            k += 1
+        del rep.inbox[:k]
+
+    def processed(self, rep: Replica, scheduled: Scheduled) -> None:
+        """The previous step's output, processed once this step is decided (async): the
+        requests it finished are cached up to their last token and freed."""
+        now = {id(req) for req, _ in scheduled}
+        keep: list[Req] = []
+        for req in rep.running:
+            if math.isnan(req.finished_s):
+                # every other running request is scheduled (vLLM's RUNNING loop never runs
+                # out of budget before one): its decode's input token was in flight
+                assert id(req) in now or not scheduled
+                keep.append(req)
+                continue
+            if self.caching:
+                self.commit(rep, req, req.computed, False)
+            self.release(rep, req)
+        rep.running = keep
+
+    def preempt(self, rep: Replica, req: Req) -> None:
+        if not math.isnan(req.finished_s):  # async: its last token is in flight
+            self.release(rep, req)  # preempted, and still finishes with that step
+            req.preemptions += 1
+            return
+        super().preempt(rep, req)
+
+    def vllm_scheduler(self, rep: Replica) -> tuple[Scheduled, int, int]:
+        """One call of vLLM's ``Scheduler.schedule``."""
+        rep.queued = rep.num_waiting  # (async: the step's queue depth, after the input queue)
         p: vllm.Params = self.p
         by_priority = p.scheduling_policy == "priority"
         budget = p.max_num_batched_tokens
@@ -104,6 +162,9 @@ class ReferenceLoop(EngineSchedulers):
         i = 0
         while i < len(rep.running) and budget > 0:
             req = rep.running[i]
+            if not math.isnan(req.finished_s):  # async: its last token is in flight
+                i += 1
+                continue
             new = req.num_tokens - req.computed
             if 0 < threshold < new:
                 new = threshold
@@ -114,10 +175,11 @@ class ReferenceLoop(EngineSchedulers):
                     victim = max(rep.running, key=lambda r: (r.priority, r.arrival_s))
                     pos = rep.running.index(victim)
                     rep.running.remove(victim)
-                    if pos < i:  # scheduled already this step: its tokens go back
-                        entry = next(e for e in scheduled if e[0] is victim)
-                        budget += entry[1]
-                        scheduled.remove(entry)
+                    if pos < i:  # before it in the list: scheduled already, its tokens go back
+                        entry = next((e for e in scheduled if e[0] is victim), None)
+                        if entry is not None:  # (async: a finishing one was not)
+                            budget += entry[1]
+                            scheduled.remove(entry)
                         i -= 1
                 else:
                     victim = rep.running.pop()
@@ -130,8 +192,11 @@ class ReferenceLoop(EngineSchedulers):
                 if by_priority:  # vLLM goes on with the (higher-priority) requests after it
                     continue
                 break
+            known = req.computed + new  # blocks are cached up to the tokens known
+            if rep.pipelined and not req.in_prefill:
+                known -= 1  # its input token is what the step in flight samples
             if self.caching:
-                self.commit(rep, req, req.computed + new, False)
+                self.commit(rep, req, known, False)
             scheduled.append((req, new))
             budget -= new
             i += 1
@@ -152,7 +217,7 @@ class ReferenceLoop(EngineSchedulers):
             if not p.enable_chunked_prefill and new > budget:
                 break
             new = min(new, budget)
-            keep_free = watermark if scheduled else 0
+            keep_free = watermark if rep.running else 0
             need = self.blocks_for(req.computed + hit + new) - req.hit_blocks(len(hits))
             if p.scheduler_reserve_full_isl:  # allocate_slots(full_sequence_must_fit=True)
                 need = self.blocks_for(req.num_tokens) - req.hit_blocks(len(hits))
@@ -263,7 +328,7 @@ class ReferenceLoop(EngineSchedulers):
 
     # --- the loop ------------------------------------------------------------
     def next_start(self, rep: Replica) -> float:
-        if not rep.running and not rep.num_waiting:
+        if not rep.running and not rep.num_waiting and not rep.inbox:
             return math.inf
         if self.sc.policy == "static" and not rep.running:
             if rep.num_waiting >= self.p.max_batch_size:
@@ -278,7 +343,11 @@ class ReferenceLoop(EngineSchedulers):
         rep.step_query = rep.step_hit = 0
         schedule = getattr(self, f"schedule_{self.sc.policy}")
         scheduled, preempted, _ = schedule(rep)
-        assert scheduled or preempted, "a step that does nothing"
+        if not scheduled and not preempted:  # vllm async: it had only finished requests
+            assert self.deferred_free and not rep.running and not rep.num_waiting
+            return
+        if self.deferred_free:  # the queue once the engine core took its new requests
+            num_waiting = rep.queued
         p_tok = p_attn = n_pf = d = ctx = 0
         for req, t in scheduled:
             if req.in_prefill:
@@ -310,6 +379,8 @@ class ReferenceLoop(EngineSchedulers):
                     req.finished_s = end
                     if self.caching and self.sc.policy == "tgi":
                         self.commit(rep, req, req.prompt, True)  # TGI caches at the end
+                    if self.deferred_free:  # freed once the next step is decided
+                        continue
                     self.release(rep, req)
                     rep.running.remove(req)
                     if self.sc.policy == "sglang" and decoding:
@@ -334,7 +405,8 @@ class ReferenceLoop(EngineSchedulers):
             )
         )
         rep.steps += 1
-        rep.clock = end
+        rep.last_start = start
+        rep.clock = rep.last_end = end
 
     def advance(self, rep: Replica, until: float) -> None:
         while True:
@@ -407,8 +479,11 @@ class ReferenceLoop(EngineSchedulers):
                 self.advance(rep, t)
             rep = self.route(reps, k, req, t)
             req.replica = rep.index
-            req.queue_depth = rep.num_waiting
-            rep.push(req)
+            req.queue_depth = rep.num_waiting + len(rep.inbox)
+            if self.deferred_free:  # vllm async: into the engine's input queue first
+                rep.inbox.append(req)
+            else:
+                rep.push(req)
             rep.assigned.append(req)
             if not rep.running and rep.clock < t:
                 rep.clock = t

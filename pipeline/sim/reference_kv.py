@@ -196,6 +196,12 @@ class Replica:
         self.cache = PrefixCache(num_blocks)
         self.steps = 0
         self.rows: list[tuple[list[int], list[float]]] = []
+        # vllm async scheduling: the engine core's input queue and the step in flight
+        self.inbox: list[Req] = []  # routed here, not yet handed to the scheduler
+        self.last_start = 0.0  # start of the latest step
+        self.last_end = 0.0  # its end
+        self.pipelined = False  # a step is being decided while the previous one runs
+        self.queued = 0  # waiting requests when the scheduler was called
         self.step_query = 0  # first-lookup tokens of the step being decided
         self.step_hit = 0
         # sglang

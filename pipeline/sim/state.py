@@ -10,7 +10,9 @@ plain numpy arrays addressed by the column constants below, not Python objects:
     rpf[r, Q_*]  float64 clock of replica r
     run[r, :]    the running list of replica r, in admission order (rp[r, P_RUN_N] entries)
     wq[r, :]     the waiting queue of replica r: a ring buffer that can also push at the
-                 front (FCFS), or a binary heap on (priority, arrival) (vLLM's priority policy)
+                 front (FCFS), or a binary heap on (priority, arrival) (vLLM's priority policy);
+                 with vLLM's async scheduling also the requests routed but not yet handed
+                 to the scheduler (``inbox_push``)
     st, stf      the step timeline: one row per step or run of identical decode steps
     kc           the prefix caches of the replicas and the requests' block keys (``cache.py``)
 
@@ -110,14 +112,21 @@ P_STEP_HIT = 22  # of which found in the cache
 P_PEND_K = 23  # a deferred decode run (loop.py, lazy advance): its steps if uncut (0: none)
 P_PEND_EV0 = 24  # ... P_EVICTED before its first step
 P_PEND_EVICTS = 25  # ... 1 if its later steps evict cached units (prefix_aware must see them)
-NRP = 26
+# vllm async scheduling (policies/vllm.py): the engine core's input queue and the step in flight
+P_INBOX = 26  # requests routed here but not yet handed to the scheduler (the input queue)
+P_INBOX_OLD = 27  # ... of which queued before the latest decision: a pipelined one takes them
+P_PEND_FREE = 28  # requests the latest step finished, in the running list until the next decision
+P_PIPE = 29  # 1 while a step is decided with the previous one in flight (its tokens unknown)
+P_QUEUED = 30  # waiting requests when the scheduler was called (after taking the input queue)
+NRP = 31
 
 Q_CLOCK = 0  # earliest start of its next step (end of the previous one, or an arrival)
 Q_LAST_END = 1  # end of its latest step
 Q_RATIO = 2  # sglang: new_token_ratio
 Q_PEND_CTX = 3  # a deferred decode run: total context of its first step
 Q_PEND_LAST = 4  # ... start of its last step if uncut
-NRPF = 5
+Q_AHEAD = 5  # vllm async: start of its latest step if after the latest arrival (else -inf)
+NRPF = 6
 
 # --- st: int64 per timeline row ----------------------------------------------
 S_REPLICA = 0
@@ -161,7 +170,8 @@ C_BAL_ABS = 17  # prefix_aware router: balance_abs_threshold
 C_SEED = 18  # seed of the replicas' random generators (sglang schedule_policy random)
 C_MAX_BATCH = 19  # tgi max_batch_size (0 = none); C_MAX_SEQS is then only an array bound
 C_FULL_ISL = 20  # vllm scheduler_reserve_full_isl: admission needs the whole sequence's blocks
-NCFG = 21
+C_ASYNC = 21  # vllm async_scheduling: each step is decided while the previous one runs
+NCFG = 22
 CF_MAX_WAIT_S = 0  # static: longest the oldest request waits for a batch to fill
 CF_RATIO_INIT = 1  # sglang: initial new_token_ratio
 CF_RATIO_MIN = 2  # sglang: its floor
@@ -343,6 +353,64 @@ def wait_pop(
     if cfg[C_QUEUE] == Q_PRIORITY:
         return heap_pop(wq, rp, rq, rqf, r)
     return wq_pop_front(wq, rp, r)
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def drop_finished(
+    rq: npt.NDArray[np.int32], rp: npt.NDArray[np.int64], run: npt.NDArray[np.int64], r: int
+) -> None:
+    """Take the finished requests out of replica r's running list, keeping its order."""
+    m = 0
+    for j in range(rp[r, P_RUN_N]):
+        i = uindex(run[r, j])
+        run[r, m] = i  # without a branch: which requests finished is all but random
+        m += int(rq[i, R_STATUS] != ST_FINISHED)
+    rp[r, P_RUN_N] = m
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def inbox_push(
+    cfg: npt.NDArray[np.int64], wq: npt.NDArray[np.int32], rp: npt.NDArray[np.int64], r: int, i: int
+) -> None:
+    """An arrival joins replica r's input queue (vLLM async scheduling), in arrival order.
+
+    It shares ``wq[r]`` with the waiting queue: right behind the FCFS ring, or
+    from the row's end down under the priority heap (each request is in one of
+    them, so they never meet).
+    """
+    cap = wq.shape[1]
+    m = rp[r, P_INBOX]
+    if cfg[C_QUEUE] == Q_PRIORITY:
+        wq[r, cap - 1 - m] = i
+    else:
+        wq[r, (rp[r, P_WQ_HEAD] + rp[r, P_WQ_LEN] + m) % cap] = i
+    rp[r, P_INBOX] = m + 1
+
+
+@njit(cache=True, error_model="numpy")
+def inbox_take(
+    cfg: npt.NDArray[np.int64],
+    wq: npt.NDArray[np.int32],
+    rp: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int32],
+    rqf: npt.NDArray[np.float64],
+    r: int,
+    m: int,
+) -> None:
+    """Hand the ``m`` oldest requests of replica r's input queue to its waiting queue."""
+    if m <= 0:
+        return
+    left = rp[r, P_INBOX] - m
+    rp[r, P_INBOX] = left
+    if cfg[C_QUEUE] != Q_PRIORITY:  # they already sit behind the ring, in order
+        rp[r, P_WQ_LEN] += m
+        return
+    cap = wq.shape[1]
+    taken = wq[r, cap - m : cap].copy()  # the heap grows into their place
+    for j in range(left):  # the rest move up to the row's end
+        wq[r, cap - 1 - j] = wq[r, cap - 1 - m - j]
+    for j in range(m):  # (the heap's order is total: the order of pushes does not matter)
+        heap_push(wq, rp, rq, rqf, r, int(taken[j]))
 
 
 @dataclass(frozen=True)

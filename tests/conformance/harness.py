@@ -37,6 +37,7 @@ import math
 import os
 import pickle
 import tempfile
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -97,6 +98,7 @@ class Config:
     scheduling_policy: str = "fcfs"
     enable_prefix_caching: bool = False
     scheduler_reserve_full_isl: bool = True
+    async_scheduling: bool = False  # vLLM's AsyncScheduler behind the engine core's batch queue
     max_model_len: int = 8192
     trace_block: int = BLOCK  # the simulator's hash blocks (> BLOCK: the partial one hashed too)
     output_hashes: bool = False  # the simulator gets the hashes of generated blocks
@@ -120,6 +122,7 @@ class Config:
                 "watermark": self.watermark,
                 "scheduling_policy": self.scheduling_policy,
                 "scheduler_reserve_full_isl": self.scheduler_reserve_full_isl,
+                "async_scheduling": self.async_scheduling,
             }
             | self.sim_values
         )
@@ -170,7 +173,12 @@ def cost_function(cost: np.ndarray) -> StepCost:
 
 
 class _Recording(ReferenceLoop):
-    """The reference loop, noting what each step scheduled and preempted."""
+    """The reference loop, noting what each call of the scheduler scheduled and preempted.
+
+    With async scheduling a call can schedule nothing (the engine core then
+    waits for the step in flight and calls again): what it preempted is noted
+    with the next step, as ``run_vllm`` notes vLLM's empty outputs.
+    """
 
     def __init__(self, scenario: Scenario) -> None:
         super().__init__(scenario)
@@ -181,10 +189,11 @@ class _Recording(ReferenceLoop):
         self._pre.append(req.index)
         super().preempt(rep, req)
 
-    def schedule_vllm(self, rep: Replica) -> tuple[Scheduled, int, int]:
-        self._pre = []
-        out = super().schedule_vllm(rep)
-        self.log.append(({req.index: t for req, t in out[0]}, sorted(self._pre)))
+    def vllm_scheduler(self, rep: Replica) -> tuple[Scheduled, int, int]:
+        out = super().vllm_scheduler(rep)
+        if out[0] or not self.deferred_free:
+            self.log.append(({req.index: t for req, t in out[0]}, sorted(self._pre)))
+            self._pre = []
         return out
 
 
@@ -300,6 +309,7 @@ def build_scheduler(cfg: Config) -> Any:
         SchedulerConfig,
         VllmConfig,
     )
+    from vllm.v1.core.sched.async_scheduler import AsyncScheduler
     from vllm.v1.core.sched.scheduler import Scheduler
     from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
     from vllm.v1.structured_output import StructuredOutputManager
@@ -320,6 +330,7 @@ def build_scheduler(cfg: Config) -> Any:
         watermark=cfg.watermark,
         policy=cfg.scheduling_policy,
         scheduler_reserve_full_isl=cfg.scheduler_reserve_full_isl,
+        async_scheduling=cfg.async_scheduling,
         is_encoder_decoder=False,
     )
     cache = CacheConfig(block_size=BLOCK, enable_prefix_caching=cfg.enable_prefix_caching)
@@ -336,7 +347,8 @@ def build_scheduler(cfg: Config) -> Any:
         kv_cache_groups=[KVCacheGroupSpec(["layer.0"], spec)],
     )
     cache.num_gpu_blocks = cfg.num_blocks
-    return Scheduler(
+    cls = AsyncScheduler if cfg.async_scheduling else Scheduler
+    return cls(
         vllm_config=vllm_config,
         kv_cache_config=kv,
         structured_output_manager=StructuredOutputManager(vllm_config),
@@ -345,30 +357,38 @@ def build_scheduler(cfg: Config) -> Any:
     )
 
 
-def run_vllm(cfg: Config, step_cost: StepCost) -> Run:
-    """Replay ``cfg`` through vLLM's scheduler, one step at a time on a simulated clock."""
-    from vllm.sampling_params import SamplingParams
-    from vllm.utils.hashing import sha256
-    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
-    from vllm.v1.outputs import ModelRunnerOutput
-    from vllm.v1.request import Request as VRequest
+class _VllmSide:
+    """vLLM's scheduler for ``cfg``, its requests, a fake model runner and what happened."""
 
-    sched = build_scheduler(cfg)
-    init_none_hash(sha256)
-    hasher = get_request_block_hasher(BLOCK, sha256)
-    n = len(cfg.requests)
-    reqs: dict[str, Any] = {}
-    index: dict[str, int] = {}
-    pf_end: dict[str, int] = {}  # num_tokens when last admitted: below it, a prefill
-    run = Run(first_token=np.full(n, math.nan), finish=np.full(n, math.nan), cached=np.zeros(n))
-    looked: set[str] = set()  # requests scheduled once (a resumed one may come as new again)
-    clock = 0.0
-    nxt = 0
-    done = 0
-    while done < n:
-        while nxt < n and cfg.requests[nxt].arrival_s <= clock:
-            r = cfg.requests[nxt]
-            rid = f"{nxt:06d}"
+    def __init__(self, cfg: Config, step_cost: StepCost) -> None:
+        from vllm.utils.hashing import sha256
+        from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+
+        self.cfg = cfg
+        self.step_cost = step_cost
+        self.sched = build_scheduler(cfg)
+        init_none_hash(sha256)
+        self.hasher = get_request_block_hasher(BLOCK, sha256)
+        n = len(cfg.requests)
+        self.reqs: dict[str, Any] = {}
+        self.index: dict[str, int] = {}
+        self.pf_end: dict[str, int] = {}  # num_tokens when last admitted: below it, a prefill
+        self.run = Run(
+            first_token=np.full(n, math.nan), finish=np.full(n, math.nan), cached=np.zeros(n)
+        )
+        self.looked: set[str] = set()  # scheduled once (a resumed one may come as new again)
+        self.next = 0  # next request to arrive
+        self.done = 0
+
+    def add_arrived(self, clock: float) -> None:
+        """Hand the scheduler every request that has arrived by ``clock``."""
+        from vllm.sampling_params import SamplingParams
+        from vllm.v1.request import Request as VRequest
+
+        reqs = self.cfg.requests
+        while self.next < len(reqs) and reqs[self.next].arrival_s <= clock:
+            r = reqs[self.next]
+            rid = f"{self.next:06d}"
             vr = VRequest(
                 request_id=rid,
                 prompt_token_ids=list(r.prompt),
@@ -376,65 +396,137 @@ def run_vllm(cfg: Config, step_cost: StepCost) -> Run:
                 pooling_params=None,
                 arrival_time=r.arrival_s,
                 priority=r.priority,
-                block_hasher=hasher if cfg.enable_prefix_caching else None,
+                block_hasher=self.hasher if self.cfg.enable_prefix_caching else None,
             )
-            reqs[rid] = vr
-            index[rid] = nxt
-            sched.add_request(vr)
-            nxt += 1
-        if sched.get_num_unfinished_requests() == 0:  # idle until the next arrival
-            clock = max(clock, cfg.requests[nxt].arrival_s)
-            continue
-        out = sched.schedule()
-        if out.total_num_scheduled_tokens == 0 and not out.preempted_req_ids:
-            raise RuntimeError(f"{cfg.name}: vLLM scheduled nothing at {clock} s")
+            self.reqs[rid] = vr
+            self.index[rid] = self.next
+            self.sched.add_request(vr)
+            self.next += 1
+
+    def next_arrival(self) -> float:
+        return self.cfg.requests[self.next].arrival_s
+
+    def schedule(self) -> tuple[Any, list[str], Batch, list[list[int]]]:
+        """(output, scheduled ids, batch, the token each samples) of one ``schedule()``."""
+        out = self.sched.schedule()
         new = {r.req_id for r in out.scheduled_new_reqs}
         admitted = new | set(out.scheduled_cached_reqs.resumed_req_ids)
         batch: Batch = []
         sampled: list[list[int]] = []
         ids = list(out.num_scheduled_tokens)
         for rid in ids:
-            vr = reqs[rid]
+            vr = self.reqs[rid]
             t = out.num_scheduled_tokens[rid]
             c0 = vr.num_computed_tokens - t  # schedule() already counted them
             if rid in admitted:
-                pf_end[rid] = vr.num_tokens
-            if rid in new and rid not in looked:  # its first lookup's hits
-                run.cached[index[rid]] = c0
-                looked.add(rid)
-            batch.append((c0, t, c0 >= pf_end[rid]))
-            own = cfg.requests[index[rid]].output_ids
-            token = 1 + index[rid] % (VOCAB - 1)
-            if own is not None:
-                token = own[len(vr.output_token_ids)]
-            sampled.append([token] if vr.num_computed_tokens >= vr.num_tokens else [])
-        duration = step_cost(batch)
-        run.steps.append(
+                self.pf_end[rid] = vr.num_tokens
+            i = self.index[rid]
+            if rid in new and rid not in self.looked:  # its first lookup's hits
+                self.run.cached[i] = c0
+                self.looked.add(rid)
+            batch.append((c0, t, c0 >= self.pf_end[rid]))
+            token = 1 + i % (VOCAB - 1)
+            own = self.cfg.requests[i].output_ids
+            if own is not None:  # its next token: after those delivered and those in flight
+                token = own[len(vr.output_token_ids) + max(vr.num_output_placeholders - 1, 0)]
+            # a step samples unless it leaves the request in prefill (its placeholders count)
+            sampled.append([] if vr.is_prefill_chunk else [token])
+        return out, ids, batch, sampled
+
+    def record(self, out: Any, start: float, duration: float, preempted: list[str]) -> None:
+        self.run.steps.append(
             Step(
-                clock,
+                start,
                 duration,
-                {index[rid]: out.num_scheduled_tokens[rid] for rid in ids},
-                sorted(index[rid] for rid in (out.preempted_req_ids or ())),
+                {self.index[rid]: t for rid, t in out.num_scheduled_tokens.items()},
+                sorted(self.index[rid] for rid in preempted),
             )
         )
-        clock += duration
+
+    def processed(self, out: Any, ids: list[str], sampled: list[list[int]], clock: float) -> None:
+        """``update_from_output`` of a step that ended at ``clock``, and its tokens' times."""
+        from vllm.v1.outputs import ModelRunnerOutput
+
         result = ModelRunnerOutput(
             req_ids=ids,
             req_id_to_index={rid: k for k, rid in enumerate(ids)},
             sampled_token_ids=sampled,
         )
-        sched.update_from_output(out, result)
+        self.sched.update_from_output(out, result)
         for rid, toks in zip(ids, sampled, strict=True):
             if not toks:
                 continue
-            i = index[rid]
-            vr = reqs[rid]
-            if math.isnan(run.first_token[i]):
-                run.first_token[i] = clock
-            if vr.is_finished():
-                run.finish[i] = clock
-                done += 1
-    return run
+            i = self.index[rid]
+            if math.isnan(self.run.first_token[i]):
+                self.run.first_token[i] = clock
+            if self.reqs[rid].is_finished():
+                self.run.finish[i] = clock
+                self.done += 1
+
+
+def run_vllm(cfg: Config, step_cost: StepCost) -> Run:
+    """Replay ``cfg`` through vLLM's scheduler, one step at a time on a simulated clock.
+
+    Synchronous: schedule, run, process the output, repeat (``EngineCore.step``).
+    With ``async_scheduling``, the engine core's batch queue of two
+    (``EngineCore.step_with_batch_queue``): a step is scheduled and submitted,
+    then, while the device runs it, the next one is scheduled and submitted
+    before the first one's output is processed; new requests are taken from
+    the input queue between calls, i.e. when the output of the step in flight
+    has been processed. The device runs submitted steps back to back; an empty
+    output takes no time. Its preemptions are noted with the next step.
+    """
+    side = _VllmSide(cfg, step_cost)
+    if cfg.async_scheduling:
+        _run_batch_queue(side)
+        return side.run
+    n = len(cfg.requests)
+    clock = 0.0
+    while side.done < n:
+        side.add_arrived(clock)
+        if side.sched.get_num_unfinished_requests() == 0:  # idle until the next arrival
+            clock = max(clock, side.next_arrival())
+            continue
+        out, ids, batch, sampled = side.schedule()
+        if out.total_num_scheduled_tokens == 0 and not out.preempted_req_ids:
+            raise RuntimeError(f"{cfg.name}: vLLM scheduled nothing at {clock} s")
+        duration = step_cost(batch)
+        side.record(out, clock, duration, list(out.preempted_req_ids or ()))
+        clock += duration
+        side.processed(out, ids, sampled, clock)
+    return side.run
+
+
+def _run_batch_queue(side: _VllmSide) -> None:
+    """The async engine core's loop (``run_busy_loop`` over ``step_with_batch_queue``)."""
+    sched = side.sched
+    n = len(side.cfg.requests)
+    queue: deque[tuple[Any, list[str], list[list[int]], float]] = deque()
+    clock = 0.0  # the engine core's time
+    device_free = 0.0  # when the device is done with what was submitted
+    carried: list[str] = []  # preempted by empty outputs, noted with the next step
+    while side.done < n or queue:
+        side.add_arrived(clock)  # _process_input_queue
+        if not queue and not sched.has_requests():  # idle until the next arrival
+            clock = max(clock, side.next_arrival())
+            continue
+        if sched.has_requests():
+            out, ids, batch, sampled = side.schedule()
+            carried += list(out.preempted_req_ids or ())
+            executed = out.total_num_scheduled_tokens > 0
+            end = max(clock, device_free)
+            if executed:
+                duration = side.step_cost(batch)
+                side.record(out, end, duration, carried)
+                carried = []
+                end += duration
+                device_free = end
+            queue.appendleft((out, ids, sampled, end))
+            if len(queue) < 2 and (executed or sched.has_requests()):
+                continue  # do not wait while the queue has room
+        out, ids, sampled, end = queue.pop()  # wait for the oldest step in flight
+        clock = max(clock, end)
+        side.processed(out, ids, sampled, clock)
 
 
 # --- comparing ---------------------------------------------------------------------
@@ -641,6 +733,68 @@ def configurations(full: bool = False) -> list[Config]:
     quoted = quoted_answer_requests(400 if full else 150, rate=6.0)
     partial = partial_block_requests(400 if full else 150, rate=6.0)
     tight = 1500 if full else 450
+    sync = _sync_configurations(
+        azure, prio, burst, lone, longp, shared, quoted, partial, tight, full
+    )
+    # vLLM's AsyncScheduler behind the engine core's batch queue, on the same workloads
+    slow = azure_requests(
+        2000 if full else 300, time_scale=1.0, path=AZURE_RAW if full else AZURE_SAMPLE
+    )
+    extra = [
+        Config("azure_1x", slow, 20_000, what="Azure conversation at its own rate: mostly idle"),
+        Config(
+            "own_blocks_tight",
+            azure,
+            tight,
+            enable_prefix_caching=True,
+            max_num_batched_tokens=256,
+            long_prefill_token_threshold=64,
+            what="prefix caching on prompts that share nothing, tight KV, threshold 64: "
+            "resumed requests hit their own prompt and generated blocks",
+        ),
+        Config(
+            "tiny_kv",
+            small_requests(43, 40, 0.02),
+            24,
+            max_num_batched_tokens=256,
+            max_num_seqs=8,
+            what="40 requests on 24 KV blocks: a finishing request preempted, a decision "
+            "that schedules nothing but preempts",
+        ),
+    ]
+    return sync + [
+        dataclasses.replace(c, name=f"async_{c.name}", async_scheduling=True)
+        for c in [*sync, *extra]
+    ]
+
+
+def small_requests(seed: int, n: int, gap_s: float) -> list[Request]:
+    """``n`` requests of 20-200 random tokens and 2-60 outputs, Poisson arrivals ``gap_s`` apart."""
+    rng = np.random.default_rng(seed)
+    t = np.cumsum(rng.exponential(gap_s, n))
+    return [
+        Request(
+            float(t[k]),
+            rng.integers(1, VOCAB, int(rng.integers(20, 200))).tolist(),
+            int(rng.integers(2, 60)),
+        )
+        for k in range(n)
+    ]
+
+
+def _sync_configurations(
+    azure: list[Request],
+    prio: list[Request],
+    burst: list[Request],
+    lone: list[Request],
+    longp: list[Request],
+    shared: list[Request],
+    quoted: list[Request],
+    partial: list[Request],
+    tight: int,
+    full: bool,
+) -> list[Config]:
+    """The configurations against vLLM's synchronous ``Scheduler``."""
     return [
         Config("azure_4x", azure, 20_000, what="Azure conversation at 4x, ample KV, defaults"),
         Config(

@@ -133,6 +133,7 @@ def _case(
             "watermark": draw(st.sampled_from([0.0, 0.0, 0.05])),
             "scheduling_policy": draw(st.sampled_from(["fcfs", "fcfs", "priority"])),
             "scheduler_reserve_full_isl": draw(st.booleans()),
+            "async_scheduling": draw(st.booleans()),
         }
         if not values["enable_chunked_prefill"]:
             values["max_num_batched_tokens"] = max(values["max_num_batched_tokens"], max_model_len)

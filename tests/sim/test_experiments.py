@@ -54,8 +54,13 @@ def test_continuous_batching_beats_static_batching(azure: pl.DataFrame) -> None:
     assert vllm64["request_throughput"] > 1.5 * static64["request_throughput"]
 
 
-def test_chunked_prefill_lowers_short_request_tail_ttft(azure: pl.DataFrame) -> None:
-    load = {"time_scale": 0.3}  # about 75% of capacity
+@pytest.mark.parametrize(("async_scheduling", "bound"), [(False, 0.6), (True, 0.7)])
+def test_chunked_prefill_lowers_short_request_tail_ttft(
+    azure: pl.DataFrame, async_scheduling: bool, bound: float
+) -> None:
+    # async scheduling decides each step while the one before runs, so an arrival waits one
+    # step more either way: the same lag on both sides narrows the ratio (0.56 and 0.65)
+    load = {"time_scale": 0.3, "async_scheduling": async_scheduling}  # about 75% of capacity
     whole, m_whole = replay(azure, policy="vllm", enable_chunked_prefill=False, **load)
     chunked, m_chunked = replay(
         azure,
@@ -68,7 +73,7 @@ def test_chunked_prefill_lowers_short_request_tail_ttft(azure: pl.DataFrame) -> 
     def short_p99(m: dict[str, np.ndarray]) -> float:
         return float(np.percentile(m["ttft_s"][m["prompt_tokens"] <= 512], 99))
 
-    assert short_p99(m_chunked) < 0.6 * short_p99(m_whole)
+    assert short_p99(m_chunked) < bound * short_p99(m_whole)
     assert chunked["tpot_p99_s"] < whole["tpot_p99_s"]
 
 

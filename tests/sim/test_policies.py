@@ -61,16 +61,23 @@ def test_vllm_chunked_prefill_splits_the_prompt_by_budget() -> None:
     assert list(res.st[:3, S_PREFILL]) == [64, 64, 22]
 
 
-def test_vllm_long_prefill_threshold_caps_one_request_per_step() -> None:
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_vllm_long_prefill_threshold_caps_one_request_per_step(async_scheduling: bool) -> None:
     sc = make_scenario(
-        "vllm", max_num_batched_tokens=256, max_num_seqs=4, long_prefill_token_threshold=50
+        "vllm",
+        max_num_batched_tokens=256,
+        max_num_seqs=4,
+        long_prefill_token_threshold=50,
+        async_scheduling=async_scheduling,
     )
     res = run_both(make_input([0.0, 0.0], [120, 30], [1, 1]), sc)
     # step 1: 50 of the long prompt, then the whole short one beside it; the short one is
-    # done, so in step 2 the long one is alone and is not capped: its other 70 tokens
-    assert list(res.st[:2, S_PREFILL]) == [80, 70]
+    # done, so in step 2 the long one is alone and is not capped: its other 70 tokens.
+    # Async, step 2 is decided while step 1 runs: the short one still counts, 50 again.
+    chunks = [80, 50, 20] if async_scheduling else [80, 70]
+    assert list(res.st[: len(chunks), S_PREFILL]) == chunks
     assert res.rqf[1, F_FIRST_TOKEN] == 1.0
-    assert res.rq[0, R_CHUNKS] == 2
+    assert res.rq[0, R_CHUNKS] == len(chunks)
 
 
 def test_vllm_long_prefill_threshold_leaves_a_lone_request_alone() -> None:
@@ -114,7 +121,12 @@ def test_vllm_without_chunking_a_prompt_waits_for_a_budget_it_fits() -> None:
 def test_vllm_preempts_the_last_admitted_and_requeues_it_first() -> None:
     # 2 requests of 8 + 10 tokens, blocks of 4: each needs 5 blocks alone; 6 usable
     sc = make_scenario(
-        "vllm", block_size=4, num_gpu_blocks=7, max_num_batched_tokens=64, max_num_seqs=4
+        "vllm",
+        block_size=4,
+        num_gpu_blocks=7,
+        max_num_batched_tokens=64,
+        max_num_seqs=4,
+        async_scheduling=False,
     )
     res = run_both(make_input([0.0, 0.0, 0.0], [8, 8, 4], [10, 10, 1]), sc)
     assert res.rq[:, R_PREEMPT].tolist() == [0, 1, 0]
@@ -127,6 +139,42 @@ def test_vllm_preempts_the_last_admitted_and_requeues_it_first() -> None:
     # B went back to the front: it is resumed before C, which arrived with it but
     # only got in while there was room
     assert res.rqf[1, F_FINISH] > res.rqf[0, F_FINISH]
+
+
+def test_vllm_async_a_request_finishing_in_flight_can_be_the_victim() -> None:
+    # as above, decided asynchronously: step 1 is decided while step 0 runs, so C, whose one
+    # token step 0 computes, still holds its block; B's decode needs it, and C (the last
+    # admitted) is preempted. It still finishes with step 0, with nothing to recompute.
+    sc = make_scenario(
+        "vllm", block_size=4, num_gpu_blocks=7, max_num_batched_tokens=64, max_num_seqs=4
+    )
+    res = run_both(make_input([0.0, 0.0, 0.0], [8, 8, 4], [10, 10, 1]), sc)
+    assert res.rq[2, R_PREEMPT] == 1 and res.rqw[2, W_DISCARDED] == 0
+    assert times(res, 2) == (0.0, 1.0, 1.0)
+    assert res.st[1, S_PREEMPT] == 1 and res.st[1, S_RUNNING] == 2  # A and B decode
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_vllm_async_an_arrival_waits_one_step_more(async_scheduling: bool) -> None:
+    # B arrives while step 0 runs: the synchronous loop schedules it in step 1; async, step 1
+    # was decided when step 0 started, so B's first step is step 2. C arrives at an idle
+    # replica: scheduled at once either way.
+    sc = make_scenario("vllm", async_scheduling=async_scheduling)
+    res = run_both(make_input([0.0, 0.5, 10.0], [10, 10, 10], [5, 2, 2]), sc)
+    lag = 1.0 if async_scheduling else 0.0
+    assert times(res, 1) == (1.0 + lag, 2.0 + lag, 3.0 + lag)
+    assert times(res, 2) == (10.0, 11.0, 12.0)
+    assert times(res, 0) == (0.0, 1.0, 5.0)  # decodes are not delayed
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_vllm_async_a_finished_request_keeps_its_slot_one_step(async_scheduling: bool) -> None:
+    # max_num_seqs 2: A and C run, B waits. A's last token comes out of step 1; async, step 2
+    # is decided while step 1 runs, with A still in the running list, so B starts in step 3
+    sc = make_scenario("vllm", max_num_seqs=2, async_scheduling=async_scheduling)
+    res = run_both(make_input([0.0, 0.0, 0.0], [10, 10, 10], [2, 10, 2]), sc)
+    assert res.rqf[0, F_FINISH] == 2.0
+    assert res.rqf[2, F_FIRST_SCHED] == (3.0 if async_scheduling else 2.0)
 
 
 def test_vllm_head_of_line_blocking() -> None:

@@ -104,7 +104,8 @@ def test_lru_evicts_the_oldest_release_tail_first() -> None:
 
 
 def test_cached_blocks_nobody_uses_count_as_free() -> None:
-    sc = make_scenario("vllm", num_gpu_blocks=100)
+    # synchronous: the request is freed when its step ends (async: once the next is decided)
+    sc = make_scenario("vllm", num_gpu_blocks=100, async_scheduling=False)
     inp = with_prefix(make_input([0.0], [160], [1]), [chain(*range(10))], 16, 16)
     res = run_both(inp, sc)
     assert res.st[-1, S_KV_USED] == 0  # its 10 cached blocks are evictable, hence free
@@ -406,6 +407,7 @@ def test_vllm_a_block_computed_twice_is_cached_twice() -> None:
         num_gpu_blocks=10,
         long_prefill_token_threshold=4,
         max_model_len=64,
+        async_scheduling=False,  # freed when its step ends (async: once the next is decided)
     )
     a = chain(1, 2, 3, 4)
     hashes = [a, a, chain(9, 8, 7, 6, 5, 4), a]

@@ -22,6 +22,9 @@ def test_defaults_come_from_the_default_profile() -> None:
     assert sc.memory.num_gpu_blocks > 1000
     assert sc.num_kv_blocks == sc.memory.num_gpu_blocks - 1  # vLLM's null block
     assert sc.params.max_num_seqs == 256
+    # vLLM resolves async scheduling on; the scenarios table records it
+    assert sc.params.async_scheduling is True and sc.to_dict()["async_scheduling"] is True
+    assert build_scenario({"async_scheduling": False}).to_dict()["async_scheduling"] is False
 
 
 def test_gpu_memory_utilization_sizes_the_cache() -> None:
@@ -94,6 +97,8 @@ def test_set_values_parse_as_toml() -> None:
         ({"name": "a b"}, "name 'a b' must be letters"),
         ({"policy": "sarathi", "chunk_size": 64}, "chunk_size .* must be >= max_num_seqs"),
         ({"policy": "static", "max_wait_s": -1}, "max_wait_s must be >= 0"),
+        ({"policy": "sglang", "async_scheduling": True}, "async_scheduling is a parameter of vllm"),
+        ({"async_scheduling": "sometimes"}, "async_scheduling must be true or false"),
         ({"arrivals": "poisson", "burstiness": 0.5}, "burstiness applies to arrivals = 'gamma'"),
         ({"arrivals": "gamma", "burstiness": 0}, "burstiness must be > 0"),
     ],

@@ -49,6 +49,45 @@ the request itself hits when it is resumed; either way they take their place
 in the eviction order. A preempted request looks up again when it is resumed.
 
 One block of the pool is vLLM's null block, so ``num_gpu_blocks - 1`` are usable.
+
+Async scheduling (``async_scheduling``, on by default as vLLM resolves it:
+``SchedulerConfig.async_scheduling`` is None unless given, and ``VllmConfig``
+turns it on unless something is incompatible, such as a pooling model, or
+pipeline parallelism on the V1 model runner). The engine core then keeps a
+batch queue of two (``EngineCore.step_with_batch_queue``,
+``VllmConfig.max_concurrent_batches``): right after submitting a step it
+schedules and submits the next one, and only then waits for the first one's
+output and processes it (``Scheduler.update_from_output``); new requests are
+taken from its input queue between those calls (``EngineCore.run_busy_loop``).
+So a step that starts when the previous one ends was decided when the previous
+one started:
+
+- it sees the requests taken by then: a request that arrives while step n runs
+  reaches the scheduler when step n ends and is first scheduled by step n + 2,
+  one step later than in the synchronous loop. A replica with nothing in
+  flight decides at once, as before;
+- step n's output is not processed yet. A request step n finishes is still in
+  the running list: it is not scheduled (``AsyncScheduler`` counts an output
+  placeholder for the token in flight, and ``Scheduler.schedule`` skips a
+  request whose step in flight reaches its ``max_tokens``), but it keeps its
+  KV blocks and its slot (``max_num_seqs``, the threshold's count of running
+  requests, the watermark's "something is running"), and it can be the
+  preemption victim: it is then counted as preempted, its blocks are freed,
+  and it still finishes with step n. Otherwise it is freed once step n + 1 is
+  decided, its blocks cached up to its last token first;
+- a decode's input token is the one step n samples, not known yet, so the
+  block it completes is cached one step later (``allocate_slots`` caches up to
+  ``request.num_tokens``, which leaves out the placeholder);
+- if this decision schedules nothing (only finishing requests run, and nothing
+  waiting fits beside them), the core waits for step n, processes it, takes
+  every new request and decides again, as the synchronous loop would (an empty
+  batch takes no time). What the empty decision preempted stays preempted.
+
+Every other running request was in step n (the RUNNING loop never runs out of
+budget before one: the requests ahead of it ask for no more than when it was
+admitted), so every decode is of a token in flight. A request preempted with
+a token in flight gets that token all the same (vLLM delivers the stale
+output), so it resumes with the tokens the synchronous loop would have.
 """
 
 from __future__ import annotations
@@ -62,7 +101,7 @@ from numba import njit
 
 from pipeline.errors import ScenarioError
 from pipeline.sim.cache import commit, hit_blocks, hit_tokens, settles, use_hits
-from pipeline.sim.kv import blocks_needed, grow
+from pipeline.sim.kv import blocks_needed, grow, release
 from pipeline.sim.policies.base import (
     Memory,
     Policy,
@@ -77,6 +116,7 @@ from pipeline.sim.policies.base import (
     preempt,
 )
 from pipeline.sim.state import (
+    C_ASYNC,
     C_BLOCK_SIZE,
     C_BUDGET,
     C_CACHING,
@@ -89,19 +129,32 @@ from pipeline.sim.state import (
     F_ARRIVAL,
     P_EVICTABLE,
     P_FREE,
+    P_INBOX,
+    P_INBOX_OLD,
+    P_PEND_FREE,
+    P_PIPE,
+    P_QUEUED,
     P_RUN_N,
     P_STABLE,
+    P_STEP,
     P_WQ_LEN,
     Q_FIFO,
+    Q_LAST_END,
     Q_PRIORITY,
     R_COMPUTED,
     R_GENERATED,
     R_HELD,
+    R_PF_END,
+    R_PREEMPT,
     R_PRIORITY,
     R_PROMPT,
     R_SHARED,
+    R_STATUS,
     R_UNIT_TOK,
+    ST_FINISHED,
     cdiv,
+    drop_finished,
+    inbox_take,
     uindex,
     wait_head,
 )
@@ -135,6 +188,13 @@ class Params:
         metadata={
             "help": "admit a waiting request only if the blocks of its whole sequence fit "
             "(vLLM >= 0.33 default); false: only those of its first chunk"
+        },
+    )
+    async_scheduling: bool = field(
+        default=True,
+        metadata={
+            "help": "decide each step while the previous one runs (vLLM's default since it "
+            "turned async scheduling on); false: the synchronous engine loop"
         },
     )
 
@@ -187,6 +247,7 @@ class VllmPolicy(Policy):
                 C_THRESHOLD: p.long_prefill_token_threshold,
                 C_WM_BLOCKS: int(p.watermark * mem.num_gpu_blocks),
                 C_FULL_ISL: int(p.scheduler_reserve_full_isl),
+                C_ASYNC: int(p.async_scheduling),
             },
             {},
         )
@@ -214,6 +275,19 @@ def _victim(
             best = k
             b = i
     return best
+
+
+@njit(cache=True, error_model="numpy")
+def _unlist_finished(rp: npt.NDArray[np.int64], run: npt.NDArray[np.int64], r: int, i: int) -> None:
+    """Take request i off the list of finished requests to free (``_processed``), in order."""
+    done = run.shape[1] // 2
+    f = rp[r, P_PEND_FREE]
+    e = 0
+    while run[r, done + e] != i:
+        e += 1
+    for x in range(e, f - 1):
+        run[r, done + x] = run[r, done + x + 1]
+    rp[r, P_PEND_FREE] = f - 1
 
 
 @njit(cache=True, error_model="numpy")
@@ -264,7 +338,12 @@ def _make_room(
         else:
             rp[r, P_RUN_N] -= 1
             victim = run[r, rp[r, P_RUN_N]]
-        preempt(cfg, rq, rqf, rp, wq, r, victim, kc)
+        if rq[victim, R_STATUS] == ST_FINISHED:  # async: its last token is still in flight
+            release(rq, rp, r, victim, kc)  # it is preempted, and finishes with that step
+            rq[victim, R_PREEMPT] += 1
+            _unlist_finished(rp, run, r, victim)
+        else:
+            preempt(cfg, rq, rqf, rp, wq, r, victim, kc)
         n_pre += 1
         if victim == i:
             return False, k, n, budget, n_pre
@@ -284,14 +363,17 @@ def _decodes(
     k: int,
     n: int,
     budget: int,
+    lag: int,
 ) -> tuple[int, int, int]:
     """The RUNNING loop's common case, in a tight loop of its own: (k, n, budget) after it.
 
     Schedules running requests from position k on while each is a decode (one
     token, which the budget always has room for and the threshold never caps)
     whose new block, if it needs one, is free (no eviction, no preemption) and
-    that settles no cache unit; stops before the first that is not, which the
-    general loop takes. Decides as that loop would, with fewer loads.
+    that settles no cache unit (up to ``lag`` tokens short of the step's end:
+    see ``_schedule_once``); stops before the first that is not, or that is
+    finishing (async), which the general loop takes. Decides as that loop
+    would, with fewer loads.
     """
     bs = cfg[C_BLOCK_SIZE]
     caching = cfg[C_CACHING] != 0
@@ -300,9 +382,9 @@ def _decodes(
     while k < n_run and budget > 0:
         i = uindex(run[r, uindex(k)])
         c = rq[i, R_COMPUTED] + 1  # tokens after this step
-        if rq[i, R_PROMPT] + rq[i, R_GENERATED] != c:  # not a decode
+        if rq[i, R_PROMPT] + rq[i, R_GENERATED] != c or rq[i, R_STATUS] == ST_FINISHED:
             break
-        if caching and settles(rq, i, c):
+        if caching and settles(rq, i, c - lag):
             break
         held = rq[i, R_HELD]
         blocks = held
@@ -326,22 +408,20 @@ def _decodes(
     return k, n, budget
 
 
-@njit(cache=True, error_model="numpy")
-def schedule(
+@njit(cache=True, error_model="numpy", inline="always")  # one call site: no call per step
+def _schedule_once(
     r: int,
     cfg: npt.NDArray[np.int64],
-    cfgf: npt.NDArray[np.float64],
     rq: npt.NDArray[np.int32],
     rqf: npt.NDArray[np.float64],
     rp: npt.NDArray[np.int64],
-    rpf: npt.NDArray[np.float64],
     run: npt.NDArray[np.int64],
     wq: npt.NDArray[np.int32],
     sched_q: npt.NDArray[np.int64],
     sched_t: npt.NDArray[np.int64],
-    now: float,
     kc: tuple,  # type: ignore[type-arg]
 ) -> tuple[int, int, int]:
+    """One call of vLLM's ``Scheduler.schedule`` (the module docstring's rules)."""
     bs = cfg[C_BLOCK_SIZE]
     threshold = cfg[C_THRESHOLD]
     if rp[r, P_RUN_N] + rp[r, P_WQ_LEN] <= 1:  # a lone request: nobody to starve
@@ -349,6 +429,7 @@ def schedule(
     budget = cfg[C_BUDGET]
     caching = cfg[C_CACHING] != 0
     by_priority = cfg[C_QUEUE] == Q_PRIORITY
+    lag = rp[r, P_PIPE]  # async: the step in flight is still sampling its decodes' next token
     rp[r, P_STABLE] = 1
     n = 0
     n_pre = 0
@@ -356,10 +437,13 @@ def schedule(
     # RUNNING
     k = 0
     while k < rp[r, P_RUN_N] and budget > 0:
-        k, n, budget = _decodes(cfg, rq, rp, run, sched_q, sched_t, r, k, n, budget)
+        k, n, budget = _decodes(cfg, rq, rp, run, sched_q, sched_t, r, k, n, budget, lag)
         if k >= rp[r, P_RUN_N] or budget <= 0:
             break
         i = run[r, k]
+        if rq[i, R_STATUS] == ST_FINISHED:  # async: its last token is in flight: not scheduled
+            k += 1
+            continue
         new = num_tokens(rq, i) - rq[i, R_COMPUTED]
         if 0 < threshold < new:
             new = threshold
@@ -382,8 +466,11 @@ def schedule(
             if by_priority:  # it left the list; the requests after it may still fit
                 continue
             break
-        if caching and settles(rq, i, rq[i, R_COMPUTED] + new):  # prompt and generated blocks
-            commit(rq, rp, i, r, rq[i, R_COMPUTED] + new, False, kc)
+        known = rq[i, R_COMPUTED] + new  # blocks are cached up to the tokens known
+        if lag != 0 and rq[i, R_COMPUTED] >= rq[i, R_PF_END]:
+            known -= 1  # a decode of the token the step in flight samples (it was in it)
+        if caching and settles(rq, i, known):  # prompt and generated blocks
+            commit(rq, rp, i, r, known, False, kc)
         n = add_scheduled(sched_q, sched_t, n, i, new)
         budget -= new
         k += 1
@@ -407,7 +494,7 @@ def schedule(
             break
         if new > budget:
             new = budget
-        keep_free = cfg[C_WM_BLOCKS] if n > 0 else 0
+        keep_free = cfg[C_WM_BLOCKS] if rp[r, P_RUN_N] > 0 else 0  # (bool(self.running))
         shared = hit_blocks(rq, i, h)
         need = cdiv(rq[i, R_COMPUTED] + hit + new, bs) - shared
         gate = need  # blocks that must fit for it to be admitted
@@ -433,3 +520,83 @@ def schedule(
         budget -= new
         n_adm += 1
     return n, n_pre, n_adm
+
+
+@njit(cache=True, error_model="numpy", inline="always")  # one call site
+def _processed(
+    cfg: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int32],
+    rp: npt.NDArray[np.int64],
+    run: npt.NDArray[np.int64],
+    r: int,
+    kc: tuple,  # type: ignore[type-arg]
+) -> None:
+    """Async: the output of the step in flight is processed, after the next was decided.
+
+    The requests it finished (listed by ``loop._finish`` in the second half of
+    the running list's row, in the step's order, as vLLM frees them) have their
+    blocks cached up to their last token, are freed, and leave the running list.
+    """
+    caching = cfg[C_CACHING] != 0
+    done = run.shape[1] // 2
+    for e in range(rp[r, P_PEND_FREE]):
+        i = run[r, done + e]
+        if caching and settles(rq, i, rq[i, R_COMPUTED]):
+            commit(rq, rp, i, r, rq[i, R_COMPUTED], False, kc)
+        release(rq, rp, r, i, kc)
+    drop_finished(rq, rp, run, r)
+    rp[r, P_PEND_FREE] = 0
+
+
+@njit(cache=True, error_model="numpy")
+def schedule(
+    r: int,
+    cfg: npt.NDArray[np.int64],
+    cfgf: npt.NDArray[np.float64],
+    rq: npt.NDArray[np.int32],
+    rqf: npt.NDArray[np.float64],
+    rp: npt.NDArray[np.int64],
+    rpf: npt.NDArray[np.float64],
+    run: npt.NDArray[np.int64],
+    wq: npt.NDArray[np.int32],
+    sched_q: npt.NDArray[np.int64],
+    sched_t: npt.NDArray[np.int64],
+    now: float,
+    kc: tuple,  # type: ignore[type-arg]
+) -> tuple[int, int, int]:
+    """One step as the engine core decides it: synchronously, or with async scheduling.
+
+    Async (see the module docstring): a step that starts when the previous one
+    ends was decided while that one ran, on what the scheduler knew then: the
+    requests taken from the input queue at the previous step's start, and the
+    previous step's outputs not yet processed. If that decides nothing, the
+    core waits for the previous step, processes it, takes every request queued
+    and decides again, as the synchronous loop would (the step still starts at
+    ``now``: an empty batch takes no time).
+    """
+    is_async = cfg[C_ASYNC] != 0
+    pipelined = is_async and rp[r, P_STEP] > 0 and rpf[r, Q_LAST_END] == now
+    pending = rp[r, P_PEND_FREE] > 0
+    n_pre0 = 0
+    while True:
+        if is_async:  # the requests the core has taken from its input queue by now
+            take = rp[r, P_INBOX_OLD] if pipelined else rp[r, P_INBOX]
+            if take > 0:
+                inbox_take(cfg, wq, rp, rq, rqf, r, take)
+            rp[r, P_PIPE] = 1 if pipelined else 0
+            rp[r, P_QUEUED] = rp[r, P_WQ_LEN]  # the step's queue depth
+        n, n_pre, n_adm = _schedule_once(r, cfg, rq, rqf, rp, run, wq, sched_q, sched_t, kc)
+        if not is_async:
+            return n, n_pre, n_adm
+        rp[r, P_PIPE] = 0
+        if rp[r, P_PEND_FREE] > 0:
+            _processed(cfg, rq, rp, run, r, kc)
+        if n > 0 or not pipelined:
+            break
+        pipelined = False  # nothing to run: wait for the step in flight, then decide again
+        n_pre0 = n_pre  # (what the empty decision preempted stays preempted)
+    rp[r, P_INBOX_OLD] = rp[r, P_INBOX]  # the next decision takes these
+    # the next decision sees them, or the blocks and slots just freed: no decode run
+    if rp[r, P_INBOX] > 0 or (pipelined and pending and rp[r, P_WQ_LEN] > 0):
+        rp[r, P_STABLE] = 0
+    return n, n_pre + n_pre0, n_adm
