@@ -111,6 +111,30 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, float]:
     return out
 
 
+def run_table(all_rows: dict[str, list[dict[str, Any]]], names: list[str]) -> list[str]:
+    """Markdown rows: per run, the median |error| over its stages of each shown statistic,
+    uncalibrated / calibrated, and whether it meets the targets (10% p50 / 20% p99
+    uncalibrated, 5% / 10% calibrated)."""
+    bounds = {"uncalibrated": (0.10, 0.20), "calibrated": (0.05, 0.10)}
+    head = "| run | " + " | ".join(f"{m[:-2]} {s}" for m, s in SHOWN) + " | targets met |"
+    lines = [head, "|" + " --- |" * (2 + len(SHOWN))]
+    for name in names:
+        per = {lab: summarize([r for r in rows if r["run"] == name]) for lab, rows in
+               all_rows.items() if lab in bounds and rows}  # fmt: skip
+        cells, met = [name], []
+        for key in (f"{m[:-2]} {s}" for m, s in SHOWN):
+            cells.append(" / ".join(f"{per[lab][key]:.1%}" for lab in per))
+        for lab, stats in per.items():
+            lo, hi = bounds[lab]
+            ok = all(
+                not math.isfinite(v) or v <= (lo if k.endswith("p50") else hi)
+                for k, v in stats.items()
+            )
+            met.append(f"{lab[:3]} {'yes' if ok else 'no'}")
+        lines.append("| " + " | ".join(cells) + " | " + ", ".join(met) + " |")
+    return lines
+
+
 def _pct(x: float) -> str:
     return "—" if not math.isfinite(x) else f"{x:+.1%}"
 
@@ -311,6 +335,12 @@ def main() -> None:
         head + " |",
         "|" + " --- |" * (3 + len(SHOWN)),
         *table,
+        "",
+    ]
+    out += [
+        "Per run, median |error| over its stages: uncalibrated / calibrated.",
+        "",
+        *run_table(all_rows, [r.name for r in runs]),
         "",
     ]
     if staged:
