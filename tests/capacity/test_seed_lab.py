@@ -94,9 +94,13 @@ def test_the_lab_capacity_on_azure_conv(tmp_path: Path) -> None:
     )  # fmt: skip
     assert cap["num_requests_read"] == 19366
     s = cap["searches"]
-    # one H100 cannot hold p99 TTFT at 200 ms at the trace's own rate, at any cap: the
-    # long prompts' own prefill sets the tail
-    assert s["concurrency"]["answer"] is None
-    assert 0.3 * cap["base_rate"] < s["rate"]["answer"] < cap["base_rate"]
+    # at the trace's own rate a cap of 16 queues (p99 TTFT over a second); from 32 on
+    # nothing waits for a slot and every cap meets, so the answer is the range's top
+    met = {p["value"]: p["met"] for p in s["concurrency"]["probes"]}
+    assert not met[16] and all(met[c] for c in met if c >= 32)
+    assert s["concurrency"]["answer"] == 1024
+    # the tail is the long prompts' own prefill, close to the SLO at the trace's own rate:
+    # the highest rate is near it, far below what one H100 serves flat out (about 20 req/s)
+    assert 0.5 * cap["base_rate"] < s["rate"]["answer"] < 2 * cap["base_rate"]
     assert 2 <= s["replicas"]["answer"] <= 8
     assert cap["num_replays"] <= 40
