@@ -26,6 +26,7 @@ import hashlib
 import os
 import secrets
 import shutil
+import stat
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -163,6 +164,26 @@ class Warehouse:
             raise
         return con
 
+    def contains(self, path: Path) -> bool:
+        """Whether writing ``path`` would write into the warehouse directory.
+
+        True when ``path``, with symlinks and ``..`` resolved (as far as it exists),
+        lies inside the directory, and when it is another name (a hard link) of a
+        file inside it.
+        """
+        root = self.root.resolve()
+        target = Path(path).resolve()
+        if target.is_relative_to(root):
+            return True
+        try:
+            st = target.stat()
+        except OSError:  # nothing there yet
+            return False
+        if st.st_nlink < 2:
+            return False
+        key = (st.st_dev, st.st_ino)
+        return any((q.st_dev, q.st_ino) == key for q in _stats(root.rglob("*")))
+
 
 def _has_columns(path: Path, contract: Contract) -> bool:
     """Whether a schema file holds every file column of ``contract``."""
@@ -185,6 +206,17 @@ def absolute_views(root: str) -> str:
     out = text.replace("read_parquet('", prefix)
     assert out.count(prefix) == text.count("read_parquet("), "views.sql: unexpected path form"
     return out
+
+
+def _stats(paths: Iterable[Path]) -> Iterator[os.stat_result]:
+    """The stat of each regular file of ``paths`` (symlinks not followed)."""
+    for p in paths:
+        try:
+            st = p.lstat()
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode):
+            yield st
 
 
 def _alive(pid: int) -> bool:
