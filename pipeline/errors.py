@@ -2,6 +2,7 @@
 
 * PipelineError
   x ConfigError            bad or unknown config key (names the file and key path)
+    x PredicateError       a --where predicate that may not run (names the option or key)
   x ContractError          a table does not match its contract (names table, column, file)
   x SourceError            a whole input file cannot be ingested (unreadable, unknown
                            format, truncated compression, wrong encoding); other files
@@ -19,6 +20,11 @@ class PipelineError(Exception):
 
 class ConfigError(PipelineError):
     """A config file or flag is wrong; the message names the file and the key."""
+
+
+class PredicateError(ConfigError):
+    """A ``--where`` predicate is refused before it runs (``pipeline.predicate``); the
+    message names the option or config key, what is not allowed, and how to write it."""
 
 
 class ContractError(PipelineError):

@@ -3,11 +3,16 @@ a time window.
 
 The warehouse's day partitions are picked first (``--from``/``--to`` days);
 this module narrows the requests inside them: ``--model`` and ``--tenant``
-(repeatable, exact names), ``--where`` (any DuckDB predicate on the requests
+(repeatable, exact names), ``--where`` (a SQL predicate on the requests
 columns, e.g. ``prompt_tokens > 4000 AND tenant <> 'batch'``) and a time of
 day on ``--from`` (inclusive) and ``--to`` (exclusive when it has a time; a bare
 day on ``--to`` means the whole day). Arrival seconds are then counted from the
 first selected request, as for a whole day.
+
+A predicate is checked when the filter is made (``pipeline.predicate``: one
+boolean expression over the requests columns, scalar functions of an
+allow-list, nothing that reads or writes) and runs on a sandboxed connection
+that can open only the requests files it filters (``pipeline.sandbox``).
 
 ``--requests FILE`` accepts any Parquet file with the requests columns (for
 example one written by ``tracereplay sql --format parquet``): its columns are
@@ -24,19 +29,35 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipeline import sandbox
 from pipeline.contracts import REQUESTS
 from pipeline.errors import ConfigError
+from pipeline.predicate import check_predicate, quoted, statement
 
 
 @dataclass(frozen=True)
 class RequestFilter:
-    """Rows of the requests files to keep (every field optional)."""
+    """Rows of the requests files to keep (every field optional).
+
+    Raises:
+        PredicateError: (on construction) ``where`` is not a predicate that may run
+            (``pipeline.predicate``), naming ``where_origin``.
+    """
 
     models: tuple[str, ...] = ()
     tenants: tuple[str, ...] = ()
-    where: str | None = None  # a DuckDB predicate on the requests columns
+    where: str | None = None  # a SQL predicate on the requests columns (checked)
     start: datetime | None = None  # arrival_time >= start (UTC)
     end: datetime | None = None  # arrival_time < end (UTC)
+    where_origin: str = "--where"  # where the predicate came from: an option or a config key
+
+    def __post_init__(self) -> None:
+        where = self.where
+        if isinstance(where, str) and not where.strip():  # blank: every request, as None
+            where = None
+        elif where is not None:
+            where = check_predicate(where, self.where_origin)
+        object.__setattr__(self, "where", where)
 
     @property
     def active(self) -> bool:
@@ -60,8 +81,9 @@ class RequestFilter:
         """The kept rows of ``files`` (every column).
 
         Raises:
-            ConfigError: a predicate DuckDB cannot run (with the columns it may use), or
-                nothing left (with the models, tenants and days the files hold).
+            ConfigError: a predicate that fails as it runs (a bad cast, a type mismatch;
+                with the columns it may use), or nothing left (with the models, tenants
+                and days the files hold).
         """
         clauses: list[str] = []
         params: list[object] = []
@@ -77,25 +99,24 @@ class RequestFilter:
         if self.end:
             clauses.append("arrival_time < ?")
             params.append(self.end)
-        if self.where:
-            clauses.append(f"({self.where})")
         # union_by_name: files written before an optional column was added lack it
-        source = (
-            f"read_parquet({[str(f) for f in files]!r}, hive_partitioning = false, "
-            "union_by_name = true)"
-        )
-        con = duckdb.connect()
+        paths = sandbox.sql_list(sandbox.allowed_path(f) for f in files)
+        source = f"read_parquet({paths}, hive_partitioning = false, union_by_name = true)"
+        rows = f"SELECT * FROM {source} WHERE {' AND '.join(clauses) or 'true'}"
+        con = sandbox.connect(files=files)
         try:
-            con.execute("SET TimeZone = 'UTC'")
             try:
                 table: pa.Table = con.sql(
-                    f"SELECT * FROM {source} WHERE {' AND '.join(clauses) or 'true'}", params=params
+                    statement(self.where, rows) if self.where else rows, params=params
                 ).to_arrow_table()
             except duckdb.Error as exc:
                 first = str(exc).strip().splitlines()[0]
+                if not self.where:
+                    raise ConfigError(f"cannot read the requests files: {first}") from None
                 cols = ", ".join(REQUESTS.file_columns)
                 raise ConfigError(
-                    f"--where {self.where!r}: {first}; the predicate may use: {cols}"
+                    f"{self.where_origin} {quoted(self.where)}: {first}; the predicate may use: "
+                    + cols
                 ) from None
             if table.num_rows == 0:
                 raise ConfigError(f"no request matches {self.describe()}; {_present(con, source)}")

@@ -26,6 +26,7 @@ import hashlib
 import os
 import secrets
 import shutil
+import stat
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -34,6 +35,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipeline import sandbox
 from pipeline.contracts import CONTRACTS, Contract, TableWriter, write_table
 
 SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
@@ -146,27 +148,41 @@ class Warehouse:
         """A read-only, in-memory DuckDB connection with a view over every table.
 
         What can run on it is limited by DuckDB's own settings, not by reading
-        the SQL: the engine opens files under the warehouse directory and
-        nowhere else (``enable_external_access = false`` with
-        ``allowed_directories``), installs and loads no extension, spills
-        nothing to disk (no ``temp_directory``), and its configuration is
-        locked, so no ``SET`` gives any of it back. The session's time zone is
-        UTC. What could still write *inside* the warehouse (``COPY ... TO``
-        under it) is refused by statement type before it runs
+        the SQL (``pipeline.sandbox.connect``): the engine opens files under the
+        warehouse directory and nowhere else, installs and loads no extension,
+        spills nothing to disk, and its configuration is locked. The session's
+        time zone is UTC. What could still write *inside* the warehouse (``COPY
+        ... TO`` under it) is refused by statement type before it runs
         (``pipeline.report.sql.check_read_only``).
         """
         self.init()
-        root = str(self.root.resolve())
-        con = duckdb.connect(
-            config={"autoinstall_known_extensions": False, "autoload_known_extensions": False}
-        )
-        con.execute("SET TimeZone = 'UTC'")
-        con.execute("SET temp_directory = ''")
-        con.execute(absolute_views(root))
-        con.execute(f"SET allowed_directories = ['{_sql_quote(root)}/']")
-        con.execute("SET enable_external_access = false")
-        con.execute("SET lock_configuration = true")
+        con = sandbox.connect(directories=[self.root])
+        try:
+            con.execute(absolute_views(sandbox.allowed_path(self.root)))
+        except BaseException:
+            con.close()
+            raise
         return con
+
+    def contains(self, path: Path) -> bool:
+        """Whether writing ``path`` would write into the warehouse directory.
+
+        True when ``path``, with symlinks and ``..`` resolved (as far as it exists),
+        lies inside the directory, and when it is another name (a hard link) of a
+        file inside it.
+        """
+        root = self.root.resolve()
+        target = Path(path).resolve()
+        if target.is_relative_to(root):
+            return True
+        try:
+            st = target.stat()
+        except OSError:  # nothing there yet
+            return False
+        if st.st_nlink < 2:
+            return False
+        key = (st.st_dev, st.st_ino)
+        return any((q.st_dev, q.st_ino) == key for q in _stats(root.rglob("*")))
 
 
 def _has_columns(path: Path, contract: Contract) -> bool:
@@ -186,10 +202,21 @@ def absolute_views(root: str) -> str:
     # connection's views name their files absolutely.
     """
     text = load_sql(VIEWS_SQL)
-    prefix = f"read_parquet('{_sql_quote(root)}/"
+    prefix = f"read_parquet('{sandbox.sql_quote(root)}/"
     out = text.replace("read_parquet('", prefix)
     assert out.count(prefix) == text.count("read_parquet("), "views.sql: unexpected path form"
     return out
+
+
+def _stats(paths: Iterable[Path]) -> Iterator[os.stat_result]:
+    """The stat of each regular file of ``paths`` (symlinks not followed)."""
+    for p in paths:
+        try:
+            st = p.lstat()
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode):
+            yield st
 
 
 def _alive(pid: int) -> bool:
@@ -200,10 +227,6 @@ def _alive(pid: int) -> bool:
     except PermissionError:  # alive, another user's
         return True
     return True
-
-
-def _sql_quote(s: str) -> str:
-    return s.replace("'", "''")
 
 
 def load_sql(name: str) -> str:

@@ -63,6 +63,17 @@ class MomentType(click.ParamType):
         )
 
 
+def _check_where(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """--where is checked as it is read, before the command takes the warehouse lock or
+    reads anything (``pipeline.predicate``); a refusal is one line, exit 1. A blank one
+    keeps every request, as no --where does."""
+    if value is None or not value.strip():
+        return None
+    from pipeline.predicate import check_predicate
+
+    return check_predicate(value, "--where")
+
+
 def requests_selection(f: F) -> F:
     """--requests FILE, or --from/--to days (optionally with a time of day) of the warehouse,
     and --model, --tenant, --where: which requests to replay."""
@@ -71,8 +82,11 @@ def requests_selection(f: F) -> F:
         "where",
         default=None,
         metavar="PREDICATE",
+        callback=_check_where,
         help="Only requests matching this SQL predicate on the requests columns, e.g. "
-        "\"prompt_tokens > 4000 AND tenant <> 'batch'\".",
+        "\"prompt_tokens > 4000 AND tenant <> 'batch'\": one boolean expression with "
+        "operators, CASE, CAST and scalar string, math, date and list functions; no "
+        "subqueries, table functions or statements.",
     )(f)
     f = click.option(
         "--tenant", "tenants", multiple=True, help="Only this tenant's requests (repeatable)."

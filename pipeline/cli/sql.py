@@ -137,7 +137,7 @@ def _write_text(text: str, output: Path | None) -> None:
     "-o",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="Write the result to FILE instead of stdout.",
+    help="Write the result to FILE instead of stdout (not inside the warehouse).",
 )
 @click.option(
     "--max-rows", type=click.IntRange(min=1), default=50, show_default=True,
@@ -165,8 +165,9 @@ def sql(
 
     The queries in sql/ take parameters as DuckDB variables: pass them with
     --param, or leave them out for the defaults their header names. Statements
-    that write (CREATE, INSERT, COPY, ATTACH, ...) are refused. --views prints
-    the SQL that creates the views, for the duckdb shell.
+    that write (CREATE, INSERT, COPY, ATTACH, ...) are refused, and so is an
+    -o FILE inside the warehouse. --views prints the SQL that creates the views,
+    for the duckdb shell.
 
     Example:
 
@@ -201,6 +202,12 @@ def sql(
     if not root.is_dir():
         raise PipelineError(
             f"no warehouse at {root}: run `tracereplay ingest` first or pass --warehouse"
+        )
+    if output is not None and Warehouse(root).contains(output):
+        raise QueryError(
+            f"-o {output}: that is inside the warehouse {root}, whose files only the "
+            "pipeline writes (a file there would join its views); write the result "
+            "outside it, e.g. -o result.parquet"
         )
     con = Warehouse(root).connect()
     try:

@@ -1,4 +1,5 @@
-"""``tracereplay sql`` writes nothing, however the write is disguised.
+"""``tracereplay sql`` writes nothing, however the write is disguised, and its ``-o``
+writes nothing into the warehouse, however the path is spelled.
 
 Each attempt runs through the command line in a scratch working directory
 next to a copy of a small warehouse; afterwards no file may have appeared or
@@ -8,6 +9,7 @@ system temporary directory and DuckDB's home directory.
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -93,6 +95,22 @@ QUOTED_PARAMS = [
 ]
 
 
+# -o paths that write into the warehouse ({wh}), however they are spelled.
+INSIDE = [
+    "{wh}/requests/date=2024-05-01/dup.parquet",
+    "{wh}/requests/date=2024-05-03/new.parquet",
+    "{wh}/runs/evil.parquet",
+    "{wh}/out.csv",
+    "{wh}/../wh/requests/date=2024-05-01/dup.parquet",
+    "{cwd}/../wh/requests/date=2024-05-01/dup.parquet",
+    "{wh}/requests/date=2024-05-01/../date=2024-05-01/dup.parquet",
+    "{link}/date=2024-05-01/dup.parquet",  # a directory symlink into the warehouse
+    "{file_link}",  # a symlink to a warehouse file
+    "{hard_link}",  # another name of a warehouse file
+    "wh-rel/requests/date=2024-05-01/dup.parquet",  # relative, through a symlink
+]
+
+
 def _snapshot(*roots: Path) -> dict[str, tuple[int, int]]:
     """Every file under ``roots``: path -> (size, mtime_ns)."""
     out = {}
@@ -169,6 +187,7 @@ def test_quoted_parameters_are_values(
 
 def test_corpus_size() -> None:
     assert len(ATTEMPTS) + len(QUOTED_PARAMS) >= 40
+    assert len(INSIDE) >= 10
 
 
 def test_reads_that_must_keep_working(scratch: tuple[Path, Path]) -> None:
@@ -184,3 +203,52 @@ def test_reads_that_must_keep_working(scratch: tuple[Path, Path]) -> None:
     ):
         code, out = _sql(wh, text.format(wh=wh))
         assert code == 0, (text, out)
+
+
+@pytest.mark.parametrize("target", INSIDE)
+def test_sql_output_inside_the_warehouse_is_refused(
+    scratch: tuple[Path, Path], target: str
+) -> None:
+    wh, cwd = scratch
+    (cwd / "link").symlink_to(wh / "requests", target_is_directory=True)
+    (cwd / "wh-rel").symlink_to(wh, target_is_directory=True)
+    data = next(wh.glob("requests/date=2024-05-01/src-*.parquet"))
+    (cwd / "file_link.parquet").symlink_to(data)
+    os.link(data, cwd / "hard_link.parquet")
+    path = target.format(
+        wh=wh,
+        cwd=cwd,
+        link=cwd / "link",
+        file_link=cwd / "file_link.parquet",
+        hard_link=cwd / "hard_link.parquet",
+    )
+    before = _snapshot(wh)
+    query = "SELECT * FROM requests"
+    code, out = _sql(wh, "--format", "parquet", "-o", path, query)
+    assert code == 1, out
+    assert len(out.strip().splitlines()) == 1, out
+    assert "is inside the warehouse" in out
+    assert _snapshot(wh) == before
+    code, out = _sql(wh, "--format", "csv", "SELECT count(*) AS n FROM requests")
+    assert (code, out) == (0, "n\n5\n")  # nothing counted twice
+
+
+def test_sql_output_outside_the_warehouse_still_works(scratch: tuple[Path, Path]) -> None:
+    wh, cwd = scratch
+    (cwd / "wh-sibling").mkdir()
+    for path in ("out.parquet", "wh-sibling/out.parquet", str(wh) + "-copy.parquet"):
+        code, out = _sql(wh, "-o", path, "SELECT * FROM requests")
+        assert code == 0, out
+        assert "wrote 5 rows (parquet)" in out
+
+
+def test_sql_output_is_checked_against_the_resolved_warehouse(
+    scratch: tuple[Path, Path],
+) -> None:
+    wh, cwd = scratch
+    (cwd / "wh-link").symlink_to(wh, target_is_directory=True)
+    before = _snapshot(wh)
+    out_path = str(wh / "requests" / "date=2024-05-01" / "dup.parquet")
+    code, out = _sql(cwd / "wh-link", "-o", out_path, "SELECT * FROM requests")
+    assert code == 1 and "is inside the warehouse" in out, out
+    assert _snapshot(wh) == before
