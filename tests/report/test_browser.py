@@ -164,7 +164,7 @@ def test_a_30_scenario_sweep_and_capacity_report_in_chromium(
                 "() => Array.from(document.querySelectorAll('#capacity svg text'))"
                 ".map(t => t.textContent)"
             )
-            page.locator("#chart-capacity-6").screenshot(
+            page.locator("#capacity [id^=chart-capacity-]").last.screenshot(
                 path=str(ARTIFACTS / "report_sweep30_slos.png")
             )
 
