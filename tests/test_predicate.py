@@ -28,6 +28,7 @@ from pipeline.selection import RequestFilter
 from pipeline.sim.replay import read_requests
 from pipeline.warehouse import Warehouse
 from tests.report.conftest import build
+from tests.untouched import snapshot, tmp_entries
 
 # Each must be refused by the checker. {tmp}: the system temporary directory.
 INJECTIONS = [
@@ -180,21 +181,18 @@ LEGIT = [
 ]
 
 
-def _snapshot(*roots: Path) -> dict[str, tuple[int, int]]:
-    """Every file under ``roots``: path -> (size, mtime_ns)."""
-    out = {}
-    for root in roots:
-        for p in root.rglob("*"):
-            if p.is_file():
-                st = p.stat()
-                out[str(p)] = (st.st_size, st.st_mtime_ns)
-    return out
+# what an attempt could write in the temporary directory
+ATTEMPT_TMP_NAMES = {
+    "pwned.csv",
+    "x.csv",
+    "x.parquet",
+    "x.duckdb",
+    "exported",
+}
 
 
 def _tmp_ours() -> set[str]:
-    """Entries of the system temporary directory that an attempt could have made."""
-    names = {"pwned.csv", "x.csv", "x.parquet", "x.duckdb", "exported"}
-    return {p.name for p in Path(tempfile.gettempdir()).iterdir() if p.name in names}
+    return tmp_entries(ATTEMPT_TMP_NAMES)
 
 
 @pytest.fixture(scope="module")
@@ -225,23 +223,23 @@ def test_injection_is_refused_and_nothing_runs(
     scratch: tuple[Path, Path], tmp_path: Path, attempt: str
 ) -> None:
     text = attempt.format(tmp=tempfile.gettempdir())
-    before, tmp_before = _snapshot(tmp_path), _tmp_ours()
+    before, tmp_before = snapshot(tmp_path), _tmp_ours()
     with pytest.raises(PredicateError) as refused:
         check_predicate(text)
     _one_line_refusal(str(refused.value))
     with pytest.raises(PredicateError):
         RequestFilter(where=text)  # the library refuses it as the CLI does
-    assert _snapshot(tmp_path) == before
+    assert snapshot(tmp_path) == before
     assert _tmp_ours() == tmp_before
 
 
 @pytest.mark.parametrize("value", QUOTED_VALUES)
 def test_quoted_values_are_values(scratch: tuple[Path, Path], tmp_path: Path, value: str) -> None:
     wh, _ = scratch
-    before = _snapshot(tmp_path)
+    before = snapshot(tmp_path)
     with pytest.raises(Exception, match="no request matches"):
         read_requests(Warehouse(wh).files(REQUESTS), RequestFilter(where=value))
-    assert _snapshot(tmp_path) == before
+    assert snapshot(tmp_path) == before
 
 
 def test_corpus_size() -> None:
@@ -317,12 +315,12 @@ def test_replay_refuses_before_anything_runs(
     scratch: tuple[Path, Path], tmp_path: Path, attempt: str
 ) -> None:
     wh, cwd = scratch
-    before = _snapshot(tmp_path)
+    before = snapshot(tmp_path)
     code, out = _cli("replay", "--warehouse", str(wh), "--policy", "vllm", "--where", attempt)
     assert code == 1, out
     assert out.startswith("Error: --where "), out
     _one_line_refusal(out.removeprefix("Error: "))
-    assert _snapshot(tmp_path) == before  # not even the warehouse lock file
+    assert snapshot(tmp_path) == before  # not even the warehouse lock file
     assert not (cwd / "pwned.csv").exists()
 
 
@@ -330,7 +328,7 @@ def test_every_command_with_where_checks_it(scratch: tuple[Path, Path], tmp_path
     wh, cwd = scratch
     (cwd / "grid.toml").write_text('[base]\npolicy = "vllm"\n[axes]\nmax_num_seqs = [4, 8]\n')
     (cwd / "prod.toml").write_text('policy = "vllm"\n')
-    before = _snapshot(tmp_path)
+    before = snapshot(tmp_path)
     bad = "getenv('HOME') = ''"
     for args in (
         ["sweep", "grid.toml", "--jobs", "1"],
@@ -342,7 +340,7 @@ def test_every_command_with_where_checks_it(scratch: tuple[Path, Path], tmp_path
         assert code == 1, (args, out)
         assert out.startswith("Error: --where \"getenv('HOME') = ''\": the function getenv "), out
         assert len(out.strip().splitlines()) == 1, out
-    assert _snapshot(tmp_path) == before
+    assert snapshot(tmp_path) == before
 
 
 def test_replay_with_a_legitimate_predicate(scratch: tuple[Path, Path]) -> None:

@@ -19,6 +19,7 @@ from click.testing import CliRunner
 
 from pipeline.cli import cli
 from pipeline.warehouse import Warehouse
+from tests.untouched import snapshot, tmp_entries
 
 # Every one of these must be refused (exit 1, one line) and write nothing.
 # {wh} is the warehouse directory, {tmp} the system temporary directory.
@@ -111,26 +112,19 @@ INSIDE = [
 ]
 
 
-def _snapshot(*roots: Path) -> dict[str, tuple[int, int]]:
-    """Every file under ``roots``: path -> (size, mtime_ns)."""
-    out = {}
-    for root in roots:
-        if root.is_dir():
-            for p in root.rglob("*"):
-                if p.is_file():
-                    st = p.stat()
-                    out[str(p)] = (st.st_size, st.st_mtime_ns)
-    return out
+# what an attempt could write in the temporary directory
+ATTEMPT_TMP_NAMES = {
+    "tracereplay-x.csv",
+    "x.csv",
+    "x.parquet",
+    "x.duckdb",
+    "exported",
+    "logs",
+}
 
 
 def _tmp_ours() -> set[str]:
-    """Entries of the system temporary directory that an attempt could have made.
-
-    # NOTE: other programs use the temporary directory too, so only names an
-    # attempt writes are compared.
-    """
-    names = {"tracereplay-x.csv", "x.csv", "x.parquet", "x.duckdb", "exported", "logs"}
-    return {p.name for p in Path(tempfile.gettempdir()).iterdir() if p.name in names}
+    return tmp_entries(ATTEMPT_TMP_NAMES)
 
 
 @pytest.fixture
@@ -159,13 +153,13 @@ def test_write_attempt_is_refused_and_writes_nothing(
 ) -> None:
     wh, cwd = scratch
     home = Path.home() / ".duckdb"
-    before, tmp_before = _snapshot(tmp_path, home), _tmp_ours()
+    before, tmp_before = snapshot(tmp_path, home), _tmp_ours()
     text = attempt.format(wh=wh, tmp=tempfile.gettempdir())
     code, out = _sql(wh, "--", text)  # "--" lets a text start with a dash
     assert code == 1, out
     assert len(out.strip().splitlines()) == 1, out
     assert out.startswith("Error: ")
-    assert _snapshot(tmp_path, home) == before
+    assert snapshot(tmp_path, home) == before
     assert _tmp_ours() == tmp_before
     # and the warehouse still answers
     code, out = _sql(wh, "SELECT count(*) AS n FROM requests", "--format", "csv")
@@ -177,12 +171,12 @@ def test_quoted_parameters_are_values(
     scratch: tuple[Path, Path], tmp_path: Path, value: str
 ) -> None:
     wh, cwd = scratch
-    before = _snapshot(tmp_path)
+    before = snapshot(tmp_path)
     query = "SELECT getvariable('p') AS p"
     code, out = _sql(wh, query, "--param", f"p={value}", "--format", "json")
     assert code == 0, out
     assert value in out.replace('\\"', '"')
-    assert _snapshot(tmp_path) == before
+    assert snapshot(tmp_path) == before
 
 
 def test_corpus_size() -> None:
@@ -222,13 +216,13 @@ def test_sql_output_inside_the_warehouse_is_refused(
         file_link=cwd / "file_link.parquet",
         hard_link=cwd / "hard_link.parquet",
     )
-    before = _snapshot(wh)
+    before = snapshot(wh)
     query = "SELECT * FROM requests"
     code, out = _sql(wh, "--format", "parquet", "-o", path, query)
     assert code == 1, out
     assert len(out.strip().splitlines()) == 1, out
     assert "is inside the warehouse" in out
-    assert _snapshot(wh) == before
+    assert snapshot(wh) == before
     code, out = _sql(wh, "--format", "csv", "SELECT count(*) AS n FROM requests")
     assert (code, out) == (0, "n\n5\n")  # nothing counted twice
 
@@ -247,8 +241,8 @@ def test_sql_output_is_checked_against_the_resolved_warehouse(
 ) -> None:
     wh, cwd = scratch
     (cwd / "wh-link").symlink_to(wh, target_is_directory=True)
-    before = _snapshot(wh)
+    before = snapshot(wh)
     out_path = str(wh / "requests" / "date=2024-05-01" / "dup.parquet")
     code, out = _sql(cwd / "wh-link", "-o", out_path, "SELECT * FROM requests")
     assert code == 1 and "is inside the warehouse" in out, out
-    assert _snapshot(wh) == before
+    assert snapshot(wh) == before
