@@ -119,8 +119,11 @@ def run_table(all_rows: dict[str, list[dict[str, Any]]], names: list[str]) -> li
     head = "| run | " + " | ".join(f"{m[:-2]} {s}" for m, s in SHOWN) + " | targets met |"
     lines = [head, "|" + " --- |" * (2 + len(SHOWN))]
     for name in names:
-        per = {lab: summarize([r for r in rows if r["run"] == name]) for lab, rows in
-               all_rows.items() if lab in bounds and rows}  # fmt: skip
+        per = {
+            lab: summarize([r for r in rows if r["run"] == name])
+            for lab, rows in all_rows.items()
+            if lab in bounds and rows
+        }
         cells, met = [name], []
         for key in (f"{m[:-2]} {s}" for m, s in SHOWN):
             cells.append(" / ".join(f"{per[lab][key]:.1%}" for lab in per))
