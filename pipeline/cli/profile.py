@@ -100,7 +100,7 @@ def new(
 
     \b
     Example:
-      tracereplay profile new --model-config Llama-3-70B/config.json \
+      tracereplay profile new --model-config Llama-3-70B/config.json \\
         --gpu h100-sxm --tp 4 -o l70.json
       tracereplay replay ... --profile l70.json
     """
