@@ -64,6 +64,7 @@ from pipeline.calibrate.groundtruth import (  # noqa: E402
     read_llmservingsim,
     stats_of,
 )
+from pipeline.errors import ConfigError  # noqa: E402
 
 DEFAULT_ROOT = ROOT.parent / "shared" / "fidelity"
 # GPU KV blocks of the inference-perf experiments' engines (block 16), per model, as the
@@ -303,7 +304,10 @@ def main() -> None:
     parser.add_argument("--print", action="store_true", help="print only")
     parser.add_argument("--fit-defaults", action="store_true", help="re-derive H100 defaults")
     args = parser.parse_args()
-    every = discover(args.root)
+    try:
+        every = discover(args.root)
+    except ConfigError as exc:  # a damaged or partial ground truth: say which file, no trace
+        raise SystemExit(f"error: {exc}") from None
     if args.fit_defaults:
         print(fit_defaults(every))
         return
