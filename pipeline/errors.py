@@ -9,6 +9,8 @@
                            of the same run still land
   x ScenarioError          a replay scenario is invalid (names the key, lists allowed values)
   x UnknownQueryError           no sql/<name>.sql (lists the available names)
+  x StorageError           the file system refused a write: full, read-only, no
+                           permission, ... (pipeline/storage.py; names the path and the fix)
 
 Anything that is not a PipelineError is a bug and keeps its traceback.
 """

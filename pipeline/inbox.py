@@ -73,11 +73,11 @@ def load_manifest(warehouse: Path) -> dict[str, str]:
 
 
 def save_manifest(warehouse: Path, files: dict[str, str]) -> None:
-    path = warehouse / MANIFEST
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps({"files": dict(sorted(files.items()))}, indent=1) + "\n")
-    os.replace(tmp, path)
+    from pipeline.storage import write_atomic
+
+    write_atomic(
+        warehouse / MANIFEST, json.dumps({"files": dict(sorted(files.items()))}, indent=1) + "\n"
+    )
 
 
 def new_or_changed(paths: list[Path], manifest: dict[str, str]) -> tuple[list[InboxFile], int]:

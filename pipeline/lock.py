@@ -12,7 +12,11 @@ when its holder dies, however it dies, so a killed command never leaves the
 warehouse locked.
 
 Right after taking the lock a command removes what killed commands left
-behind (``Warehouse.remove_stale``): no writer can be running then.
+behind (``Warehouse.remove_stale``): no writer can be running then. A command
+that fails (a full disk, a read-only mount, ...) does the same before it lets
+go, so that nothing of it stays; the lock file names the warehouse in the
+command's one-line error (``pipeline.storage``) and is released however it
+ends.
 
 The library functions that write runs (``replay``, ``sweep``,
 ``run_capacity``) take the lock themselves (``with_warehouse_lock``), so a
@@ -24,6 +28,7 @@ committed runs, and every file is replaced atomically.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -35,6 +40,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+from pipeline import storage
 from pipeline.errors import PipelineError
 
 LOCK_FILE = ".lock"
@@ -100,7 +106,6 @@ def warehouse_lock(
         LockTimeoutError: the lock stayed taken for ``timeout_s``.
     """
     root = Path(root)
-    root.mkdir(parents=True, exist_ok=True)
     key = root.resolve()
     if key in _held:
         _held[key] += 1
@@ -109,48 +114,85 @@ def warehouse_lock(
         finally:
             _held[key] -= 1
         return
-    fd = os.open(root / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        deadline = time.monotonic() + timeout_s
-        told = False
-        while True:
+    # A full disk, a read-only mount, a missing permission: one line naming the path
+    # and the fix (pipeline.storage), and what the command wrote so far removed.
+    with storage.writing(root, "point --warehouse elsewhere"):
+        if root.exists() and not root.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, "Not a directory", str(root))
+        root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(root / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            _acquire(fd, root, timeout_s, on_wait)
+            _record(fd, command)
+            _held[key] = 1
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                info = holder(root)
-                if time.monotonic() >= deadline:
-                    raise LockTimeoutError(
-                        f"warehouse {root} is locked by {_describe(info)}; gave up after "
-                        f"{timeout_s:g} s: wait for it to finish, or pass a longer "
-                        "--lock-timeout"
-                    ) from None
-                if not told:
-                    on_wait(
-                        f"waiting for the warehouse lock of {root}, held by {_describe(info)}; "
-                        f"giving up after {timeout_s:g} s (--lock-timeout)"
-                    )
-                    told = True
-                time.sleep(POLL_S)
-        record = {
-            "pid": os.getpid(),
-            "command": command or command_line(),
-            "since": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        }
+                if clean:
+                    from pipeline.warehouse import Warehouse
+
+                    Warehouse(root).remove_stale()
+                yield
+            except BaseException:
+                _clean_after_failure(root)
+                raise
+            finally:
+                del _held[key]
+                try:
+                    os.ftruncate(fd, 0)
+                except OSError:  # the kernel drops the lock all the same
+                    pass
+        finally:
+            os.close(fd)  # releases the lock
+
+
+def _acquire(fd: int, root: Path, timeout_s: float, on_wait: Callable[[str], None]) -> None:
+    deadline = time.monotonic() + timeout_s
+    told = False
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            info = holder(root)
+            if time.monotonic() >= deadline:
+                raise LockTimeoutError(
+                    f"warehouse {root} is locked by {_describe(info)}; gave up after "
+                    f"{timeout_s:g} s: wait for it to finish, or pass a longer "
+                    "--lock-timeout"
+                ) from None
+            if not told:
+                on_wait(
+                    f"waiting for the warehouse lock of {root}, held by {_describe(info)}; "
+                    f"giving up after {timeout_s:g} s (--lock-timeout)"
+                )
+                told = True
+            time.sleep(POLL_S)
+
+
+def _record(fd: int, command: str | None) -> None:
+    """Write who holds the lock into the lock file. Only a courtesy to whoever waits: on a
+    full disk the command goes on without it (and fails, if it must, on its own writes)."""
+    record = {
+        "pid": os.getpid(),
+        "command": command or command_line(),
+        "since": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+    try:
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(record).encode(), 0)
-        _held[key] = 1
-        try:
-            if clean:
-                from pipeline.warehouse import Warehouse
+    except OSError:
+        pass
 
-                Warehouse(root).remove_stale()
-            yield
-        finally:
-            del _held[key]
-            os.ftruncate(fd, 0)
-    finally:
-        os.close(fd)  # releases the lock
+
+def _clean_after_failure(root: Path) -> None:
+    """Remove what a failed command left (temporary files, the files of its uncommitted
+    run) while it still holds the lock, so that nothing partial stays and the space it
+    took is free. Best effort: the command's own error is what matters."""
+    from pipeline.warehouse import Warehouse
+
+    try:
+        Warehouse(root).remove_stale()
+    except OSError:
+        pass
 
 
 def with_warehouse_lock(fn: Callable[..., T]) -> Callable[..., T]:

@@ -397,11 +397,17 @@ def run_nightly(
         quiet: no progress bars.
         log: called with one line per step (default: nothing).
 
+    A full disk, a read-only mount or a missing permission ends the night as failed
+    with its one-line error (``pipeline.storage``): what the night wrote unfinished is
+    removed, and the manifest records the failure where its directory can be written.
+
     Raises:
         LockTimeoutError: another command held the warehouse for too long.
+        StorageError: the night failed and not even its manifest could be written (the
+            line says why), or the warehouse could not be locked and no manifest written.
     """
-    import json
     import time
+    from contextlib import ExitStack
     from datetime import UTC, datetime
 
     from pipeline import __version__
@@ -410,16 +416,16 @@ def run_nightly(
     from pipeline.inbox import expand, load_manifest, new_or_changed, save_manifest
     from pipeline.lock import DEFAULT_TIMEOUT_S, warehouse_lock
     from pipeline.plan.capacity import run_capacity
+    from pipeline.storage import StorageError, storage_error
     from pipeline.warehouse import Warehouse, new_run_id
 
     say = log or (lambda line: None)
     timeout = DEFAULT_TIMEOUT_S if lock_timeout_s is None else lock_timeout_s
-    with warehouse_lock(warehouse, timeout_s=timeout):
-        t0 = time.perf_counter()
+
+    def begin() -> dict[str, Any]:
         started = datetime.now(UTC)
-        night_id = new_run_id(started)
-        m: dict[str, Any] = {
-            "night_id": night_id,
+        return {
+            "night_id": new_run_id(started),
             "started_at": started.isoformat(),
             "config": str(cfg.path),
             "warehouse": str(Path(warehouse).resolve()),
@@ -427,8 +433,23 @@ def run_nightly(
             "status": "running",
             "errors": [],
         }
+
+    with ExitStack() as stack:
+        t0 = time.perf_counter()
+        try:
+            stack.enter_context(warehouse_lock(warehouse, timeout_s=timeout))
+        except StorageError as exc:  # e.g. a read-only warehouse: record the night if we can
+            m = begin()
+            m["errors"].append(str(exc))
+            m["status"] = "failed"
+            path = _finish_manifest(Path(warehouse), m, EXIT_FAILED, t0)
+            return NightResult(m["night_id"], EXIT_FAILED, path, m)
+        t0 = time.perf_counter()
+        m = begin()
+        night_id = m["night_id"]
         errors: list[str] = m["errors"]
         replayed = capacity = None
+        refused = False
         try:
             files = expand(cfg.inbox)
             seen = load_manifest(Path(warehouse))
@@ -499,28 +520,95 @@ def run_nightly(
                     m["report"] = str(path)
                     say(f"report: {m['report']}")
             save_manifest(Path(warehouse), seen)
+        except StorageError as exc:  # a full disk, a read-only mount, ...
+            errors.append(str(exc))
+            refused = True
         except PipelineError as exc:
             errors.append(str(exc))
+        except OSError as exc:  # one raised here, outside the commands' own translation
+            err = storage_error(exc)
+            if err is None:
+                raise
+            errors.append(str(err))
+            refused = True
+        if refused:
+            _remove_unfinished(Path(warehouse))  # and free the space it took
         if errors:
             m["status"], code = "failed", EXIT_FAILED
         elif m.get("drifts"):
             m["status"], code = "drift", EXIT_DRIFT
         else:
             m["status"], code = ("ok" if m.get("days") else "nothing new"), EXIT_OK
-        m["exit_code"] = code
-        m["finished_at"] = datetime.now(UTC).isoformat()
-        m["wall_s"] = round(time.perf_counter() - t0, 3)
-        night_dir = Path(warehouse) / NIGHTS_DIR / night_id
-        night_dir.mkdir(parents=True, exist_ok=True)
-        path = night_dir / "manifest.json"
-        tmp = night_dir / f".manifest.json.tmp-{os.getpid()}"
-        tmp.write_text(json.dumps(m, indent=2, default=str) + "\n")
-        os.replace(tmp, path)
-        kept = nights(Path(warehouse))
-        baseline, _ = _previous_figures(Path(warehouse))  # never drop the last measured night
-        for old in kept[: max(0, len(kept) - cfg.keep_nights)]:
-            if old.parent.name == baseline:
-                continue
-            _forget_night(Path(warehouse), old)
-            say(f"retention: removed night {old.parent.name}")
+        path = _finish_manifest(Path(warehouse), m, code, t0)
+        try:
+            kept = nights(Path(warehouse))
+            baseline, _ = _previous_figures(Path(warehouse))  # never drop the last measured
+            for old in kept[: max(0, len(kept) - cfg.keep_nights)]:
+                if old.parent.name == baseline:
+                    continue
+                _forget_night(Path(warehouse), old)
+                say(f"retention: removed night {old.parent.name}")
+        except OSError as exc:  # the night is recorded; older ones stay until next time
+            err = storage_error(exc)
+            if err is None:
+                raise
+            say(f"retention: {err}")
         return NightResult(night_id, code, path, m)
+
+
+def _remove_unfinished(warehouse: Path) -> None:
+    """After a refused write: remove the night's unfinished files (we hold the lock)."""
+    from pipeline.warehouse import Warehouse
+
+    try:
+        Warehouse(warehouse).remove_stale()
+    except OSError:
+        pass
+
+
+def _finish_manifest(warehouse: Path, m: dict[str, Any], code: int, t0: float) -> Path:
+    """Complete the manifest ``m`` and write it atomically to
+    ``<warehouse>/nightly/<night id>/manifest.json``.
+
+    Raises:
+        StorageError: it could not be written; the line gives the night's own error too.
+    """
+    import time
+    from datetime import UTC, datetime
+
+    from pipeline.storage import StorageError, storage_error, write_atomic
+
+    m["exit_code"] = code
+    m["finished_at"] = datetime.now(UTC).isoformat()
+    m["wall_s"] = round(time.perf_counter() - t0, 3)
+    night_dir = warehouse / NIGHTS_DIR / str(m["night_id"])
+    path = night_dir / "manifest.json"
+    try:
+        write_atomic(path, json.dumps(m, indent=2, default=str) + "\n")
+    except OSError as exc:
+        landed = m.get("ingest") or m.get("replay_run_id")
+        err = storage_error(
+            exc,
+            outcome="what the night ingested and replayed landed; its manifest did not"
+            if landed and not m["errors"]
+            else None,
+        )
+        if err is None:
+            raise
+        if night_dir.is_dir() and not any(night_dir.iterdir()):
+            night_dir.rmdir()  # no empty night folder left behind
+        if m["errors"]:
+            raise StorageError(
+                f"{m['errors'][-1]}; and no manifest could be written for night "
+                f"{m['night_id']} ({err.path}: {err.reason})",
+                err.path,
+                err.errno,
+                err.reason,
+            ) from exc
+        raise StorageError(
+            f"no manifest could be written for night {m['night_id']}: {err}",
+            err.path,
+            err.errno,
+            err.reason,
+        ) from exc
+    return path

@@ -130,8 +130,8 @@ def calibrated_profile(
 
 
 def write_profile(profile: dict[str, Any], path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(profile, indent=2) + "\n")
-    tmp.replace(path)
-    return path
+    """Write a profile JSON whole or not at all (a refused write is one line)."""
+    from pipeline.storage import write_atomic, writing
+
+    with writing(path, "give -o another path"):
+        return write_atomic(path, json.dumps(profile, indent=2) + "\n")

@@ -41,7 +41,8 @@ ALLOCATOR = {"ingest": "ingest"}
 
 
 class PipelineGroup(click.Group):
-    """Expected failures (PipelineError) print one line and exit 1; bugs keep their traceback."""
+    """Expected failures (PipelineError, and an OSError of the file system such as a full
+    disk: ``pipeline.storage``) print one line and exit 1; bugs keep their traceback."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMANDS)
@@ -80,6 +81,16 @@ class PipelineGroup(click.Group):
             if ctx.obj is not None and ctx.obj.debug:
                 raise
             raise click.ClickException(str(exc)) from exc
+        except OSError as exc:
+            # a full disk, a read-only mount, a missing permission, ... where no command
+            # said what it writes (pipeline.storage): by errno only, and only with a path;
+            # any other OSError may be a bug and keeps its traceback
+            from pipeline.storage import storage_error
+
+            err = storage_error(exc)
+            if err is None or (ctx.obj is not None and ctx.obj.debug):
+                raise
+            raise click.ClickException(str(err)) from exc
 
 
 @click.group(cls=PipelineGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -112,8 +112,10 @@ def new(
         raise ConfigError("give --gpu NAME or --gpu-spec FILE.json")
     model = read_model_config(model_config, name, dtype, kv_dtype, max_model_len)
     data = new_profile(model, spec, eff, tp, resolve_runtime(runtime), frontend == "http")
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(render(data))
+    from pipeline.storage import write_atomic, writing
+
+    with writing(output, "give -o another path"):
+        write_atomic(output, render(data))
     derived, mem, gib = data["derived"], data["memory"], 2**30
     click.echo(
         f"wrote {output}: {data['name']}, {derived['params_total'] / 1e9:.2f}e9 parameters "

@@ -107,22 +107,31 @@ def report(
         tracereplay report RUN_A --compare RUN_B     # both runs, and what changed
     """
     from pipeline.pricing import gpu_prices
+    from pipeline.storage import writing
 
     cfg = load_config(config_file)
     wh = Warehouse(warehouse_path(str(warehouse) if warehouse else None, cfg))
     wh.remove_orphan_temp_files()  # of reports killed while writing
     slo_s, slos = report_slos(slo_items, slo_ttft_ms)
-    html = build_report(
-        wh,
-        run_id,
-        output=output,
-        png=png,
-        slo_ttft_s=slo_s,
-        report=report_name,
-        compare=compare_run,
-        gpu_prices=gpu_prices(cfg, gpu_hour_price),
-        slos=slos or None,
+    # the report only reads the warehouse: where it cannot write there (a read-only
+    # mount), the line says to write the report elsewhere
+    where, elsewhere = (
+        (wh.root, "write the report elsewhere with -o FILE")
+        if output is None
+        else (output, "give -o another path")
     )
+    with writing(where, elsewhere):
+        html = build_report(
+            wh,
+            run_id,
+            output=output,
+            png=png,
+            slo_ttft_s=slo_s,
+            report=report_name,
+            compare=compare_run,
+            gpu_prices=gpu_prices(cfg, gpu_hour_price),
+            slos=slos or None,
+        )
     pngs = sorted(str(p) for p in png_dir(html).glob("*.png")) if png else []
     if as_json:
         out = {"html": str(html), "bytes": html.stat().st_size, "pngs": pngs}

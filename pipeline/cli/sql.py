@@ -98,14 +98,22 @@ def _emit(df: pl.DataFrame, fmt: str, output: Path | None, max_rows: int) -> Non
         if output is None:
             sys.stdout.buffer.write(buf.getvalue())
         else:
-            output.write_bytes(buf.getvalue())
+            _write_file(output, buf.getvalue())
 
 
 def _write_text(text: str, output: Path | None) -> None:
     if output is None:
         click.echo(text, nl=False)
     else:
-        output.write_text(text)
+        _write_file(output, text)
+
+
+def _write_file(output: Path, data: bytes | str) -> None:
+    """Write -o whole or not at all; a full disk or a read-only directory is one line."""
+    from pipeline.storage import write_atomic, writing
+
+    with writing(output, "give -o another path"):
+        write_atomic(output, data)
 
 
 @click.command()

@@ -182,6 +182,8 @@ def ingest_logs(
                 _ingest_file(path, warehouse, opts, run_id, index, res, bar)
             except SourceError as exc:
                 res.error = str(exc)
+            except OSError as exc:
+                res.error = _os_error(path, exc, results, len(paths))
             except Exception as exc:  # noqa: BLE001 - a bug on one file must not stop the others
                 res.error = _unexpected(path, exc)
             if res.error is not None:
@@ -189,8 +191,48 @@ def ingest_logs(
                 res.dates = []
             results.append(res)
     result = IngestResult(run_id, str(warehouse.root), results)
-    _write_run(warehouse, result, sources, started, opts)
+    whole = sum(1 for r in results if r.error is None)
+    try:
+        _write_run(warehouse, result, sources, started, opts)
+    except OSError as exc:
+        from pipeline import storage
+
+        outcome = (
+            f"its {whole} files landed whole, its runs row did not; a rerun replaces them"
+            if whole
+            else None
+        )
+        err = storage.storage_error(exc, outcome=outcome)
+        if err is None:
+            raise
+        raise err from exc
+    if whole:
+        from pipeline import storage
+
+        storage.landed(f"the ingest (run {run_id}) landed whole")
     return result
+
+
+def _os_error(path: Path, exc: OSError, done: list[FileResult], total: int) -> str:
+    """The error line of a file the system would not let us read; raises when it would
+    not let us *write* (a full disk, a read-only warehouse, ...): the other files would
+    fail the same way, so the run stops there (``pipeline.storage``)."""
+    from pipeline import storage
+
+    err = storage.storage_error(exc)
+    if err is None:
+        return _unexpected(path, exc)
+    if err.path.resolve() == path.resolve():  # the log itself: this file only
+        return (
+            f"{path}: cannot read it: {err.reason}; give this user read access to it, "
+            "then rerun (the other files landed)"
+        )
+    whole = sum(1 for r in done if r.error is None)
+    if whole:
+        storage.landed(
+            f"{whole} of the {total} files landed whole before it, and a rerun replaces them"
+        )
+    raise err from exc
 
 
 def _unexpected(path: Path, exc: Exception) -> str:
@@ -257,14 +299,14 @@ def _ingest_file(
             if consumed > done:
                 bar.advance(consumed - done)  # type: ignore[attr-defined]
                 done = consumed
+        if res.rows_read != res.rows_kept + res.rows_quarantined + res.rows_duplicate:
+            raise AssertionError(f"counts do not reconcile for {path}: {res}")
+        _commit(warehouse, stem, sink, rejects, run_id, fmt, path, res)
     except BaseException:
-        sink.abort()
+        sink.abort()  # a failed write (a full disk) leaves no temporary file behind
         raise
     finally:
         opened.stream.close()
-    if res.rows_read != res.rows_kept + res.rows_quarantined + res.rows_duplicate:
-        raise AssertionError(f"counts do not reconcile for {path}: {res}")
-    _commit(warehouse, stem, sink, rejects, run_id, fmt, path, res)
     index.keep(kept_hashes)
     if res.rows_kept == 0 and res.rows_read == 0:
         res.dates = []
@@ -455,7 +497,11 @@ def _commit(
     if q.height:
         q_tmp = q_final.with_name(f".{q_final.name}.tmp-{run_id}")
         q_tmp.parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(conform(q.to_arrow(), QUARANTINE, str(path)), q_tmp, compression="zstd")
+        try:
+            pq.write_table(conform(q.to_arrow(), QUARANTINE, str(path)), q_tmp, compression="zstd")
+        except BaseException:
+            q_tmp.unlink(missing_ok=True)
+            raise
         new.append((q_tmp, q_final))
     else:
         old.append(q_final)

@@ -130,6 +130,13 @@ def write_atomic(path: Path, text: str) -> Path:
     return path
 
 
+def write_atomic_bytes(path: Path, data: bytes) -> Path:
+    """``write_atomic`` for bytes: no half file, no temporary file left when it fails."""
+    from pipeline.storage import write_atomic as write
+
+    return write(path, data)
+
+
 def write_pngs(specs: dict[str, dict[str, Any]], out_dir: Path, scale: float = 2.0) -> list[Path]:
     """One PNG per chart spec (``<chart id>.png``), drawn by vl-convert without a browser."""
     import vl_convert
@@ -140,9 +147,5 @@ def write_pngs(specs: dict[str, dict[str, Any]], out_dir: Path, scale: float = 2
     paths = []
     for chart_id, spec in specs.items():
         png = vl_convert.vegalite_to_png(spec, vl_version=vl_version, scale=scale)
-        path = out_dir / f"{chart_id}.png"
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-        tmp.write_bytes(png)
-        os.replace(tmp, path)
-        paths.append(path)
+        paths.append(write_atomic_bytes(out_dir / f"{chart_id}.png", png))
     return paths
