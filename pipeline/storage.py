@@ -137,10 +137,12 @@ def storage_error(exc: OSError, *, outcome: str | None = None) -> StorageError |
     if isinstance(exc, StorageError):
         return exc
     code = errno_of(exc)
-    if code not in REASONS:
+    if code not in REASONS and code != errnos.EEXIST:
         return None
     targets = _targets.get()
     named = _named_path(exc)
+    if code == errnos.EEXIST:  # mkdir(exist_ok=True) on a file: a file in the way
+        code = errnos.ENOTDIR
     if code in (errnos.ENOENT, errnos.ENOTDIR):
         if named is None:
             return None
