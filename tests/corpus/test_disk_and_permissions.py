@@ -439,3 +439,48 @@ def test_kill_9_while_nightly_writes_its_failure_manifest(
     assert r.exit_code == 0, r.output
     assert json.loads(r.output[r.output.index("{") :])["status"] == "ok"
     assert leftovers(wh) == [] and len(list((wh / "nightly").glob("*/manifest.json"))) == 1
+
+
+# ------------------------------------------------------------------ reading a read-only warehouse
+
+
+def _replay_run(wh: Path) -> str:
+    con = Warehouse(wh).connect()
+    try:
+        row = con.execute("SELECT run_id FROM runs WHERE command = 'replay'").fetchone()
+        assert row is not None
+        return str(row[0])
+    finally:
+        con.close()
+
+
+READERS: dict[str, Callable[[Case, str], list[str]]] = {
+    "sql": lambda c, run: ["sql", "--warehouse", str(c.wh), "--format", "csv",
+                           "SELECT count(*) AS n FROM requests"],
+    "compare": lambda c, run: ["compare", run, run, "--warehouse", str(c.wh), "--json"],
+    "report-o": lambda c, run: ["report", run, "--warehouse", str(c.wh), "-o",
+                                str(c.out.with_suffix(".html")), "--quiet"],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(READERS))
+def test_reading_a_read_only_warehouse_works(
+    template: Path, tmp_path: Path, fault: Callable[..., Fault], name: str
+) -> None:
+    """sql and compare only read; report writes where -o says, outside the warehouse."""
+    c, f, _ = place(template, tmp_path, fault, "readonly", "report")
+    run = _replay_run(c.wh)
+    f.arm()
+    try:
+        r = CliRunner().invoke(cli, READERS[name](c, run))
+    finally:
+        f.disarm()
+    assert r.exit_code == 0, r.output
+    if name == "sql":
+        assert r.output == "n\n120\n"
+    elif name == "compare":
+        assert json.loads(r.output)["run_a"] == run
+    else:
+        html = c.out.with_suffix(".html")
+        assert r.output.strip() == str(html) and html.stat().st_size > 0
+    assert leftovers(c.wh) == [] and not (c.wh / "reports").exists()
