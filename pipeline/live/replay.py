@@ -142,7 +142,7 @@ def _check_waits(arrival: npt.NDArray[np.float64], ids: pl.Series, sel: Selectio
     raise ConfigError(
         f"--time-scale {sel.time_scale:g}: the replay would sleep {gap:,.6g} s "
         f"({gap / 86400:,.3g} days) before request {ids[k]} (#{k + 1} of the slice), "
-        f"past --max-wait {sel.max_wait_s:g} s; replay faster (--time-scale {faster:.2g} or "
+        f"past --max-wait {sel.max_wait_s:g} s; replay faster (--time-scale {faster:.3g} or "
         f"less), --skip {sel.skip + k} past the gap, or replay one day (--from/--to); "
         "--max-wait raises the bound"
     )
