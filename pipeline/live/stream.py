@@ -240,5 +240,5 @@ async def lines(
         del buf[:start]
         if len(buf) > max_bytes:
             raise StreamError(f"a stream line longer than {max_bytes:,} bytes")
-    if buf:
-        yield bytes(buf)
+    if buf:  # a body need not end with a line end
+        yield bytes(buf).rstrip(b"\r")

@@ -50,9 +50,8 @@ def tok(text: Any = "ka", finish: Any = None, usage: Any = None, **extra: Any) -
 
 def last(usage: str) -> str:
     """The third chunk of three with a usage object given as raw JSON text."""
-    return '{"choices": [{"index": 0, "text": "ka", "finish_reason": "length"}], "usage": %s}' % (
-        usage
-    )
+    head = '{"choices": [{"index": 0, "text": "ka", "finish_reason": "length"}], "usage": '
+    return head + usage + "}"
 
 
 def chunk(data: bytes) -> bytes:

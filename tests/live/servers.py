@@ -18,7 +18,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -211,7 +211,7 @@ class Scripted:
 
 
 @contextmanager
-def scripted_server(routes: dict[str, Reply]) -> Iterator[Scripted]:
+def scripted_server(routes: Mapping[str, Reply]) -> Iterator[Scripted]:
     """A listener (a thread of this process) answering ``routes[path]`` byte for byte.
 
     Each connection takes one request (its body read by content-length), gets the reply
