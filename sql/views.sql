@@ -52,12 +52,14 @@ WHERE run_id <> '_empty';
 CREATE OR REPLACE VIEW live_requests AS
 SELECT * FROM read_parquet('live_requests/*/*.parquet',
     hive_partitioning = true, hive_types = {'run_id': VARCHAR}, union_by_name = true)
-WHERE run_id <> '_empty';
+WHERE run_id <> '_empty'
+    AND run_id IN (SELECT run_id FROM runs WHERE status <> 'failed');
 
 CREATE OR REPLACE VIEW live_metrics AS
 SELECT * FROM read_parquet('live_metrics/*/*.parquet',
     hive_partitioning = true, hive_types = {'run_id': VARCHAR}, union_by_name = true)
-WHERE run_id <> '_empty';
+WHERE run_id <> '_empty'
+    AND run_id IN (SELECT run_id FROM runs WHERE status <> 'failed');
 
 CREATE OR REPLACE VIEW validation AS
 SELECT * FROM read_parquet('validation/*/*.parquet',

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +14,27 @@ from pipeline.cli import options as opt
 from pipeline.config import load_config, warehouse_path
 from pipeline.errors import ConfigError
 from pipeline.live.http import CLIENTS, KINDS
-from pipeline.live.replay import ENGINES, LiveRun, Selection, run_live
+from pipeline.live.replay import ENGINES, MAX_WAIT_S, LiveRun, Selection, run_live
+
+_UNITS = {"ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+
+
+class Seconds(click.ParamType):
+    """A duration: a number of seconds, or with a unit (300s, 5m, 1h, 500ms); inf: none."""
+
+    name = "duration"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> float:
+        if isinstance(value, int | float):
+            return float(value)
+        m = re.fullmatch(r"\s*([0-9.eE+-]+|inf)\s*(ms|s|min|m|h)?\s*", str(value))
+        try:
+            seconds = float(m.group(1)) * _UNITS[m.group(2) or "s"] if m else math.nan
+        except ValueError:
+            seconds = math.nan
+        if math.isnan(seconds) or seconds <= 0:
+            self.fail(f"{value!r}: expected a duration more than 0, e.g. 300s, 5m, 1h", param, ctx)
+        return seconds
 
 
 def _fmt(x: float | None, unit: str = "s", scale: float = 1.0, digits: int = 3) -> str:
@@ -60,6 +82,14 @@ def format_live(run: LiveRun) -> str:
     show_default=True,
     help="Multiply the trace's inter-arrival times (0.5 = twice as fast).",
 )
+@click.option(
+    "--max-wait",
+    "max_wait_s",
+    type=Seconds(),
+    default=f"{MAX_WAIT_S:g}s",
+    show_default=True,
+    help="Refuse a replay that would sleep longer than this at once (a gap in the trace).",
+)
 @click.option("--max-prompt-tokens", type=int, default=None, help="Cap every prompt.")
 @click.option("--max-output-tokens", type=int, default=None, help="Cap every output.")
 @click.option("--timeout", "timeout_s", type=float, default=None, help="Per request, seconds.")
@@ -79,6 +109,13 @@ def format_live(run: LiveRun) -> str:
     type=click.Path(dir_okay=False, exists=True, path_type=Path),
     default=None,
     help="http: the served model's tokenizer.json (servers that take text prompts).",
+)
+@click.option(
+    "--max-model-len",
+    type=int,
+    default=None,
+    help="http: prompt + output tokens the engine takes (default: the server's "
+    "/v1/models max_model_len); a request past it is refused before it is built.",
 )
 @click.option("--max-in-flight", type=int, default=256, show_default=True, help="http.")
 @click.option("--metrics-interval", type=float, default=0.5, show_default=True, help="http, s.")
@@ -120,6 +157,7 @@ def live_command(
     sample: int | None,
     skip: int,
     time_scale: float,
+    max_wait_s: float,
     max_prompt_tokens: int | None,
     max_output_tokens: int | None,
     timeout_s: float | None,
@@ -127,6 +165,7 @@ def live_command(
     server_kind: str,
     served_model: str | None,
     tokenizer: Path | None,
+    max_model_len: int | None,
     max_in_flight: int,
     metrics_interval: float,
     client: str,
@@ -166,6 +205,8 @@ def live_command(
             "tokenizer": tokenizer,
             "metrics_interval_s": metrics_interval,
             "client": client,
+            "max_model_len": max_model_len,
+            "max_wait_s": max_wait_s,
         }
         if timeout_s is not None:
             options["timeout_s"] = timeout_s
@@ -180,6 +221,7 @@ def live_command(
         sample=sample,
         skip=skip,
         time_scale=time_scale,
+        max_wait_s=max_wait_s,
         max_prompt_tokens=max_prompt_tokens,
         max_output_tokens=max_output_tokens,
     )

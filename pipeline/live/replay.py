@@ -8,13 +8,20 @@
 Requests are selected as ``replay`` selects them (one file, or warehouse days), sorted by
 arrival; ``skip`` and ``sample`` take a contiguous slice (so a calibration slice and a
 validation slice need not overlap); arrivals restart at 0 and are multiplied by
-``time_scale``. Lengths can be capped (a tiny CPU model has a short context); a logged
+``time_scale``; a schedule that would sleep longer than ``max_wait_s`` at once (a gap of
+days in the trace, an absurd scale) is refused before anything is sent, naming the fix.
+Lengths can be capped (a tiny CPU model has a short context); a logged
 output of 0 tokens is asked as 1 (a stream needs a token to time). The trace's prefix
 hashes, where it has them, travel with the batch (``LiveBatch.prefix_hashes``).
+
+A run in which no request streamed a token measured nothing: its rows are written, its
+``runs`` row says ``failed`` (so the views hide them, as they hide any failed run's), and
+``NoTokensError`` says so in one line.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -27,14 +34,20 @@ import pyarrow as pa
 
 from pipeline import runs
 from pipeline.contracts import LIVE_METRICS, LIVE_REQUESTS
-from pipeline.errors import ConfigError
-from pipeline.live.types import LiveBatch, LiveResult
+from pipeline.errors import ConfigError, PipelineError
+from pipeline.live.types import LiveBatch, LiveResult, longest_wait
 from pipeline.progress import progress
 from pipeline.selection import RequestFilter
 from pipeline.sim.replay import read_requests, select_request_files
 from pipeline.warehouse import Warehouse, new_run_id
 
 ENGINES = ("inprocess", "http")
+TIME_SCALES = (1e-6, 1e6)  # --time-scale, allowed range
+MAX_WAIT_S = 300.0  # the longest sleep between arrivals, by default (wall time)
+
+
+class NoTokensError(PipelineError):
+    """A live run in which no request streamed a token (kept as a failed run)."""
 
 
 @dataclass(frozen=True)
@@ -46,6 +59,7 @@ class Selection:
     time_scale: float = 1.0
     max_prompt_tokens: int | None = None
     max_output_tokens: int | None = None
+    max_wait_s: float = MAX_WAIT_S  # the longest sleep between arrivals (inf: no bound)
 
     def __post_init__(self) -> None:
         for name in ("sample", "max_prompt_tokens", "max_output_tokens"):
@@ -54,8 +68,14 @@ class Selection:
                 raise ConfigError(f"--{name.replace('_', '-')} {value}: must be at least 1")
         if self.skip < 0:
             raise ConfigError(f"--skip {self.skip}: must be 0 or more")
-        if not self.time_scale > 0:
-            raise ConfigError(f"--time-scale {self.time_scale}: must be more than 0")
+        lo, hi = TIME_SCALES
+        if not (math.isfinite(self.time_scale) and lo <= self.time_scale <= hi):
+            raise ConfigError(
+                f"--time-scale {self.time_scale:g}: must be a finite number from {lo:g} to "
+                f"{hi:g} (0.5 replays twice as fast)"
+            )
+        if not self.max_wait_s > 0:
+            raise ConfigError(f"--max-wait {self.max_wait_s:g}: must be more than 0 seconds")
 
 
 @dataclass
@@ -74,13 +94,21 @@ def make_batch(frame: pl.DataFrame, sel: Selection) -> LiveBatch:
     """The slice of ``frame`` (sorted by arrival) that ``sel`` names, as a LiveBatch.
 
     Raises:
-        ConfigError: the slice is empty.
+        ConfigError: the slice is empty, an arrival time is not finite, or the replay
+            would sleep longer than ``sel.max_wait_s`` at once.
     """
     end = None if sel.sample is None else sel.skip + sel.sample
     part = frame.slice(sel.skip, None if end is None else end - sel.skip)
     if part.height == 0:
         raise ConfigError(f"--skip {sel.skip} leaves none of the {frame.height} requests")
-    arrival = part["arrival_s"].to_numpy().astype(np.float64)
+    arrival = part["arrival_s"].cast(pl.Float64).fill_null(np.nan).to_numpy()
+    bad = np.flatnonzero(~np.isfinite(arrival))
+    if len(bad):
+        rid = part["request_id"][int(bad[0])]
+        raise ConfigError(
+            f"request {rid}: arrival_s is {arrival[bad[0]]}, not a time; re-ingest its source "
+            "or leave it out with --where"
+        )
     prompt = part["prompt_tokens"].to_numpy().astype(np.int64)
     output = part["output_tokens"].to_numpy().astype(np.int64)
     if sel.max_prompt_tokens is not None:
@@ -93,13 +121,30 @@ def make_batch(frame: pl.DataFrame, sel: Selection) -> LiveBatch:
         if any(lists):  # the trace's prefix sharing, for engines that make up prompts
             hashes = lists
             block = part["block_size"].fill_null(0).to_numpy().astype(np.int64)
+    scaled = (arrival - arrival[0]) * sel.time_scale
+    _check_waits(scaled, part["request_id"], sel)
     return LiveBatch(
         request_id=part["request_id"].to_list(),
-        arrival_s=(arrival - arrival[0]) * sel.time_scale,
+        arrival_s=scaled,
         prompt_tokens=np.maximum(prompt, 1),
         output_tokens=np.maximum(output, 1),
         prefix_hashes=hashes,
         block_size=block,
+    )
+
+
+def _check_waits(arrival: npt.NDArray[np.float64], ids: pl.Series, sel: Selection) -> None:
+    """Refuse a replay that would sleep longer than ``sel.max_wait_s`` at once, up front."""
+    gap, k = longest_wait(arrival)
+    if gap <= sel.max_wait_s:
+        return
+    faster = sel.time_scale * sel.max_wait_s / gap if math.isfinite(gap) else 0.0
+    raise ConfigError(
+        f"--time-scale {sel.time_scale:g}: the replay would sleep {gap:,.6g} s "
+        f"({gap / 86400:,.3g} days) before request {ids[k]} (#{k + 1} of the slice), "
+        f"past --max-wait {sel.max_wait_s:g} s; replay faster (--time-scale {faster:.3g} or "
+        f"less), --skip {sel.skip + k} past the gap, or replay one day (--from/--to); "
+        "--max-wait raises the bound"
     )
 
 
@@ -220,6 +265,13 @@ def summarize_live(table: pa.Table) -> dict[str, Any]:
     }
 
 
+def _plain(value: Any) -> Any:
+    """A value for the runs row's JSON: paths and non-finite numbers as text."""
+    if isinstance(value, Path) or (isinstance(value, float) and not math.isfinite(value)):
+        return str(value)
+    return value
+
+
 def run_engine(
     engine: str, batch: LiveBatch, options: dict[str, Any], *, quiet: bool = True
 ) -> LiveResult:
@@ -264,7 +316,9 @@ def run_live(
         quiet: no progress bar (there is one over HTTP on a terminal otherwise).
 
     Raises:
-        ConfigError: no requests selected, bad options, server unreachable.
+        ConfigError: no requests selected, bad options, server unreachable, a schedule
+            that sleeps past ``selection.max_wait_s`` (before anything is sent).
+        NoTokensError: no request streamed a token (the run is written as failed).
     """
     if engine not in ENGINES:
         raise ConfigError(f"--engine {engine!r}: expected one of {', '.join(ENGINES)}")
@@ -279,6 +333,7 @@ def run_live(
     batch = make_batch(frame, sel)
     wh.init()
     status, summary, info = "failed", {}, {}
+    n_req = len(batch)
     paths: dict[str, Path] = {}
     try:
         res = run_engine(engine, batch, options, quiet=quiet)
@@ -290,13 +345,21 @@ def run_live(
             LIVE_METRICS, live_metrics_table(res.metrics), part, engine
         )
         summary = summarize_live(table)
+        streamed = int(np.isfinite(res.first_token_s).sum())
+        if streamed == 0:
+            top = next(iter(summary["failure_reasons"].items()), ("no reason given", n_req))
+            raise NoTokensError(
+                f"live run {run_id}: none of the {n_req:,} requests streamed a token "
+                f"({top[1]:,} x {top[0]}); the run is kept as failed and hidden from "
+                f"live_requests; every request's reason is in {paths['live_requests']}"
+            )
         status = "ok"
     finally:
         details = {
             "engine": engine,
             "engine_info": info,
-            "options": {k: str(v) if isinstance(v, Path) else v for k, v in options.items()},
-            "selection": sel.__dict__,
+            "options": {k: _plain(v) for k, v in options.items()},
+            "selection": {k: _plain(v) for k, v in sel.__dict__.items()},
             "summary": summary,
         }
         inputs = [str(f) for f in files]

@@ -74,3 +74,19 @@ class LiveResult:
             itl_max_s=nan.copy(),
             error=[None] * n,
         )
+
+
+def longest_wait(arrival_s: npt.NDArray[np.float64]) -> tuple[float, int]:
+    """(the longest sleep of a replay of these arrivals, the request it waits for).
+
+    The sleeps are the first arrival (from the start at 0) and each gap after it; a NaN
+    or infinite arrival is an infinite sleep. (0.0, 0) for no requests.
+    """
+    a = np.asarray(arrival_s, dtype=np.float64)
+    if len(a) == 0:
+        return 0.0, 0
+    with np.errstate(invalid="ignore", over="ignore"):
+        gaps = np.diff(a, prepend=0.0)
+    gaps[~np.isfinite(gaps)] = np.inf
+    k = int(np.argmax(gaps))
+    return float(gaps[k]), k

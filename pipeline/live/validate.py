@@ -62,7 +62,7 @@ def read_live_run(wh: Warehouse, live_run_id: str) -> tuple[pl.DataFrame, dict[s
     con = wh.connect()
     try:
         runs = con.execute(
-            "SELECT command, details FROM runs WHERE run_id = ?", [live_run_id]
+            "SELECT command, details, status FROM runs WHERE run_id = ?", [live_run_id]
         ).fetchall()
         if not runs or runs[0][0] != "live":
             known = [
@@ -74,6 +74,11 @@ def read_live_run(wh: Warehouse, live_run_id: str) -> tuple[pl.DataFrame, dict[s
             raise ConfigError(
                 f"{live_run_id!r} is not a live run in {wh.root}; latest live runs: "
                 + (", ".join(known) or "none (run tracereplay live first)")
+            )
+        if runs[0][2] == "failed":
+            raise ConfigError(
+                f"live run {live_run_id} failed (no request streamed a token, or it was "
+                "interrupted): nothing to validate; run tracereplay live again"
             )
         details = json.loads(runs[0][1] or "{}")
         frame = con.sql(

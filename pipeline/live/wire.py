@@ -19,9 +19,13 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import TracebackType
 from urllib.parse import urlsplit
+
+from pipeline.live import stream
+
+MAX_HEADERS = 200  # header (and trailer) lines of one answer
 
 
 class ConnectError(OSError):
@@ -30,6 +34,19 @@ class ConnectError(OSError):
 
 class ProtocolError(OSError):
     """The server's answer is not HTTP/1.x as this client reads it."""
+
+
+def _hex_size(line: bytes) -> int:
+    text = line.split(b";", 1)[0].strip()
+    if not text or len(text) > 15 or not all(c in b"0123456789abcdefABCDEF" for c in text):
+        raise ProtocolError(f"not a chunk size line: {line[:40]!r}")
+    return int(text, 16)
+
+
+def _decimal_size(value: str) -> int:
+    if not value.isascii() or not value.isdigit() or len(value) > 18:
+        raise ProtocolError(f"content-length {value[:40]!r} is not a byte count")
+    return int(value)
 
 
 @dataclass
@@ -51,7 +68,6 @@ class Response:
     _conn: _Conn
     _client: StreamingClient
     _done: bool = False  # the body was read to its end
-    _buf: bytearray = field(default_factory=bytearray)
 
     async def _pieces(self) -> AsyncIterator[bytes]:
         r = self._conn.reader
@@ -60,15 +76,24 @@ class Response:
                 size_line = await r.readline()
                 if not size_line:
                     raise ProtocolError("connection closed inside a chunked body")
-                size = int(size_line.split(b";", 1)[0].strip(), 16)
+                size = _hex_size(size_line)
                 if size == 0:
-                    while (await r.readline()) not in (b"\r\n", b"\n", b""):
-                        pass  # trailers
+                    for _ in range(MAX_HEADERS):
+                        if (await r.readline()) in (b"\r\n", b"\n", b""):
+                            break  # trailers end
+                    else:
+                        raise ProtocolError(f"more than {MAX_HEADERS} trailer lines")
                     break
-                data = await r.readexactly(size + 2)
-                yield data[:-2]
+                while size > 0:  # in pieces: a chunk's declared size allocates nothing
+                    data = await r.read(min(size, 65536))
+                    if not data:
+                        raise ProtocolError("connection closed inside a chunk")
+                    size -= len(data)
+                    yield data
+                if (await r.readline()) not in (b"\r\n", b"\n"):
+                    raise ProtocolError("a chunk of the body is longer than its size line says")
         elif "content-length" in self.headers:
-            left = int(self.headers["content-length"])
+            left = _decimal_size(self.headers["content-length"])
             while left > 0:
                 data = await r.read(min(left, 65536))
                 if not data:
@@ -81,21 +106,22 @@ class Response:
             self.headers["connection"] = "close"
         self._done = True
 
-    async def lines(self) -> AsyncIterator[str]:
-        """The body's lines (without their line ends) as each one completes."""
-        buf = self._buf
-        async for piece in self._pieces():
-            buf += piece
-            while (end := buf.find(b"\n")) != -1:
-                line = bytes(buf[:end]).rstrip(b"\r")
-                del buf[: end + 1]
-                yield line.decode("utf-8", errors="replace")
-        if buf:
-            yield bytes(buf).decode("utf-8", errors="replace")
-            buf.clear()
+    def lines(self) -> AsyncIterator[bytes]:
+        """The body's lines (bytes, without their line ends) as each one completes.
 
-    async def read(self) -> bytes:
-        return b"".join([p async for p in self._pieces()])
+        Raises:
+            StreamError: a line longer than ``MAX_LINE_BYTES``.
+        """
+        return stream.lines(self._pieces())
+
+    async def read(self, limit: int | None = None) -> bytes:
+        """The body, or its first ``limit`` bytes (the rest is left unread)."""
+        out = bytearray()
+        async for piece in self._pieces():
+            out += piece
+            if limit is not None and len(out) >= limit:
+                return bytes(out[:limit])
+        return bytes(out)
 
     async def __aenter__(self) -> Response:
         return self
@@ -176,13 +202,21 @@ class StreamingClient:
                     if not conn.reused:  # a fresh connection failing is the server's fault
                         raise
             parts = status_line.decode("latin-1").split(" ", 2)
-            if len(parts) < 2 or not parts[0].startswith("HTTP/1."):
-                conn.close()
+            if (
+                len(parts) < 2
+                or not parts[0].startswith("HTTP/1.")
+                or not (parts[1].isascii() and parts[1].isdigit() and len(parts[1]) == 3)
+            ):
                 raise ProtocolError(f"not an HTTP/1.x status line: {status_line[:80]!r}")
             headers: dict[str, str] = {}
-            while (line := await conn.reader.readline()) not in (b"\r\n", b"\n", b""):
+            for _ in range(MAX_HEADERS):
+                line = await conn.reader.readline()
+                if line in (b"\r\n", b"\n", b""):
+                    break
                 key, _, value = line.decode("latin-1").partition(":")
                 headers[key.strip().lower()] = value.strip()
+            else:
+                raise ProtocolError(f"more than {MAX_HEADERS} header lines")
             return Response(int(parts[1]), headers, conn, self)
         except BaseException:
             if conn is not None:

@@ -3,20 +3,26 @@
 ``token_server``: pipeline.live.token_server (tokens at known times, exact counts).
 ``transformers_server``: `transformers serve` on CPU with a tiny random Llama and a
 word-level tokenizer built offline here (nothing is downloaded).
+``scripted_server``: in this process, a listener that answers each path with exactly the
+bytes it is given (a misbehaving server: bad JSON, bad HTTP, a stream that never ends).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -165,3 +171,91 @@ def transformers_server(model_dir: Path) -> Iterator[str]:
     cmd += ["--port", str(port)]
     with running(cmd, f"http://127.0.0.1:{port}", "/health", 120) as url:
         yield url
+
+
+NOT_FOUND = b"HTTP/1.1 404 Not Found\r\ncontent-length: 9\r\nconnection: close\r\n\r\nnot found"
+HANG = b"\0hang\0"  # a reply part that stalls: nothing more is sent until the server stops
+
+Reply = bytes | list[bytes]  # the whole answer, or its parts (HANG among them)
+
+
+def sse_reply(*events: bytes | str, chunked: bool = False) -> bytes:
+    """An HTTP 200 event stream: each event sent as ``data: <event>\\n\\n``, except one
+    that already is an SSE line of another kind (``: comment``, ``event: ...``)."""
+    parts = []
+    for e in events:
+        line = e.encode() if isinstance(e, str) else e
+        raw = line.startswith((b":", b"event:"))
+        parts.append((line if raw else b"data: " + line) + b"\n\n")
+    body = b"".join(parts)
+    if chunked:
+        head = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
+        return head + (b"%x\r\n" % len(body) + body + b"\r\n" if body else b"") + b"0\r\n\r\n"
+    return b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % len(body) + body
+
+
+def json_reply(value: object | bytes, status: int = 200) -> bytes:
+    body = value if isinstance(value, bytes) else json.dumps(value).encode()
+    return b"HTTP/1.1 %d X\r\ncontent-length: %d\r\n\r\n" % (status, len(body)) + body
+
+
+@dataclass
+class Scripted:
+    """What a scripted server was asked: (method, path) of every request, in order."""
+
+    url: str
+    requests: list[tuple[str, str]] = field(default_factory=list)
+
+    def count(self, path: str) -> int:
+        return sum(1 for _, p in self.requests if p == path)
+
+
+@contextmanager
+def scripted_server(routes: Mapping[str, Reply]) -> Iterator[Scripted]:
+    """A listener (a thread of this process) answering ``routes[path]`` byte for byte.
+
+    Each connection takes one request (its body read by content-length), gets the reply
+    and is closed. A path not in ``routes`` answers 404. A reply given as parts is sent
+    part by part; a ``HANG`` part stalls the answer until the server stops.
+    """
+    ready = threading.Event()
+    port = free_port()
+    held: dict[str, Any] = {}
+    seen = Scripted(f"http://127.0.0.1:{port}")
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            method, path = head.split(b" ", 2)[:2]
+            length = 0
+            for line in head.split(b"\r\n")[1:]:
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":", 1)[1])
+            await reader.readexactly(length)
+            seen.requests.append((method.decode(), path.decode()))
+            reply = routes.get(path.decode(), NOT_FOUND)
+            for part in [reply] if isinstance(reply, bytes) else reply:
+                if part == HANG:
+                    await held["stop"].wait()
+                    break
+                writer.write(part)
+                await writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+
+    async def serve() -> None:
+        held["loop"], held["stop"] = asyncio.get_running_loop(), asyncio.Event()
+        async with await asyncio.start_server(answer, "127.0.0.1", port):
+            ready.set()
+            await held["stop"].wait()
+
+    thread = threading.Thread(target=lambda: asyncio.run(serve()), daemon=True)
+    thread.start()
+    assert ready.wait(10)
+    try:
+        yield seen
+    finally:
+        held["loop"].call_soon_threadsafe(held["stop"].set)
+        thread.join(10)

@@ -208,11 +208,14 @@ def sse(*events: str) -> bytes:
     ("reply", "error"),
     [
         (b"SSH-2.0-not-http\r\n", "ProtocolError: not an HTTP/1.x status line: b'SSH-2.0-"),
-        (sse("5"), "bad stream chunk: '5'"),
-        (sse('{"choices": "x"}'), "unreadable answer: AttributeError"),
-        (sse("{not json"), "bad stream chunk: Expecting property name"),
+        (sse("5"), "bad stream chunk: a JSON int, not an object"),
+        (sse('{"choices": "x"}'), "bad stream chunk: choices is a JSON str"),
+        (sse("{not json"), "bad stream chunk: not JSON (Expecting property name"),
         (sse('{"error": "out of memory"}'), "server error: out of memory"),
-        (b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n", "unreadable"),
+        (
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n",
+            "ProtocolError: not a chunk size line",
+        ),
         (b"HTTP/1.1 503 Busy\r\ncontent-length: 9\r\n\r\ntoo  busy", "HTTP 503: too busy"),
     ],
 )

@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
+from pipeline import runs
 from pipeline.cli import cli
 from pipeline.contracts import LIVE_METRICS, LIVE_REQUESTS, REQUESTS, write_table
 from pipeline.errors import ConfigError
@@ -127,6 +128,18 @@ def test_sql_gives_the_summary_figures(tmp_path: Path) -> None:
     refused.error = ["ConnectError: refused"]
     wh.write(LIVE_REQUESTS, live_requests_table("inprocess", first, refused), {"run_id": old}, "x")
     wh.write(LIVE_METRICS, live_metrics_table(res.metrics), {"run_id": run}, "http")
+    for run_id in (run, old):  # the runs rows commit them
+        runs.write_run_row(
+            wh,
+            run_id=run_id,
+            command="live",
+            started=datetime.now(UTC),
+            status="ok",
+            inputs=[],
+            rows_read=1,
+            rows_kept=1,
+            details={},
+        )
     con = wh.connect()
     rows = query(con, "live_latency").to_dicts()  # the latest run
     assert len(rows) == 1
@@ -252,6 +265,7 @@ def test_live_command_end_to_end_over_http(tmp_path: Path) -> None:
         "time_scale": 2.0,
         "max_prompt_tokens": None,
         "max_output_tokens": None,
+        "max_wait_s": 300.0,
     }
     metrics = pq.read_table(wh / "live_metrics" / f"run_id={out['run_id']}" / "http.parquet")
     assert "num_requests_running" in set(metrics.column("metric").to_pylist())
