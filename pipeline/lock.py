@@ -153,6 +153,11 @@ def warehouse_lock(
         os.close(fd)  # releases the lock
 
 
+def holds(root: Path) -> bool:
+    """Whether this process holds the lock of the warehouse at ``root`` now."""
+    return Path(root).resolve() in _held
+
+
 def with_warehouse_lock(fn: Callable[..., T]) -> Callable[..., T]:
     """Decorate a library function whose first argument is the warehouse directory so
     that it runs holding the lock (a no-op when the caller already holds it)."""
