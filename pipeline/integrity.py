@@ -24,7 +24,8 @@ other file is still served: one damaged file never blocks the views.
 Verification reads every page once; the verdicts are kept in ``.verified.json`` under
 the warehouse, keyed by each file's size, mtime, ctime and inode, so a file is read
 again only once it has changed (a warehouse that cannot be written keeps no verdicts
-and verifies each time). About 0.3 s per million requests rows, once.
+and verifies each time). Verifying a requests file of a million rows (185 MB, 20M prefix
+hashes) takes about 1.4 s, once; a verdict kept costs a ``stat``.
 
 Setting aside survives kill -9: the manifest records are written (atomically) before
 any file moves, and a record whose file has not moved yet is completed by the next
