@@ -453,6 +453,13 @@ def test_replay_and_report_run_beside_damage(fx: Fixture, wh: Path, tmp_path: Pa
     r = _invoke("report", "--warehouse", str(wh), "-o", str(html))
     assert r.exit_code == 0, r.output
     assert html.is_file()
+    # what the replay wrote passes every check; only the live file (no reader set it
+    # aside: report takes no lock) is left
+    r = _invoke("check", "--warehouse", str(wh))
+    assert r.exit_code == 3
+    assert [ln.split(": ")[1] for ln in _damaged_lines(r)] == [
+        str(_target(wh, "live_requests").relative_to(wh))
+    ]
 
 
 def test_verdicts_are_reused_until_a_file_changes(fx: Fixture, wh: Path) -> None:
