@@ -195,6 +195,11 @@ def _clean_after_failure(root: Path) -> None:
         pass
 
 
+def holds(root: Path) -> bool:
+    """Whether this process holds the lock of the warehouse at ``root`` now."""
+    return Path(root).resolve() in _held
+
+
 def with_warehouse_lock(fn: Callable[..., T]) -> Callable[..., T]:
     """Decorate a library function whose first argument is the warehouse directory so
     that it runs holding the lock (a no-op when the caller already holds it)."""

@@ -18,12 +18,17 @@ Writes are atomic per file (temporary name, then rename), whether a file is
 written at once or in row groups as its rows come (``Warehouse.writer``).
 Re-ingesting a source file replaces what that file produced before, so nothing
 doubles.
+
+Readers read only files that passed verification (``pipeline.integrity``):
+``good_files`` lists them, ``connect`` builds its views over them; a damaged file is
+left out, named on stderr, and moved to ``damaged/`` by a command holding the lock.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import secrets
 import shutil
 import stat
@@ -35,7 +40,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline import sandbox
+from pipeline import integrity, sandbox
 from pipeline.contracts import CONTRACTS, Contract, TableWriter, write_table
 
 SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
@@ -77,13 +82,27 @@ class Warehouse:
                 d = d / f"{col}={_EMPTY_PARTITION[col]}"
             path = d / "_empty.parquet"
             if not path.exists() or (contract.optional and not _has_columns(path, contract)):
-                write_table(contract.schema().empty_table(), contract, path)
+                try:
+                    write_table(contract.schema().empty_table(), contract, path)
+                except (FileExistsError, NotADirectoryError, IsADirectoryError):
+                    # a file where a directory belongs, or the reverse: damage, which
+                    # ``pipeline.integrity`` reports; the table's view has no rows meanwhile
+                    continue
 
     def files(self, contract: Contract) -> list[Path]:
         """Data files of a table (schema placeholders excluded), sorted."""
         d = self.table_dir(contract)
         pattern = "/".join(["*"] * len(contract.partition_by) + ["*.parquet"])
         return sorted(p for p in d.glob(pattern) if p.name != "_empty.parquet")
+
+    def good_files(self, contract: Contract) -> list[Path]:
+        """The data files of a table that passed verification, sorted: what a reader may read.
+
+        A damaged file is left out and named on stderr (once per process), and moved to
+        ``damaged/`` when this process holds the warehouse lock (``pipeline.integrity``).
+        """
+        served = integrity.serve(self, [contract])[contract.name]
+        return sorted(p for p in served if p.name != "_empty.parquet")
 
     def partition_path(self, contract: Contract, values: dict[str, str], stem: str) -> Path:
         d = self.table_dir(contract)
@@ -113,7 +132,13 @@ class Warehouse:
         no other command is writing, so every such file is stale.
         """
         removed: list[Path] = []
-        committed = {p.stem for p in self.table_dir(CONTRACTS["runs"]).glob("*.parquet")}
+        runs = self.table_dir(CONTRACTS["runs"])
+        committed = {p.stem for p in runs.glob("*.parquet")}
+        # a run whose runs row was set aside as damaged keeps its files (hidden): when the
+        # runs directory itself was, no run's files can be told stale
+        kept = integrity.runs_set_aside(self)
+        judge_runs = runs.is_dir() and kept is not None
+        committed |= kept or set()
         for contract in CONTRACTS.values():
             d = self.table_dir(contract)
             if not d.is_dir():
@@ -121,7 +146,7 @@ class Warehouse:
             for tmp in d.rglob(".*.tmp-*"):
                 tmp.unlink(missing_ok=True)
                 removed.append(tmp)
-            if "run_id" in contract.partition_by:
+            if "run_id" in contract.partition_by and judge_runs:
                 for run_dir in d.glob("run_id=*"):
                     run_id = run_dir.name.split("=", 1)[1]
                     if run_id != _EMPTY_PARTITION["run_id"] and run_id not in committed:
@@ -130,18 +155,26 @@ class Warehouse:
         return removed + self.remove_orphan_temp_files()
 
     def remove_orphan_temp_files(self) -> list[Path]:
-        """Remove temporary files of reports and nightly manifests whose writer is gone.
+        """Remove temporary files of reports, nightly manifests, the damaged files' manifest
+        and the verification verdicts whose writer is gone.
 
         Safe without the lock (``report`` takes none): a file is removed only
         when the process named in it (``.<name>.tmp-<pid>``) no longer runs.
         """
         removed = []
-        for other in ("reports", "nightly"):
-            for tmp in (self.root / other).rglob(".*.tmp-*"):
-                pid = tmp.name.rsplit("-", 1)[1]
-                if not (pid.isdigit() and _alive(int(pid))):
-                    tmp.unlink(missing_ok=True)
-                    removed.append(tmp)
+        temps = [
+            *(
+                t
+                for other in ("reports", "nightly", "damaged")
+                for t in (self.root / other).rglob(".*.tmp-*")
+            ),
+            *self.root.glob(f"{integrity.VERDICTS}.tmp-*"),
+        ]
+        for tmp in temps:
+            pid = tmp.name.rsplit("-", 1)[1]
+            if not (pid.isdigit() and _alive(int(pid))):
+                tmp.unlink(missing_ok=True)
+                removed.append(tmp)
         return removed
 
     def connect(self) -> duckdb.DuckDBPyConnection:
@@ -154,11 +187,15 @@ class Warehouse:
         time zone is UTC. What could still write *inside* the warehouse (``COPY
         ... TO`` under it) is refused by statement type before it runs
         (``pipeline.report.sql.check_read_only``).
+
+        The views read only the files that passed verification (``pipeline.integrity``):
+        a damaged file is left out (and named on stderr), never an error of the view.
         """
         self.init()
+        served = integrity.serve(self)
         con = sandbox.connect(directories=[self.root])
         try:
-            con.execute(absolute_views(sandbox.allowed_path(self.root)))
+            con.execute(served_views(served))
         except BaseException:
             con.close()
             raise
@@ -194,18 +231,49 @@ def _has_columns(path: Path, contract: Contract) -> bool:
     return set(contract.file_columns) <= names
 
 
-def absolute_views(root: str) -> str:
-    """views.sql with every table path made absolute under ``root``.
+_READ_PARQUET = re.compile(r"read_parquet\('([^']*)'([^()]*)\)")
 
-    # NOTE: DuckDB checks a relative path against ``allowed_directories`` as it
-    # is written, not as ``file_search_path`` resolves it, so the read-only
-    # connection's views name their files absolutely.
+
+def served_views(served: dict[str, list[Path]]) -> str:
+    """views.sql with each table's glob replaced by the list of its verified files.
+
+    # NOTE: DuckDB checks a path against ``allowed_directories`` as it is written, not
+    # as ``file_search_path`` resolves it, so the read-only connection's views name
+    # their files absolutely. A table with no file left to serve (its schema file too
+    # is damaged) reads as no rows of the contract's columns.
     """
     text = load_sql(VIEWS_SQL)
-    prefix = f"read_parquet('{sandbox.sql_quote(root)}/"
-    out = text.replace("read_parquet('", prefix)
-    assert out.count(prefix) == text.count("read_parquet("), "views.sql: unexpected path form"
+
+    def one(m: re.Match[str]) -> str:
+        table = m.group(1).split("/", 1)[0]
+        files = served.get(table, [])
+        if not files:
+            return f"({_no_rows(CONTRACTS[table])})"
+        return (
+            f"read_parquet({sandbox.sql_list(sandbox.allowed_path(f) for f in files)}{m.group(2)})"
+        )
+
+    out, n = _READ_PARQUET.subn(one, text)
+    assert n == text.count("read_parquet("), "views.sql: unexpected path form"
     return out
+
+
+_DUCKDB_TYPES = {
+    "string": "VARCHAR",
+    "double": "DOUBLE",
+    "int32": "INTEGER",
+    "int64": "BIGINT",
+    "bool": "BOOLEAN",
+    "date32[day]": "DATE",
+    "timestamp[us, tz=UTC]": "TIMESTAMPTZ",
+    "list<item: uint64>": "UBIGINT[]",
+}
+
+
+def _no_rows(contract: Contract) -> str:
+    """A query of no rows with the table's columns (partitions too) in DuckDB types."""
+    cols = ", ".join(f'CAST(NULL AS {_DUCKDB_TYPES[str(t)]}) AS "{n}"' for n, t in contract.columns)
+    return f"SELECT {cols} WHERE false"
 
 
 def _stats(paths: Iterable[Path]) -> Iterator[os.stat_result]:

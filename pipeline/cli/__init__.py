@@ -23,6 +23,7 @@ class CliState:
 COMMANDS = {
     "calibrate": "pipeline.cli.calibrate:calibrate",
     "capacity": "pipeline.cli.capacity:capacity",
+    "check": "pipeline.cli.check:check",
     "compare": "pipeline.cli.compare:compare",
     "ingest": "pipeline.cli.ingest:ingest",
     "profile": "pipeline.cli.profile:profile",

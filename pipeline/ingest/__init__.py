@@ -42,7 +42,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline import __version__
-from pipeline.contracts import QUARANTINE, REQUESTS, RUNS, conform
+from pipeline.contracts import CHECKSUMS, QUARANTINE, REQUESTS, RUNS, conform
 from pipeline.errors import SourceError
 from pipeline.ingest.formats import FORMATS, Block, LogFormat, ParseOptions, detect
 from pipeline.ingest.idset import IdSet
@@ -127,7 +127,7 @@ class _IdIndex:
 
     def __init__(self, warehouse: Warehouse) -> None:
         frames = []
-        for path in warehouse.files(REQUESTS):
+        for path in warehouse.good_files(REQUESTS):
             ids = pl.from_arrow(pq.read_table(path, columns=["request_id"]).column(0))
             assert isinstance(ids, pl.Series)
             if len(ids):
@@ -498,7 +498,8 @@ def _commit(
         q_tmp = q_final.with_name(f".{q_final.name}.tmp-{run_id}")
         q_tmp.parent.mkdir(parents=True, exist_ok=True)
         try:
-            pq.write_table(conform(q.to_arrow(), QUARANTINE, str(path)), q_tmp, compression="zstd")
+            q_table = conform(q.to_arrow(), QUARANTINE, str(path))
+            pq.write_table(q_table, q_tmp, compression="zstd", **CHECKSUMS)
         except BaseException:
             q_tmp.unlink(missing_ok=True)
             raise

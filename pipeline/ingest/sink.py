@@ -20,7 +20,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.contracts import REQUESTS, conform
+from pipeline.contracts import CHECKSUMS, REQUESTS, conform
 from pipeline.warehouse import Warehouse
 
 
@@ -68,6 +68,7 @@ WRITE_OPTIONS = {
     "use_dictionary": DICTIONARY_COLUMNS,
     "column_encoding": DELTA_COLUMNS,
     "write_statistics": STATISTICS_COLUMNS,
+    **CHECKSUMS,
 }
 
 

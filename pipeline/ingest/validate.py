@@ -3,9 +3,9 @@
 ``validate`` splits parsed rows into good rows (every canonical column present,
 in contract types) and rejected rows with the first reason that applies. The
 rules: an arrival time in range (``MIN_TIME``, ``MAX_TIME``, ``MAX_OFFSET_S``),
-whole non-negative token counts, at least one prompt token, cached tokens within
-the prompt, non-negative observed latencies, valid 64-bit hash ids, and no more
-prefix hash blocks than the prompt has blocks.
+whole non-negative token counts of at most ``contracts.MAX_TOKENS``, at least one
+prompt token, cached tokens within the prompt, non-negative observed latencies, valid
+64-bit hash ids, and no more prefix hash blocks than the prompt has blocks.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
+from pipeline.contracts import MAX_TOKENS
 from pipeline.ingest.fields import none_blank
 from pipeline.ingest.formats import CANONICAL, REJECT_SCHEMA
 
@@ -31,6 +32,7 @@ MIN_TIME = datetime(1970, 1, 1, tzinfo=UTC)
 MAX_TIME = datetime(2262, 4, 11, tzinfo=UTC)
 MAX_OFFSET_S = 1e9
 _INT64_MAX = 2**63 - 1
+_OVER = pl.lit(f" (over {MAX_TOKENS:,}, the most the warehouse holds)")
 _INT32_MAX = 2**31 - 1  # the requests table holds counts, priority and turn as int32
 
 
@@ -109,13 +111,13 @@ def _rules() -> list[Rule]:
         ),
         Rule(p == 0, pl.lit("zero prompt tokens (an empty or failed request)"), ("prompt_tokens",)),
         Rule(
-            p > 2**31 - 1,
-            pl.lit("prompt token count too large ") + _num("prompt_tokens"),
+            p > MAX_TOKENS,
+            pl.lit("prompt token count too large ") + _num("prompt_tokens") + _OVER,
             ("prompt_tokens",),
         ),
         Rule(
-            o > 2**31 - 1,
-            pl.lit("output token count too large ") + _num("output_tokens"),
+            o > MAX_TOKENS,
+            pl.lit("output token count too large ") + _num("output_tokens") + _OVER,
             ("output_tokens",),
         ),
         Rule(

@@ -155,7 +155,7 @@ def select_request_files(
         return [Path(requests_file)]
     files = []
     days: set[str] = set()
-    for values, path in iter_partitions(wh.files(REQUESTS)):
+    for values, path in iter_partitions(wh.good_files(REQUESTS)):
         day = values.get("date", "")
         days.add(day)
         if date_from is not None and day < date_from.isoformat():

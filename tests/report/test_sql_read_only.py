@@ -134,7 +134,7 @@ def scratch(
     """(warehouse copy, working directory); ``outside.parquet`` lies beside the warehouse."""
     wh = tmp_path / "wh"
     shutil.copytree(tiny_warehouse.root, wh)
-    Warehouse(wh).init()  # the schema files `sql` would write on its first query
+    Warehouse(wh).connect().close()  # the schema files and verdicts `sql` writes first
     shutil.copy(next(wh.glob("requests/*/src-*.parquet")), tmp_path / "outside.parquet")
     cwd = tmp_path / "cwd"
     cwd.mkdir()
