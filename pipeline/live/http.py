@@ -354,7 +354,17 @@ async def _post_retrying(client: Any, body: dict[str, Any], timeout_s: float) ->
 
 
 async def _get_bounded(client: Any, path: str, limit: int) -> tuple[int, bytes]:
-    """(status, body) of ``GET path``; a body past ``limit`` bytes is cut there."""
+    """(status, body) of ``GET path``; a body past ``limit`` bytes is cut there. Asked once
+    more on a fresh connection if the server dropped a kept-alive one (as for probes)."""
+    import httpx
+
+    try:
+        return await _get_once(client, path, limit)
+    except (httpx.ReadError, httpx.RemoteProtocolError):
+        return await _get_once(client, path, limit)
+
+
+async def _get_once(client: Any, path: str, limit: int) -> tuple[int, bytes]:
     body = bytearray()
     async with client.stream("GET", path) as resp:
         async for piece in resp.aiter_bytes():
