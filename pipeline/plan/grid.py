@@ -45,6 +45,7 @@ from pipeline.plan.knobs import concurrency_knob
 from pipeline.plan.slo import Slo, parse_slos
 from pipeline.sim.policies import POLICIES
 from pipeline.sim.scenario import COMMON, Scenario, build_scenario
+from pipeline.validation import finite_float
 
 SECTIONS = ("name", "base", "axes", "slo")
 DERIVED = {
@@ -260,6 +261,7 @@ def _check_conflicts(
             for v in axes["rate_scale"]:
                 if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0:
                     raise ConfigError(f"{where}: rate_scale values must be > 0, got {v!r}")
+                finite_float(v, "[axes] rate_scale", where, lo=1e-6, hi=1e6)
         if "concurrency" in axes:
             knob = _knob(where, policy)
             if knob in axes:
