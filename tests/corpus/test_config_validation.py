@@ -383,7 +383,7 @@ NIGHTLY: dict[str, tuple[str, str | None]] = {
         NIGHTLY_OK + '[slo]\nttft_p99 = "1e400s"\n',
         "the limit must be a time in (0, 1e+06s]",
     ),
-    "legit": (NIGHTLY_OK + "[ingest]\nblock_size = 32\n[nightly.x]\n", None),
+    "legit": (NIGHTLY_OK + "[ingest]\nblock_size = 32\n", None),
 }
 
 
