@@ -275,7 +275,7 @@ def loads_json(
             return json.loads(text, parse_constant=constant, parse_float=number)
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise error(f"{where}: not valid JSON ({exc})") from None
+        raise error(f"{where}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
     except (ValueError, RecursionError) as exc:
         raise error(f"{where}: not valid JSON ({exc})") from None
 

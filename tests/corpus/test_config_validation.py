@@ -795,3 +795,67 @@ def test_sql_csv_writes_lists_and_structs_as_json(tmp_path: Path) -> None:
     )
     assert r.exit_code == 0, r.output
     assert r.output == 'l,s,t,n\n"[1, 2, 3]","{""a"": 1, ""b"": ""x""}","[""p"", null]",7\n'
+
+
+def _synthetic_steps(tmp_path: Path) -> tuple[Path, Any, Any]:
+    """(clean CSV, its frame, the true step seconds): a known profile's times, 5% noise."""
+    import numpy as np
+    import polars as pl
+
+    from pipeline.calibrate.profile import read_profile_json
+    from pipeline.calibrate.synthetic import design_grid, profile_truth_s
+
+    like, _ = read_profile_json("llama-3-8b_h100-80gb_tp1")
+    frame = design_grid(replicates=2)
+    truth = profile_truth_s(like["coefficients"])(frame)
+    noise = np.exp(np.random.default_rng(0).normal(0, 0.05, frame.height))
+    frame = frame.with_columns(pl.Series("time_ms", truth * 1000 * noise))
+    return tmp_path / "steps.csv", frame, truth
+
+
+@pytest.mark.parametrize(
+    "wild",
+    ["impossible", "possible"],
+    ids=["time_ms-1e308-prompt-1e21", "pause-50x-clock-0.02x"],
+)
+def test_calibrate_with_two_wild_rows_fits_as_if_clean(tmp_path: Path, wild: str) -> None:
+    import numpy as np
+    import polars as pl
+
+    from pipeline.calibrate.features import step_features
+    from pipeline.calibrate.fit import as_vector, predict
+    from pipeline.calibrate.measured import calibrate_measurements
+    from pipeline.calibrate.synthetic import as_measurements
+
+    path, frame, truth = _synthetic_steps(tmp_path)
+    rows = frame.with_columns(pl.col("prompt_tokens").cast(pl.String)).to_dicts()
+    if wild == "impossible":
+        rows[3]["time_ms"], rows[10]["prompt_tokens"] = 1e308, "1e21"
+    else:
+        rows[3]["time_ms"] *= 50  # a prefill behind a garbage-collection pause
+        rows[100]["time_ms"] *= 0.02  # a decode timed across a clock jump
+    pl.DataFrame(rows).write_csv(path)
+    cal = calibrate_measurements(path, "llama-3-8b_h100-80gb_tp1", tmp_path / "p.json")
+    assert len(cal.measurements.left_out) == (2 if wild == "impossible" else 0)
+    assert cal.profile["provenance"]["rows_left_out"] == list(cal.measurements.left_out)
+    for phase, err in cal.result.fit_error.items():
+        assert err.median < 0.05, (phase, err.median)  # was 0.70 on one phase before
+    fitted = predict(as_vector(cal.result.coefficients), step_features(as_measurements(frame)))
+    assert float(np.median(np.abs(fitted / truth - 1))) < 0.01
+
+
+def test_clean_measurements_fit_exactly_as_without_the_outlier_screen(tmp_path: Path) -> None:
+    import numpy as np
+
+    from pipeline.calibrate.features import step_features
+    from pipeline.calibrate.fit import _fit_rows, fit_coefficients
+    from pipeline.calibrate.profile import read_profile_json
+    from pipeline.calibrate.synthetic import as_measurements
+
+    _, frame, _ = _synthetic_steps(tmp_path)
+    m = as_measurements(frame)
+    like = read_profile_json("llama-3-8b_h100-80gb_tp1")[0]["coefficients"]
+    f = step_features(m)
+    screened, _ = fit_coefficients(f, m.time_s, like)
+    plain, _ = _fit_rows(f, m.time_s, like, None)
+    assert np.array_equal(screened, plain)
