@@ -27,7 +27,6 @@ file, the key and what is allowed.
 from __future__ import annotations
 
 import os
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -71,12 +70,7 @@ def load_config(path: Path | None = None) -> Config:
             path = Path("tracereplay.toml")
     if path is None:
         return Config()
-    try:
-        data = tomllib.loads(Path(path).read_text())
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read config file ({exc.strerror})") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML ({exc})") from exc
+    data = validation.read_toml_file(path, "config file")
     for section, values in data.items():
         if section not in KNOWN:
             raise ConfigError(

@@ -153,8 +153,6 @@ def load_nightly_config(path: Path) -> NightlyConfig:
     Raises:
         ConfigError, ScenarioError: naming the file and the key.
     """
-    import tomllib
-
     from pipeline import validation
     from pipeline.config import check_ingest_table, parse_trace_start
     from pipeline.drift import thresholds
@@ -163,12 +161,7 @@ def load_nightly_config(path: Path) -> NightlyConfig:
     from pipeline.plan.slo import parse_slos
     from pipeline.sim.scenario import check_scenario_keys, read_scenario_file
 
-    try:
-        raw = tomllib.loads(Path(path).read_text())
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read the nightly config ({exc.strerror})") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML ({exc})") from None
+    raw = validation.read_toml_file(path, "the nightly config")
     base_dir = Path(path).resolve().parent
 
     def table(name: str, known: set[str] | None = None) -> dict[str, Any]:

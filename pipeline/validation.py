@@ -293,3 +293,38 @@ def non_finite_key(data: Any) -> str | None:
         elif isinstance(value, list | tuple):
             stack.extend((f"{key}[{i}]", v) for i, v in enumerate(value))
     return None
+
+
+def loads_toml(text: str, where: str, *, error: ErrorType = ConfigError) -> dict[str, Any]:
+    """``tomllib.loads`` whose every failure is one line naming ``where``: invalid TOML
+    (with the line), and arrays or inline tables nested so deep that the parser would
+    exhaust the stack (it recurses per level; a few hundred levels are fine)."""
+    import tomllib
+
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise error(f"{where}: not valid TOML ({exc})") from None
+    except RecursionError:
+        raise error(
+            f"{where}: arrays or inline tables nested too deeply to read; this is not a "
+            "config of the expected shape"
+        ) from None
+
+
+def read_toml_file(path: Any, what: str, *, error: ErrorType = ConfigError) -> dict[str, Any]:
+    """A TOML file (``what``: "config file", "scenario file", ...) as a dict; every
+    failure (unreadable, not UTF-8, invalid or too deeply nested TOML) is one line."""
+    from pathlib import Path
+
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        raise error(f"{path}: cannot read {what} ({exc.strerror or exc})") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise error(
+            f"{path}: not UTF-8 text (byte {exc.start + 1}); a {what} is a TOML text file"
+        ) from None
+    return loads_toml(text, str(path), error=error)

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import itertools
 import re
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,7 +44,7 @@ from pipeline.plan.knobs import concurrency_knob
 from pipeline.plan.slo import Slo, parse_slos
 from pipeline.sim.policies import POLICIES
 from pipeline.sim.scenario import COMMON, Scenario, build_scenario
-from pipeline.validation import finite_float
+from pipeline.validation import finite_float, read_toml_file
 
 SECTIONS = ("name", "base", "axes", "slo")
 DERIVED = {
@@ -86,12 +85,7 @@ def read_grid_file(path: Path) -> dict[str, Any]:
     Raises:
         ConfigError: unreadable file or invalid TOML.
     """
-    try:
-        return tomllib.loads(Path(path).read_text())
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read grid file ({exc.strerror})") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML ({exc})") from None
+    return read_toml_file(path, "grid file")
 
 
 def load_grid(
@@ -152,7 +146,7 @@ def build_grid(
         else [base.get("policy", defaults.get("policy", COMMON["policy"][1]))]
     )
     for policy in policies:
-        if policy not in POLICIES:
+        if not isinstance(policy, str) or policy not in POLICIES:
             raise ConfigError(
                 f"{where}: [axes] policy: unknown policy {policy!r}; allowed: "
                 f"{', '.join(sorted(POLICIES))}"

@@ -683,12 +683,7 @@ def _resolve_cost(
 
 def read_scenario_file(path: Path) -> dict[str, Any]:
     """The raw keys of a scenario TOML file (name defaults to the file stem)."""
-    try:
-        data = tomllib.loads(Path(path).read_text())
-    except OSError as exc:
-        raise ScenarioError(f"{path}: cannot read scenario file ({exc.strerror})") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ScenarioError(f"{path}: not valid TOML ({exc})") from None
+    data = validation.read_toml_file(path, "scenario file", error=ScenarioError)
     data.setdefault("name", Path(path).stem)
     return data
 
@@ -697,7 +692,7 @@ def parse_value(text: str) -> Any:
     """A --set value as TOML (numbers, booleans, quoted strings), else the bare string."""
     try:
         return tomllib.loads(f"v = {text}")["v"]
-    except tomllib.TOMLDecodeError:
+    except (tomllib.TOMLDecodeError, RecursionError):
         return text
 
 

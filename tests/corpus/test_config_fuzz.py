@@ -25,7 +25,7 @@ from pipeline.plan.slo import parse_slos
 from pipeline.sim.model_config import model_shape_from_config
 from pipeline.sim.policies import POLICIES
 from pipeline.sim.scenario import COMMON, build_scenario
-from pipeline.validation import loads_json
+from pipeline.validation import loads_json, loads_toml
 
 FUZZ = settings(
     max_examples=60,
@@ -281,3 +281,14 @@ def test_json_of_any_depth_is_one_line(depth: int, opener: str) -> None:
         loads_json(text, "x.json")
     except PipelineError as exc:
         assert "\n" not in str(exc)
+
+
+@FUZZ
+@given(st.integers(0, 3000), st.sampled_from(["[", "{b = ", "[{c = [", "'[', ["]))
+def test_toml_of_any_depth_is_one_line(depth: int, opener: str) -> None:
+    closer = {"[": "]", "{b = ": "}", "[{c = [": "]}]", "'[', [": "]"}[opener]
+    text = "a = " + opener * depth + ("1" if "=" in opener else "") + closer * depth + "\n"
+    try:
+        loads_toml(text, "x.toml")
+    except PipelineError as exc:
+        assert "\n" not in str(exc) and str(exc).startswith("x.toml: ")
