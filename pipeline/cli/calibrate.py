@@ -77,7 +77,7 @@ def calibrate() -> None:
 @click.option(
     "--cv",
     "cv",
-    type=click.IntRange(min=2),
+    type=opt.BoundedInt(2, 1000),
     default=None,
     help="Also print the K-fold cross-validated error.",
 )

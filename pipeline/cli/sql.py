@@ -141,7 +141,7 @@ def _write_text(text: str, output: Path | None) -> None:
     help="Write the result to FILE instead of stdout (not inside the warehouse).",
 )
 @click.option(
-    "--max-rows", type=click.IntRange(min=1), default=50, show_default=True,
+    "--max-rows", type=opt.BoundedInt(1, 10**9), default=50, show_default=True,
     help="Rows a table shows.",
 )  # fmt: skip
 @click.option("--views", is_flag=True, help="Print the SQL that creates the views and exit.")

@@ -209,6 +209,18 @@ FLAGS: dict[str, tuple[list[str], str]] = {
         ["replay", "--lock-timeout", "inf"],
         "--lock-timeout: value must be a finite number in [0, 1e+07], got 'inf'",
     ),
+    "ingest--block-size-1e20": (
+        ["ingest", "x.jsonl", "--block-size", "1e20"],
+        "--block-size: value must be an integer in [1, 65536], got '1e20'",
+    ),
+    "sql--max-rows-zero": (
+        ["sql", "SELECT 1", "--max-rows", "0"],
+        "--max-rows: value must be an integer in [1, 1000000000], got '0'",
+    ),
+    "report--slo-ttft-ms-nan": (
+        ["report", "--slo-ttft-ms", "nan"],
+        "--slo-ttft-ms: value must be a finite number in (0, 1e+09], got 'nan'",
+    ),
     "profile-new--tp-huge": (
         ["profile", "new", "--model-config", "x.json", "--gpu", "h100", "--tp", "4097", "-o", "o"],
         "--tp: value must be an integer in [1, 1024], got '4097'",
