@@ -16,19 +16,27 @@ The config file is TOML: ``--config FILE``, else ``$TRACEREPLAY_CONFIG``, else
 
     [gpu_prices]                # dollars per GPU-hour, per GPU kind (pipeline/pricing.py)
     h100-80gb = 2.49
+
+Every value is checked when the file is read, before any work starts: its type, and
+numbers finite and in range (``block_size`` 1 to 65536, prices above 0 and at most
+1e6); ``[replay]`` keys get the scenario checks of one key at a time (the checks
+across keys run when a scenario is built). A wrong value is one line naming the
+file, the key and what is allowed.
 """
 
 from __future__ import annotations
 
 import os
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import ConfigError
+from pipeline import validation
+from pipeline.errors import ConfigError, PipelineError
 
 DEFAULT_WAREHOUSE = "warehouse"
+MAX_BLOCK_SIZE = 1 << 16  # tokens per hashed block
+MAX_GPU_PRICE = 1e6  # dollars per GPU-hour
 KNOWN: dict[str, set[str]] = {
     "warehouse": {"path"},
     "ingest": {"block_size", "hash_salt", "trace_start", "tokenizer"},
@@ -62,12 +70,7 @@ def load_config(path: Path | None = None) -> Config:
             path = Path("tracereplay.toml")
     if path is None:
         return Config()
-    try:
-        data = tomllib.loads(Path(path).read_text())
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read config file ({exc.strerror})") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML ({exc})") from exc
+    data = validation.read_toml_file(path, "config file")
     for section, values in data.items():
         if section not in KNOWN:
             raise ConfigError(
@@ -82,7 +85,54 @@ def load_config(path: Path | None = None) -> Config:
                         f"{path}: unknown key {section}.{key}; known: "
                         f"{', '.join(sorted(KNOWN[section]))}"
                     )
+    where = str(path)
+    if "path" in data.get("warehouse", {}):
+        validation.string(data["warehouse"]["path"], "warehouse.path", where, nonempty=True)
+    check_ingest_table(data.get("ingest", {}), "ingest", where)
+    for kind, value in data.get("gpu_prices", {}).items():
+        validation.finite_float(
+            value, f"gpu_prices.{kind}", where, lo=0.0, lo_open=True, hi=MAX_GPU_PRICE
+        )
+    if data.get("replay"):
+        from pipeline.sim.scenario import check_scenario_keys
+
+        try:
+            check_scenario_keys(data["replay"], f"{where} [replay]")
+        except PipelineError as exc:
+            raise ConfigError(str(exc)) from None
     return Config(path=Path(path), sections=data)
+
+
+def check_ingest_table(values: dict[str, Any], section: str, where: str) -> None:
+    """The ``[ingest]`` keys shared by the config file and nightly configs: of the right
+    type, ``block_size`` a whole number in [1, 65536], ``trace_start`` an ISO time.
+
+    Raises:
+        ConfigError: naming ``where``, ``section.key`` and what is allowed.
+    """
+    if "block_size" in values:
+        validation.integer(
+            values["block_size"], f"{section}.block_size", where, lo=1, hi=MAX_BLOCK_SIZE
+        )
+    for key in ("hash_salt", "tokenizer", "format"):
+        if key in values:
+            validation.string(values[key], f"{section}.{key}", where)
+    if "trace_start" in values:
+        text = validation.string(values["trace_start"], f"{section}.trace_start", where)
+        parse_trace_start(text, f"{section}.trace_start", where)
+
+
+def parse_trace_start(text: str, key: str, where: str) -> Any:
+    """An ISO time (``Z`` for UTC) as a datetime; naive times are UTC."""
+    from datetime import UTC, datetime
+
+    try:
+        t = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise ConfigError(
+            f"{where}: {key} {text!r} is not an ISO time, e.g. 2024-05-01T00:00:00Z"
+        ) from None
+    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
 
 
 def warehouse_path(flag: str | None, config: Config) -> Path:

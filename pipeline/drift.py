@@ -20,8 +20,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipeline.errors import ConfigError
+from pipeline.validation import finite_float
 
 GROUPS = ("traffic", "ttft_p99", "tpot_p99", "capacity", "sim_vs_observed")
+MAX_THRESHOLD = 1e6  # a relative change; larger never flags anything anyway
 DEFAULT_THRESHOLDS = {
     "traffic": 0.25,
     "ttft_p99": 0.20,
@@ -78,11 +80,9 @@ def thresholds(table: dict[str, Any], where: str = "[drift]") -> dict[str, float
     for key, value in table.items():
         if key not in GROUPS:
             raise ConfigError(f"{where}: unknown key {key!r}; allowed: {', '.join(GROUPS)}")
-        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-            raise ConfigError(
-                f"{where}: {key} must be a relative change >= 0 (0.25 = 25%), got {value!r}"
-            )
-        out[key] = float(value)
+        out[key] = finite_float(
+            value, f"{key} (a relative change, 0.25 = 25%)", where, lo=0.0, hi=MAX_THRESHOLD
+        )
     return out
 
 

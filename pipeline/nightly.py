@@ -120,6 +120,7 @@ EXIT_FAILED = 1
 EXIT_DRIFT = 3
 NIGHTS_DIR = "nightly"
 DEFAULT_KEEP_NIGHTS = 14
+MAX_KEEP_NIGHTS = 100_000
 NIGHTLY_SECTIONS = {"nightly", "ingest", "replay", "scenario", "slo", "capacity", "drift"}
 NIGHTLY_KEYS = {"warehouse", "inbox", "keep_nights", "report"}
 INGEST_KEYS = {"format", "block_size", "hash_salt", "trace_start", "tokenizer"}
@@ -145,25 +146,22 @@ class NightlyConfig:
 
 
 def load_nightly_config(path: Path) -> NightlyConfig:
-    """Read and check a nightly.toml; every scenario and SLO is validated here.
+    """Read and check a nightly.toml; every key, scenario and SLO is validated here,
+    before the job takes the lock: of the right type (a list of strings for the inbox,
+    true/false for switches), numbers finite and in range (``pipeline.validation``).
 
     Raises:
         ConfigError, ScenarioError: naming the file and the key.
     """
-    import tomllib
-
+    from pipeline import validation
+    from pipeline.config import check_ingest_table, parse_trace_start
     from pipeline.drift import thresholds
-    from pipeline.errors import ConfigError
+    from pipeline.errors import ConfigError, PipelineError
     from pipeline.plan.capacity import parse_specs
     from pipeline.plan.slo import parse_slos
-    from pipeline.sim.scenario import read_scenario_file
+    from pipeline.sim.scenario import check_scenario_keys, read_scenario_file
 
-    try:
-        raw = tomllib.loads(Path(path).read_text())
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read the nightly config ({exc.strerror})") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML ({exc})") from None
+    raw = validation.read_toml_file(path, "the nightly config")
     base_dir = Path(path).resolve().parent
 
     def table(name: str, known: set[str] | None = None) -> dict[str, Any]:
@@ -185,19 +183,43 @@ def load_nightly_config(path: Path) -> NightlyConfig:
             f"{path}: unknown section(s) {', '.join(unknown)}; "
             f"known: {', '.join(sorted(NIGHTLY_SECTIONS))}"
         )
+    where = str(path)
     night = table("nightly", NIGHTLY_KEYS)
-    inbox = night.get("inbox")
-    if isinstance(inbox, str):
-        inbox = [inbox]
-    if not isinstance(inbox, list) or not inbox:
+    if night.get("inbox") in (None, [], ""):
         raise ConfigError(
             f'{path}: nightly.inbox must list the log globs, e.g. inbox = ["logs/*.jsonl.gz"]'
         )
-    keep = night.get("keep_nights", DEFAULT_KEEP_NIGHTS)
-    if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
-        raise ConfigError(f"{path}: nightly.keep_nights must be a whole number >= 1, got {keep!r}")
+    inbox = validation.string_list(
+        night["inbox"], "nightly.inbox", where, example='["logs/*.jsonl.gz"]'
+    )
+    keep = validation.integer(
+        night.get("keep_nights", DEFAULT_KEEP_NIGHTS),
+        "nightly.keep_nights",
+        where,
+        lo=1,
+        hi=MAX_KEEP_NIGHTS,
+    )
+    report = validation.boolean(night.get("report", True), "nightly.report", where)
+    warehouse = night.get("warehouse")
+    if warehouse is not None:
+        warehouse = validation.string(warehouse, "nightly.warehouse", where, nonempty=True)
+    ing = table("ingest", INGEST_KEYS)
+    check_ingest_table(ing, "ingest", where)
+    if ing.get("format"):
+        from pipeline.ingest.formats import FORMATS
 
-    defaults = {"drop_too_long": True, **table("replay")}
+        if ing["format"] not in FORMATS:
+            raise ConfigError(
+                f"{path}: unknown ingest.format {ing['format']!r}; allowed: "
+                f"{', '.join(sorted(FORMATS))}"
+            )
+
+    replay_defaults = table("replay")
+    try:
+        check_scenario_keys(replay_defaults, f"{path} [replay]")
+    except PipelineError as exc:
+        raise ConfigError(str(exc)) from None
+    defaults = {"drop_too_long": True, **replay_defaults}
     entries = raw.get("scenario", [])
     if not isinstance(entries, list) or not entries:
         raise ConfigError(
@@ -210,7 +232,9 @@ def load_nightly_config(path: Path) -> NightlyConfig:
             raise ConfigError(f"{path}: scenario {i} must be a table ([[scenario]])")
         values = dict(entry)
         if "file" in values:
-            file = Path(str(values.pop("file")))
+            file = Path(
+                validation.string(values.pop("file"), f"scenario {i} file", where, nonempty=True)
+            )
             file = file if file.is_absolute() else base_dir / file
             values = {**read_scenario_file(file), **values}
         scenario_values.append({**defaults, **values})
@@ -230,7 +254,7 @@ def load_nightly_config(path: Path) -> NightlyConfig:
         cap = table("capacity", CAPACITY_KEYS)
         if not slos:
             raise ConfigError(f"{path}: [capacity] needs the SLOs to meet: add [slo]")
-        which = cap.get("scenario", names[0])
+        which = validation.string(cap.get("scenario", names[0]), "capacity.scenario", where)
         if which not in names:
             raise ConfigError(
                 f"{path}: capacity.scenario {which!r} is not a scenario; known: {', '.join(names)}"
@@ -238,9 +262,10 @@ def load_nightly_config(path: Path) -> NightlyConfig:
         capacity_base = scenario_values[names.index(which)]
         capacity_base.setdefault("name", which)
         specs = parse_specs(cap.get("search", {}), where=f"{path} [capacity.search]")
-        summary_only = bool(cap.get("summary_only", True))
+        summary_only = validation.boolean(
+            cap.get("summary_only", True), "capacity.summary_only", where
+        )
 
-    ing = table("ingest", INGEST_KEYS)
     opts = IngestOptions(
         format=ing.get("format") or None,
         block_size=ing.get("block_size"),
@@ -248,17 +273,7 @@ def load_nightly_config(path: Path) -> NightlyConfig:
         tokenizer=Path(ing["tokenizer"]) if ing.get("tokenizer") else None,
     )
     if ing.get("trace_start"):
-        from datetime import datetime
-
-        try:
-            start = str(ing["trace_start"]).replace("Z", "+00:00")
-            opts.trace_start = datetime.fromisoformat(start)
-        except ValueError:
-            raise ConfigError(
-                f"{path}: ingest.trace_start {ing['trace_start']!r} is not an ISO time, "
-                "e.g. 2024-05-01T00:00:00Z"
-            ) from None
-    warehouse = night.get("warehouse")
+        opts.trace_start = parse_trace_start(ing["trace_start"], "ingest.trace_start", where)
     return NightlyConfig(
         path=Path(path),
         inbox=[str(g) if os.path.isabs(str(g)) else str(base_dir / str(g)) for g in inbox],
@@ -269,7 +284,7 @@ def load_nightly_config(path: Path) -> NightlyConfig:
         capacity_summary_only=summary_only,
         thresholds=thresholds(table("drift"), where=f"{path} [drift]"),
         keep_nights=keep,
-        report=bool(night.get("report", True)),
+        report=report,
         warehouse=(base_dir / warehouse) if warehouse else None,
         ingest=opts,
     )

@@ -43,6 +43,17 @@ How the fit works:
   ``--like`` value by a weak pull of every x_k toward its start (1 for a term the
   profile has, 0 for a v2 term it lacks). The pull is REGULARISATION * sqrt(rows) per
   term, so it matters only where the data are silent.
+* Gross outliers are then left out and the fit repeated: when some row is more than
+  ``OUTLIER_FACTOR`` (3x) from that fit, a screening fit of log(predicted / measured)
+  (where a row 50x long and one 50x short weigh alike) finds the rows more than 3x
+  from it, in either direction, and more than ``OUTLIER_SPREADS`` robust spreads of
+  their phase's log ratios from the phase's median, at most ``OUTLIER_SHARE`` (10%)
+  of a phase's rows, the worst first; the fit above is then made without them. A single 50x garbage
+  collection pause or a 0.02x clock jump among a hundred rows drags even the robust
+  loss (its scale comes from a least-squares fit the wild row already pulled; a step
+  measured 50x too short has a relative error of 49); a row a factor of 3 from a fit
+  that follows every other row within noise is no measurement of that step. Rows the
+  cost model merely fits less well (a batched prefill 30% off) are never left out.
 * The start is the ``--like`` profile with every time coefficient scaled by the median
   of measured / predicted; a second start with overlap 0.5 and at least the prior token
   floor guards against the kink of the max. From both, plain least squares (which
@@ -276,6 +287,31 @@ def _identifiable(f: StepFeatures, like: F64) -> npt.NDArray[np.bool_]:
     return ok
 
 
+OUTLIER_FACTOR = 3.0  # a row this far from the fit (either way) may be a gross outlier
+OUTLIER_SPREADS = 6.0  # ... if also this many robust spreads from its phase's median
+OUTLIER_SHARE = 0.1  # at most this share of a phase's rows is left out
+
+
+def gross_outliers(
+    predicted_s: F64, measured_s: F64, is_prefill: npt.NDArray[np.bool_]
+) -> npt.NDArray[np.bool_]:
+    """Rows too far from the fit to be a measurement of that step (module docstring)."""
+    log_ratio = np.log(np.maximum(predicted_s, 1e-300) / measured_s)
+    out = np.zeros(len(measured_s), dtype=bool)
+    for mask in (is_prefill, ~is_prefill):
+        rows = np.flatnonzero(mask)
+        if len(rows) < 5:
+            continue
+        lr = log_ratio[rows]
+        centre = float(np.median(lr))
+        spread = 1.4826 * float(np.median(np.abs(lr - centre)))
+        dev = np.abs(lr - centre)
+        far = (np.abs(lr) > np.log(OUTLIER_FACTOR)) & (dev > OUTLIER_SPREADS * spread)
+        worst = rows[far][np.argsort(-dev[far])][: int(OUTLIER_SHARE * len(rows))]
+        out[worst] = True
+    return out
+
+
 def fit_coefficients(
     features: StepFeatures,
     measured_s: F64,
@@ -283,7 +319,34 @@ def fit_coefficients(
     *,
     regularisation: float | None = None,
 ) -> tuple[F64, int]:
-    """The fitted coefficient vector and the solver's iterations (see the module docstring)."""
+    """The fitted coefficient vector and the solver's iterations (see the module docstring),
+    gross outliers left out."""
+    coeffs, nfev = _fit_rows(features, measured_s, like, regularisation)
+    far = np.abs(np.log(np.maximum(predict(coeffs, features), 1e-300) / measured_s))
+    if not (far > np.log(OUTLIER_FACTOR)).any():
+        return coeffs, nfev  # no row 3x off: nothing to screen (clean data cost nothing more)
+    # screen on log(predicted / measured), where a row 50x long and one 50x short weigh
+    # alike and a single one cannot move the rest far; then fit the kept rows as usual
+    screen, more = _fit_rows(features, measured_s, like, regularisation, log=True)
+    nfev += more
+    bad = gross_outliers(predict(screen, features), measured_s, features.P > 0)
+    if not bad.any():
+        return coeffs, nfev
+    keep = np.flatnonzero(~bad)
+    coeffs, more = _fit_rows(_take(features, keep), measured_s[keep], like, regularisation)
+    return coeffs, nfev + more
+
+
+def _fit_rows(
+    features: StepFeatures,
+    measured_s: F64,
+    like: Mapping[str, float],
+    regularisation: float | None,
+    *,
+    log: bool = False,
+) -> tuple[F64, int]:
+    """One fit over every given row: plain least squares, then the robust loss; of the
+    relative error, or with ``log`` of log(predicted / measured)."""
     from scipy.optimize import least_squares
 
     like_v = as_vector(like)
@@ -299,12 +362,16 @@ def fit_coefficients(
         v[idx] = x * scale[idx]
         return v
 
+    log_measured = np.log(measured_s)
+
     def residuals(x: F64) -> F64:
-        r = predict(full(x), features) * inv - 1.0
+        pred = predict(full(x), features)
+        r = np.log(np.maximum(pred, 1e-300)) - log_measured if log else pred * inv - 1.0
         return np.concatenate([r, w * (x - target[idx])])
 
     def jac(x: F64) -> F64:
-        j = jacobian(full(x), features)[:, idx] * scale[idx] * inv[:, None]
+        per = 1.0 / np.maximum(predict(full(x), features), 1e-300) if log else inv
+        j = jacobian(full(x), features)[:, idx] * scale[idx] * per[:, None]
         return np.vstack([j, w * np.eye(len(idx))])
 
     lower = np.zeros(len(idx))

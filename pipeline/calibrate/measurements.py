@@ -11,6 +11,13 @@ One row per measured engine step, CSV (with a header line) or Parquet:
     time_ms          the duration of that one step, milliseconds, > 0
     model, gpu, tensor_parallel   optional: what was measured (must match the profile)
 
+A row whose numbers are well-formed but physically impossible (``PHYSICAL_MAX``: a step
+longer than an hour, more than 65,536 sequences, more than 10 million tokens per
+sequence; a clock jump or a corrupted counter) is not fitted: it is left out, named in
+``Measurements.left_out`` (the commands print one warning line), so that a few such
+rows cannot drag the fit; if more than ``MAX_LEFT_OUT_SHARE`` of the rows are such,
+the file is refused instead, as a file measuring something else.
+
 ``MEASUREMENT_COLUMNS`` below is the one declaration of this schema; docs/calibration.md
 describes it for users. Every problem is reported as one line naming the file, the
 row (1-based data row; for CSV also the file line, the header being line 1) and the
@@ -56,6 +63,15 @@ MEASUREMENT_COLUMNS: tuple[Column, ...] = (
     Column("gpu", "text", False, 0, "GPU measured (must match the profile's)"),
     Column("tensor_parallel", "count", False, 1, "tensor-parallel degree (must match)"),
 )
+# beyond these a value is no measured engine step (the row is left out, see the docstring)
+PHYSICAL_MAX: dict[str, float] = {
+    "batch_size": 65_536,
+    "prompt_tokens": 10_000_000,
+    "context_tokens": 10_000_000,
+    "time_ms": 3_600_000.0,  # one hour
+    "tensor_parallel": 4096,
+}
+MAX_LEFT_OUT_SHARE = 0.1
 REQUIRED = tuple(c.name for c in MEASUREMENT_COLUMNS if c.required)
 OPTIONAL = tuple(c.name for c in MEASUREMENT_COLUMNS if not c.required)
 
@@ -74,6 +90,7 @@ class Measurements:
     model: list[str | None] | None = None
     gpu: list[str | None] | None = None
     tensor_parallel: npt.NDArray[np.float64] | None = None  # NaN where empty
+    left_out: tuple[str, ...] = ()  # rows not kept: "row 4 (line 5): time_ms 1e+308 > ..."
 
     def __len__(self) -> int:
         return len(self.time_s)
@@ -96,6 +113,7 @@ class Measurements:
             model=pick(self.model),
             gpu=pick(self.gpu),
             tensor_parallel=None if tp is None else tp[idx],
+            left_out=self.left_out,
         )
 
     @property
@@ -202,22 +220,69 @@ def read_measurements(path: Path | str) -> Measurements:
         more = f" ({rows - 1} more bad row{'s' if rows > 2 else ''})" if rows > 1 else ""
         raise MeasurementError(f"{_where(path, first + 1, csv, present[order].name)}: {msg}{more}")
 
+    keep, left_out = _physical(path, csv, values, frame.height)
+
     def text(name: str) -> list[str | None] | None:
         if name not in frame.columns:
             return None
-        return [None if v is None or not v.strip() else v.strip() for v in frame[name]]
+        cells = [None if v is None or not v.strip() else v.strip() for v in frame[name]]
+        return [c for c, k in zip(cells, keep, strict=True) if k]
 
+    tp = values.get("tensor_parallel")
     return Measurements(
         path=path,
         sha256=file_sha256(path),
-        is_prefill=is_prefill.astype(bool),
-        batch_size=values["batch_size"],
-        prompt_tokens=values["prompt_tokens"],
-        context_tokens=values["context_tokens"],
-        time_s=values["time_ms"] / 1000.0,
+        is_prefill=is_prefill.astype(bool)[keep],
+        batch_size=values["batch_size"][keep],
+        prompt_tokens=values["prompt_tokens"][keep],
+        context_tokens=values["context_tokens"][keep],
+        time_s=values["time_ms"][keep] / 1000.0,
         model=text("model"),
         gpu=text("gpu"),
-        tensor_parallel=values.get("tensor_parallel"),
+        tensor_parallel=None if tp is None else tp[keep],
+        left_out=tuple(left_out),
+    )
+
+
+def _physical(
+    path: Path, csv: bool, values: dict[str, npt.NDArray[np.float64]], n: int
+) -> tuple[npt.NDArray[np.bool_], list[str]]:
+    """(rows to keep, one line per row left out) under PHYSICAL_MAX.
+
+    Raises:
+        MeasurementError: more than MAX_LEFT_OUT_SHARE of the rows are impossible.
+    """
+    keep = np.ones(n, dtype=bool)
+    why: dict[int, str] = {}
+    for name, limit in PHYSICAL_MAX.items():
+        if name not in values:
+            continue
+        with np.errstate(invalid="ignore"):
+            over = values[name] > limit  # NaN (an empty optional cell) is not over
+        for i in np.flatnonzero(over & keep):
+            line = f" (line {i + 2})" if csv else ""
+            why[int(i)] = f"row {i + 1}{line}: {name} {values[name][i]:g} > {limit:g}"
+        keep &= ~over
+    if len(why) > MAX_LEFT_OUT_SHARE * n:
+        first = why[min(why)]
+        raise MeasurementError(
+            f"{path}: {len(why)} of {n} rows are beyond what one engine step can be ({first}; "
+            f"limits: {', '.join(f'{k} <= {v:g}' for k, v in PHYSICAL_MAX.items())}); check "
+            "the units (time_ms is milliseconds) and the columns"
+        )
+    return keep, [why[i] for i in sorted(why)]
+
+
+def left_out_warning(m: Measurements) -> str | None:
+    """One line saying which rows were left out as impossible, or None."""
+    if not m.left_out:
+        return None
+    shown = "; ".join(m.left_out[:5]) + (
+        f"; and {len(m.left_out) - 5} more" if len(m.left_out) > 5 else ""
+    )
+    return (
+        f"warning: {m.path}: {len(m.left_out)} row(s) left out as no engine step can be "
+        f"so ({shown}); the fit uses the other {len(m):,}"
     )
 
 

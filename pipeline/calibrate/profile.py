@@ -20,6 +20,7 @@ from pipeline.calibrate.fit import FitResult
 from pipeline.calibrate.measurements import MeasurementError, Measurements
 from pipeline.errors import PipelineError
 from pipeline.sim.cost_model import COST_MODEL_VERSION
+from pipeline.validation import loads_json
 
 SHIPPED_DIR = Path(__file__).resolve().parent.parent / "sim" / "profiles"
 METHOD = "calibrated from measurements"
@@ -43,9 +44,10 @@ def read_profile_json(name_or_path: str | Path) -> tuple[dict[str, Any], str]:
             + ", ".join(shipped_names())
         )
     try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise PipelineError(f"profile {path}: not valid JSON ({exc})") from None
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PipelineError(f"profile {path}: cannot read as text ({exc})") from None
+    data = loads_json(text, f"profile {path}", error=PipelineError)
     if not isinstance(data, dict) or not isinstance(data.get("coefficients"), dict):
         raise PipelineError(f"profile {path}: no 'coefficients' object; is it a profile JSON?")
     for key, value in data["coefficients"].items():
@@ -119,6 +121,7 @@ def calibrated_profile(
         "source_file": str(m.path),
         "source_sha256": m.sha256,
         "rows_used": result.rows,
+        "rows_left_out": list(m.left_out),  # physically impossible rows (measurements.py)
         "rows_per_phase": {p: e.rows for p, e in result.fit_error.items()},
         "date": datetime.now(UTC).strftime("%Y-%m-%d"),
         "tool_version": __version__,

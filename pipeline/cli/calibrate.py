@@ -77,7 +77,7 @@ def calibrate() -> None:
 @click.option(
     "--cv",
     "cv",
-    type=click.IntRange(min=2),
+    type=opt.BoundedInt(2, 1000),
     default=None,
     help="Also print the K-fold cross-validated error.",
 )
@@ -108,6 +108,11 @@ def measurements_command(
     except ValueError as exc:
         raise PipelineError(str(exc)) from None
     r = cal.result
+    from pipeline.calibrate.measurements import left_out_warning
+
+    warning = left_out_warning(cal.measurements)
+    if warning:
+        click.echo(warning, err=True)
     if as_json:
         click.echo(json.dumps({"output": str(cal.output), "profile": cal.profile}, indent=2))
         return

@@ -331,19 +331,19 @@ def _specs(
 )
 @click.option(
     "--target-rate",
-    type=click.FloatRange(min=0, min_open=True),
+    type=opt.BoundedFloat(0.0, 1e6, lo_open=True),
     default=None,
     help="Requests/s the replicas search must serve [default: the base scenario's].",
 )
 @click.option(
     "--max-concurrency",
-    type=click.IntRange(min=1),
+    type=opt.BoundedInt(1, 2**31 - 1),
     default=None,
     help="Top of the concurrency search [default: the file's, else 1024].",
 )
 @click.option(
     "--max-replicas",
-    type=click.IntRange(min=1),
+    type=opt.BoundedInt(1, 4096),
     default=None,
     help="Top of the replicas search [default: the file's, else 64].",
 )

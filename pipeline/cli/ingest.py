@@ -86,7 +86,7 @@ def options_from(
 )
 @click.option(
     "--block-size",
-    type=click.IntRange(min=1),
+    type=opt.BoundedInt(1, 1 << 16),
     default=None,
     help="Tokens per prefix-hash block (Mooncake 512, Bailian 16, token-id logs 16).",
 )

@@ -63,6 +63,74 @@ class MomentType(click.ParamType):
         )
 
 
+class ScenarioNumber(click.ParamType):
+    """A flag that sets one scenario key (``--time-scale``, ``--max-num-seqs``): checked as
+    it is read with the scenario's own per-key checks (``pipeline.sim.scenario``: finite,
+    within the key's documented range), so a bad value is one line naming the flag,
+    exit 1, before anything else runs."""
+
+    def __init__(self, kind: type) -> None:
+        self.kind = kind
+        self.name = "INTEGER" if kind is int else "FLOAT"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from pipeline.sim.scenario import check_scenario_keys
+
+        if value is None or isinstance(value, self.kind) and not isinstance(value, bool):
+            typed = value
+        else:
+            typed = str(value).strip()
+        key = param.name if param is not None and param.name else "value"
+        flag = param.opts[0] if param is not None and param.opts else key
+        check_scenario_keys({key: typed}, flag)
+        from pipeline import validation
+
+        if self.kind is int:
+            return validation.integer(typed, key, flag, strings=True)
+        return validation.finite_float(typed, key, flag, strings=True)
+
+
+SCENARIO_INT = ScenarioNumber(int)
+SCENARIO_FLOAT = ScenarioNumber(float)
+
+
+class BoundedFloat(click.ParamType):
+    """A finite float in a documented range (``pipeline.validation.finite_float``);
+    ``nan``, ``inf`` and values outside the range are one line naming the flag, exit 1."""
+
+    name = "FLOAT"
+
+    def __init__(
+        self, lo: float | None = None, hi: float | None = None, *, lo_open: bool = False
+    ) -> None:
+        self.lo, self.hi, self.lo_open = lo, hi, lo_open
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from pipeline import validation
+
+        flag = param.opts[0] if param is not None and param.opts else "value"
+        typed = value if isinstance(value, float) else str(value).strip()
+        return validation.finite_float(
+            typed, "value", flag, lo=self.lo, hi=self.hi, lo_open=self.lo_open, strings=True
+        )
+
+
+class BoundedInt(click.ParamType):
+    """An integer in [lo, hi] (``pipeline.validation.integer``), one line naming the flag."""
+
+    name = "INTEGER"
+
+    def __init__(self, lo: int, hi: int) -> None:
+        self.lo, self.hi = lo, hi
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from pipeline import validation
+
+        flag = param.opts[0] if param is not None and param.opts else "value"
+        typed = value if isinstance(value, int) else str(value).strip()
+        return validation.integer(typed, "value", flag, lo=self.lo, hi=self.hi, strings=True)
+
+
 def _check_where(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """--where is checked as it is read, before the command takes the warehouse lock or
     reads anything (``pipeline.predicate``); a refusal is one line, exit 1. A blank one
@@ -178,7 +246,7 @@ def intervals(f: F) -> F:
 def gpu_hour_price(f: F) -> F:
     return click.option(
         "--gpu-hour-price",
-        type=click.FloatRange(min=0, min_open=True),
+        type=BoundedFloat(0.0, 1e6, lo_open=True),
         default=None,
         metavar="USD",
         help="Dollars per GPU-hour for every GPU kind [default: the config's [gpu_prices]].",
@@ -210,7 +278,7 @@ def lock_timeout(f: F) -> F:
     """--lock-timeout SECONDS (``lock_timeout``): how long to wait for the warehouse lock."""
     return click.option(
         "--lock-timeout",
-        type=click.FloatRange(min=0),
+        type=BoundedFloat(0.0, 1e7),
         default=600.0,
         show_default=True,
         envvar="TRACEREPLAY_LOCK_TIMEOUT",

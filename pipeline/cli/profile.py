@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from pipeline.cli import options as opt
 from pipeline.cli.profile_check import check_command
 from pipeline.cli.sweep import render_table
 from pipeline.errors import ConfigError
@@ -21,6 +22,7 @@ from pipeline.sim.profiles import (
     resolve_gpu,
     resolve_runtime,
 )
+from pipeline.validation import non_finite_key
 
 
 @click.group()
@@ -51,14 +53,14 @@ def profile() -> None:
     help="A JSON file describing the GPU (peak_flops, hbm_bytes_per_s, ...) instead.",
 )
 @click.option(
-    "--tp", type=click.IntRange(min=1), default=1, show_default=True, help="Tensor parallel GPUs."
+    "--tp", type=opt.BoundedInt(1, 1024), default=1, show_default=True, help="Tensor parallel GPUs."
 )
 @click.option("--dtype", type=click.Choice(sorted(DTYPE_BYTES)), default="bf16", show_default=True)
 @click.option(
     "--kv-dtype", type=click.Choice(sorted(DTYPE_BYTES)), help="KV cache dtype [default: --dtype]."
 )
 @click.option(
-    "--max-model-len", type=click.IntRange(min=1), help="[default: max_position_embeddings]"
+    "--max-model-len", type=opt.BoundedInt(2, 2**31 - 1), help="[default: max_position_embeddings]"
 )
 @click.option("--name", help="Model name in the profile [default: the config's directory name].")
 @click.option(
@@ -111,7 +113,18 @@ def new(
     else:
         raise ConfigError("give --gpu NAME or --gpu-spec FILE.json")
     model = read_model_config(model_config, name, dtype, kv_dtype, max_model_len)
+    if model.num_heads % tp:
+        raise ConfigError(
+            f"--tp {tp}: {model_config} has {model.num_heads} attention heads, which do not "
+            "split evenly over that many GPUs; give a --tp that divides them"
+        )
     data = new_profile(model, spec, eff, tp, resolve_runtime(runtime), frontend == "http")
+    bad = non_finite_key(data)
+    if bad is not None:  # the inputs are bounded; this keeps Infinity out of the file anyway
+        raise ConfigError(
+            f"{output}: {bad} of the profile would not be a finite number; check the GPU "
+            "spec and model config figures"
+        )
     from pipeline.storage import write_atomic, writing
 
     with writing(output, "give -o another path"):

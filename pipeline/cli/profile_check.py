@@ -29,8 +29,12 @@ def check_command(profile: str, file: Path, as_json: bool) -> None:
         tracereplay profile check llama-3-70b_h100-80gb_tp4 bench.csv
     """
     from pipeline.calibrate.measured import check_profile
+    from pipeline.calibrate.measurements import left_out_warning
 
     chk = check_profile(profile, file)
+    warning = left_out_warning(chk.measurements)
+    if warning:
+        click.echo(warning, err=True)
     rows = chk.rows()
     if as_json:
         out = {

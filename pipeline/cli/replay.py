@@ -171,7 +171,9 @@ def result_dict(
     help="Scheduler policy [default: vllm].",
 )
 @click.option("--profile", default=None, help="Step-cost profile name or JSON file.")
-@click.option("--replicas", type=int, default=None, help="Engine replicas [default: 1].")
+@click.option(
+    "--replicas", type=opt.SCENARIO_INT, default=None, help="Engine replicas [default: 1]."
+)
 @click.option(
     "--router",
     type=click.Choice(sorted(ROUTERS)),
@@ -184,43 +186,55 @@ def result_dict(
     default=None,
     help="Trace timestamps, or drawn poisson/gamma arrivals [default: trace].",
 )
-@click.option("--rate", type=float, default=None, help="Target request rate (req/s).")
+@click.option("--rate", type=opt.SCENARIO_FLOAT, default=None, help="Target request rate (req/s).")
 @click.option(
     "--time-scale",
-    type=float,
+    type=opt.SCENARIO_FLOAT,
     default=None,
     help="Multiply the trace's inter-arrival times (0.5 = twice as fast).",
 )
-@click.option("--burstiness", type=float, default=None, help="Gamma shape (1 = poisson).")
-@click.option("--num-requests", type=int, default=None, help="Requests to replay.")
-@click.option("--seed", type=int, default=None, help="Seed of the scenario's generator.")
-@click.option("--max-output-tokens", type=int, default=None, help="Cap every output length.")
-@click.option("--max-model-len", type=int, default=None, help="Longest prompt + output.")
-@click.option("--num-gpu-blocks", type=int, default=None, help="KV blocks per replica.")
+@click.option(
+    "--burstiness", type=opt.SCENARIO_FLOAT, default=None, help="Gamma shape (1 = poisson)."
+)
+@click.option("--num-requests", type=opt.SCENARIO_INT, default=None, help="Requests to replay.")
+@click.option(
+    "--seed", type=opt.SCENARIO_INT, default=None, help="Seed of the scenario's generator."
+)
+@click.option(
+    "--max-output-tokens", type=opt.SCENARIO_INT, default=None, help="Cap every output length."
+)
+@click.option(
+    "--max-model-len", type=opt.SCENARIO_INT, default=None, help="Longest prompt + output."
+)
+@click.option(
+    "--num-gpu-blocks", type=opt.SCENARIO_INT, default=None, help="KV blocks per replica."
+)
 @click.option(
     "--gpu-memory-utilization",
-    type=float,
+    type=opt.SCENARIO_FLOAT,
     default=None,
     help="Share of GPU memory for weights + KV [default: 0.9].",
 )
 @click.option(
     "--block-size",
-    type=int,
+    type=opt.SCENARIO_INT,
     default=None,
     help="Tokens per KV block [default: 16; 1 for sglang and tgi].",
 )
-@click.option("--max-num-seqs", type=int, default=None, help="vllm, orca, sarathi.")
-@click.option("--max-num-batched-tokens", type=int, default=None, help="vllm token budget.")
+@click.option("--max-num-seqs", type=opt.SCENARIO_INT, default=None, help="vllm, orca, sarathi.")
+@click.option(
+    "--max-num-batched-tokens", type=opt.SCENARIO_INT, default=None, help="vllm token budget."
+)
 @click.option(
     "--enable-chunked-prefill/--no-enable-chunked-prefill",
     default=None,
     help="vllm chunked prefill [default: on].",
 )
-@click.option("--long-prefill-token-threshold", type=int, default=None, help="vllm.")
-@click.option("--watermark", type=float, default=None, help="vllm, sarathi.")
-@click.option("--chunk-size", type=int, default=None, help="sarathi token budget.")
-@click.option("--max-batch-size", type=int, default=None, help="static.")
-@click.option("--max-wait-s", type=float, default=None, help="static.")
+@click.option("--long-prefill-token-threshold", type=opt.SCENARIO_INT, default=None, help="vllm.")
+@click.option("--watermark", type=opt.SCENARIO_FLOAT, default=None, help="vllm, sarathi.")
+@click.option("--chunk-size", type=opt.SCENARIO_INT, default=None, help="sarathi token budget.")
+@click.option("--max-batch-size", type=opt.SCENARIO_INT, default=None, help="static.")
+@click.option("--max-wait-s", type=opt.SCENARIO_FLOAT, default=None, help="static.")
 @click.option(
     "--set",
     "sets",

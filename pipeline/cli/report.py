@@ -57,7 +57,7 @@ def report_slos(
 )
 @click.option(
     "--slo-ttft-ms",
-    type=click.FloatRange(min=0, min_open=True),
+    type=opt.BoundedFloat(0.0, 1e9, lo_open=True),
     default=None,
     help="Deprecated: use --slo ttft_p99=<ms>ms.",
 )

@@ -15,6 +15,7 @@ from pipeline.config import load_config, warehouse_path
 from pipeline.errors import PipelineError
 from pipeline.report.sql import (
     QueryError,
+    flat_for_csv,
     load_query,
     parse_header,
     run_read_only,
@@ -87,7 +88,7 @@ def _emit(df: pl.DataFrame, fmt: str, output: Path | None, max_rows: int) -> Non
             text += f"\n{df.height:,} rows ({max_rows} shown; --max-rows to see more)"
         _write_text(text + "\n", output)
     elif fmt == "csv":
-        _write_text(df.write_csv(), output)
+        _write_text(flat_for_csv(df).write_csv(), output)
     elif fmt == "json":
         _write_text(df.write_json() + "\n", output)
     else:
@@ -148,7 +149,7 @@ def _write_file(output: Path, data: bytes | str) -> None:
     help="Write the result to FILE instead of stdout (not inside the warehouse).",
 )
 @click.option(
-    "--max-rows", type=click.IntRange(min=1), default=50, show_default=True,
+    "--max-rows", type=opt.BoundedInt(1, 10**9), default=50, show_default=True,
     help="Rows a table shows.",
 )  # fmt: skip
 @click.option("--views", is_flag=True, help="Print the SQL that creates the views and exit.")

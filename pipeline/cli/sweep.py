@@ -101,7 +101,7 @@ def result_dict(result: SweepResult, warehouse: Path) -> dict[str, Any]:
 @click.option(
     "--jobs",
     "-j",
-    type=click.IntRange(min=1),
+    type=opt.BoundedInt(1, 4096),
     default=None,
     help="Local worker processes [default: every core; 1 runs in this process].",
 )

@@ -55,9 +55,11 @@ from pipeline.selection import RequestFilter
 from pipeline.sim.intervals import LEVEL
 from pipeline.sim.replay import load_loop, prepare, read_requests, select_request_files
 from pipeline.sim.scenario import Scenario, build_scenario
+from pipeline.validation import finite_float
 from pipeline.warehouse import Warehouse, new_run_id
 
 SEARCHES = ("concurrency", "rate", "replicas")
+SPEC_MAX = 1e9  # a search bound, tolerance or rate beyond any deployment
 SPEC_KEYS = {
     "concurrency": {"min", "max", "rate", "rate_scale"},
     "rate": {"min", "max", "tolerance"},
@@ -276,7 +278,7 @@ def parse_specs(table: dict[str, Any], where: str = "--search") -> list[SearchSp
 def _number(where: str, key: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
         raise ConfigError(f"{where}: {key} must be a number > 0, got {value!r}")
-    return float(value)
+    return finite_float(value, key, where, lo=0.0, lo_open=True, hi=SPEC_MAX)
 
 
 @with_warehouse_lock

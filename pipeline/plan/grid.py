@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import itertools
 import re
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,6 +44,7 @@ from pipeline.plan.knobs import concurrency_knob
 from pipeline.plan.slo import Slo, parse_slos
 from pipeline.sim.policies import POLICIES
 from pipeline.sim.scenario import COMMON, Scenario, build_scenario
+from pipeline.validation import finite_float, read_toml_file
 
 SECTIONS = ("name", "base", "axes", "slo")
 DERIVED = {
@@ -85,12 +85,7 @@ def read_grid_file(path: Path) -> dict[str, Any]:
     Raises:
         ConfigError: unreadable file or invalid TOML.
     """
-    try:
-        return tomllib.loads(Path(path).read_text())
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read grid file ({exc.strerror})") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML ({exc})") from None
+    return read_toml_file(path, "grid file")
 
 
 def load_grid(
@@ -151,7 +146,7 @@ def build_grid(
         else [base.get("policy", defaults.get("policy", COMMON["policy"][1]))]
     )
     for policy in policies:
-        if policy not in POLICIES:
+        if not isinstance(policy, str) or policy not in POLICIES:
             raise ConfigError(
                 f"{where}: [axes] policy: unknown policy {policy!r}; allowed: "
                 f"{', '.join(sorted(POLICIES))}"
@@ -260,6 +255,7 @@ def _check_conflicts(
             for v in axes["rate_scale"]:
                 if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0:
                     raise ConfigError(f"{where}: rate_scale values must be > 0, got {v!r}")
+                finite_float(v, "[axes] rate_scale", where, lo=1e-6, hi=1e6)
         if "concurrency" in axes:
             knob = _knob(where, policy)
             if knob in axes:

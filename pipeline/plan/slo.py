@@ -39,6 +39,7 @@ METRICS = {
     "queue": "queue time (first scheduled - arrival)",
 }
 UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0}
+MAX_LIMIT_S = 1e6  # about 11 days: beyond any latency a replay measures
 
 _KEY_RE = re.compile(r"^(?P<metric>[a-z0-9]+)_(?P<stat>p\d+(?:\.\d+)?|mean)$")
 _SCOPE_RE = re.compile(
@@ -140,9 +141,13 @@ def parse_limit(text: str, where: str) -> float:
         raise ConfigError(
             f"{where}: {text!r}: {hint}; allowed units: {', '.join(UNITS)} (e.g. 200ms)"
         )
-    value = float(m["num"]) * (10.0 ** int(m["exp"] or 0)) * UNITS[unit]
-    if not value > 0 or math.isinf(value):
+    if len(m["exp"] or "") > 6:
+        raise ConfigError(f"{where}: {text!r}: the limit must be a time in (0, {MAX_LIMIT_S:g}s]")
+    value = float(f"{m['num']}e{m['exp'] or 0}") * UNITS[unit]  # 1e400 is inf, not an error
+    if not value > 0:
         raise ConfigError(f"{where}: {text!r}: the limit must be a positive time")
+    if not math.isfinite(value) or value > MAX_LIMIT_S:
+        raise ConfigError(f"{where}: {text!r}: the limit must be a time in (0, {MAX_LIMIT_S:g}s]")
     return value
 
 

@@ -333,3 +333,28 @@ def run_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> pl.DataFrame | No
             where = f"statement {i + 1}: " if len(statements) > 1 else ""
             raise QueryError(where + describe_error(exc, st.text, st.line_offset)) from exc
     return None
+
+
+def flat_for_csv(df: pl.DataFrame) -> pl.DataFrame:
+    """``df`` with every column CSV cannot hold (lists, arrays, structs, binary) as text:
+    nested values as JSON (``[1, 2]``, ``{"a": 1}``; dates and other scalars inside as
+    their text), binary as hex. So ``--format csv`` writes the result of any query."""
+    import json
+
+    def nested(dtype: pl.DataType) -> bool:
+        return isinstance(dtype, pl.List | pl.Array | pl.Struct | pl.Object)
+
+    out = []
+    for name, dtype in df.schema.items():
+        col = df[name]
+        if nested(dtype):
+            texts = [
+                None if v is None else json.dumps(v, default=str, ensure_ascii=False)
+                for v in col.to_list()
+            ]
+            out.append(pl.Series(name, texts, dtype=pl.String))
+        elif dtype == pl.Binary:
+            out.append(pl.Series(name, [None if v is None else v.hex() for v in col.to_list()]))
+        else:
+            out.append(col)
+    return pl.DataFrame(out) if out else df

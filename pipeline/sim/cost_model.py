@@ -65,7 +65,6 @@ are linear in the step index; max + overlap * min = (1 - overlap) * max + overla
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -267,5 +266,7 @@ def decode_run_s(c: npt.NDArray[np.float64], d: float, ctx0: float, k: int) -> f
 
 def load_step_cost(path: Path) -> StepCost:
     """Read the ``coefficients`` object of a profile JSON file."""
-    data = json.loads(Path(path).read_text())
+    from pipeline.validation import loads_json
+
+    data = loads_json(Path(path).read_text(), str(path))
     return StepCost.from_dict(data["coefficients"])

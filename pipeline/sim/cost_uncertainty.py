@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +31,7 @@ from typing import Any
 
 from pipeline.errors import ScenarioError
 from pipeline.sim.cost_model import StepCost
+from pipeline.validation import loads_json
 
 # The step-time error of an analytic profile, sd on a log scale: against the real vLLM
 # runs of docs/fidelity.md the median |log error| of E2E p50 and p99 is 0.054 on H100 (a
@@ -98,8 +98,8 @@ def from_profile_data(data: Any, path: str) -> CostUncertainty:
 @functools.lru_cache(maxsize=64)
 def _read(path: str, mtime_ns: int) -> CostUncertainty:
     try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError):
+        data = loads_json(Path(path).read_text(), path, error=ScenarioError)
+    except (OSError, ValueError, ScenarioError):
         return DEFAULT  # the profile loader has already said what is wrong with the file
     return from_profile_data(data, path)
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from pipeline import validation
 from pipeline.errors import ConfigError
 from pipeline.sim.profiles import ModelShape, read_json_object
 
@@ -35,6 +36,24 @@ _ALWAYS_BIASED = ("qwen2", "qwen2_moe")
 _TIED_BY_DEFAULT = ("gemma", "gemma2")
 
 
+# the largest value of each shape key: far beyond any published model, small enough that
+# parameter and byte counts stay exact in int64
+SHAPE_MAX: dict[str, int] = {
+    "hidden_size": 1 << 20,
+    "num_attention_heads": 1 << 14,
+    "num_key_value_heads": 1 << 14,
+    "num_hidden_layers": 1 << 14,
+    "vocab_size": 1 << 24,
+    "head_dim": 1 << 14,
+    "intermediate_size": 1 << 22,
+    "num_local_experts": 1 << 14,
+    "num_experts": 1 << 14,
+    "num_experts_per_tok": 1 << 14,
+    "moe_intermediate_size": 1 << 22,
+    "shared_expert_intermediate_size": 1 << 22,
+}
+
+
 def _get(cfg: dict[str, Any], key: str, path: Path, kind: type = int) -> Any:
     if key not in cfg:
         raise ConfigError(
@@ -42,8 +61,8 @@ def _get(cfg: dict[str, Any], key: str, path: Path, kind: type = int) -> Any:
             "model has it; copy it from the model's published config.json)"
         )
     value = cfg[key]
-    if kind is int and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-        raise ConfigError(f"{path}: key {key!r} must be a positive integer, got {value!r}")
+    if kind is int:
+        return validation.integer(value, f"key {key!r}", str(path), lo=1, hi=SHAPE_MAX[key])
     return value
 
 
@@ -74,9 +93,15 @@ def model_shape_from_config(
     layers = _get(cfg, "num_hidden_layers", path)
     vocab = _get(cfg, "vocab_size", path)
     kv_heads = _get(cfg, "num_key_value_heads", path) if "num_key_value_heads" in cfg else heads
+    if heads % kv_heads:
+        raise ConfigError(
+            f"{path}: num_attention_heads ({heads}) must be a multiple of num_key_value_heads "
+            f"({kv_heads}): each KV head serves the same number of query heads"
+        )
     head_dim = cfg.get("head_dim") or hidden // heads
-    if not isinstance(head_dim, int) or head_dim < 1:
-        raise ConfigError(f"{path}: key 'head_dim' must be a positive integer, got {head_dim!r}")
+    head_dim = validation.integer(
+        head_dim, "key 'head_dim'", str(path), lo=1, hi=SHAPE_MAX["head_dim"]
+    )
     moe: dict[str, int] = {}
     if model_type == "mixtral":
         moe = {
@@ -99,6 +124,11 @@ def model_shape_from_config(
                 f"{path}: dense layers inside an MoE model (mlp_only_layers, "
                 "decoder_sparse_step) are not supported"
             )
+    if moe and moe["num_experts_per_tok"] > moe["num_experts"]:
+        raise ConfigError(
+            f"{path}: num_experts_per_tok ({moe['num_experts_per_tok']}) must be at most the "
+            f"number of experts ({moe['num_experts']})"
+        )
     if model_type == "mixtral":  # Mixtral's intermediate_size is one expert's width
         intermediate = moe["moe_intermediate_size"]
     else:
@@ -106,10 +136,13 @@ def model_shape_from_config(
     tied = cfg.get("tie_word_embeddings", model_type in _TIED_BY_DEFAULT)
     bias = model_type in _ALWAYS_BIASED or bool(cfg.get("attention_bias", False))
     length = max_model_len or cfg.get("max_position_embeddings")
-    if not isinstance(length, int) or length < 1:
+    if length is None:
         raise ConfigError(
             f"{path}: missing key 'max_position_embeddings' (or give --max-model-len)"
         )
+    length = validation.integer(
+        length, "key 'max_position_embeddings'", str(path), lo=2, hi=validation.MAX_COUNT
+    )
     # a file called config.json is named after its directory, any other after itself
     label = name or (path.parent.resolve().name if path.stem == "config" else path.stem)
     return ModelShape(

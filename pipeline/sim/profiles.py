@@ -25,6 +25,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from pipeline import validation
 from pipeline.errors import ConfigError, ScenarioError
 from pipeline.sim.cost_model import COST_MODEL_VERSION, StepCost
 from pipeline.sim.frontend import Frontend
@@ -535,11 +536,12 @@ def read_json_object(path: Path) -> dict[str, Any]:
         ConfigError: unreadable, not JSON (the line is named) or not an object.
     """
     try:
-        data = json.loads(Path(path).read_text())
+        text = Path(path).read_text()
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read ({exc.strerror})") from exc
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from exc
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not a UTF-8 text file; give a JSON file") from None
+    data = validation.loads_json(text, str(path))  # nesting bounded, numbers finite
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: not a JSON object")
     return data
@@ -560,6 +562,29 @@ def resolve_gpu(name: str) -> tuple[GpuSpec, Efficiency]:
             "(or describe yours with --gpu-spec FILE.json)"
         )
     return gpus[key], load_efficiencies()[key]
+
+
+# A GPU spec's figures: (lowest, highest, lowest excluded). The highest are far beyond any
+# GPU made (1 EFLOP/s, 1 PB/s, 1 PiB) but keep every derived time finite; peak_flops and
+# hbm_bytes_per_s divide, so they must be > 0; nvlink_bytes_per_s and peak_flops_fp8 may
+# be 0 (no link at TP 1, no fp8 tensor cores).
+GPU_SPEC_RANGES: dict[str, tuple[float, float, bool]] = {
+    "peak_flops": (0.0, 1e18, True),
+    "hbm_bytes_per_s": (0.0, 1e15, True),
+    "memory_bytes": (1.0, float(2**50), False),
+    "nvlink_bytes_per_s": (0.0, 1e15, False),
+    "peak_flops_fp8": (0.0, 1e18, False),
+}
+# efficiency overrides: fractions in (0, 1] where they divide; everything else >= 0
+EFFICIENCY_RANGES: dict[str, tuple[float, float, bool]] = {
+    "compute_efficiency": (0.0, 1.0, True),
+    "memory_efficiency": (0.0, 1.0, True),
+    "link_efficiency": (0.0, 1.0, True),
+    "attention_efficiency": (0.0, 1.0, True),
+    "overlap": (0.0, 1.0, False),
+    "kv_memory_efficiency": (0.0, 1.0, False),
+    "fp8_compute_efficiency": (0.0, 1.0, False),
+}
 
 
 def read_gpu_spec(path: Path, name: str | None = None) -> tuple[GpuSpec, Efficiency]:
@@ -584,25 +609,37 @@ def read_gpu_spec(path: Path, name: str | None = None) -> tuple[GpuSpec, Efficie
             f"{path}: unknown key {unknown[0]!r}; allowed: "
             + ", ".join(sorted(spec_keys | {"like", "efficiency"}))
         )
-    for key in (*required, "peak_flops_fp8"):
-        value = data.get(key, 0)
-        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-            raise ConfigError(f"{path}: key {key!r} must be a number >= 0, got {value!r}")
+    where = str(path)
+    num = {
+        key: validation.finite_float(
+            data.get(key, 0), f"key {key!r}", where, lo=lo, hi=hi, lo_open=lo_open
+        )
+        for key, (lo, hi, lo_open) in GPU_SPEC_RANGES.items()
+    }
+    for key in ("name", "source", "like"):
+        if key in data:
+            validation.string(data[key], f"key {key!r}", where, nonempty=True)
     gpu_name = str(name or data.get("name") or path.stem)
     gpu = GpuSpec(
         name=gpu_name,
-        peak_flops=float(data["peak_flops"]),
-        hbm_bytes_per_s=float(data["hbm_bytes_per_s"]),
-        memory_bytes=int(data["memory_bytes"]),
-        nvlink_bytes_per_s=float(data["nvlink_bytes_per_s"]),
-        peak_flops_fp8=float(data.get("peak_flops_fp8", 0.0)),
+        peak_flops=num["peak_flops"],
+        hbm_bytes_per_s=num["hbm_bytes_per_s"],
+        memory_bytes=int(num["memory_bytes"]),
+        nvlink_bytes_per_s=num["nvlink_bytes_per_s"],
+        peak_flops_fp8=num["peak_flops_fp8"],
         source=str(data.get("source", f"user GPU spec {path.name}")),
     )
     _, base = resolve_gpu(str(data.get("like", "h100-80gb")))
     overrides = data.get("efficiency", {})
-    eff_keys = {f.name for f in fields(Efficiency)} - {"name"}
+    eff_keys = {f.name for f in fields(Efficiency)} - {"name", "source"}
     if not isinstance(overrides, dict) or set(overrides) - eff_keys:
         raise ConfigError(f"{path}: efficiency must be an object of: {', '.join(sorted(eff_keys))}")
+    for key, value in overrides.items():
+        lo, hi, lo_open = EFFICIENCY_RANGES.get(key, (0.0, 1e9, False))
+        v = validation.finite_float(
+            value, f"key 'efficiency.{key}'", where, lo=lo, hi=hi, lo_open=lo_open
+        )
+        overrides[key] = int(v) if isinstance(getattr(base, key), int) else v
     values = {**_without_name(base), **overrides}
     values["source"] = f"{base.source} Overridden by {path.name}: {sorted(overrides) or 'nothing'}."
     return gpu, Efficiency(name=gpu_name, **values)
@@ -703,6 +740,16 @@ def list_profiles() -> list[str]:
     return sorted(p.stem for p in PROFILE_DIR.glob("*.json") if not p.name.startswith("_"))
 
 
+# a profile's memory section: bytes up to 1 PiB x 1024 GPUs, lengths the state holds
+PROFILE_MEMORY_RANGES: dict[str, tuple[int, int]] = {
+    "kv_bytes_per_token": (1, 2**60),
+    "weight_bytes": (0, 2**60),
+    "gpu_memory_bytes": (1, 2**60),
+    "max_model_len": (2, validation.MAX_COUNT),
+    "reserve_bytes": (0, 2**60),
+}
+
+
 def load_profile(name_or_path: str | Path) -> Profile:
     """A shipped profile by name, or any profile JSON file by path.
 
@@ -721,22 +768,46 @@ def load_profile(name_or_path: str | Path) -> Profile:
                 + ", ".join(list_profiles())
             )
     try:
-        data = json.loads(path.read_text())
-        version = int(data.get("cost_model_version", 1))
+        data = validation.loads_json(path.read_text(), f"profile {path}", error=ScenarioError)
+        if not isinstance(data, dict):
+            raise ScenarioError(f"profile {path}: not a JSON object; is it a profile JSON?")
+        version = validation.integer(
+            data.get("cost_model_version", 1),
+            "cost_model_version",
+            f"profile {path}",
+            lo=None,
+            hi=None,
+            integral_floats=True,
+            error=ScenarioError,
+        )
         if not 1 <= version <= COST_MODEL_VERSION:
             raise ScenarioError(
                 f"profile {path}: cost_model_version {version} is not known to this version "
                 f"(it reads 1 to {COST_MODEL_VERSION}); upgrade tracereplay"
             )
         memory = data["memory"]
+        if not isinstance(memory, dict) or not isinstance(data["coefficients"], dict):
+            raise ScenarioError(f"profile {path}: memory and coefficients must be objects")
+        sizes = {
+            key: validation.integer(
+                memory[key] if key != "reserve_bytes" else memory.get(key, 0),
+                f"memory.{key}",
+                f"profile {path}",
+                lo=lo,
+                hi=hi,
+                integral_floats=True,
+                error=ScenarioError,
+            )
+            for key, (lo, hi) in PROFILE_MEMORY_RANGES.items()
+        }
         return Profile(
             name=str(data.get("name", path.stem)),
             cost=StepCost.from_dict(data["coefficients"]),
-            kv_bytes_per_token=int(memory["kv_bytes_per_token"]),
-            weight_bytes=int(memory["weight_bytes"]),
-            gpu_memory_bytes=int(memory["gpu_memory_bytes"]),
-            max_model_len=int(memory["max_model_len"]),
-            reserve_bytes=int(memory.get("reserve_bytes", 0)),
+            kv_bytes_per_token=sizes["kv_bytes_per_token"],
+            weight_bytes=sizes["weight_bytes"],
+            gpu_memory_bytes=sizes["gpu_memory_bytes"],
+            max_model_len=sizes["max_model_len"],
+            reserve_bytes=sizes["reserve_bytes"],
             cost_model_version=version,
             frontend=Frontend.from_dict(data.get("frontend")),
         )

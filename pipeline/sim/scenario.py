@@ -61,6 +61,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from pipeline import validation
 from pipeline.errors import PipelineError, ScenarioError
 from pipeline.sim import cost_uncertainty
 from pipeline.sim.cost_model import OPTIONAL_COEFFICIENTS, StepCost
@@ -85,6 +86,7 @@ from pipeline.sim.state import (
     Q_PRIORITY,
     EngineConfig,
 )
+from pipeline.validation import MAX_COUNT, MAX_SEED
 
 ARRIVALS = ("trace", "poisson", "gamma")
 CACHING_POLICIES = {name for name, p in POLICIES.items() if p.prefix_caching is not None}
@@ -137,6 +139,35 @@ COMMON: dict[str, tuple[type, Any, str]] = {
     ),
     **{k: (float if isinstance(d, float) else int, None, h) for k, (d, h) in ROUTER_PARAMS.items()},
 }
+
+# The documented range of every number (checked after the usual mistakes, zero or a
+# negative, get their own words): rates and scales a replay can finish in a sane span,
+# counts the int64 state arrays hold with room for their sums.
+FLOAT_RANGES: dict[str, tuple[float, float]] = {
+    "time_scale": (1e-6, 1e6),
+    "rate": (1e-6, 1e6),  # req/s
+    "burstiness": (1e-3, 1e3),
+    "gpu_memory_utilization": (1e-6, 1.0),
+    "frontend_request_s": (0.0, 1e3),
+    "frontend_prompt_token_s": (0.0, 1e3),
+    "frontend_output_token_s": (0.0, 1e3),
+    "cost_uncertainty": (0.0, 10.0),
+    "cache_threshold": (0.0, 1.0),
+    "balance_rel_threshold": (1.0, 1e6),
+}
+INT_RANGES: dict[str, tuple[int, int]] = {
+    "replicas": (1, 4096),
+    "seed": (0, MAX_SEED),
+    "num_requests": (1, MAX_COUNT),
+    "max_output_tokens": (1, MAX_COUNT),
+    "max_model_len": (2, MAX_COUNT),
+    "block_size": (1, 1 << 16),
+    "num_gpu_blocks": (0, MAX_COUNT),
+    "prefix_warmup_requests": (0, MAX_COUNT),
+    "balance_abs_threshold": (0, MAX_COUNT),
+}
+POLICY_FLOAT_RANGE = (-1e6, 1e6)  # the policy's own check() says which sign it takes
+COST_SECONDS_MAX = 1e3  # [cost] coefficients in seconds; token counts up to MAX_COUNT
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
@@ -300,38 +331,93 @@ def allowed_keys(policy: str) -> list[str]:
 
 
 def _convert(key: str, value: Any, typ: type, where: str) -> Any:
+    """One key's value as ``typ``: finite, and within what the simulator can hold
+    (``pipeline.validation``); the key's own range is checked by ``_check_ranges``."""
     if value is None:
         return None
     if typ is dict:
         if not isinstance(value, dict):
             raise ScenarioError(f"{where}: {key} must be a table, got {value!r}")
-        return {str(k): _convert(f"{key}.{k}", v, int, where) for k, v in value.items()}
+        return {
+            str(k): validation.integer(
+                v, f"{key}.{k}", where, lo=-MAX_COUNT - 1, hi=MAX_COUNT, error=ScenarioError
+            )
+            for k, v in value.items()
+        }
     if typ is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
-            return value.lower() in ("true", "1", "yes")
-        raise ScenarioError(f"{where}: {key} must be true or false, got {value!r}")
+        return validation.boolean(value, key, where, strings=True, error=ScenarioError)
     if typ is int:
-        if isinstance(value, bool) or not isinstance(value, int | str | float):
-            raise ScenarioError(f"{where}: {key} must be an integer, got {value!r}")
-        try:
-            f = float(value)
-        except ValueError:
-            raise ScenarioError(f"{where}: {key} must be an integer, got {value!r}") from None
-        if not f.is_integer():
-            raise ScenarioError(f"{where}: {key} must be an integer, got {value!r}")
-        return int(f)
+        return validation.integer(
+            value,
+            key,
+            where,
+            lo=None,  # the key's own range: _check_ranges
+            hi=None,
+            strings=True,
+            integral_floats=True,
+            error=ScenarioError,
+        )
     if typ is float:
-        if isinstance(value, bool):
-            raise ScenarioError(f"{where}: {key} must be a number, got {value!r}")
-        try:
-            return float(value)
-        except (TypeError, ValueError):
-            raise ScenarioError(f"{where}: {key} must be a number, got {value!r}") from None
-    if not isinstance(value, str):
-        raise ScenarioError(f"{where}: {key} must be a string, got {value!r}")
-    return value
+        return validation.finite_float(value, key, where, strings=True, error=ScenarioError)
+    return validation.string(value, key, where, error=ScenarioError)
+
+
+def _check_ranges(got: dict[str, Any], params: Any, where: str) -> None:
+    """Every number within its documented range (FLOAT_RANGES, INT_RANGES; policy
+    parameters within POLICY_FLOAT_RANGE and [0, MAX_COUNT]), after the checks that
+    explain the usual mistakes (zero, negative) in their own words."""
+    _check_common_ranges(got, where)
+    for f in fields(params):
+        v = getattr(params, f.name)
+        if not isinstance(v, bool | str):
+            _check_param(f.name, v, type(v), where)
+
+
+def _check_common_ranges(got: dict[str, Any], where: str) -> None:
+    """The keys of FLOAT_RANGES and INT_RANGES that are given, each within its range."""
+    for key, (lo, hi) in FLOAT_RANGES.items():
+        if got.get(key) is not None:
+            validation.finite_float(got[key], key, where, lo=lo, hi=hi, error=ScenarioError)
+    for key, (ilo, ihi) in INT_RANGES.items():
+        if got.get(key) is not None:
+            validation.integer(got[key], key, where, lo=ilo, hi=ihi, error=ScenarioError)
+
+
+def _check_param(key: str, value: Any, typ: type, where: str) -> None:
+    """A policy parameter within what the simulator holds (its sign: the policy's check)."""
+    if typ is int:
+        validation.integer(value, key, where, lo=0, hi=MAX_COUNT, error=ScenarioError)
+    elif typ is float:
+        lo, hi = POLICY_FLOAT_RANGE
+        validation.finite_float(value, key, where, lo=lo, hi=hi, error=ScenarioError)
+
+
+def check_scenario_keys(values: dict[str, Any], where: str) -> None:
+    """Each key of a partial scenario (a config's ``[replay]`` defaults) on its own: of
+    the right type, finite and in its range. Keys of policy parameters get the checks
+    of every policy that has them; unknown keys and the checks across keys wait until a
+    scenario is built, when the policy is known.
+
+    Raises:
+        ScenarioError: naming ``where``, the key and what is allowed.
+    """
+    if not isinstance(values, dict):
+        raise ScenarioError(f"{where}: must be a table of scenario keys")
+    got: dict[str, Any] = {}
+    for key, value in values.items():
+        if key in COMMON:
+            got[key] = _convert(key, value, COMMON[key][0], where)
+        elif key == "cost":
+            validation.table(value, "cost", where, error=ScenarioError)
+        else:
+            for pol in POLICIES.values():
+                for f in fields(pol.Params):
+                    if f.name == key:
+                        typ = {"int": int, "float": float, "bool": bool, "str": str}[
+                            f.type if isinstance(f.type, str) else f.type.__name__
+                        ]
+                        _check_param(key, _convert(key, value, typ, where), typ, where)
+    _check_common_ranges(got, where)
 
 
 def _choice(key: str, value: str, allowed: Any, where: str) -> None:
@@ -417,6 +503,8 @@ def build_scenario(values: dict[str, Any], *, where: str = "scenario") -> Scenar
         )
     if got["max_model_len"] is not None and got["max_model_len"] < 2:
         raise ScenarioError(f"{where}: max_model_len must be >= 2, got {got['max_model_len']}")
+
+    _check_ranges(got, params, where)
 
     cost, profile_name, max_model_len, num_gpu_blocks, frontend = _resolve_cost(got, values, where)
     frontend = _frontend_overrides(frontend, got, where)
@@ -547,6 +635,10 @@ def _resolve_cost(
         for n, v in coeffs.items():
             if v < 0:
                 raise ScenarioError(f"{where}: cost.{n} must be >= 0, got {v}")
+            hi = float(MAX_COUNT) if n.endswith("_tokens") or n.endswith("_half") else None
+            validation.finite_float(
+                v, f"cost.{n}", where, lo=0.0, hi=hi or COST_SECONDS_MAX, error=ScenarioError
+            )
         for n in ("overlap", "separate_attention"):
             if coeffs[n] > 1:
                 raise ScenarioError(f"{where}: cost.{n} must be in [0, 1], got {coeffs[n]}")
@@ -591,12 +683,7 @@ def _resolve_cost(
 
 def read_scenario_file(path: Path) -> dict[str, Any]:
     """The raw keys of a scenario TOML file (name defaults to the file stem)."""
-    try:
-        data = tomllib.loads(Path(path).read_text())
-    except OSError as exc:
-        raise ScenarioError(f"{path}: cannot read scenario file ({exc.strerror})") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ScenarioError(f"{path}: not valid TOML ({exc})") from None
+    data = validation.read_toml_file(path, "scenario file", error=ScenarioError)
     data.setdefault("name", Path(path).stem)
     return data
 
@@ -605,7 +692,7 @@ def parse_value(text: str) -> Any:
     """A --set value as TOML (numbers, booleans, quoted strings), else the bare string."""
     try:
         return tomllib.loads(f"v = {text}")["v"]
-    except tomllib.TOMLDecodeError:
+    except (tomllib.TOMLDecodeError, RecursionError):
         return text
 
 

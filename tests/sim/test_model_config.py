@@ -105,7 +105,7 @@ def test_a_missing_key_names_the_file_and_the_key(tmp_path: Path) -> None:
     ("change", "expected"),
     [
         ({"model_type": "gpt2"}, "model_type 'gpt2' is not supported"),
-        ({"hidden_size": -1}, "'hidden_size' must be a positive integer"),
+        ({"hidden_size": -1}, r"'hidden_size' must be an integer in \[1, 1048576\], got -1"),
         ({"model_type": None}, "missing key 'model_type'"),
         ({"max_position_embeddings": None}, "missing key 'max_position_embeddings'"),
     ],
