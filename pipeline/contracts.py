@@ -45,6 +45,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline.errors import ContractError
+from pipeline.storage import discard
 
 TABLE_KEY = b"tracereplay.table"
 VERSION_KEY = b"tracereplay.schema_version"
@@ -744,7 +745,7 @@ class TableWriter:
             if kind is None:
                 os.replace(self._tmp, self.path)
         finally:
-            self._tmp.unlink(missing_ok=True)
+            discard(self._tmp)
 
 
 def open_verified(path: Path) -> pq.ParquetFile:

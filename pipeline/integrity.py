@@ -58,6 +58,7 @@ from pipeline.contracts import (
     open_verified,
     value_problems,
 )
+from pipeline.storage import discard
 
 if TYPE_CHECKING:
     from pipeline.warehouse import Warehouse
@@ -215,7 +216,7 @@ class _Verdicts:
             _crash_point("verdicts:written")
             os.replace(tmp, self.path)
         except OSError:
-            tmp.unlink(missing_ok=True)
+            discard(tmp)
 
 
 def _candidates(wh: Warehouse, contract: Contract) -> tuple[list[Path], Damage | None]:
@@ -404,7 +405,7 @@ def _write_manifest(wh: Warehouse, records: list[dict[str, Any]]) -> None:
         _crash_point("set-aside:manifest-written")
         os.replace(tmp, final)
     finally:
-        tmp.unlink(missing_ok=True)
+        discard(tmp)
 
 
 def _free(wh: Warehouse, rel: str, taken: set[str]) -> str:

@@ -220,6 +220,15 @@ def write_atomic(path: Path, data: bytes | str) -> Path:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        discard(tmp)
         raise
     return path
+
+
+def discard(path: Path) -> None:
+    """Remove a temporary file if it is there, refusing nothing: on a read-only mount even
+    removing a missing file fails (EROFS), and that must not hide the error being handled."""
+    try:
+        Path(path).unlink(missing_ok=True)
+    except OSError:
+        pass

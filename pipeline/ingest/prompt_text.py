@@ -43,9 +43,10 @@ import numpy.typing as npt
 import polars as pl
 import pyarrow as pa
 
-from pipeline.errors import SourceError
+from pipeline.errors import ConfigError, SourceError
 from pipeline.ingest.formats import ParseOptions
 from pipeline.ingest.hashing import DEFAULT_BLOCK_SIZE, prefix_hashes
+from pipeline.validation import loads_json
 
 Messages = list[dict[str, str]]
 Prompt = str | Messages  # a plain prompt, or chat messages with string contents
@@ -150,7 +151,11 @@ def _template(path: Path) -> tuple[str | None, str, str]:
     config: dict[str, Any] = {}
     cfg = folder / "tokenizer_config.json"
     if cfg.is_file():
-        loaded = json.loads(cfg.read_text(encoding="utf-8"))
+        try:
+            text = cfg.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{cfg}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+        loaded = loads_json(text, str(cfg), finite=False)
         config = loaded if isinstance(loaded, dict) else {}
 
     def token(key: str) -> str:
@@ -212,6 +217,8 @@ def load_tokenizer(path: str, source: str) -> TextTokenizer:
         tok = Tokenizer.from_file(str(file))
         template, bos, eos = _template(p)
         compiled = _compile(template) if template is not None else None
+    except ConfigError as exc:  # its tokenizer_config.json: not UTF-8, not JSON, too deep
+        raise SourceError(source, f"cannot load tokenizer {path}: {exc}") from None
     except Exception as exc:  # the packages raise their own exception types
         raise SourceError(
             source, f"cannot load tokenizer {path} ({type(exc).__name__}); pass a tokenizer.json"

@@ -961,3 +961,29 @@ def test_grid_malformed(raw: dict[str, Any], message: str) -> None:
     with pytest.raises(PipelineError) as info:
         build_grid(raw)
     assert message in str(info.value), str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("[" * 100_000 + "]" * 100_000, "JSON nested more than 64 levels deep"),
+        ('{"bos_token": ', "not valid JSON"),
+        (b"\xff\xfe{}", "not UTF-8 text"),
+    ],
+    ids=["nested-100000", "truncated", "not-utf8"],
+)
+def test_tokenizer_config_json_is_bounded(tmp_path: Path, text: str | bytes, says: str) -> None:
+    """A tokenizer folder's tokenizer_config.json is a file from outside too: a bad one
+    ends that source file's ingest with one line naming it, no RecursionError."""
+    from pipeline.errors import SourceError
+    from pipeline.ingest.prompt_text import load_tokenizer
+    from tests.ingest import offline_tokenizer
+
+    offline_tokenizer.build(tmp_path / "tok")
+    cfg = tmp_path / "tok" / "tokenizer_config.json"
+    cfg.write_bytes(text if isinstance(text, bytes) else text.encode())
+    with pytest.raises(SourceError) as err:
+        load_tokenizer(str(tmp_path / "tok"), "log.jsonl")
+    message = str(err.value)
+    assert message.startswith(f"log.jsonl: cannot load tokenizer {tmp_path / 'tok'}: {cfg}: ")
+    assert says in message and "\n" not in message

@@ -45,6 +45,7 @@ from pipeline.ingest import IngestOptions, ingest_logs
 from pipeline.integrity import CRASH_AT, manifest
 from pipeline.runs import write_run_row
 from pipeline.warehouse import Warehouse, source_key
+from tests.corpus.disk import Fault
 from tests.report.conftest import sim_rows, step, table, write_run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -427,21 +428,22 @@ def test_a_locked_reader_moves_damage_aside(fx: Fixture, wh: Path) -> None:
     ]
 
 
-def test_read_only_warehouse_leaves_damage_in_place(fx: Fixture, wh: Path) -> None:
-    if os.geteuid() == 0:
-        pytest.skip("root writes anywhere")
-    _zero(_target(wh, "runs"), wh)
-    Warehouse(wh).connect().close()  # the schema files, before the mount goes read-only
-    dirs = [wh, *(p for p in wh.rglob("*") if p.is_dir())]
-    for d in dirs:
-        d.chmod(0o555)
-    try:
-        r = _count(wh, "runs")
-        assert (r.exit_code, r.stdout) == (0, f"n\n{fx.counts['runs'] - 1}\n"), r.output
-        assert "left out" in r.stderr
-    finally:
-        for d in dirs:
-            d.chmod(0o755)
+def test_read_only_warehouse_leaves_damage_in_place(
+    fx: Fixture, fault: Callable[..., Fault], tmp_path: Path
+) -> None:
+    """On a read-only mount (a real one where the tests may mount, else the injected
+    refusal) a damaged file cannot be moved: it is left out of the views, named, and left
+    where it is; every other file is served."""
+    f = fault("readonly", tmp_path / "ro", size="16m")
+    root = f.root / "wh"
+    shutil.copytree(fx.template, root)
+    target = _target(root, "runs")
+    _zero(target, root)
+    f.arm()
+    r = _count(root, "runs")
+    assert (r.exit_code, r.stdout) == (0, f"n\n{fx.counts['runs'] - 1}\n"), r.output
+    assert f"damaged file {target}: an empty file (0 bytes); left out" in r.stderr
+    assert target.exists() and not (root / "damaged").exists()
 
 
 def test_replay_and_report_run_beside_damage(fx: Fixture, wh: Path, tmp_path: Path) -> None:
