@@ -249,7 +249,8 @@ def loads_json(
     error: ErrorType = ConfigError,
 ) -> Any:
     """``json.loads`` with the nesting bounded (checked before parsing) and, with
-    ``finite``, no NaN, Infinity or numbers beyond float range (1e999).
+    ``finite``, no NaN, Infinity or numbers beyond float range (1e999): the error then
+    names the key that holds one.
 
     Raises:
         error: one line naming ``where``, what is wrong and where in the text.
@@ -261,23 +262,18 @@ def loads_json(
             "this is not a file of the expected shape"
         )
 
-    def constant(name: str) -> float:
-        raise ValueError(f"{name} is not a finite number")
-
-    def number(text: str) -> float:
-        v = float(text)
-        if not math.isfinite(v):
-            raise ValueError(f"{text} is beyond the range of a number")
-        return v
-
     try:
-        if finite:
-            return json.loads(text, parse_constant=constant, parse_float=number)
-        return json.loads(text)
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise error(f"{where}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
     except (ValueError, RecursionError) as exc:
         raise error(f"{where}: not valid JSON ({exc})") from None
+    if finite and (key := non_finite_key(data)) is not None:
+        raise error(
+            f"{where}: {key} is not a finite number (NaN, Infinity or past 1e308); "
+            "write a finite number there"
+        )
+    return data
 
 
 def non_finite_key(data: Any) -> str | None:

@@ -364,13 +364,13 @@ def _convert(key: str, value: Any, typ: type, where: str) -> Any:
 
 def _check_ranges(got: dict[str, Any], params: Any, where: str) -> None:
     """Every number within its documented range (FLOAT_RANGES, INT_RANGES; policy
-    parameters within POLICY_FLOAT_RANGE and [0, MAX_COUNT]), after the checks that
+    parameters within POLICY_FLOAT_RANGE and [0 or their ``lo``, MAX_COUNT]), after the checks that
     explain the usual mistakes (zero, negative) in their own words."""
     _check_common_ranges(got, where)
     for f in fields(params):
         v = getattr(params, f.name)
         if not isinstance(v, bool | str):
-            _check_param(f.name, v, type(v), where)
+            _check_param(f.name, v, type(v), where, f.metadata.get("lo", 0))
 
 
 def _check_common_ranges(got: dict[str, Any], where: str) -> None:
@@ -383,13 +383,15 @@ def _check_common_ranges(got: dict[str, Any], where: str) -> None:
             validation.integer(got[key], key, where, lo=ilo, hi=ihi, error=ScenarioError)
 
 
-def _check_param(key: str, value: Any, typ: type, where: str) -> None:
-    """A policy parameter within what the simulator holds (its sign: the policy's check)."""
+def _check_param(key: str, value: Any, typ: type, where: str, lo: int = 0) -> None:
+    """A policy parameter within what the simulator holds: an integer in [0, MAX_COUNT],
+    or from its field's ``lo`` where the engine gives a negative a meaning (SGLang's
+    ``chunked_prefill_size = -1``: no chunking)."""
     if typ is int:
-        validation.integer(value, key, where, lo=0, hi=MAX_COUNT, error=ScenarioError)
+        validation.integer(value, key, where, lo=lo, hi=MAX_COUNT, error=ScenarioError)
     elif typ is float:
-        lo, hi = POLICY_FLOAT_RANGE
-        validation.finite_float(value, key, where, lo=lo, hi=hi, error=ScenarioError)
+        flo, fhi = POLICY_FLOAT_RANGE
+        validation.finite_float(value, key, where, lo=flo, hi=fhi, error=ScenarioError)
 
 
 def check_scenario_keys(values: dict[str, Any], where: str) -> None:
@@ -416,7 +418,8 @@ def check_scenario_keys(values: dict[str, Any], where: str) -> None:
                         typ = {"int": int, "float": float, "bool": bool, "str": str}[
                             f.type if isinstance(f.type, str) else f.type.__name__
                         ]
-                        _check_param(key, _convert(key, value, typ, where), typ, where)
+                        value_ = _convert(key, value, typ, where)
+                        _check_param(key, value_, typ, where, f.metadata.get("lo", 0))
     _check_common_ranges(got, where)
 
 

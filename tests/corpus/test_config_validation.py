@@ -539,11 +539,11 @@ MODELS: dict[str, tuple[dict[str, Any] | str, str | None]] = {
     ),
     "nan-constant": (
         '{"model_type": "llama", "hidden_size": NaN}',
-        "not valid JSON (NaN is not a finite number",
+        "hidden_size is not a finite number (NaN, Infinity or past 1e308)",
     ),
     "1e999": (
         '{"model_type": "llama", "hidden_size": 1e999}',
-        "not valid JSON (1e999 is beyond the range of a number",
+        "hidden_size is not a finite number (NaN, Infinity or past 1e308)",
     ),
     "deep-100000": (
         "[" * 100_000 + "]" * 100_000,
@@ -636,11 +636,11 @@ GPUS: dict[str, tuple[dict[str, Any] | str, str | None]] = {
     ),
     "hbm-1e999": (
         json.dumps(GPU).replace("3350000000000.0", "1e999"),
-        "not valid JSON (1e999 is beyond the range of a number",
+        "hbm_bytes_per_s is not a finite number (NaN, Infinity or past 1e308)",
     ),
     "hbm-Infinity": (
         json.dumps(GPU).replace("3350000000000.0", "Infinity"),
-        "not valid JSON (Infinity is not a finite number",
+        "hbm_bytes_per_s is not a finite number (NaN, Infinity or past 1e308)",
     ),
     "hbm-1e300": (
         {**GPU, "hbm_bytes_per_s": 1e300},
@@ -691,7 +691,7 @@ def test_profile_new_never_writes_infinity(tmp_path: Path) -> None:
     r = CliRunner().invoke(
         cli, ["profile", "new", "--model-config", str(cfg), "--gpu-spec", str(gpu), "-o", str(out)]
     )
-    assert r.exit_code == 1 and "1e999 is beyond the range of a number" in r.output
+    assert r.exit_code == 1 and "hbm_bytes_per_s is not a finite number" in r.output
     assert not out.exists()
     gpu.write_text(json.dumps(GPU))
     r = CliRunner().invoke(
@@ -708,7 +708,7 @@ PROFILES: dict[str, tuple[str, str]] = {
     "list-root": ("[]", "not a JSON object; is it a profile JSON?"),
     "nan-coefficient": (
         '{"coefficients": {"fixed_s": NaN}, "memory": {}}',
-        "NaN is not a finite number",
+        "coefficients.fixed_s is not a finite number",
     ),
     "memory-1e30": (
         '{"coefficients": {}, "memory": {"kv_bytes_per_token": 1e30, "weight_bytes": 1, '

@@ -57,8 +57,12 @@ def test_the_profile_states_it_and_the_scenario_key_wins(tmp_path: Path) -> None
         ({"step_time_log_sd": "0.1"}, None, "step_time_log_sd must be a number >= 0"),
         ({"step_time_log_sd": True}, None, "step_time_log_sd must be a number >= 0"),
         ({"step_time_log_sd": -0.2}, None, "must be a finite number >= 0"),
-        (None, '{"step_time_log_sd": NaN}', "must be a finite number >= 0"),
-        (None, '{"step_time_log_sd": Infinity}', "must be a finite number >= 0"),
+        (None, '{"step_time_log_sd": NaN}', "uncertainty.step_time_log_sd is not a finite number"),
+        (
+            None,
+            '{"step_time_log_sd": Infinity}',
+            "uncertainty.step_time_log_sd is not a finite number",
+        ),
         ({"step_time_log_sd": 0.1, "source": 3}, None, "uncertainty.source must be text"),
     ],
 )

@@ -228,7 +228,10 @@ def test_cli_json_with_flags_overriding_the_file(
     ("args", "message"),
     [
         (["--policy", "vllm", "--set", "max_batch_size=4"], "max_batch_size is a parameter of"),
-        (["--policy", "vllm", "--rate", "-2", "--arrivals", "poisson"], "rate must be > 0"),
+        (
+            ["--policy", "vllm", "--rate", "-2", "--arrivals", "poisson"],
+            "rate must be a finite number in [1e-06, 1e+06], got -2",
+        ),
         (["--policy", "vllm", "--set", "nonsense"], "expected KEY=VALUE"),
     ],
 )

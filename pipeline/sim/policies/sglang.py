@@ -133,7 +133,10 @@ class Params:
     )
     chunked_prefill_size: int = field(
         default=8192,
-        metadata={"help": "most prompt tokens of a request per prefill batch (-1 = no chunking)"},
+        metadata={
+            "help": "most prompt tokens of a request per prefill batch (-1 = no chunking)",
+            "lo": -1,
+        },
     )
     max_running_requests: int = field(
         default=0,
