@@ -5,6 +5,8 @@ Run from the repository root:
 
     .venv/bin/python bench/verify_speed.py            # prints, writes bench/RESULTS.md
     .venv/bin/python bench/verify_speed.py --quick    # 200k requests, prints only
+    .venv/bin/python bench/verify_speed.py --against COMMIT   # the baseline's code (default:
+                                                      # the last commit without the checks)
 
 Figures, each the median of 3 fresh processes, run interleaved so that they see the
 same machine load:
@@ -14,8 +16,8 @@ same machine load:
   with no checks (the baseline: what any reader pays to read it once);
 - ``sql, first``: ``tracereplay sql "SELECT count(*) FROM requests"`` on a warehouse
   whose verdicts are not yet kept (every file verified), and ``sql, kept`` once they
-  are (each file only stat-ed), beside the same query on a plain DuckDB connection over
-  the glob (no checks, no sandbox).
+  are (each file only stat-ed), beside the same command of the code before the checks
+  (``--against``) on the same warehouse.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -61,19 +64,17 @@ r = subprocess.run([sys.executable, "-m", "pipeline", "sql", "--warehouse", str(
                    capture_output=True, text=True, check=True)
 out = {{"s": time.perf_counter() - t, "n": int(r.stdout.split()[1])}}
 """
-PLAIN = """
-import duckdb
-t = time.perf_counter()
-con = duckdb.connect()
-n = con.execute("SELECT count(*) FROM read_parquet('{wh}/requests/*/*.parquet')").fetchall()[0][0]
-out = {{"s": time.perf_counter() - t, "n": n}}
-"""
-STARTUP = """
-import subprocess, sys
-t = time.perf_counter()
-subprocess.run([sys.executable, "-c", "import duckdb, pipeline.cli"], check=True)
-out = {{"s": time.perf_counter() - t}}
-"""
+BEFORE = "4bcdbde"  # the last commit whose readers checked nothing
+
+
+def checkout_with_sql(commit: str) -> str:
+    """That commit's ``pipeline`` and ``sql`` folders in a temporary folder."""
+    folder = tempfile.mkdtemp(prefix="bench-at-")
+    archive = subprocess.run(
+        ["git", "archive", commit, "pipeline", "sql"], cwd=ROOT, capture_output=True, check=True
+    )
+    subprocess.run(["tar", "-x", "-C", folder], input=archive.stdout, check=True)
+    return folder
 
 
 def build_big(n: int, base: Path) -> Path:
@@ -103,18 +104,24 @@ def build_many(files: int, base: Path) -> Path:
     return wh
 
 
-def interleaved(codes: dict[str, str], repeats: int = 3) -> dict[str, dict[str, float]]:
+def interleaved(
+    codes: dict[str, str | tuple[str, str]], repeats: int = 3
+) -> dict[str, dict[str, float]]:
+    """Each code (or (code, pythonpath)) run ``repeats`` times in turn; the medians."""
     runs: dict[str, list[dict[str, float]]] = {k: [] for k in codes}
     for _ in range(repeats):
         for name, code in codes.items():
-            runs[name].append(child(code, repeats=1))
+            text, path = code if isinstance(code, tuple) else (code, None)
+            runs[name].append(child(text, repeats=1, pythonpath=path))
     return {k: {f: statistics.median(r[f] for r in v) for f in v[0]} for k, v in runs.items()}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="200k requests, 100 files; print only")
+    ap.add_argument("--against", default=BEFORE, help="the baseline's commit")
     args = ap.parse_args()
+    before = checkout_with_sql(args.against)
     n, files = (200_000, 100) if args.quick else (1_000_000, 500)
     import pyarrow.parquet as pq
 
@@ -122,14 +129,14 @@ def main() -> None:
     base = Path(tempfile.mkdtemp(prefix="verify-", dir=OUT))
     try:
         big = build_big(n, base)
-        (path,) = sorted((big / "requests").glob("*/*.parquet"))
+        path = max((big / "requests").glob("*/src-*.parquet"), key=lambda p: p.stat().st_size)
         rows = pq.ParquetFile(path).metadata.num_rows
         mb = path.stat().st_size / 1e6
         many = build_many(files, base)
         one = interleaved({"verify": VERIFY.format(path=str(path)),
                            "read": READ.format(path=str(path))})  # fmt: skip
         lines = [
-            f"| verify one requests file ({rows:,} rows, {mb:.0f} MB) | "
+            f"| verify the biggest requests file ({rows:,} rows, {mb:.0f} MB) | "
             f"{one['verify']['s']:.2f} | `pq.read_table` of it: {one['read']['s']:.2f} | "
             f"{one['verify']['s'] / one['read']['s']:.2f}x |"
         ]
@@ -140,20 +147,19 @@ def main() -> None:
             got = interleaved({
                 "first": SQL.format(wh=str(wh), fresh=True),
                 "kept": SQL.format(wh=str(wh), fresh=False),
-                "plain": PLAIN.format(wh=str(wh)),
-                "startup": STARTUP.format(),
+                "before": (SQL.format(wh=str(wh), fresh=False), before),
             })  # fmt: skip
-            assert count is None or got["first"]["n"] == count == got["plain"]["n"]
-            assert got["first"]["n"] == got["kept"]["n"] == got["plain"]["n"]
+            assert count is None or got["first"]["n"] == count
+            assert got["first"]["n"] == got["kept"]["n"] == got["before"]["n"]
+            b = got["before"]["s"]
             lines.append(
                 f"| {label}: verdicts not kept / kept | {got['first']['s']:.2f} / "
-                f"{got['kept']['s']:.2f} | plain DuckDB over the glob {got['plain']['s']:.2f} "
-                f"+ interpreter and imports {got['startup']['s']:.2f} | "
-                f"{got['first']['s'] / (got['plain']['s'] + got['startup']['s']):.2f}x / "
-                f"{got['kept']['s'] / (got['plain']['s'] + got['startup']['s']):.2f}x |"
+                f"{got['kept']['s']:.2f} | the same command at {args.against}: {b:.2f} | "
+                f"{got['first']['s'] / b:.2f}x / {got['kept']['s'] / b:.2f}x |"
             )
     finally:
         shutil.rmtree(base, ignore_errors=True)
+        shutil.rmtree(before, ignore_errors=True)
     body = "| what | s (median of 3) | baseline s | ratio |\n|---|---:|---|---:|\n" + "\n".join(
         lines
     )
