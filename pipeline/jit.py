@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
+import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,8 +25,21 @@ from pathlib import Path
 
 NOTICE = "compiling the simulator once (~1 min); later runs start in seconds"
 PACKAGE = Path(__file__).resolve().parent
-# Folders whose modules hold cached numba functions (numba writes <folder>/__pycache__).
-JIT_FOLDERS = ("sim", "sim/policies", "ingest")
+# Folders whose modules hold cached numba functions (numba writes <folder>/__pycache__):
+# the folders of ``compiled_sources()``, kept here so that importing ``pipeline`` reads
+# no source file (a test holds the two together).
+JIT_FOLDERS = ("sim", "sim/policies")
+_IMPORTS_NUMBA = re.compile(rb"^(?:from|import) numba\b", re.MULTILINE)
+
+
+def compiled_sources() -> list[Path]:
+    """The simulator's modules that numba compiles, sorted: those that import numba (the
+    ``njit`` functions and the intrinsics they call, ``borrow.py``, ``prefetch.py``).
+    What the compiled code depends on, so the one list both the cache's stamp and the
+    removal of stale cache files read."""
+    return sorted(
+        p for p in (PACKAGE / "sim").rglob("*.py") if _IMPORTS_NUMBA.search(p.read_bytes())
+    )
 
 
 def user_cache_dir() -> Path:
@@ -66,10 +80,8 @@ def _stamp() -> str:
     from importlib.metadata import version
 
     digest = hashlib.sha1()
-    for path in sorted((PACKAGE / "sim").rglob("*.py")):
-        text = path.read_bytes()
-        if b"njit" in text:  # only compiled modules: editing replay.py compiles nothing
-            digest.update(text)
+    for path in compiled_sources():  # only compiled modules: editing replay.py compiles nothing
+        digest.update(path.read_bytes())
     digest.update(f"{version('numba')} {sys.version} {platform.machine()}".encode())
     return digest.hexdigest()[:16]
 

@@ -201,42 +201,23 @@ RET_DONE = 0
 RET_FULL = 1  # the timeline arrays are full: grow them and call again
 RET_YIELD = 2  # processed the arrivals asked for: report progress and call again
 
-_SOURCES = (
-    "state.py",
-    "borrow.py",
-    "cache.py",
-    "kv.py",
-    "loop.py",
-    "routing.py",
-    "trees.py",
-    "prefix_index.py",
-    "cost_model.py",
-    "policies/base.py",
-    "policies/static.py",
-    "policies/orca.py",
-    "policies/vllm.py",
-    "policies/sarathi.py",
-    "policies/sglang.py",
-    "policies/tgi.py",
-    "policies/transformers.py",
-    "prefix.py",
-)
-
 
 def _invalidate_stale_cache() -> None:
-    """Drop numba cache files of this package when any simulator source changed."""
-    here = Path(__file__).resolve().parent
+    """Drop numba cache files of this package when any compiled source changed
+    (``pipeline.jit.compiled_sources``: numba itself checks only each function's own file)."""
+    from pipeline import jit
+
     digest = hashlib.sha1()
-    for name in _SOURCES:
-        path = here / name
-        if path.exists():
-            digest.update(path.read_bytes())
+    for path in jit.compiled_sources():
+        digest.update(path.read_bytes())
     stamp_value = digest.hexdigest()
+    here = Path(__file__).resolve().parent
     stamp = here / "__pycache__" / "sim-sources.sha1"
     try:
         if stamp.exists() and stamp.read_text() == stamp_value:
             return
-        for d in (here / "__pycache__", here / "policies" / "__pycache__"):
+        for folder in jit.JIT_FOLDERS:
+            d = jit.PACKAGE / folder / "__pycache__"
             for f in [*d.glob("*.nbi"), *d.glob("*.nbc")]:
                 f.unlink(missing_ok=True)
         stamp.parent.mkdir(exist_ok=True)

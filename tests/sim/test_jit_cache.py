@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 import subprocess
@@ -133,3 +134,43 @@ def test_read_only_install_compiles_once(tmp_path: Path) -> None:
     assert runs[1].stdout.split() == [loop_py, str(user_cache), "1"]  # loaded, not compiled
     assert list(user_cache.rglob("*.nbi"))
     assert not list(pkg.rglob("*.nbi"))
+
+
+def test_the_compiled_sources_are_every_module_numba_compiles() -> None:
+    """One list of what the compiled code depends on: every simulator module that imports
+    numba (the njit functions and the intrinsics they inline), none that only mentions it;
+    editing any of them invalidates the cache (its stamp changes)."""
+    sim = Path(pipeline.__file__).parent / "sim"
+    names = {str(p.relative_to(sim)) for p in jit.compiled_sources()}
+    assert {"loop.py", "state.py", "borrow.py", "prefetch.py", "policies/vllm.py"} <= names
+    assert not names & {"replay.py", "scenario.py", "__init__.py"}  # no numba import there
+    for path in sim.rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        imports = [
+            n.module if isinstance(n, ast.ImportFrom) else a.name
+            for n in tree.body
+            if isinstance(n, ast.Import | ast.ImportFrom)
+            for a in (n.names if isinstance(n, ast.Import) else n.names[:1])
+        ]
+        uses = any((m or "").split(".")[0] == "numba" for m in imports)
+        assert (str(path.relative_to(sim)) in names) == uses, path
+    folders = {str(p.parent.relative_to(sim.parent)) for p in jit.compiled_sources()}
+    assert folders == set(jit.JIT_FOLDERS)
+
+
+def test_editing_an_intrinsic_changes_the_stamp(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """prefetch.py holds no njit function, only an intrinsic the loop inlines: a change
+    to it must still count (it once did not)."""
+    copy = tmp_path / "pipeline"
+    shutil.copytree(Path(pipeline.__file__).parent / "sim", copy / "sim")
+    monkeypatch.setattr(jit, "PACKAGE", copy)
+    before = jit._stamp()
+    path = copy / "sim" / "prefetch.py"
+    path.write_text(path.read_text() + "\n# edited\n")
+    assert jit._stamp() != before
+    replay = copy / "sim" / "replay.py"
+    stamp = jit._stamp()
+    replay.write_text(replay.read_text() + "\n# edited\n")
+    assert jit._stamp() == stamp  # not compiled: no recompile for it
