@@ -1,9 +1,10 @@
 """Scheduling policies: one module each, one registry.
 
 ``POLICIES`` maps a policy name to its description (parameters, validation,
-packing for the compiled loop); ``KERNELS`` in ``pipeline.sim.loop`` maps its
-code to the compiled step function of the same module. The CLI and the
-scenario loader read this dict, so a policy exists in exactly one place.
+packing for the compiled loop); the CLI and the scenario loader read this dict.
+The compiled loop reaches each module's ``schedule`` through ``_schedule`` in
+``pipeline.sim.loop``, which dispatches on the policy's ``CODE``: a new policy
+is added there too (numba compiles no table of functions).
 
 Policies (see each module's docstring for its exact rules):
 
