@@ -122,7 +122,7 @@ def comparison_dict(df: pl.DataFrame) -> dict[str, Any]:
 
 def format_comparison(df: pl.DataFrame) -> str:
     """A text table per scenario: metric, A, B, signed change and relative change."""
-    from pipeline.cli.text import render_table
+    from pipeline.text import render_table
 
     if df.is_empty():
         return "nothing to compare: neither run has simulated requests or capacity searches"

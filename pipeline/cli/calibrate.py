@@ -11,7 +11,7 @@ import click
 
 from pipeline.calibrate.fit import COEFFICIENTS, PhaseError
 from pipeline.cli import options as opt
-from pipeline.cli.text import render_table
+from pipeline.text import render_table
 
 
 def pct(x: float | None) -> str:

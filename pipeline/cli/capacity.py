@@ -11,7 +11,7 @@ import click
 
 from pipeline.cli import options as opt
 from pipeline.cli.replay import replay_command
-from pipeline.cli.sweep import number, render_table, seconds
+from pipeline.cli.sweep import number, seconds
 from pipeline.config import load_config, warehouse_path
 from pipeline.plan.capacity import (
     SEARCHES,
@@ -27,6 +27,7 @@ from pipeline.pricing import deployment_cost, format_cost, gpu_prices
 from pipeline.sim.intervals import LEVEL
 from pipeline.sim.policies import POLICIES
 from pipeline.sim.scenario import read_scenario_file
+from pipeline.text import render_table
 
 
 def _value(search: SearchOutcome, x: float | None) -> str:

@@ -8,7 +8,6 @@ import click
 
 from pipeline.cli import options as opt
 from pipeline.cli.profile_check import check_command
-from pipeline.cli.sweep import render_table
 from pipeline.errors import ConfigError
 from pipeline.sim.cost_model import StepCost
 from pipeline.sim.model_config import DTYPE_BYTES, read_model_config
@@ -22,6 +21,7 @@ from pipeline.sim.profiles import (
     resolve_gpu,
     resolve_runtime,
 )
+from pipeline.text import render_table
 from pipeline.validation import non_finite_key
 
 

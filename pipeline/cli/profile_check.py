@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from pipeline.cli.calibrate import error_table
-from pipeline.cli.text import render_table
+from pipeline.text import render_table
 
 
 @click.command(name="check")

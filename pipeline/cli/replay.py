@@ -9,7 +9,6 @@ from typing import Any
 import click
 
 from pipeline.cli import options as opt
-from pipeline.cli.text import render_table
 from pipeline.config import load_config, warehouse_path
 from pipeline.pricing import deployment_cost, format_cost, gpu_prices
 from pipeline.sim.policies import POLICIES
@@ -18,6 +17,7 @@ from pipeline.sim.replay import replay as replay_requests
 from pipeline.sim.routing import ROUTERS
 from pipeline.sim.scenario import ARRIVALS, resolve_scenarios
 from pipeline.sim.trace_prefix import no_hashes_warning, observed_line
+from pipeline.text import render_table
 
 
 def _fmt(x: float | None, unit: str = "s", scale: float = 1.0, digits: int = 3) -> str:

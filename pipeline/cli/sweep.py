@@ -9,13 +9,13 @@ from typing import Any
 import click
 
 from pipeline.cli import options as opt
-from pipeline.cli.text import render_table  # noqa: F401 - also imported from here
 from pipeline.config import load_config, warehouse_path
 from pipeline.plan.grid import load_grid
 from pipeline.plan.slo import parse_slos
 from pipeline.plan.sweep import SweepResult
 from pipeline.plan.sweep import sweep as run_sweep
 from pipeline.plan.tasks import TaskOutcome
+from pipeline.text import render_table
 
 
 def seconds(x: float | None) -> str:

@@ -8,9 +8,9 @@ from pathlib import Path
 import click
 
 from pipeline.cli import options as opt
-from pipeline.cli.sweep import render_table
 from pipeline.config import load_config, warehouse_path
 from pipeline.live.validate import Validation, validate_live
+from pipeline.text import render_table
 
 
 def _num(x: float | None, unit: str) -> str:

@@ -1,4 +1,5 @@
-"""Plain-text tables for command output (no heavy imports: quick commands use it too)."""
+"""Plain-text tables for command output and the library functions that format it (no
+heavy imports: quick commands use it too)."""
 
 from __future__ import annotations
 
