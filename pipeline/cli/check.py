@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -11,6 +13,9 @@ from pipeline.cli import options as opt
 from pipeline.config import load_config, warehouse_path
 from pipeline.errors import PipelineError
 from pipeline.warehouse import Warehouse
+
+if TYPE_CHECKING:
+    from pipeline.integrity import CheckResult
 
 # exit status when damage was found (0: clean; 1: the check could not run; 2: usage)
 DAMAGE_FOUND = 3
@@ -27,12 +32,15 @@ DAMAGE_FOUND = 3
 @opt.warehouse
 @opt.config_file
 @opt.lock_timeout
+@opt.output
 def check(
     repair: bool,
     full: bool,
     warehouse: Path | None,
     config_file: Path | None,
     lock_timeout: float,
+    quiet: bool,
+    as_json: bool,
 ) -> None:
     """Verify every file of the warehouse: page checksums, footers, columns and values.
 
@@ -49,8 +57,8 @@ def check(
     \b
         tracereplay check
         tracereplay check --repair
+        tracereplay check --json    # the damaged files and the counts as JSON
     """
-    from pipeline.integrity import DAMAGED_DIR, MANIFEST
     from pipeline.integrity import check as run_check
 
     root = warehouse_path(str(warehouse) if warehouse else None, load_config(config_file))
@@ -61,11 +69,38 @@ def check(
     wh = Warehouse(root)
     result = run_check(wh, repair=repair, full=full, lock_timeout_s=lock_timeout)
     moved = {s.damage.rel: s.moved_to for s in result.moved}
-    for d in result.scan.damaged:
-        where = f"; moved to {moved[d.rel]}" if d.rel in moved else ""
-        click.echo(f"damaged: {d.rel}: {d.problem}{where}; {d.fix}")
     n = len(result.scan.damaged)
+    if as_json:
+        click.echo(json.dumps({
+            "warehouse": str(root),
+            "checked": result.scan.checked,
+            "tables": len(result.scan.served),
+            "damaged": [
+                {"table": d.table, "path": d.rel, "problem": d.problem, "fix": d.fix,
+                 "moved_to": moved.get(d.rel)}
+                for d in result.scan.damaged
+            ],
+            "set_aside": len(moved),
+            "temporary_files": [str(p) for p in result.stale],
+            "set_aside_before": result.earlier,
+        }, indent=2))  # fmt: skip
+    else:
+        _report(result, root, repair, quiet)
+    if n:
+        sys.exit(DAMAGE_FOUND)
+
+
+def _report(result: CheckResult, root: Path, repair: bool, quiet: bool) -> None:
+    """The text output: a line per damaged file (not when ``quiet``), then the summary."""
+    moved = {s.damage.rel: s.moved_to for s in result.moved}
+    n = len(result.scan.damaged)
+    if not quiet:
+        for d in result.scan.damaged:
+            where = f"; moved to {moved[d.rel]}" if d.rel in moved else ""
+            click.echo(f"damaged: {d.rel}: {d.problem}{where}; {d.fix}")
     tables = len(result.scan.served)
+    from pipeline.integrity import DAMAGED_DIR, MANIFEST
+
     line = f"checked {result.scan.checked:,} files of {tables} tables in {root}: "
     if not n:
         line += "no damage"
@@ -79,5 +114,3 @@ def check(
     if result.earlier:
         line += f"; {result.earlier} set aside before ({DAMAGED_DIR}/{MANIFEST})"
     click.echo(line)
-    if n:
-        sys.exit(DAMAGE_FOUND)

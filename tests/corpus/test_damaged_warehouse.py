@@ -516,3 +516,25 @@ def test_kill_9_while_setting_aside(fx: Fixture, wh: Path, point: str) -> None:
 
 def test_corpus_size() -> None:
     assert len(DAMAGE) * len(TABLES) >= 40
+
+
+def test_check_json_and_quiet(wh: Path) -> None:
+    """`check --json` lists each damaged file with its problem and fix; `--quiet` prints
+    the summary line only; both keep the exit status (3: damage found)."""
+    target = _target(wh, "runs")
+    _zero(target, wh)
+    rel = str(target.relative_to(wh))
+    r = _invoke("check", "--warehouse", str(wh), "--json")
+    assert r.exit_code == 3, r.output
+    doc = json.loads(r.stdout)
+    assert [(d["table"], d["path"], d["moved_to"]) for d in doc["damaged"]] == [("runs", rel, None)]
+    assert doc["damaged"][0]["problem"] == "an empty file (0 bytes)"
+    assert (doc["set_aside"], doc["warehouse"]) == (0, str(wh))
+    r = _invoke("check", "--warehouse", str(wh), "--quiet")
+    assert r.exit_code == 3
+    assert _damaged_lines(r) == [] and "1 damaged" in r.stdout
+    r = _invoke("check", "--warehouse", str(wh), "--json", "--repair")
+    assert r.exit_code == 3
+    assert json.loads(r.stdout)["damaged"][0]["moved_to"] == f"damaged/{rel}"
+    r = _invoke("check", "--warehouse", str(wh), "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["damaged"] == []
