@@ -1,6 +1,6 @@
 """Loop speed before and after vLLM's async scheduling was modelled, in one run.
 
-Three versions of ``loop.simulate`` replay the same requests, alternating in fresh
+Three versions of ``simulate`` replay the same requests, alternating in fresh
 processes so that the machine's load falls on all of them alike:
 
 - before: the ``pipeline`` package of a baseline commit (``--baseline``, default
@@ -41,7 +41,7 @@ SCENARIO = {"policy": "vllm", "enable_chunked_prefill": True, "max_model_len": 1
 CODE = """
 import numpy as np
 from pathlib import Path
-from pipeline.sim.loop import simulate
+from pipeline.sim.simulate import simulate
 from pipeline.sim.scenario import build_scenario
 from pipeline.sim.state import SimInput
 from pipeline.sim.summary import summarize
@@ -95,7 +95,7 @@ def main() -> None:
     lines = [
         f"{n:,} requests (Azure conversation lengths, Poisson arrivals), `vllm` with chunked "
         f"prefill, one llama-3-8b_h100-80gb_tp1 replica (saturated: {cap:.1f} req/s); "
-        f"`loop.simulate` alone, median of {rounds} rounds alternating the versions in fresh "
+        f"`simulate` alone, median of {rounds} rounds alternating the versions in fresh "
         f"processes; before = `{commit}`.",
         "",
         "| load | version | loop s | requests/s | steps (rows) | TTFT p50 | loop / before |",

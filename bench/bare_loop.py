@@ -206,7 +206,7 @@ out_tok = inp.output_tokens[:n].copy()
 OURS = (
     COMMON
     + """
-from pipeline.sim.loop import simulate, warm_up
+from pipeline.sim.simulate import simulate, warm_up
 from pipeline.sim.state import SimInput
 warm_up(eng)
 from pipeline.sim.replay import CHUNK_ROWS
@@ -283,7 +283,7 @@ def main() -> None:
             "| loop | req/s | loop s | CPU s | steps | timeline rows | preemptions "
             "| mean finish s |",
             "|---|---:|---:|---:|---:|---:|---:|---:|",
-            f"| simulator (`loop.simulate`) | {ours_rps:,.0f} | {ours['loop_s']:.2f} | "
+            f"| simulator (`simulate`) | {ours_rps:,.0f} | {ours['loop_s']:.2f} | "
             f"{ours['cpu_s']:.2f} | "
             f"{ours['steps']:,.0f} | {ours['rows']:,.0f} | {ours['preemptions']:,.0f} | "
             f"{ours['finish_mean']:.3f} |",

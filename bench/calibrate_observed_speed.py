@@ -42,8 +42,8 @@ from pipeline.calibrate.observed import (  # noqa: E402
 )
 from pipeline.calibrate.observed_fit import Params  # noqa: E402
 from pipeline.sim.frontend import Frontend  # noqa: E402
-from pipeline.sim.loop import simulate  # noqa: E402
 from pipeline.sim.scenario import build_scenario  # noqa: E402
+from pipeline.sim.simulate import simulate  # noqa: E402
 from pipeline.sim.state import SimInput  # noqa: E402
 from pipeline.sim.summary import request_metrics  # noqa: E402
 

@@ -2,7 +2,7 @@
 
 The same 100k requests (Azure conversation lengths drawn with replacement, seed 1, or
 log-normal lengths when the trace is not there; the same Poisson gaps scaled to 75% of
-each cost's own saturated throughput) go through ``loop.simulate`` with three costs: the
+each cost's own saturated throughput) go through ``simulate`` with three costs: the
 default profile (cost model v3: attention apart, the lm head per sequence), the same
 profile with the two v3 terms set to 0 (exactly the v2 formula), and with the v2 terms
 set to 0 as well (exactly v1). They alternate in one process, 5 times each after a
@@ -35,7 +35,7 @@ import dataclasses, statistics
 from pathlib import Path
 import numpy as np
 from pipeline.sim.cost_model import StepCost, OPTIONAL_COEFFICIENTS, V3_COEFFICIENTS
-from pipeline.sim.loop import simulate
+from pipeline.sim.simulate import simulate
 from pipeline.sim.scenario import build_scenario
 from pipeline.sim.state import SimInput
 from pipeline.sim.summary import summarize
@@ -92,7 +92,7 @@ def main() -> None:
     body = (
         f"{n:,} requests ({lengths}; the same Poisson gaps scaled to 75% of each cost "
         "model's own saturated throughput), vllm with chunked prefill, one "
-        "llama-3-8b_h100-80gb_tp1 replica; `loop.simulate` alone, median of 5 alternating "
+        "llama-3-8b_h100-80gb_tp1 replica; `simulate` alone, median of 5 alternating "
         "runs in one process:\n\n"
         "| cost model | arrivals (req/s) | loop (s) | requests/s | steps |\n"
         "| --- | --- | --- | --- | --- |\n"

@@ -5,14 +5,14 @@ addresses. This script loads the loop from numba's cache while keeping each
 library's object code, reads its symbols (``nm``), writes the
 ``/tmp/perf-<pid>.map`` that ``perf report`` reads, names numba's runtime
 helpers (``NRT_incref`` / ``NRT_decref``, found by their machine code), then
-samples the process while ``loop.simulate`` replays the first N requests of the
+samples the process while ``simulate`` replays the first N requests of the
 1M workload of ``sim_speed.py`` (``vllm``, chunked prefill, one replica).
 
 Needs ``perf`` and ``nm`` on PATH and permission to profile one's own process.
 
     .venv/bin/python bench/loop_profile.py --record   # 200,000 requests, 3 times
     .venv/bin/python bench/loop_profile.py --n 100000 --repeats 1
-    .venv/bin/python bench/loop_profile.py --annotate vllm.schedule --annotate loop._loop
+    .venv/bin/python bench/loop_profile.py --annotate vllm.schedule --annotate loop.replay_loop
 """
 
 from __future__ import annotations
@@ -162,9 +162,9 @@ def main() -> None:
     from sim_speed import SCENARIO, make_warehouse
 
     from pipeline.contracts import REQUESTS
-    from pipeline.sim.loop import simulate, warm_up
     from pipeline.sim.replay import prepare, read_requests
     from pipeline.sim.scenario import build_scenario
+    from pipeline.sim.simulate import simulate, warm_up
     from pipeline.sim.state import SimInput
     from pipeline.warehouse import Warehouse
 
@@ -217,7 +217,7 @@ def main() -> None:
             rows.append(f"| {name} | {share} |")
         body = "\n".join(
             [
-                f"`loop.simulate` x{args.repeats} on the first {n:,} requests of the 1M workload "
+                f"`simulate` x{args.repeats} on the first {n:,} requests of the 1M workload "
                 f"of `bench/sim_speed.py` (`vllm`, chunked prefill, one replica), sampled by "
                 f"`perf` at 1,999 Hz: {n * args.repeats / took:,.0f} req/s while profiled. "
                 "Inlined callees count in their caller; `NRT_incref`/`NRT_decref` are numba's "

@@ -8,7 +8,7 @@ prompt is 126,195 tokens), the trace replayed at a quarter of its rate
 blocks, SGLang with token-granular KV (page size 1), both at their defaults.
 
 Figures:
-- speed: simulated requests per second of ``loop.simulate`` alone, prefix
+- speed: simulated requests per second of ``simulate`` alone, prefix
   caching on and off, the profile's KV cache (medians of 3 fresh processes,
   compiled loop loaded first); the ratio is the cost of caching;
 - the hit-rate curve: token and request hit rates and evictions with a KV
@@ -49,7 +49,7 @@ SPEED = """
 import numpy as np
 from pathlib import Path
 from pipeline.contracts import REQUESTS
-from pipeline.sim.loop import simulate, warm_up
+from pipeline.sim.simulate import simulate, warm_up
 from pipeline.sim.replay import prepare, read_requests
 from pipeline.sim.scenario import build_scenario
 from pipeline.sim.summary import summarize
@@ -84,9 +84,9 @@ def block_size(policy: str) -> int:
 def curve(wh: Path, policy: str) -> list[dict[str, float]]:
     """Hit rates and evictions for each cache size (one replay each, in this process)."""
     from pipeline.contracts import REQUESTS
-    from pipeline.sim.loop import simulate
     from pipeline.sim.replay import prepare, read_requests
     from pipeline.sim.scenario import build_scenario
+    from pipeline.sim.simulate import simulate
     from pipeline.sim.summary import summarize
     from pipeline.warehouse import Warehouse
 
@@ -187,9 +187,9 @@ def ceilings(frame: Any, engine_block: int) -> dict[str, float]:
 
 def partial_blocks() -> dict[str, Any]:
     """Hit rates on ``synthetic_partial`` with whole blocks only and with the tails."""
-    from pipeline.sim.loop import simulate
     from pipeline.sim.replay import prepare
     from pipeline.sim.scenario import build_scenario
+    from pipeline.sim.simulate import simulate
     from pipeline.sim.summary import summarize
 
     frame = synthetic_partial()

@@ -13,7 +13,7 @@ Two families:
   first 1 to 3 units shared with its group, one of 2,000 groups drawn with a
   skew, the rest its own): all three routers, prefix_aware needing the cache.
 
-Figures: simulated requests per second of ``loop.simulate`` alone (one fresh
+Figures: simulated requests per second of ``simulate`` alone (one fresh
 process per family and replica count, a warm-up that loads the compiled loop,
 then the routers' runs interleaved; medians of ``--repeats`` rounds, of
 ``--cached-repeats`` with caching, whose runs take a minute each), timeline
@@ -47,7 +47,7 @@ REPLICAS = (1, 4, 16, 64)
 
 RUN = """
 import numpy as np
-from pipeline.sim.loop import simulate
+from pipeline.sim.simulate import simulate
 from pipeline.sim.scenario import build_scenario
 from pipeline.sim.state import PrefixKeys, SimInput
 d = np.load({data!r})
@@ -180,7 +180,7 @@ def main() -> None:
         f"{n:,} requests (Azure conversation lengths), Poisson arrivals at "
         f"{RATE_PER_REPLICA} req/s per replica; `vllm` with chunked prefill on Llama-3-8B/H100 "
         "replicas; with caching, synthetic prefix keys (256-token units, the first 1-3 shared "
-        "within one of 2,000 skewed groups). Loop only (`loop.simulate`); one fresh process per "
+        "within one of 2,000 skewed groups). Loop only (`simulate`); one fresh process per "
         "replica count and family, the routers' runs interleaved with round_robin's in it; "
         f"medians of {repeats} runs (caching off) and {cached_repeats} (caching on).\n"
     )

@@ -7,7 +7,7 @@ profile's capacity (measured first by a saturated replay). The scenario is
 recorded in the timeline (runs of identical decode steps as one row).
 
 Figures (medians of 3 runs, each in a fresh process; peak RSS: the max):
-- loop: simulated requests per second of ``loop.simulate`` alone;
+- loop: simulated requests per second of ``simulate`` alone;
 - stage: wall seconds of ``replay()``: read Parquet, run, write sim tables;
 - process: the same including interpreter start, imports and loading the
   compiled loop from numba's cache;
@@ -44,7 +44,7 @@ PRELUDE = """
 import numpy as np
 from pathlib import Path
 from pipeline.sim.scenario import build_scenario
-from pipeline.sim.loop import simulate
+from pipeline.sim.simulate import simulate
 from pipeline.sim.state import SimInput
 sc = build_scenario({scenario!r})
 simulate(SimInput(np.zeros(2), np.array([5, 5]), np.array([3, 3])), sc.engine())
@@ -117,8 +117,8 @@ def capacity() -> float:
     """Requests per second the scenario sustains when saturated (20k Azure-length requests)."""
     import numpy as np
 
-    from pipeline.sim.loop import simulate
     from pipeline.sim.scenario import build_scenario
+    from pipeline.sim.simulate import simulate
     from pipeline.sim.state import SimInput
     from pipeline.sim.summary import summarize
 

@@ -30,7 +30,6 @@ import pyarrow as pa
 
 from pipeline.calibrate.groundtruth import METRICS, STATS, GroundTruthRun, Stage, stats_of
 from pipeline.sim.cost_model import StepCost
-from pipeline.sim.loop import simulate
 from pipeline.sim.prefix import build_keys
 from pipeline.sim.profiles import (
     Efficiency,
@@ -44,6 +43,7 @@ from pipeline.sim.profiles import (
     with_runtime,
 )
 from pipeline.sim.scenario import Scenario, build_scenario
+from pipeline.sim.simulate import simulate
 from pipeline.sim.state import SimInput, SimResult
 from pipeline.sim.summary import request_metrics
 

@@ -174,8 +174,8 @@ def compare(
 
 def simulate_live(frame: pl.DataFrame, values: dict[str, Any]) -> tuple[dict[str, F64], Any]:
     """Replay the live requests through the scenario: per request times, and the scenario."""
-    from pipeline.sim.loop import simulate
     from pipeline.sim.scenario import build_scenario
+    from pipeline.sim.simulate import simulate
     from pipeline.sim.state import F_FINISH, F_FIRST_SCHED, F_FIRST_TOKEN, SimInput
 
     sc = build_scenario(values)

@@ -35,9 +35,9 @@ from pipeline.plan.intervals import slo_bootstrap
 from pipeline.plan.slo import Slo, evaluate
 from pipeline.plan.tasks import sim_metrics
 from pipeline.sim import intervals as iv
-from pipeline.sim.loop import simulate
 from pipeline.sim.replay import Prepared, prepare
 from pipeline.sim.scenario import Scenario
+from pipeline.sim.simulate import simulate
 
 REPLICATES = 6  # replicate replays at each capacity answer
 SEED_SALT = 0x2E91_1CA7  # mixed into replicate seeds and the trace resampling

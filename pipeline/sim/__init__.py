@@ -1,1 +1,5 @@
 """The scheduler simulator: replay requests through an engine's scheduling rules."""
+
+from pipeline import jit
+
+jit.drop_stale_cache()  # before any compiled function of the simulator is loaded

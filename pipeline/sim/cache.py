@@ -10,7 +10,8 @@ own model); when the trace's blocks are coarser, a unit is one trace block,
 and what is left of a prompt after its whole units can make a shorter
 **tail** unit (``unit_end`` below gives where each unit ends).
 
-State per replica r (``kc = (ck, cs, ht, ukey, uslot, gk, gb, gn)``):
+State per replica r (``kc``, a ``PrefixCaches`` record of ``ck, cs, ht, ukey, uslot,
+gk, gb, gn``):
 
 - slots: ``ck[r, s]`` the key of cached unit s, ``cs[r, s, CS_REF]`` how many
   running requests reference it, ``cs[r, s, CS_BLK]`` its blocks, and
@@ -67,6 +68,7 @@ argument copies and numba reference counts per unit. Measured with
 from __future__ import annotations
 
 import sys
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -109,6 +111,19 @@ assert sys.byteorder == "little"  # _keys_at
 # slot + 1 of an empty table entry; the table is uint64 (keys), and numba compares an
 # uint64 with an int64 as two floats: compare its slots with uint64s only
 _EMPTY = np.uint64(0)
+
+
+class PrefixCaches(NamedTuple):
+    """The prefix caches of all replicas and the requests' unit keys (the module doc), ``kc``."""
+
+    ck: npt.NDArray[np.uint64]  # [replica, slot] the key of cached unit s
+    cs: npt.NDArray[np.int64]  # [replica, slot, CS_*] its references, blocks and links
+    ht: npt.NDArray[np.uint64]  # [replica, entry, (key, slot + 1)] the hash table
+    ukey: npt.NDArray[np.uint64]  # every request's unit keys (from wide(rq)[i, W_HOFF])
+    uslot: npt.NDArray[np.int64]  # ... the slot each settled unit references (-1: private)
+    gk: npt.NDArray[np.uint64]  # which replicas cache each key (prefix_index.py): keys,
+    gb: npt.NDArray[np.uint64]  # ... their replica bitsets,
+    gn: npt.NDArray[np.int64]  # ... and how many replicas hold them (0: an empty entry)
 
 
 def cache_sizes(
@@ -169,16 +184,7 @@ def empty_caches(
     *,
     index: int = 0,
     num_keys: int = 0,
-) -> tuple[
-    npt.NDArray[np.uint64],
-    npt.NDArray[np.int64],
-    npt.NDArray[np.uint64],
-    npt.NDArray[np.uint64],
-    npt.NDArray[np.int64],
-    npt.NDArray[np.uint64],
-    npt.NDArray[np.uint64],
-    npt.NDArray[np.int64],
-]:
+) -> PrefixCaches:
     """``kc`` for ``num_replicas`` empty caches of ``num_slots`` units (copies) each.
 
     ``num_keys``: most distinct keys one replica caches at once, which sizes
@@ -196,7 +202,7 @@ def empty_caches(
     uslot = np.full(len(keys), -1, dtype=np.int64)
     # writable: numba compiles a loop of its own for read-only arrays (Ray's object store)
     gk, gb, gn = new_index(num_replicas, index)
-    return ck, cs, ht, np.require(keys, np.uint64, ["C", "W"]), uslot, gk, gb, gn
+    return PrefixCaches(ck, cs, ht, np.require(keys, np.uint64, ["C", "W"]), uslot, gk, gb, gn)
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -303,17 +309,7 @@ def _lru_remove(cs: npt.NDArray[np.int64], rp: npt.NDArray[np.int64], r: int, s:
 
 
 @njit(cache=True, error_model="numpy")
-def _evict(
-    ck: npt.NDArray[np.uint64],
-    cs: npt.NDArray[np.int64],
-    ht: npt.NDArray[np.uint64],
-    rp: npt.NDArray[np.int64],
-    r: int,
-    need: int,
-    gk: npt.NDArray[np.uint64],
-    gb: npt.NDArray[np.uint64],
-    gn: npt.NDArray[np.int64],
-) -> None:
+def _evict(kc: PrefixCaches, rp: npt.NDArray[np.int64], r: int, need: int) -> None:
     """Evict units from the LRU head until ``need`` blocks are free or none is left.
 
     One call per allocation that evicts, its loop written out: helpers that
@@ -323,6 +319,7 @@ def _evict(
     copies; the key's table entry then names the next copy, or is deleted by
     backward shift when none is left; the slot goes to the free-slot list.
     """
+    ck, cs, ht, gk, gb, gn = kc.ck, kc.cs, kc.ht, kc.gk, kc.gb, kc.gn
     mask = ht.shape[1] - 1
     row = r * ht.shape[1]  # replica r's first table entry, over all replicas
     srow = r * cs.shape[1]  # ... first slot
@@ -398,15 +395,15 @@ def capacity(rp: npt.NDArray[np.int64], r: int) -> int:
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def make_free(rp: npt.NDArray[np.int64], r: int, need: int, kc: tuple) -> bool:  # type: ignore[type-arg]
+def make_free(rp: npt.NDArray[np.int64], r: int, need: int, kc: PrefixCaches) -> bool:
     """Evict from the LRU head until ``need`` blocks are free (or nothing is left)."""
     if rp[r, P_FREE] < need and rp[r, P_LRU_HEAD] >= 0:
-        _evict(kc[0], kc[1], kc[2], rp, r, need, kc[5], kc[6], kc[7])
+        _evict(kc, rp, r, need)
     return bool(rp[r, P_FREE] >= need)
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def take(rp: npt.NDArray[np.int64], r: int, need: int, kc: tuple) -> None:  # type: ignore[type-arg]
+def take(rp: npt.NDArray[np.int64], r: int, need: int, kc: PrefixCaches) -> None:
     """Allocate ``need`` blocks (the caller checked ``capacity``), evicting as needed."""
     make_free(rp, r, need, kc)
     rp[r, P_FREE] -= need
@@ -418,14 +415,14 @@ def lookup(
     i: int,
     r: int,
     max_units: int,
-    kc: tuple,  # type: ignore[type-arg]
+    kc: PrefixCaches,
 ) -> tuple[int, int]:
     """(leading units of request i cached on replica r, blocks of those nobody references).
 
     Walks the units left to right and stops at the first miss: the keys are
     chained, so nothing after a miss can be a hit. Changes nothing.
     """
-    cs, ht, ukey, uslot = kc[1], kc[2], kc[3], kc[4]
+    cs, ht, ukey, uslot = kc.cs, kc.ht, kc.ukey, kc.uslot
     mask = ht.shape[1] - 1
     row = r * ht.shape[1]  # replica r's first table entry, over all replicas
     base = _keys_at(rq, i)
@@ -464,10 +461,10 @@ def use_hits(
     i: int,
     r: int,
     h: int,
-    kc: tuple,  # type: ignore[type-arg]
+    kc: PrefixCaches,
 ) -> None:
     """Request i (holding nothing) references its first ``h`` units, just found by ``lookup``."""
-    cs, uslot = kc[1], kc[4]
+    cs, uslot = kc.cs, kc.uslot
     base = _keys_at(rq, i)
     for k in range(h):
         _ref(cs, rp, r, uslot[base + k])
@@ -490,7 +487,7 @@ def settles(rq: npt.NDArray[np.int32], i: int, num_tokens: int) -> bool:
 
 @njit(cache=True, error_model="numpy", inline="always")
 def _put(
-    kc: tuple,  # type: ignore[type-arg]
+    kc: PrefixCaches,
     rp: npt.NDArray[np.int64],
     r: int,
     at: int,
@@ -576,7 +573,7 @@ def commit(
     r: int,
     num_tokens: int,
     dedupe: bool,
-    kc: tuple,  # type: ignore[type-arg]
+    kc: PrefixCaches,
 ) -> None:
     """Put request i's units within its first ``num_tokens`` tokens into the cache.
 
@@ -645,7 +642,7 @@ def release_units(
     rp: npt.NDArray[np.int64],
     i: int,
     r: int,
-    kc: tuple,  # type: ignore[type-arg]
+    kc: PrefixCaches,
 ) -> None:
     """Drop request i's references, deepest unit first (so it is evicted first).
 
@@ -662,11 +659,11 @@ def _release_units(
     rp: npt.NDArray[np.int64],
     i: int,
     r: int,
-    kc: tuple,  # type: ignore[type-arg]
+    kc: PrefixCaches,
 ) -> None:
     k = rq[i, R_SETTLED]
     base = _keys_at(rq, i)
-    _unref(kc[1], rp, r, kc[4], base, base + k)
+    _unref(kc.cs, rp, r, kc.uslot, base, base + k)
     rq[i, R_SETTLED] = 0
     rq[i, R_SHARED] = 0
     _next_settles(rq, i)
@@ -680,15 +677,15 @@ def warm(
     unit_blocks: int,
     tail_blocks: int,
     slots: npt.NDArray[np.int64],
-    kc: tuple,  # type: ignore[type-arg]
+    kc: PrefixCaches,
 ) -> None:
     """Serve one warm-up prompt: reference its cached units, cache the rest, release.
 
     ``tail_blocks`` > 0: its last unit is a tail of that many blocks. Stops at
     the first unit that finds no room (the cache is smaller than the prompt).
     """
-    cs, ht = kc[1], kc[2]
-    mine = (kc[0], cs, ht, keys, slots, kc[5], kc[6], kc[7])  # this prompt's keys and slots
+    cs, ht = kc.cs, kc.ht
+    mine = PrefixCaches(kc.ck, cs, ht, keys, slots, kc.gk, kc.gb, kc.gn)  # its keys and slots
     n = 0
     last = len(keys) - 1 if tail_blocks > 0 else -2
     for k in range(len(keys)):
@@ -704,3 +701,22 @@ def warm(
             _put(mine, rp, r, k, 1, unit_blocks, False, last, tail_blocks)
         n += 1
     _unref(cs, rp, r, slots, 0, n)
+
+
+@njit(cache=True, error_model="numpy")
+def warm_all(
+    rp: npt.NDArray[np.int64],
+    offsets: npt.NDArray[np.int64],
+    keys: npt.NDArray[np.uint64],
+    unit_blocks: npt.NDArray[np.int64],
+    tail_blocks: npt.NDArray[np.int64],
+    kc: PrefixCaches,
+) -> None:
+    """Serve every warm-up prompt on every replica, in order, before the replay."""
+    slots = np.zeros(max(len(keys), 1), dtype=np.int64)
+    for r in range(rp.shape[0]):
+        for j in range(len(unit_blocks)):
+            if unit_blocks[j] > 0 and offsets[j + 1] > offsets[j]:
+                prompt = keys[offsets[j] : offsets[j + 1]]
+                warm(rp, r, prompt, unit_blocks[j], tail_blocks[j], slots, kc)
+        rp[r, P_EVICTED] = 0

@@ -24,7 +24,7 @@ import numpy as np
 import numpy.typing as npt
 from numba import njit
 
-from pipeline.sim.cache import capacity, release_units, take
+from pipeline.sim.cache import PrefixCaches, capacity, release_units, take
 from pipeline.sim.state import P_FREE, R_HELD, R_SHARED
 
 
@@ -46,7 +46,7 @@ def grow(
     num_tokens: int,
     block_size: int,
     keep_free: int,
-    kc: tuple,  # type: ignore[type-arg]
+    kc: PrefixCaches,
 ) -> bool:
     """Give request ``i`` blocks for ``num_tokens`` tokens if ``keep_free`` blocks stay free."""
     need = blocks_needed(rq, i, num_tokens, block_size)
@@ -77,7 +77,7 @@ def release(
     rp: npt.NDArray[np.int64],
     r: int,
     i: int,
-    kc: tuple,  # type: ignore[type-arg]
+    kc: PrefixCaches,
 ) -> None:
     """Return request ``i``'s private blocks to the free pool and its cache units to the LRU."""
     rp[r, P_FREE] += rq[i, R_HELD]

@@ -22,7 +22,7 @@ The reference loop (``reference.py``) uses the same definitions.
 A request that arrives at time ``a`` can be scheduled by a step that starts at
 ``s >= a``. The router sees each replica as simulated up to an arrival (every
 step starting before it). Round robin needs no replica but the one the request
-goes to; for the other routers ``_loop`` touches only the replicas with a step
+goes to; for the other routers ``replay_loop`` touches only the replicas with a step
 or a completion before the arrival, and advances them lazily: a decode run
 that reaches past the arrival is deferred (``_defer``) and applied later
 (``_resolve``), whole once its last step starts before some arrival, or cut at
@@ -54,35 +54,32 @@ holding blocks while others wait, is not repeated (the policy clears
 short, as each is decided while the one before runs. A run cut at an
 arrival to its replica also takes the first step starting at or after it,
 which was decided before it and so cannot see it (``_run_length``, or
-``_resolve`` for a deferred run); its start (``Q_AHEAD``) tells ``_loop``
+``_resolve`` for a deferred run); its start (``Q_AHEAD``) tells ``replay_loop``
 which arrivals the next decision takes. Runs cut for ``prefix_aware``'s view
 of the other replicas still stop before the arrival.
 
-numba's on-disk cache does not notice edits to *other* files that a cached
-function calls, so ``_invalidate_stale_cache`` below drops this package's
-cache when any simulator source changes.
+The policies' rules reach the loop through their traits (``cfg[C_RESERVES_UPFRONT]``
+and the like) and their hooks (``policies/dispatch.py``); no branch here names a
+policy (the contract: ``policies/base.py``).
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
-from collections.abc import Callable
-from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 from numba import njit
 
 from pipeline.sim.borrow import borrow
-from pipeline.sim.cache import cache_sizes, commit, empty_caches, settles, take, warm
+from pipeline.sim.cache import PrefixCaches, commit, settles, take
 from pipeline.sim.cost_model import (
     decode_run_s,
     step_time,
 )
 from pipeline.sim.kv import blocks_needed, release
-from pipeline.sim.policies import orca, sarathi, sglang, static, tgi, transformers, vllm
-from pipeline.sim.prefix import extend_keys
+from pipeline.sim.policies import dispatch
 from pipeline.sim.prefix_index import find_key
 from pipeline.sim.routing import (
     PREFIX_AWARE,
@@ -93,25 +90,21 @@ from pipeline.sim.routing import (
     prefix_aware,
 )
 from pipeline.sim.state import (
+    C_APPEND_SLOT,
     C_ASYNC,
     C_BLOCK_SIZE,
+    C_CACHES_GENERATED,
+    C_CACHES_ON_FINISH,
     C_CACHING,
-    C_MAX_SEQS,
     C_NUM_BLOCKS,
     C_POLICY,
     C_REPLICAS,
+    C_RESERVES_UPFRONT,
     C_ROUTER,
-    C_SEED,
-    CF_RATIO_INIT,
     F_ARRIVAL,
     F_FINISH,
     F_FIRST_SCHED,
     F_FIRST_TOKEN,
-    NRP,
-    NRPF,
-    NST,
-    NSTF,
-    P_CHUNKED,
     P_DONE,
     P_EVICTABLE,
     P_EVICTED,
@@ -119,30 +112,23 @@ from pipeline.sim.state import (
     P_INBOX,
     P_INBOX_OLD,
     P_LAST_DONE,
-    P_LRU_HEAD,
-    P_LRU_TAIL,
     P_PEND_EV0,
     P_PEND_EVICTS,
     P_PEND_FREE,
     P_PEND_K,
-    P_PENDING,
     P_QUEUED,
-    P_RNG,
     P_ROUTED,
     P_RUN_N,
-    P_SLOT_FREE,
     P_STABLE,
     P_STEP,
     P_STEP_HIT,
     P_STEP_QUERY,
-    P_WAIT_TOK,
     P_WQ_LEN,
     Q_AHEAD,
     Q_CLOCK,
     Q_LAST_END,
     Q_PEND_CTX,
     Q_PEND_LAST,
-    Q_RATIO,
     R_CHUNKS,
     R_COMPUTED,
     R_GENERATED,
@@ -175,22 +161,14 @@ from pipeline.sim.state import (
     ST_FINISHED,
     ST_WAITING,
     W_HOFF,
-    EngineConfig,
-    PrefixKeys,
-    SimInput,
-    SimResult,
+    State,
     drop_finished,
-    empty,
     inbox_push,
-    request_state,
-    request_times,
-    request_totals,
     uindex,
     wait_add,
     wide,
-    wq_peek,
 )
-from pipeline.sim.trees import new_trees, set_load, set_wake
+from pipeline.sim.trees import Trees, set_load, set_wake
 
 G_NEXT = 0  # next request to arrive
 G_ROWS = 1  # timeline rows written
@@ -202,93 +180,42 @@ RET_FULL = 1  # the timeline arrays are full: grow them and call again
 RET_YIELD = 2  # processed the arrivals asked for: report progress and call again
 
 
-def _invalidate_stale_cache() -> None:
-    """Drop numba cache files of this package when any compiled source changed
-    (``pipeline.jit.compiled_sources``: numba itself checks only each function's own file)."""
-    from pipeline import jit
+class Step(NamedTuple):
+    """What ``_step`` decided and computed for one step, handed to ``_finish``."""
 
-    digest = hashlib.sha1()
-    for path in jit.compiled_sources():
-        digest.update(path.read_bytes())
-    stamp_value = digest.hexdigest()
-    here = Path(__file__).resolve().parent
-    stamp = here / "__pycache__" / "sim-sources.sha1"
-    try:
-        if stamp.exists() and stamp.read_text() == stamp_value:
-            return
-        for folder in jit.JIT_FOLDERS:
-            d = jit.PACKAGE / folder / "__pycache__"
-            for f in [*d.glob("*.nbi"), *d.glob("*.nbc")]:
-                f.unlink(missing_ok=True)
-        stamp.parent.mkdir(exist_ok=True)
-        stamp.write_text(stamp_value)
-    except OSError:  # read-only install: numba caches elsewhere, or not at all
-        pass
-
-
-_invalidate_stale_cache()
+    start: float  # its start
+    n: int  # requests scheduled (s.sched_q[:n])
+    n_pre: int  # requests preempted
+    n_ev: int  # requests listed in s.ev: their first or last token comes out of it
+    p_tok: float  # prefill (and recompute) tokens: P of the cost model
+    p_attn: float  # attention feature: A
+    n_pf: int  # prefill chunks
+    d: int  # decodes: D
+    ctx: float  # decode context: C
+    num_waiting: int  # waiting requests at its start
+    evicted0: int  # P_EVICTED before it
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def _schedule(
-    r: int,
-    cfg: npt.NDArray[np.int64],
-    cfgf: npt.NDArray[np.float64],
-    rq: npt.NDArray[np.int32],
-    rqf: npt.NDArray[np.float64],
-    rp: npt.NDArray[np.int64],
-    rpf: npt.NDArray[np.float64],
-    run: npt.NDArray[np.int64],
-    wq: npt.NDArray[np.int32],
-    sq: npt.NDArray[np.int64],
-    stt: npt.NDArray[np.int64],
-    now: float,
-    kc: tuple,  # type: ignore[type-arg]
-) -> tuple[int, int, int]:
-    code = cfg[C_POLICY]
-    if code == vllm.CODE:
-        return vllm.schedule(r, cfg, cfgf, rq, rqf, rp, rpf, run, wq, sq, stt, now, kc)
-    if code == sglang.CODE:
-        return sglang.schedule(r, cfg, cfgf, rq, rqf, rp, rpf, run, wq, sq, stt, now, kc)
-    if code == tgi.CODE:
-        return tgi.schedule(r, cfg, cfgf, rq, rqf, rp, rpf, run, wq, sq, stt, now, kc)
-    if code == sarathi.CODE:
-        return sarathi.schedule(r, cfg, cfgf, rq, rqf, rp, rpf, run, wq, sq, stt, now, kc)
-    if code == transformers.CODE:
-        return transformers.schedule(r, cfg, cfgf, rq, rqf, rp, rpf, run, wq, sq, stt, now, kc)
-    if code == orca.CODE:
-        return orca.schedule(r, cfg, cfgf, rq, rqf, rp, rpf, run, wq, sq, stt, now, kc)
-    return static.schedule(r, cfg, cfgf, rq, rqf, rp, rpf, run, wq, sq, stt, now, kc)
-
-
-@njit(cache=True, error_model="numpy", inline="always")
-def _next_start(
-    cfg: npt.NDArray[np.int64],
-    cfgf: npt.NDArray[np.float64],
-    rqf: npt.NDArray[np.float64],
-    rp: npt.NDArray[np.int64],
-    rpf: npt.NDArray[np.float64],
-    wq: npt.NDArray[np.int32],
-    r: int,
-) -> float:
+def _next_start(s: State, r: int) -> float:
     """Earliest start of replica r's next step, inf when it has nothing to do."""
+    rp, rpf = s.rp, s.rpf
     if rp[r, P_RUN_N] == 0 and rp[r, P_WQ_LEN] == 0 and rp[r, P_INBOX] == 0:
         return math.inf
     clock = rpf[r, Q_CLOCK]
-    if cfg[C_POLICY] == static.CODE and rp[r, P_RUN_N] == 0:
-        oldest = rqf[wq_peek(wq, rp, r), F_ARRIVAL]
-        return static.ready_at(cfg, cfgf, oldest, rp[r, P_WQ_LEN], clock)
+    if rp[r, P_RUN_N] == 0 and rp[r, P_WQ_LEN] > 0:  # idle: when the policy starts a step
+        return dispatch.ready_at(s, r, clock)
     return clock
 
 
 @njit(cache=True, error_model="numpy", inline="always")
 def _extra_blocks(
-    rq: npt.NDArray[np.int32], sq: npt.NDArray[np.int64], n: int, k: int, bs: int
+    rq: npt.NDArray[np.int32], sched_q: npt.NDArray[np.int64], n: int, k: int, bs: int
 ) -> int:
     """Blocks the scheduled decodes add over steps 2..k of a run (step 1 is computed)."""
     extra = 0
     for j in range(n):
-        i = sq[j]
+        i = sched_q[j]
         extra += blocks_needed(rq, i, rq[i, R_COMPUTED] + k - 1, bs)
     return extra
 
@@ -317,11 +244,7 @@ def _steps_before(
 
 @njit(cache=True, error_model="numpy", inline="always")
 def _run_length(
-    cfg: npt.NDArray[np.int64],
-    cost: npt.NDArray[np.float64],
-    rq: npt.NDArray[np.int32],
-    rp: npt.NDArray[np.int64],
-    sq: npt.NDArray[np.int64],
+    s: State,
     n: int,
     r: int,
     start: float,
@@ -339,18 +262,18 @@ def _run_length(
     scheduling), the first step starting at or after ``until`` is in it too:
     it was decided when the step before it started, before the arrival.
     """
+    cfg, cost, rq, rp, sched_q = s.cfg, s.cost, s.rq, s.rp, s.sched_q
     kb = _steps_before(cost, start, until, d, ctx, k_max)  # the next arrival
     k_max = kb + ahead if kb < k_max else kb
     if k_max <= 1:
         return 1
-    code = cfg[C_POLICY]
-    if code != orca.CODE and code != static.CODE:  # they reserve every block up front
+    if cfg[C_RESERVES_UPFRONT] == 0:  # else every block a request needs is held already
         bs = cfg[C_BLOCK_SIZE]
         cap = rp[r, P_FREE] + rp[r, P_EVICTABLE]  # evictable cached blocks are free too
         if rp[r, P_STABLE] == 2:  # ... unless evicting them could change what was decided
             cap = rp[r, P_FREE]
-        if code == sarathi.CODE:
-            cap -= 1  # every decode needs a free block before it (can_append_slot)
+        if cfg[C_APPEND_SLOT] != 0:
+            cap -= 1  # every decode needs a free block before it (Sarathi's can_append_slot)
         if cap < 0:
             return 1
         most = n * ((k_max - 2) // bs + 1)  # no request can need more blocks than this
@@ -360,7 +283,7 @@ def _run_length(
             slack = -1
             same = True
             for j in range(n):
-                i = sq[j]
+                i = sched_q[j]
                 d = int(rq[i, R_HELD] + rq[i, R_SHARED] - rq[i, R_COMPUTED] + 1)
                 if slack < 0:
                     slack = d
@@ -369,12 +292,12 @@ def _run_length(
                     break
             if same:
                 return max(1, min(k_max, slack + cap // n))
-        if most > cap and _extra_blocks(rq, sq, n, k_max, bs) > cap:
+        if most > cap and _extra_blocks(rq, sched_q, n, k_max, bs) > cap:
             lo = 1
             hi = k_max
             while hi - lo > 1:
                 mid = (lo + hi) // 2
-                if _extra_blocks(rq, sq, n, mid, bs) <= cap:
+                if _extra_blocks(rq, sched_q, n, mid, bs) <= cap:
                     lo = mid
                 else:
                     hi = mid
@@ -383,34 +306,17 @@ def _run_length(
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def _step(
-    r: int,
-    until: float,
-    cfg: npt.NDArray[np.int64],
-    cfgf: npt.NDArray[np.float64],
-    cost: npt.NDArray[np.float64],
-    rq: npt.NDArray[np.int32],
-    rqf: npt.NDArray[np.float64],
-    rp: npt.NDArray[np.int64],
-    rpf: npt.NDArray[np.float64],
-    run: npt.NDArray[np.int64],
-    wq: npt.NDArray[np.int32],
-    st: npt.NDArray[np.int64],
-    stf: npt.NDArray[np.float64],
-    g: npt.NDArray[np.int64],
-    sq: npt.NDArray[np.int64],
-    stt: npt.NDArray[np.int64],
-    ev: npt.NDArray[np.int64],
-    kc: tuple,  # type: ignore[type-arg]
-) -> None:
+def _step(s: State, kc: PrefixCaches, r: int, until: float) -> None:
     """One step of replica r (or a run of identical decode steps), starting at its clock."""
+    cfg, cost, rq, rqf, rp, rpf, g = s.cfg, s.cost, s.rq, s.rqf, s.rp, s.rpf, s.g
+    sched_q, sched_t, ev = s.sched_q, s.sched_t, s.ev
     start = rpf[r, Q_CLOCK]
     num_waiting = rp[r, P_WQ_LEN]
     evicted0 = rp[r, P_EVICTED]
     rp[r, P_STEP_QUERY] = 0
     rp[r, P_STEP_HIT] = 0
     rpf[r, Q_AHEAD] = -math.inf
-    n, n_pre, n_adm = _schedule(r, cfg, cfgf, rq, rqf, rp, rpf, run, wq, sq, stt, start, kc)
+    n, n_pre, n_adm = dispatch.schedule(s, kc, r, start)
     if n == 0 and n_pre == 0:  # vLLM async: the last step's finished requests were all it had
         assert cfg[C_ASYNC] != 0 and rp[r, P_RUN_N] + rp[r, P_WQ_LEN] + rp[r, P_INBOX] == 0
         return
@@ -427,7 +333,7 @@ def _step(
     min_left = np.iinfo(np.int64).max
     n_ev = 0
     for j in range(n):
-        i = uindex(sq[j])
+        i = uindex(sched_q[j])
         c0 = rq[i, R_COMPUTED]
         if c0 >= rq[i, R_PF_END]:  # a decode: context c0 + 1, samples a token
             ctx_sum += c0 + 1
@@ -441,7 +347,7 @@ def _step(
                 ev[n_ev] = i
                 n_ev += 1
         else:  # a prefill (or recompute) chunk
-            t = stt[j]
+            t = sched_t[j]
             n_pf += 1
             tok_sum += t
             attn_sum += t * c0 + t * (t + 1) // 2  # causal (query, key) pairs
@@ -460,9 +366,9 @@ def _step(
     d = n - n_pf
     p_tok = float(tok_sum)
     ctx = float(ctx_sum)
-    p_attn = float(attn_sum)
-    if cfg[C_POLICY] == transformers.CODE:  # KV of every scheduled sequence after the step
-        p_attn = transformers.packed_attention(p_tok, float(d), float(ctx_sum + pf_kv), ctx)
+    # the policy's attention feature; pf_kv + ctx_sum: KV of every sequence after the step
+    p_attn = dispatch.attention(cfg[C_POLICY], p_tok, float(d), float(ctx_sum + pf_kv), ctx,
+                                float(attn_sum))  # fmt: skip
     k = 1
     if (
         p_tok == 0
@@ -477,54 +383,29 @@ def _step(
         # vLLM async, advanced eagerly (``until`` is this replica's next arrival): the run
         # may take the step after the arrival, which cannot see it yet
         ahead = 1 if cfg[C_ASYNC] != 0 and not lazy else 0
-        k = _run_length(cfg, cost, rq, rp, sq, n, r, start, math.inf if lazy else until, d, ctx,
-                        min_left, ahead)  # fmt: skip
+        k = _run_length(s, n, r, start, math.inf if lazy else until, d, ctx, min_left, ahead)
         if ahead and k > 1 and until < math.inf:
             last = start + decode_run_s(cost, d, ctx, k - 1)  # start of its last step
-            if last >= until:  # arrivals up to it reach the next decision (see _loop)
+            if last >= until:  # arrivals up to it reach the next decision (see replay_loop)
                 rpf[r, Q_AHEAD] = last
         if lazy and k > 1:
             last = start + decode_run_s(cost, d, ctx, k - 1)  # start of its last step
             if last >= until:  # it reaches past the arrival: decide it when it is needed
-                if _defer(r, cfg, rq, rp, rpf, run, sq, n, n_ev, ctx, evicted0, last, k):
+                if _defer(s, r, n, n_ev, ctx, evicted0, last, k):
                     return
                 k = _steps_before(cost, start, until, d, ctx, k)
-    _finish(r, k, start, n, n_pre, n_ev, p_tok, p_attn, n_pf, d, ctx, num_waiting, evicted0,
-            cfg, cfgf, cost, rq, rqf, rp, rpf, run, st, stf, g, sq, ev, kc)  # fmt: skip
+    step = Step(start, n, n_pre, n_ev, p_tok, p_attn, n_pf, d, ctx, num_waiting, evicted0)
+    _finish(s, kc, r, k, step)
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def _finish(
-    r: int,
-    k: int,
-    start: float,
-    n: int,
-    n_pre: int,
-    n_ev: int,
-    p_tok: float,
-    p_attn: float,
-    n_pf: int,
-    d: int,
-    ctx: float,
-    num_waiting: int,
-    evicted0: int,
-    cfg: npt.NDArray[np.int64],
-    cfgf: npt.NDArray[np.float64],
-    cost: npt.NDArray[np.float64],
-    rq: npt.NDArray[np.int32],
-    rqf: npt.NDArray[np.float64],
-    rp: npt.NDArray[np.int64],
-    rpf: npt.NDArray[np.float64],
-    run: npt.NDArray[np.int64],
-    st: npt.NDArray[np.int64],
-    stf: npt.NDArray[np.float64],
-    g: npt.NDArray[np.int64],
-    sq: npt.NDArray[np.int64],
-    ev: npt.NDArray[np.int64],
-    kc: tuple,  # type: ignore[type-arg]
-) -> None:
+def _finish(s: State, kc: PrefixCaches, r: int, k: int, step: Step) -> None:
     """The rest of a step ``_step`` decided: repeat it k times, finish requests, write the row."""
-    code = cfg[C_POLICY]
+    start, n, n_pre, n_ev = step.start, step.n, step.n_pre, step.n_ev
+    p_tok, p_attn, n_pf, d, ctx = step.p_tok, step.p_attn, step.n_pf, step.d, step.ctx
+    num_waiting, evicted0 = step.num_waiting, step.evicted0
+    cfg, cost, rq, rqf, rp, rpf, run, st = s.cfg, s.cost, s.rq, s.rqf, s.rp, s.rpf, s.run, s.st
+    stf, g, sched_q, ev = s.stf, s.g, s.sched_q, s.ev
     # vLLM async: steps 2..k are decided while the one before runs, so each caches a
     # decode's blocks only up to the token that one is sampling (policies/vllm.py)
     lag = cfg[C_ASYNC]
@@ -533,11 +414,12 @@ def _finish(
     else:  # steps 2..k: the same decodes again
         duration = decode_run_s(cost, d, ctx, k)
         bs = cfg[C_BLOCK_SIZE]
-        commits = code == vllm.CODE and cfg[C_CACHING] != 0  # vLLM caches as it computes
+        # a policy that caches generated blocks commits them as they are computed (vLLM)
+        commits = cfg[C_CACHES_GENERATED] != 0 and cfg[C_CACHING] != 0
         settle = False  # some request settles a cache unit over steps 2..k
         total = 0
         for j in range(n):
-            i = uindex(sq[j])
+            i = uindex(sched_q[j])
             c = rq[i, R_COMPUTED] + k - 1
             need = blocks_needed(rq, i, c, bs)
             total += need
@@ -557,17 +439,14 @@ def _finish(
             take(rp, r, total, kc)
         if settle:  # what steps 2..k commit, once the blocks are taken
             for j in range(n):
-                i = sq[j]
+                i = sched_q[j]
                 if settles(rq, i, rq[i, R_COMPUTED] - lag):
                     commit(rq, rp, i, r, rq[i, R_COMPUTED] - lag, False, kc)
-        if code == sglang.CODE:
-            sglang.decay(cfgf, rpf, r, k - 1)
-        elif code == tgi.CODE:
-            rp[r, P_WAIT_TOK] += k - 1
+        dispatch.on_decode_run(s, r, k - 1)
     end = start + duration
     done = 0
     done_decoding = 0
-    caching = cfg[C_CACHING] != 0
+    on_finish = cfg[C_CACHING] != 0 and cfg[C_CACHES_ON_FINISH] != 0
     for e in range(n_ev):
         i = ev[e]
         if rq[i, R_GENERATED] == 1 and math.isnan(rqf[i, F_FIRST_TOKEN]):
@@ -575,7 +454,7 @@ def _finish(
         if rq[i, R_GENERATED] >= rq[i, R_OUTPUT]:
             rqf[i, F_FINISH] = end
             rq[i, R_STATUS] = ST_FINISHED
-            if caching and code == tgi.CODE:  # TGI caches a prompt when the request ends
+            if on_finish:  # the policy caches a prompt when its request ends (TGI)
                 commit(rq, rp, i, r, rq[i, R_PROMPT], True, kc)
             if lag == 0:
                 release(rq, rp, r, i, kc)
@@ -587,8 +466,7 @@ def _finish(
                 done_decoding += 1
     if done > 0 and lag == 0:
         drop_finished(rq, rp, run, r)
-        if code == sglang.CODE:  # filtered out of the running batch at the next decode step
-            rp[r, P_PENDING] += done_decoding
+        dispatch.on_finished(s, r, done, done_decoding)
     row = g[G_ROWS]
     st[row, S_REPLICA] = r
     st[row, S_STEP] = rp[r, P_STEP]
@@ -616,33 +494,22 @@ def _finish(
 
 @njit(cache=True, error_model="numpy", inline="always")
 def _defer(
-    r: int,
-    cfg: npt.NDArray[np.int64],
-    rq: npt.NDArray[np.int32],
-    rp: npt.NDArray[np.int64],
-    rpf: npt.NDArray[np.float64],
-    run: npt.NDArray[np.int64],
-    sq: npt.NDArray[np.int64],
-    n: int,
-    n_ev: int,
-    ctx: float,
-    evicted0: int,
-    last: float,
-    k: int,
+    s: State, r: int, n: int, n_ev: int, ctx: float, evicted0: int, last: float, k: int
 ) -> bool:
     """Leave the decode run just decided (its first step done) to ``_resolve``; False if it can't.
 
     What ``_resolve`` needs is kept in the replica's row: nothing else happens
     on the replica until then, and the run's requests are its running list.
     """
+    cfg, rq, rp, rpf, run, sched_q = s.cfg, s.rq, s.rp, s.rpf, s.run, s.sched_q
     if n_ev != 0:
         return False
     for j in range(n):
-        if sq[j] != run[r, j]:
+        if sched_q[j] != run[r, j]:
             return False
     rp[r, P_PEND_EVICTS] = 0
     if cfg[C_ROUTER] == PREFIX_AWARE and (
-        _extra_blocks(rq, sq, n, k, cfg[C_BLOCK_SIZE]) > rp[r, P_FREE]
+        _extra_blocks(rq, sched_q, n, k, cfg[C_BLOCK_SIZE]) > rp[r, P_FREE]
     ):  # its later steps evict cached units: the router must see them (_settle_holders)
         rp[r, P_PEND_EVICTS] = 1
     rp[r, P_PEND_K] = k
@@ -653,33 +520,16 @@ def _defer(
 
 
 @njit(cache=True, error_model="numpy")  # called at three places: one compiled copy
-def _resolve(
-    r: int,
-    until: float,
-    cfg: npt.NDArray[np.int64],
-    cfgf: npt.NDArray[np.float64],
-    cost: npt.NDArray[np.float64],
-    rq: npt.NDArray[np.int32],
-    rqf: npt.NDArray[np.float64],
-    rp: npt.NDArray[np.int64],
-    rpf: npt.NDArray[np.float64],
-    run: npt.NDArray[np.int64],
-    st: npt.NDArray[np.int64],
-    stf: npt.NDArray[np.float64],
-    g: npt.NDArray[np.int64],
-    sq: npt.NDArray[np.int64],
-    ev: npt.NDArray[np.int64],
-    kc: tuple,  # type: ignore[type-arg]
-    ahead: int,
-) -> None:
+def _resolve(s: State, kc: PrefixCaches, r: int, until: float, ahead: int) -> None:
     """Apply replica r's deferred decode run: its steps that start before ``until``.
 
     With ``ahead`` (vLLM async, cut at an arrival routed to it) also the first
     step starting at or after ``until``, decided before it (see ``_run_length``).
     """
+    cost, rp, rpf, run, sched_q = s.cost, s.rp, s.rpf, s.run, s.sched_q
     n = rp[r, P_RUN_N]
     for j in range(n):
-        sq[j] = run[r, j]
+        sched_q[j] = run[r, j]
     start = rpf[r, Q_CLOCK]
     ctx = rpf[r, Q_PEND_CTX]
     k = _steps_before(cost, start, until, n, ctx, rp[r, P_PEND_K])
@@ -687,71 +537,40 @@ def _resolve(
         k += 1
         rpf[r, Q_AHEAD] = start + decode_run_s(cost, n, ctx, k - 1)
     rp[r, P_PEND_K] = 0
-    _finish(r, k, start, n, 0, 0, 0.0, 0.0, 0, n, ctx, rp[r, P_WQ_LEN], rp[r, P_PEND_EV0],
-            cfg, cfgf, cost, rq, rqf, rp, rpf, run, st, stf, g, sq, ev, kc)  # fmt: skip
+    step = Step(start, n, 0, 0, 0.0, 0.0, 0, n, ctx, rp[r, P_WQ_LEN], rp[r, P_PEND_EV0])
+    _finish(s, kc, r, k, step)
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def _advance(
-    r: int,
-    until: float,
-    cfg: npt.NDArray[np.int64],
-    cfgf: npt.NDArray[np.float64],
-    cost: npt.NDArray[np.float64],
-    rq: npt.NDArray[np.int32],
-    rqf: npt.NDArray[np.float64],
-    rp: npt.NDArray[np.int64],
-    rpf: npt.NDArray[np.float64],
-    run: npt.NDArray[np.int64],
-    wq: npt.NDArray[np.int32],
-    st: npt.NDArray[np.int64],
-    stf: npt.NDArray[np.float64],
-    g: npt.NDArray[np.int64],
-    sq: npt.NDArray[np.int64],
-    stt: npt.NDArray[np.int64],
-    ev: npt.NDArray[np.int64],
-    kc: tuple,  # type: ignore[type-arg]
-) -> bool:
+def _advance(s: State, kc: PrefixCaches, r: int, until: float) -> bool:
     """Run replica r's steps that start before ``until``; False if the timeline is full.
 
     Lazily (``g[G_LAZY]``), a decode run that starts before ``until`` but
     reaches past it is left deferred (``_defer``) and applied once its last
     step starts before ``until``; otherwise it is cut at ``until``.
     """
+    rp, rpf, st, g = s.rp, s.rpf, s.st, s.g
     while True:
         if g[G_ROWS] >= st.shape[0]:
             return False
         if rp[r, P_PEND_K] > 0:
             if g[G_LAZY] != 0 and not rpf[r, Q_PEND_LAST] < until:
                 return True
-            _resolve(r, until, cfg, cfgf, cost, rq, rqf, rp, rpf, run, st, stf, g, sq, ev, kc, 0)
+            _resolve(s, kc, r, until, 0)
             continue
-        s = _next_start(cfg, cfgf, rqf, rp, rpf, wq, r)
-        if not s < until:
+        at = _next_start(s, r)
+        if not at < until:
             return True
-        rpf[r, Q_CLOCK] = s
-        _step(r, until, cfg, cfgf, cost, rq, rqf, rp, rpf, run, wq, st, stf, g, sq, stt, ev, kc)
+        rpf[r, Q_CLOCK] = at
+        _step(s, kc, r, until)
 
 
 @njit(cache=True, error_model="numpy", inline="always")
 def _settle_holders(
+    s: State,
+    kc: PrefixCaches,
     i: int,
     t: float,
-    cfg: npt.NDArray[np.int64],
-    cfgf: npt.NDArray[np.float64],
-    cost: npt.NDArray[np.float64],
-    rq: npt.NDArray[np.int32],
-    rqf: npt.NDArray[np.float64],
-    rp: npt.NDArray[np.int64],
-    rpf: npt.NDArray[np.float64],
-    run: npt.NDArray[np.int64],
-    wq: npt.NDArray[np.int32],
-    st: npt.NDArray[np.int64],
-    stf: npt.NDArray[np.float64],
-    g: npt.NDArray[np.int64],
-    sq: npt.NDArray[np.int64],
-    ev: npt.NDArray[np.int64],
-    kc: tuple,  # type: ignore[type-arg]
     wt: npt.NDArray[np.float64],
     wi: npt.NDArray[np.int64],
 ) -> bool:
@@ -761,12 +580,13 @@ def _settle_holders(
     so only their runs matter; a cut run's steps are those before t, as the
     router must see them. False if the timeline is full.
     """
+    rq, rp, st, g = s.rq, s.rp, s.st, s.g
     if rq[i, R_UNIT_TOK] == 0 or rq[i, R_NUNITS] == 0:
         return True
-    e = find_key(kc[5], kc[7], kc[3][wide(rq)[i, W_HOFF]])
+    e = find_key(kc.gk, kc.gn, kc.ukey[wide(rq)[i, W_HOFF]])
     if e < 0:
         return True
-    held = kc[6][e].copy()  # evictions below may move entries of the index
+    held = kc.gb[e].copy()  # evictions below may move entries of the index
     for w in range(held.shape[0]):
         m = held[w]
         b = 0
@@ -775,59 +595,32 @@ def _settle_holders(
             if m & np.uint64(1) and rp[q, P_PEND_K] > 0 and rp[q, P_PEND_EVICTS] != 0:
                 if g[G_ROWS] >= st.shape[0]:
                     return False
-                _resolve(q, t, cfg, cfgf, cost, rq, rqf, rp, rpf, run, st, stf, g, sq, ev, kc, 0)
-                set_wake(wt, wi, q, _wake(cfg, cfgf, rqf, rp, rpf, wq, q, t))
+                _resolve(s, kc, q, t, 0)
+                set_wake(wt, wi, q, _wake(s, q, t))
             m >>= np.uint64(1)
             b += 1
     return True
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def _wake(
-    cfg: npt.NDArray[np.int64],
-    cfgf: npt.NDArray[np.float64],
-    rqf: npt.NDArray[np.float64],
-    rp: npt.NDArray[np.int64],
-    rpf: npt.NDArray[np.float64],
-    wq: npt.NDArray[np.int32],
-    r: int,
-    t: float,
-) -> float:
+def _wake(s: State, r: int, t: float) -> float:
     """Replica r (advanced to t) needs the loop again at the first arrival later than this.
 
     That is when a step of it starts before the arrival (its deferred run's
     last one, or its next one), or when its latest step's completions stop
     being outstanding (at their end time: just after the float before it).
     """
+    rp, rpf = s.rp, s.rpf
     if rp[r, P_PEND_K] > 0:
         return rpf[r, Q_PEND_LAST]
-    w = _next_start(cfg, cfgf, rqf, rp, rpf, wq, r)
+    w = _next_start(s, r)
     if rp[r, P_LAST_DONE] > 0 and rpf[r, Q_LAST_END] > t:
         w = min(w, np.nextafter(rpf[r, Q_LAST_END], -math.inf))
     return w
 
 
 @njit(cache=True, error_model="numpy")
-def _loop(
-    cfg: npt.NDArray[np.int64],
-    cfgf: npt.NDArray[np.float64],
-    cost: npt.NDArray[np.float64],
-    rq: npt.NDArray[np.int32],
-    rqf: npt.NDArray[np.float64],
-    rp: npt.NDArray[np.int64],
-    rpf: npt.NDArray[np.float64],
-    run: npt.NDArray[np.int64],
-    wq: npt.NDArray[np.int32],
-    st: npt.NDArray[np.int64],
-    stf: npt.NDArray[np.float64],
-    g: npt.NDArray[np.int64],
-    sq: npt.NDArray[np.int64],
-    stt: npt.NDArray[np.int64],
-    ev: npt.NDArray[np.int64],
-    kc: tuple,  # type: ignore[type-arg]
-    trees: tuple,  # type: ignore[type-arg]
-    max_arrivals: int,
-) -> int:
+def replay_loop(s: State, kc: PrefixCaches, trees: Trees, max_arrivals: int) -> int:
     """Route arrivals in order and advance replicas between them; resumable.
 
     Round robin needs nothing of the other replicas: only the one the
@@ -839,17 +632,22 @@ def _loop(
     replica's outstanding requests at the latest arrival.
     """
     # borrowed views: the calls and bindings below then count no references (borrow.py)
-    cfg, cfgf, cost, rq, rqf = borrow(cfg), borrow(cfgf), borrow(cost), borrow(rq), borrow(rqf)
-    rp, rpf, run, wq, st = borrow(rp), borrow(rpf), borrow(run), borrow(wq), borrow(st)
-    stf, g, sq, stt, ev = borrow(stf), borrow(g), borrow(sq), borrow(stt), borrow(ev)
-    kc = (borrow(kc[0]), borrow(kc[1]), borrow(kc[2]), borrow(kc[3]), borrow(kc[4]),
-          borrow(kc[5]), borrow(kc[6]), borrow(kc[7]))  # fmt: skip
-    trees = (borrow(trees[0]), borrow(trees[1]), borrow(trees[2]), borrow(trees[3]),
-             borrow(trees[4]))  # fmt: skip
+    s = State(
+        borrow(s.cfg), borrow(s.cfgf), borrow(s.cost), borrow(s.rq), borrow(s.rqf),
+        borrow(s.rp), borrow(s.rpf), borrow(s.run), borrow(s.wq), borrow(s.st),
+        borrow(s.stf), borrow(s.g), borrow(s.sched_q), borrow(s.sched_t), borrow(s.ev),
+    )  # fmt: skip
+    kc = PrefixCaches(
+        borrow(kc.ck), borrow(kc.cs), borrow(kc.ht), borrow(kc.ukey), borrow(kc.uslot),
+        borrow(kc.gk), borrow(kc.gb), borrow(kc.gn),
+    )  # fmt: skip
+    wt, wi = borrow(trees.wt), borrow(trees.wi)
+    lmin, li, lmax = borrow(trees.lmin), borrow(trees.li), borrow(trees.lmax)
+    cfg, cfgf, rq, rqf, rp, rpf, wq, st = s.cfg, s.cfgf, s.rq, s.rqf, s.rp, s.rpf, s.wq, s.st
+    g = s.g
     n = rq.shape[0]
     num_replicas = cfg[C_REPLICAS]
     rr = cfg[C_ROUTER] == ROUND_ROBIN or num_replicas == 1
-    wt, wi, lmin, li, lmax = trees
     arrived = 0
     while True:
         k = g[G_NEXT]
@@ -875,13 +673,12 @@ def _loop(
             elif q >= last:
                 break
             g[G_LAZY] = 1 if lazy else 0
-            ok = _advance(q, until, cfg, cfgf, cost, rq, rqf, rp, rpf, run, wq, st, stf, g, sq,
-                          stt, ev, kc)  # fmt: skip
+            ok = _advance(s, kc, q, until)
             g[G_LAZY] = 0
             if not ok:
                 return RET_FULL
             if lazy:
-                set_wake(wt, wi, q, _wake(cfg, cfgf, rqf, rp, rpf, wq, q, t))
+                set_wake(wt, wi, q, _wake(s, q, t))
                 set_load(lmin, li, lmax, q, outstanding(rp, rpf, q, t))
             else:
                 q += 1
@@ -890,9 +687,13 @@ def _loop(
         if lazy:
             if cfg[C_ROUTER] == PREFIX_AWARE:
                 if not imbalanced(cfg, cfgf, lmin, lmax) and not _settle_holders(
-                    k, t, cfg, cfgf, cost, rq, rqf, rp, rpf, run, wq, st, stf, g, sq, ev, kc,
-                    wt, wi,
-                ):  # fmt: skip
+                    s,
+                    kc,
+                    k,
+                    t,
+                    wt,
+                    wi,
+                ):
                     return RET_FULL
                 r = prefix_aware(cfg, cfgf, rq, k, kc, lmin, li, lmax)
             else:
@@ -900,8 +701,7 @@ def _loop(
             if rp[r, P_PEND_K] > 0:  # its deferred run stops before the arrival (async: after)
                 if g[G_ROWS] >= st.shape[0]:
                     return RET_FULL
-                _resolve(r, t, cfg, cfgf, cost, rq, rqf, rp, rpf, run, st, stf, g, sq, ev, kc,
-                         cfg[C_ASYNC])  # fmt: skip
+                _resolve(s, kc, r, t, cfg[C_ASYNC])
         rq[k, R_QDEPTH] = rp[r, P_WQ_LEN] + rp[r, P_INBOX]
         rq[k, R_REPLICA] = r
         rq[k, R_STATUS] = ST_WAITING
@@ -910,160 +710,12 @@ def _loop(
             if rpf[r, Q_AHEAD] >= t:  # its latest step was decided before t but starts after:
                 rp[r, P_INBOX_OLD] += 1  # the next decision takes it
         else:
-            wait_add(cfg, wq, rp, rq, rqf, r, k)
+            wait_add(s, r, k)
         rp[r, P_ROUTED] += 1
         if rp[r, P_RUN_N] == 0 and rpf[r, Q_CLOCK] < t:
             rpf[r, Q_CLOCK] = t
         if lazy:
-            set_wake(wt, wi, r, _wake(cfg, cfgf, rqf, rp, rpf, wq, r, t))
+            set_wake(wt, wi, r, _wake(s, r, t))
             set_load(lmin, li, lmax, r, outstanding(rp, rpf, r, t))
         g[G_NEXT] = k + 1
         arrived += 1
-
-
-@njit(cache=True, error_model="numpy")
-def _warm_caches(
-    rp: npt.NDArray[np.int64],
-    offsets: npt.NDArray[np.int64],
-    keys: npt.NDArray[np.uint64],
-    unit_blocks: npt.NDArray[np.int64],
-    tail_blocks: npt.NDArray[np.int64],
-    kc: tuple,  # type: ignore[type-arg]
-) -> None:
-    """Serve every warm-up prompt on every replica, in order, before the replay."""
-    slots = np.zeros(max(len(keys), 1), dtype=np.int64)
-    for r in range(rp.shape[0]):
-        for j in range(len(unit_blocks)):
-            if unit_blocks[j] > 0 and offsets[j + 1] > offsets[j]:
-                warm(rp, r, keys[offsets[j] : offsets[j + 1]], unit_blocks[j], tail_blocks[j],
-                     slots, kc)  # fmt: skip
-        rp[r, P_EVICTED] = 0
-
-
-StepSink = Callable[[npt.NDArray[np.int64], npt.NDArray[np.float64]], None]
-
-
-def simulate(
-    inp: SimInput,
-    eng: EngineConfig,
-    *,
-    on_progress: Callable[[int], None] | None = None,
-    chunk: int = 1 << 16,
-    on_steps: StepSink | None = None,
-    step_rows: int = 1 << 17,
-) -> SimResult:
-    """Replay ``inp`` through the engine configuration with the compiled loop.
-
-    Args:
-        inp: requests sorted by arrival (their prefix keys are used only when
-            the engine has prefix caching on). Copied into the loop's state
-            first: a caller that holds no reference to it lets it be freed then.
-        eng: packed configuration (see ``scenario.Scenario.engine``).
-        on_progress: called with the number of requests routed so far, every
-            ``chunk`` arrivals.
-        chunk: arrivals per call of the compiled loop.
-        on_steps: takes the step timeline in chunks of ``step_rows`` rows (the
-            last one shorter), in order, as ``(st, stf)`` views that are
-            overwritten once it returns: convert or copy what it keeps. The
-            timeline then never lives whole, and the result's ``st``/``stf``
-            are empty (add the chunks up with ``summary.StepTotals``).
-            Without it the timeline is kept whole and returned.
-        step_rows: rows per chunk handed to ``on_steps``.
-
-    Returns:
-        Per-request outcomes and the (compressed) step timeline.
-    """
-    n = len(inp)
-    num_replicas = eng.get(C_REPLICAS)
-    bs = eng.get(C_BLOCK_SIZE)
-    num_blocks = eng.get(C_NUM_BLOCKS)
-    caching = eng.get(C_CACHING) != 0
-    pk = PrefixKeys.empty(0)  # no keys: their columns stay 0, no per-request arrays for them
-    if caching:
-        pk = inp.prefix if inp.prefix is not None else PrefixKeys.empty(n)
-        if eng.get(C_POLICY) == vllm.CODE:  # vLLM caches generated blocks too
-            pk = extend_keys(pk, inp.prompt_tokens, inp.output_tokens)
-    rq = request_state(inp, pk if caching else None, bs)
-    warmup = inp.warmup if caching and inp.warmup is not None else PrefixKeys.empty(0)
-    need = int(np.sum(-(-(inp.prompt_tokens + inp.output_tokens) // bs))) + int(
-        np.sum(np.diff(warmup.offsets) * (warmup.unit_tokens // bs))
-    )
-    copies = eng.get(C_POLICY) == vllm.CODE  # vLLM caches a key more than once
-    slots, distinct = cache_sizes(num_blocks, [pk, warmup], bs, copies=copies, blocks_needed=need)
-    index = 0  # the prefix_aware router's index of which replicas hold each unit
-    if eng.get(C_ROUTER) == PREFIX_AWARE and num_replicas > 1:
-        index = min(num_replicas * distinct, len(pk.keys) + len(warmup.keys))
-    kc = empty_caches(num_replicas, slots, pk.keys, index=index, num_keys=distinct)
-    rqf = request_times(np.require(inp.arrival_s, np.float64, "C"))
-    del inp  # copied into rq/rqf: a caller that let go of it frees it while the loop runs
-    rp = np.zeros((num_replicas, NRP), dtype=np.int64)
-    rp[:, P_FREE] = num_blocks
-    rp[:, P_LRU_HEAD] = -1
-    rp[:, P_LRU_TAIL] = -1
-    rp[:, P_SLOT_FREE] = 0
-    rp[:, P_CHUNKED] = -1
-    rp[:, P_RNG] = eng.get(C_SEED) * 1_000_003 + np.arange(num_replicas)
-    rpf = np.zeros((num_replicas, NRPF))
-    rpf[:, Q_RATIO] = eng.cfgf[CF_RATIO_INIT]
-    rpf[:, Q_AHEAD] = -np.inf
-    if len(warmup):
-        offsets = np.require(warmup.offsets, np.int64, ["C", "W"])
-        keys = np.require(warmup.keys, np.uint64, ["C", "W"])
-        _warm_caches(rp, offsets, keys, warmup.unit_tokens // bs, warmup.tails // bs, kc)
-    max_seqs = min(eng.get(C_MAX_SEQS), max(n, 1))
-    # the running list, and in the second half (vLLM async) the finished requests to free
-    run = np.zeros((num_replicas, 2 * (max_seqs + 1)), dtype=np.int64)
-    wq = empty(num_replicas, max(n, 1), np.int32)  # a slot is read only once written
-    assert step_rows >= 1, "step_rows must be >= 1"
-    rows = step_rows if on_steps is not None else 2 * n + 1024
-    st = empty(rows, NST, np.int64)  # a row is read only once written (below G_ROWS)
-    stf = empty(rows, NSTF, np.float64)
-    g = np.zeros(NG, dtype=np.int64)
-    trees = new_trees(num_replicas)
-    sq = np.zeros(max_seqs + 1, dtype=np.int64)
-    stt = np.zeros(max_seqs + 1, dtype=np.int64)
-    ev = np.zeros(max_seqs + 1, dtype=np.int64)
-    while True:
-        ret = _loop(
-            eng.cfg, eng.cfgf, eng.cost, rq, rqf, rp, rpf, run, wq, st, stf, g, sq, stt, ev, kc,
-            trees, chunk,
-        )  # fmt: skip
-        if ret == RET_FULL:
-            if on_steps is not None:  # hand the full chunk out and fill the arrays again
-                on_steps(st, stf)
-                g[G_ROWS] = 0
-            else:  # twice the rows; the new ones stay untouched (no memory until written)
-                st2 = np.zeros((2 * len(st), NST), dtype=st.dtype)
-                stf2 = np.zeros((2 * len(stf), NSTF), dtype=stf.dtype)
-                st2[: len(st)] = st
-                stf2[: len(stf)] = stf
-                st, stf = st2, stf2
-        elif ret == RET_YIELD:
-            if on_progress is not None:
-                on_progress(int(g[G_NEXT]))
-        else:
-            break
-    if on_progress is not None:
-        on_progress(n)
-    request_totals(rq)
-    rows = int(g[G_ROWS])
-    if on_steps is not None:
-        if rows:
-            on_steps(st[:rows], stf[:rows])
-        rows = 0
-        st = np.zeros((0, NST), dtype=st.dtype)
-        stf = np.zeros((0, NSTF), dtype=stf.dtype)
-    return SimResult(
-        frontend=eng.frontend,
-        rq=rq,
-        rqf=rqf,
-        st=st[:rows],  # views: the unused tail is never touched, so costs no memory
-        stf=stf[:rows],
-        num_kv_blocks=num_blocks,
-    )
-
-
-def warm_up(eng: EngineConfig) -> None:
-    """Load (or compile) the loop now, so that timing a replay does not include it."""
-    tiny = SimInput(np.zeros(2), np.array([4, 4], dtype=np.int64), np.array([2, 2], dtype=np.int64))
-    simulate(tiny, eng)

@@ -45,9 +45,9 @@ from pipeline.runs import write_run_row
 from pipeline.selection import RequestFilter, check_request_columns
 from pipeline.sim import uncertainty
 from pipeline.sim.arrivals import make_arrivals
-from pipeline.sim.loop import simulate, warm_up
 from pipeline.sim.prefix import build_keys, describe
 from pipeline.sim.scenario import Scenario
+from pipeline.sim.simulate import simulate, warm_up
 from pipeline.sim.state import (
     C_NUM_BLOCKS,
     F_ARRIVAL,
@@ -592,7 +592,7 @@ def load_loop(eng: EngineConfig, *, quiet: bool = False) -> None:
     from pipeline.sim import loop
 
     # NOTE: numba's list of compiled signatures: non-empty once this process has the loop
-    with compile_notice(quiet=quiet, loaded=bool(loop._loop.signatures)):
+    with compile_notice(quiet=quiet, loaded=bool(loop.replay_loop.signatures)):
         warm_up(eng)
 
 

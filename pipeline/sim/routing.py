@@ -31,7 +31,7 @@ import numpy as np
 import numpy.typing as npt
 from numba import njit
 
-from pipeline.sim.cache import hit_tokens
+from pipeline.sim.cache import PrefixCaches, hit_tokens
 from pipeline.sim.prefix_index import find_key
 from pipeline.sim.state import (
     C_BAL_ABS,
@@ -99,7 +99,7 @@ def prefix_aware(
     cfgf: npt.NDArray[np.float64],
     rq: npt.NDArray[np.int32],
     i: int,
-    kc: tuple,  # type: ignore[type-arg]
+    kc: PrefixCaches,
     lmin: npt.NDArray[np.int64],
     li: npt.NDArray[np.int64],
     lmax: npt.NDArray[np.int64],
@@ -120,7 +120,7 @@ def prefix_aware(
     n = rq[i, R_NUNITS]
     if u == 0 or n == 0:
         return lo
-    ukey, gk, gb, gn = kc[3], kc[5], kc[6], kc[7]
+    ukey, gk, gb, gn = kc.ukey, kc.gk, kc.gb, kc.gn
     base = wide(rq)[i, W_HOFF]
     e = find_key(gk, gn, ukey[base])
     if e < 0:

@@ -237,7 +237,7 @@ class Scenario:
         cfgf[CF_BAL_REL] = float(rparams.get("balance_rel_threshold", 0.0))
         cfgf[CF_CACHE_THRESHOLD] = float(rparams.get("cache_threshold", 0.0))
         ints, floats = pol.pack(self.params, self.memory)
-        for k, iv in ints.items():
+        for k, iv in (pol.traits() | ints).items():
             cfg[k] = iv
         for k, fv in floats.items():
             cfgf[k] = fv

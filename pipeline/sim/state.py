@@ -31,11 +31,38 @@ order the router sees them in.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 from numba import njit
+
+
+class State(NamedTuple):
+    """The compiled loop's state, one record: every kernel takes it as ``s``.
+
+    numba compiles a ``NamedTuple`` of arrays to a struct whose fields are read
+    by name at compile time (``s.rq`` costs what passing ``rq`` did). ``replay_loop``
+    builds it once, from borrowed views (``borrow.py``); each kernel binds the
+    fields it uses to locals of the same names.
+    """
+
+    cfg: npt.NDArray[np.int64]  # the engine configuration, C_*
+    cfgf: npt.NDArray[np.float64]  # ... its float entries, CF_*
+    cost: npt.NDArray[np.float64]  # the step-cost model (cost_model.StepCost.as_array())
+    rq: npt.NDArray[np.int32]  # per request, R_* (and wide(rq)[:, W_*])
+    rqf: npt.NDArray[np.float64]  # per request times, F_*
+    rp: npt.NDArray[np.int64]  # per replica, P_*
+    rpf: npt.NDArray[np.float64]  # per replica clocks, Q_*
+    run: npt.NDArray[np.int64]  # running lists (and, second half, async's finished ones)
+    wq: npt.NDArray[np.int32]  # waiting queues (ring or heap) and async input queues
+    st: npt.NDArray[np.int64]  # the step timeline, S_*
+    stf: npt.NDArray[np.float64]  # ... its float columns, SF_*
+    g: npt.NDArray[np.int64]  # the loop's progress, loop.G_*
+    sched_q: npt.NDArray[np.int64]  # the step being decided: requests scheduled
+    sched_t: npt.NDArray[np.int64]  # ... the tokens each computes
+    ev: npt.NDArray[np.int64]  # ... the requests whose first or last token it samples
+
 
 # --- rq: int32 per request ----------------------------------------------------
 # Lengths, counts and positions of one request fit in int32 (``simulate`` checks
@@ -149,7 +176,7 @@ SF_CTX = 3  # the decode context (C) of the row's first step; a run's step j rea
 NSTF = 4
 
 # --- cfg: int64 engine configuration handed to the compiled loop -------------
-C_POLICY = 0  # policy code (policies/*.py CODE)
+C_POLICY = 0  # policy code (its Policy.code; policies/dispatch.py calls its hooks by it)
 C_REPLICAS = 1
 C_ROUTER = 2  # routing.ROUTERS code
 C_BLOCK_SIZE = 3
@@ -171,7 +198,12 @@ C_SEED = 18  # seed of the replicas' random generators (sglang schedule_policy r
 C_MAX_BATCH = 19  # tgi max_batch_size (0 = none); C_MAX_SEQS is then only an array bound
 C_FULL_ISL = 20  # vllm scheduler_reserve_full_isl: admission needs the whole sequence's blocks
 C_ASYNC = 21  # vllm async_scheduling: each step is decided while the previous one runs
-NCFG = 22
+# the policy's traits (policies/base.py), packed from its Policy class by Scenario.engine
+C_RESERVES_UPFRONT = 22  # a request holds every block it needs from admission
+C_APPEND_SLOT = 23  # every decode needs a free block before it
+C_CACHES_GENERATED = 24  # full blocks of generated tokens are cached as computed
+C_CACHES_ON_FINISH = 25  # a prompt is cached when its request finishes
+NCFG = 26
 CF_MAX_WAIT_S = 0  # static: longest the oldest request waits for a batch to fill
 CF_RATIO_INIT = 1  # sglang: initial new_token_ratio
 CF_RATIO_MIN = 2  # sglang: its floor
@@ -245,15 +277,9 @@ def _before(rq: npt.NDArray[np.int32], rqf: npt.NDArray[np.float64], a: int, b: 
 
 
 @njit(cache=True, error_model="numpy")
-def heap_push(
-    wq: npt.NDArray[np.int32],
-    rp: npt.NDArray[np.int64],
-    rq: npt.NDArray[np.int32],
-    rqf: npt.NDArray[np.float64],
-    r: int,
-    i: int,
-) -> None:
+def heap_push(s: State, r: int, i: int) -> None:
     """Push request i on replica r's waiting heap (wq[r, :len], head unused)."""
+    wq, rp, rq, rqf = s.wq, s.rp, s.rq, s.rqf
     k = rp[r, P_WQ_LEN]
     rp[r, P_WQ_LEN] = k + 1
     while k > 0:
@@ -267,14 +293,9 @@ def heap_push(
 
 
 @njit(cache=True, error_model="numpy")
-def heap_pop(
-    wq: npt.NDArray[np.int32],
-    rp: npt.NDArray[np.int64],
-    rq: npt.NDArray[np.int32],
-    rqf: npt.NDArray[np.float64],
-    r: int,
-) -> int:
+def heap_pop(s: State, r: int) -> int:
     """Pop the first request of replica r's waiting heap."""
+    wq, rp, rq, rqf = s.wq, s.rp, s.rq, s.rqf
     top = int(wq[r, 0])
     n = rp[r, P_WQ_LEN] - 1
     rp[r, P_WQ_LEN] = n
@@ -297,35 +318,21 @@ def heap_pop(
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def wait_add(
-    cfg: npt.NDArray[np.int64],
-    wq: npt.NDArray[np.int32],
-    rp: npt.NDArray[np.int64],
-    rq: npt.NDArray[np.int32],
-    rqf: npt.NDArray[np.float64],
-    r: int,
-    i: int,
-) -> None:
+def wait_add(s: State, r: int, i: int) -> None:
     """An arrival joins the waiting queue (the back, or its place in the heap)."""
+    cfg, wq, rp = s.cfg, s.wq, s.rp
     if cfg[C_QUEUE] == Q_PRIORITY:
-        heap_push(wq, rp, rq, rqf, r, i)
+        heap_push(s, r, i)
     else:
         wq_push_back(wq, rp, r, i)
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def wait_requeue(
-    cfg: npt.NDArray[np.int64],
-    wq: npt.NDArray[np.int32],
-    rp: npt.NDArray[np.int64],
-    rq: npt.NDArray[np.int32],
-    rqf: npt.NDArray[np.float64],
-    r: int,
-    i: int,
-) -> None:
+def wait_requeue(s: State, r: int, i: int) -> None:
     """A preempted request goes back: to the front (FCFS), or into the heap (priority)."""
+    cfg, wq, rp = s.cfg, s.wq, s.rp
     if cfg[C_QUEUE] == Q_PRIORITY:
-        heap_push(wq, rp, rq, rqf, r, i)
+        heap_push(s, r, i)
     else:
         wq_push_front(wq, rp, r, i)
 
@@ -341,17 +348,11 @@ def wait_head(
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def wait_pop(
-    cfg: npt.NDArray[np.int64],
-    wq: npt.NDArray[np.int32],
-    rp: npt.NDArray[np.int64],
-    rq: npt.NDArray[np.int32],
-    rqf: npt.NDArray[np.float64],
-    r: int,
-) -> int:
+def wait_pop(s: State, r: int) -> int:
     """Take the request ``wait_head`` names out of the queue."""
+    cfg, wq, rp = s.cfg, s.wq, s.rp
     if cfg[C_QUEUE] == Q_PRIORITY:
-        return heap_pop(wq, rp, rq, rqf, r)
+        return heap_pop(s, r)
     return wq_pop_front(wq, rp, r)
 
 
@@ -388,16 +389,9 @@ def inbox_push(
 
 
 @njit(cache=True, error_model="numpy")
-def inbox_take(
-    cfg: npt.NDArray[np.int64],
-    wq: npt.NDArray[np.int32],
-    rp: npt.NDArray[np.int64],
-    rq: npt.NDArray[np.int32],
-    rqf: npt.NDArray[np.float64],
-    r: int,
-    m: int,
-) -> None:
+def inbox_take(s: State, r: int, m: int) -> None:
     """Hand the ``m`` oldest requests of replica r's input queue to its waiting queue."""
+    cfg, wq, rp = s.cfg, s.wq, s.rp
     if m <= 0:
         return
     left = rp[r, P_INBOX] - m
@@ -410,7 +404,7 @@ def inbox_take(
     for j in range(left):  # the rest move up to the row's end
         wq[r, cap - 1 - j] = wq[r, cap - 1 - m - j]
     for j in range(m):  # (the heap's order is total: the order of pushes does not matter)
-        heap_push(wq, rp, rq, rqf, r, int(taken[j]))
+        heap_push(s, r, int(taken[j]))
 
 
 @dataclass(frozen=True)

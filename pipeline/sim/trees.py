@@ -16,19 +16,23 @@ wins a minimum or a maximum.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 import numpy.typing as npt
 from numba import njit
 
 _NEVER = np.iinfo(np.int64).max // 2  # a padding leaf's count: never the least loaded
 
-Trees = tuple[
-    npt.NDArray[np.float64],  # wake tree: times
-    npt.NDArray[np.int64],  # wake tree: replica of each node's smallest time
-    npt.NDArray[np.int64],  # load tree: smallest count
-    npt.NDArray[np.int64],  # load tree: replica of each node's smallest count
-    npt.NDArray[np.int64],  # load tree: largest count
-]
+
+class Trees(NamedTuple):
+    """Both trees, as the compiled loop takes them."""
+
+    wt: npt.NDArray[np.float64]  # wake tree: times
+    wi: npt.NDArray[np.int64]  # wake tree: replica of each node's smallest time
+    lmin: npt.NDArray[np.int64]  # load tree: smallest count
+    li: npt.NDArray[np.int64]  # load tree: replica of each node's smallest count
+    lmax: npt.NDArray[np.int64]  # load tree: largest count
 
 
 def new_trees(num_replicas: int) -> Trees:
@@ -50,7 +54,7 @@ def new_trees(num_replicas: int) -> Trees:
         li[j] = li[2 * j]
         lmin[j] = min(lmin[2 * j], lmin[2 * j + 1])
         lmax[j] = max(lmax[2 * j], lmax[2 * j + 1])
-    return wt, wi, lmin, li, lmax
+    return Trees(wt, wi, lmin, li, lmax)
 
 
 @njit(cache=True, error_model="numpy", inline="always")

@@ -27,8 +27,8 @@ import numpy.typing as npt
 
 from pipeline.sim import intervals as iv
 from pipeline.sim.cost_uncertainty import cost_factors, scaled_cost
-from pipeline.sim.loop import simulate
 from pipeline.sim.scenario import Scenario
+from pipeline.sim.simulate import simulate
 from pipeline.sim.state import F_FINISH, SimInput, SimResult
 from pipeline.sim.summary import request_metric
 

@@ -28,10 +28,10 @@ from pipeline.cli import cli
 from pipeline.ingest import IngestOptions, ingest_logs
 from pipeline.sim.cost_model import COST_MODEL_VERSION
 from pipeline.sim.frontend import Frontend
-from pipeline.sim.loop import simulate
 from pipeline.sim.profiles import PROFILE_DIR
 from pipeline.sim.replay import prepare, read_requests, select_request_files
 from pipeline.sim.scenario import build_scenario
+from pipeline.sim.simulate import simulate
 from pipeline.sim.state import SimInput
 from pipeline.sim.summary import request_metrics
 from pipeline.warehouse import Warehouse

@@ -8,8 +8,8 @@ import pytest
 
 from pipeline.calibrate.teacher import LAUNCH, NAMES, step_parts, teacher_rows
 from pipeline.sim.cost_model import StepCost
-from pipeline.sim.loop import simulate
 from pipeline.sim.scenario import build_scenario
+from pipeline.sim.simulate import simulate
 from pipeline.sim.state import SF_DURATION, SimInput
 from pipeline.sim.summary import request_metrics
 

@@ -326,9 +326,9 @@ def test_replicates_cover_the_p99_near_saturation(small_warehouse: Callable[...,
     """Measured: 0.94 with six replicates (the bootstrap as a floor); the answer's own
     bootstrap alone covers 0.71 of the time here."""
     from pipeline.plan import replicates
-    from pipeline.sim.loop import simulate
     from pipeline.sim.replay import prepare
     from pipeline.sim.scenario import build_scenario
+    from pipeline.sim.simulate import simulate
     from pipeline.sim.summary import request_metric
 
     frame = read_requests(select_request_files(Warehouse(small_warehouse(3000, rate=13.5))))

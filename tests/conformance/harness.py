@@ -49,11 +49,11 @@ import pyarrow as pa
 
 from pipeline.ingest.hashing import block_digests, digests_to_uint64, none_hash, prefix_hashes
 from pipeline.sim.cost_model import step_time
-from pipeline.sim.loop import simulate
 from pipeline.sim.prefix import build_keys
 from pipeline.sim.reference import ReferenceLoop
 from pipeline.sim.reference_kv import Replica, Req, Scheduled
 from pipeline.sim.scenario import Scenario, build_scenario
+from pipeline.sim.simulate import simulate
 from pipeline.sim.state import (
     F_FINISH,
     F_FIRST_TOKEN,

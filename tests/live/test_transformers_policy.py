@@ -25,8 +25,8 @@ from transformers.generation.continuous_batching import scheduler as cb_schedule
 from pipeline.live.inprocess import cb_config  # noqa: E402
 from pipeline.live.model import load_model, random_prompts  # noqa: E402
 from pipeline.sim.cost_model import StepCost  # noqa: E402
-from pipeline.sim.loop import simulate  # noqa: E402
 from pipeline.sim.scenario import build_scenario  # noqa: E402
+from pipeline.sim.simulate import simulate  # noqa: E402
 from pipeline.sim.state import (  # noqa: E402
     R_PREEMPT,
     S_DECODE,

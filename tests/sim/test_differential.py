@@ -16,10 +16,10 @@ import numpy as np
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from pipeline.sim.loop import simulate
 from pipeline.sim.policies import POLICIES, sglang
 from pipeline.sim.reference import simulate_reference
 from pipeline.sim.scenario import Scenario, build_scenario
+from pipeline.sim.simulate import simulate
 from pipeline.sim.state import (
     F_ARRIVAL,
     F_FINISH,

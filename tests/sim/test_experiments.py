@@ -13,9 +13,9 @@ import numpy as np
 import polars as pl
 import pytest
 
-from pipeline.sim.loop import simulate
 from pipeline.sim.replay import prepare
 from pipeline.sim.scenario import build_scenario
+from pipeline.sim.simulate import simulate
 from pipeline.sim.state import R_PROMPT
 from pipeline.sim.summary import request_metrics, summarize
 from tests.sim.conftest import read_azure_conv

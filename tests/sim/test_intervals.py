@@ -12,7 +12,7 @@ from scipy.special import stdtrit
 from pipeline.sim import intervals as iv
 from pipeline.sim import uncertainty
 from pipeline.sim.cost_uncertainty import scaled_cost
-from pipeline.sim.loop import simulate
+from pipeline.sim.simulate import simulate
 from pipeline.sim.state import SimInput
 from pipeline.sim.summary import request_metric
 from tests.sim.conftest import H100_8B_COST, make_scenario

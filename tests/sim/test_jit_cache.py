@@ -84,7 +84,8 @@ import os, pipeline.sim.loop as loop
 from pipeline.sim.replay import load_loop
 from pipeline.sim.scenario import build_scenario
 load_loop(build_scenario({'policy': 'vllm'}).engine(), quiet=True)
-print(loop.__file__, os.environ.get('NUMBA_CACHE_DIR'), sum(loop._loop.stats.cache_hits.values()))
+hits = sum(loop.replay_loop.stats.cache_hits.values())
+print(loop.__file__, os.environ.get('NUMBA_CACHE_DIR'), hits)
 """
 
 

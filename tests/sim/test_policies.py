@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipeline.sim.loop import simulate
 from pipeline.sim.reference import simulate_reference
 from pipeline.sim.scenario import Scenario
+from pipeline.sim.simulate import simulate
 from pipeline.sim.state import (
     F_FINISH,
     F_FIRST_SCHED,

@@ -16,12 +16,12 @@ import pytest
 from pipeline.contracts import REQUESTS
 from pipeline.errors import ScenarioError
 from pipeline.ingest import IngestOptions, ingest_logs
-from pipeline.sim.loop import simulate
 from pipeline.sim.prefix import build_keys, extend_keys
 from pipeline.sim.reference import simulate_reference
 from pipeline.sim.reference_kv import PrefixCache
 from pipeline.sim.replay import prepare, read_requests
 from pipeline.sim.scenario import Scenario, build_scenario
+from pipeline.sim.simulate import simulate
 from pipeline.sim.state import (
     F_FINISH,
     F_FIRST_SCHED,

@@ -7,8 +7,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from pipeline.sim.loop import simulate
 from pipeline.sim.reference import simulate_reference
+from pipeline.sim.simulate import simulate
 from pipeline.sim.state import (
     R_PRIORITY,
     W_DISCARDED,

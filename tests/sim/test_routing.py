@@ -16,9 +16,9 @@ import numpy as np
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from pipeline.sim.loop import simulate
 from pipeline.sim.policies import POLICIES
 from pipeline.sim.scenario import Scenario
+from pipeline.sim.simulate import simulate
 from pipeline.sim.state import (
     R_QDEPTH,
     R_REPLICA,

@@ -1,10 +1,12 @@
 """Scheduling policies: one module each, one registry.
 
-``POLICIES`` maps a policy name to its description (parameters, validation,
-packing for the compiled loop); the CLI and the scenario loader read this dict.
-The compiled loop reaches each module's ``schedule`` through ``_schedule`` in
-``pipeline.sim.loop``, which dispatches on the policy's ``CODE``: a new policy
-is added there too (numba compiles no table of functions).
+``MODULES`` lists the policy modules, one line each; ``POLICIES`` maps a
+policy name to its description (parameters, traits, validation, packing for
+the compiled loop), which the CLI and the scenario loader read. What a module
+must provide is the contract in ``base.py``; ``dispatch.py`` builds the
+loop's calls of the policies' kernels from this list. Adding a policy is a
+new module here and one line in ``_NAMES`` (or, from outside the package,
+``register(module)`` before the first replay).
 
 Policies (see each module's docstring for its exact rules):
 
@@ -23,20 +25,42 @@ Policies (see each module's docstring for its exact rules):
 
 from __future__ import annotations
 
-from pipeline.sim.policies import orca, sarathi, sglang, static, tgi, transformers, vllm
+import importlib
+from types import ModuleType
+
 from pipeline.sim.policies.base import Memory, Policy
 
-POLICIES: dict[str, Policy] = {
-    p.name: p
-    for p in (
-        static.POLICY,
-        orca.POLICY,
-        vllm.POLICY,
-        sarathi.POLICY,
-        sglang.POLICY,
-        tgi.POLICY,
-        transformers.POLICY,
-    )
-}
+# the registry: one line per policy module of this package
+_NAMES = ("static", "orca", "vllm", "sarathi", "sglang", "tgi", "transformers")
 
-__all__ = ["POLICIES", "Memory", "Policy"]
+MODULES: list[ModuleType] = [importlib.import_module(f"{__name__}.{n}") for n in _NAMES]
+POLICIES: dict[str, Policy] = {m.POLICY.name: m.POLICY for m in MODULES}
+
+
+def by_code(code: int) -> Policy:
+    """The policy whose kernels run under dispatch code ``code``."""
+    return next(m.POLICY for m in MODULES if m.POLICY.code == code)
+
+
+def register(module: ModuleType) -> None:
+    """Add a policy module from outside the package (a plugin, a test) to the registry.
+
+    It must follow the contract of ``base.py``, with a name and a code no
+    registered policy has. Call it before the first replay of the process: the
+    compiled loop calls the policies it was compiled with.
+    """
+    from pipeline import jit
+    from pipeline.sim.policies import dispatch
+
+    pol = module.POLICY
+    if pol.name in POLICIES or any(m.POLICY.code == pol.code for m in MODULES):
+        raise ValueError(f"a policy named {pol.name!r} or with code {pol.code} is registered")
+    if jit.loop_compiled():
+        raise RuntimeError("register policies before the first replay of the process")
+    MODULES.append(module)
+    POLICIES[pol.name] = pol
+    jit.add_source(module)
+    dispatch.rebuild()
+
+
+__all__ = ["MODULES", "POLICIES", "Memory", "Policy", "by_code", "register"]

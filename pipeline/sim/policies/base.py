@@ -1,32 +1,81 @@
-"""What every policy module provides, and the compiled helpers they share.
+"""The policy contract: what a policy module provides, and the compiled helpers they share.
 
-A policy module holds three things:
+A policy is one module in this package, listed once in the registry
+(``MODULES`` in ``policies/__init__.py``). The module holds:
 
 - ``Params``: a frozen dataclass of its parameters, named as the engine names
   them, each with a default and a ``help`` text (the scenario loader and the
   CLI read them from here, so a parameter exists in one place);
-- a ``Policy`` subclass: validation of those parameters against the memory
-  configuration, packing them into the int/float arrays the compiled loop
-  reads (``state.C_*``), and how many blocks one request needs on its own;
-- ``schedule``: a numba kernel that decides one step for one replica.
+- ``POLICY``, an instance of a ``Policy`` subclass: its name, its dispatch
+  ``code`` (unique in the registry), its **traits** (class attributes below:
+  what the loop must know of its rules), validation of its parameters against
+  the memory configuration, packing them into the int/float arrays the
+  compiled loop reads (``state.C_*``, ``CF_*``), and how many blocks one
+  request needs on its own;
+- its **hooks**: numba kernels the loop calls at fixed points of a step. Only
+  ``schedule`` is required; a module that does not define a hook gets the
+  default below (``policies/dispatch.py`` builds the calls from the registry).
 
-The kernel contract (fast loop)::
+Traits (``Policy`` class attributes; ``Scenario.engine`` packs them into ``cfg``):
 
-    schedule(r, cfg, cfgf, rq, rqf, rp, rpf, run, wq, sched_q, sched_t, now, kc)
-        -> (num_scheduled, num_preempted, num_admitted)
+- ``reserves_upfront``: a request holds every block it will need from
+  admission (Orca's and static batching's max-length reservation), so a run
+  of decode steps never runs out of blocks;
+- ``append_slot``: every decode needs a free block before it, even one that
+  does not start a new block (Sarathi's ``can_append_slot``);
+- ``caches_generated``: the prefix cache also holds full blocks of generated
+  tokens, committed as they are computed (vLLM); otherwise prompts only;
+- ``caches_on_finish``: a prompt is cached when its request finishes (TGI),
+  not as it is computed;
+- ``dedupe``: a unit cached twice is shared (SGLang, TGI), not kept as a
+  second copy (vLLM);
+- ``prefix_caching``, ``block_size``: the engine's defaults.
 
-It fills ``sched_q[:num_scheduled]`` with request indices and ``sched_t`` with
-the tokens each computes this step (``add_scheduled``), allocates their KV
-blocks, looks admitted requests up in the prefix cache (``rp[r, P_STEP_QUERY]``
-and ``P_STEP_HIT`` count the tokens) and commits their computed units to it,
-moves admitted requests from the waiting queue to the running list and
-preempted ones back to the waiting queue. It must schedule at most
-``max_num_seqs`` requests and (where the policy has one) stay within the token
-budget. It sets ``rp[r, P_STABLE]`` to 1 when a step of pure decodes would
-decide the same again while nothing arrives or finishes (the loop then skips
-ahead, see ``loop.py``), to 2 when that holds only as long as no cached block
-is evicted, and to 0 otherwise. The loop does the rest: step time, token sampling,
-completions, the timeline.
+Hooks (every kernel takes the loop's state record ``s`` (``state.State``),
+the prefix caches ``kc`` (``cache.PrefixCaches``) where it needs them, and
+the replica ``r``)::
+
+    schedule(s, kc, r, now) -> (num_scheduled, num_preempted, num_admitted)
+
+decides one step for one replica. It fills ``s.sched_q[:num_scheduled]``
+with request indices and ``s.sched_t`` with the tokens each computes this
+step (``add_scheduled``), allocates their KV blocks, looks admitted requests
+up in the prefix cache (``rp[r, P_STEP_QUERY]`` and ``P_STEP_HIT`` count the
+tokens) and commits their computed units to it, moves admitted requests from
+the waiting queue to the running list and preempted ones back to the waiting
+queue. It must schedule at most ``max_num_seqs`` requests and (where the
+policy has one) stay within the token budget. It sets ``rp[r, P_STABLE]`` to
+1 when a step of pure decodes would decide the same again while nothing
+arrives or finishes (the loop then skips ahead, see ``loop.py``), to 2 when
+that holds only as long as no cached block is evicted, and to 0 otherwise.
+The loop does the rest: step time, token sampling, completions, the timeline.
+
+    ready_at(s, r, clock) -> float
+
+when an idle replica (nothing running, requests waiting) starts its next step;
+default ``clock`` (at once). Static batching waits for a full batch or a timer.
+
+    on_decode_run(s, r, steps) -> None
+
+after the loop applied ``steps`` more identical decode steps in one move
+(``schedule`` decided the first): per-step bookkeeping the policy keeps
+(SGLang's new_token_ratio decay, TGI's waiting tokens); default nothing.
+
+    on_finished(s, r, done, done_decoding) -> None
+
+after a step finished ``done`` requests (``done_decoding`` of them with a
+decode) and the loop released them; default nothing.
+
+    attention(p_tok, d, kv_all, ctx, pairs) -> float
+
+the step's attention feature A for the cost model, given its prefill tokens,
+decodes, the KV of every scheduled sequence after the step, the decode
+context, and the causal pairs of its prefill chunks (the default: ``pairs``).
+The ``transformers`` policy counts A over its packed batch.
+
+A policy needs nothing else of the loop: no branch of ``loop.py`` names one.
+``tests/sim/test_toy_policy.py`` adds a policy (shortest prompt first) in
+one file and registers it.
 """
 
 from __future__ import annotations
@@ -39,10 +88,14 @@ import numpy.typing as npt
 from numba import njit
 
 from pipeline.errors import ScenarioError
-from pipeline.sim.cache import hit_tokens, lookup, units_within
+from pipeline.sim.cache import PrefixCaches, hit_tokens, lookup, units_within
 from pipeline.sim.kv import release
 from pipeline.sim.state import (
+    C_APPEND_SLOT,
+    C_CACHES_GENERATED,
+    C_CACHES_ON_FINISH,
     C_CACHING,
+    C_RESERVES_UPFRONT,
     P_RUN_N,
     P_STEP_HIT,
     P_STEP_QUERY,
@@ -59,6 +112,7 @@ from pipeline.sim.state import (
     ST_WAITING,
     W_DISCARDED,
     W_HITS,
+    State,
     cdiv,
     wait_pop,
     wait_requeue,
@@ -86,6 +140,11 @@ class Policy:
     block_size: ClassVar[int] = 16  # default tokens per KV block (page size)
     prefix_caching: ClassVar[bool | None] = None  # default; None: not modelled
     dedupe: ClassVar[bool] = False  # a unit cached twice is shared (SGLang, TGI), not kept
+    # traits (the module docstring): what the loop must know of the policy's rules
+    reserves_upfront: ClassVar[bool] = False  # every block a request needs, from admission
+    append_slot: ClassVar[bool] = False  # each decode needs a free block before it
+    caches_generated: ClassVar[bool] = False  # generated tokens' full blocks are cached too
+    caches_on_finish: ClassVar[bool] = False  # a prompt is cached when its request ends
 
     def param_help(self) -> dict[str, str]:
         return {f.name: f.metadata.get("help", "") for f in fields(self.Params)}
@@ -122,6 +181,40 @@ class Policy:
         """
         total = prompt + output - 1  # tokens whose KV is ever computed
         return -(-total // mem.block_size)
+
+    def traits(self) -> dict[int, int]:
+        """The traits as entries of the compiled loop's cfg array."""
+        return {
+            C_RESERVES_UPFRONT: int(self.reserves_upfront),
+            C_APPEND_SLOT: int(self.append_slot),
+            C_CACHES_GENERATED: int(self.caches_generated),
+            C_CACHES_ON_FINISH: int(self.caches_on_finish),
+        }
+
+
+# --- the default hooks (the module docstring) ------------------------------------
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def ready_at(s: State, r: int, clock: float) -> float:
+    """An idle replica with requests waiting starts its next step at once."""
+    return clock
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def on_decode_run(s: State, r: int, steps: int) -> None:
+    """Nothing to keep per decode step."""
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def on_finished(s: State, r: int, done: int, done_decoding: int) -> None:
+    """Nothing to do when requests finish."""
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def attention(p_tok: float, d: float, kv_all: float, ctx: float, pairs: float) -> float:
+    """Attention counts the causal (query, key) pairs of the prefill chunks."""
+    return pairs
 
 
 def positive(name: str, value: float, *, zero_ok: bool = False) -> None:
@@ -166,32 +259,19 @@ def start(rq: npt.NDArray[np.int32], i: int) -> None:
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def take_waiting(
-    cfg: npt.NDArray[np.int64],
-    rq: npt.NDArray[np.int32],
-    rqf: npt.NDArray[np.float64],
-    rp: npt.NDArray[np.int64],
-    wq: npt.NDArray[np.int32],
-    r: int,
-) -> int:
+def take_waiting(s: State, r: int) -> int:
     """Pop the head of the waiting queue and mark it running (the caller lists it)."""
-    i = wait_pop(cfg, wq, rp, rq, rqf, r)
+    rq = s.rq
+    i = wait_pop(s, r)
     start(rq, i)
     return i
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def admit(
-    cfg: npt.NDArray[np.int64],
-    rq: npt.NDArray[np.int32],
-    rqf: npt.NDArray[np.float64],
-    rp: npt.NDArray[np.int64],
-    run: npt.NDArray[np.int64],
-    wq: npt.NDArray[np.int32],
-    r: int,
-) -> int:
+def admit(s: State, r: int) -> int:
     """Move the head of the waiting queue to the end of the running list."""
-    i = take_waiting(cfg, rq, rqf, rp, wq, r)
+    rp, run = s.rp, s.run
+    i = take_waiting(s, r)
     run[r, rp[r, P_RUN_N]] = i
     rp[r, P_RUN_N] += 1
     return i
@@ -203,7 +283,7 @@ def cache_lookup(
     rq: npt.NDArray[np.int32],
     r: int,
     i: int,
-    kc: tuple,  # type: ignore[type-arg]
+    kc: PrefixCaches,
 ) -> tuple[int, int]:
     """(cached leading units, their unreferenced blocks) for a request computing from zero.
 
@@ -251,7 +331,7 @@ def drop(
     rp: npt.NDArray[np.int64],
     r: int,
     i: int,
-    kc: tuple,  # type: ignore[type-arg]
+    kc: PrefixCaches,
 ) -> None:
     """Recompute preemption of request i: drop its KV and forget its progress."""
     release(rq, rp, r, i, kc)
@@ -262,22 +342,14 @@ def drop(
 
 
 @njit(cache=True, error_model="numpy")
-def preempt(
-    cfg: npt.NDArray[np.int64],
-    rq: npt.NDArray[np.int32],
-    rqf: npt.NDArray[np.float64],
-    rp: npt.NDArray[np.int64],
-    wq: npt.NDArray[np.int32],
-    r: int,
-    i: int,
-    kc: tuple,  # type: ignore[type-arg]
-) -> None:
+def preempt(s: State, kc: PrefixCaches, r: int, i: int) -> None:
     """Recompute preemption, back first in line (FCFS) or into the priority heap.
 
     The caller has already taken ``i`` out of the running list.
     """
+    rq, rp = s.rq, s.rp
     drop(rq, rp, r, i, kc)
-    wait_requeue(cfg, wq, rp, rq, rqf, r, i)
+    wait_requeue(s, r, i)
 
 
 @njit(cache=True, error_model="numpy")
@@ -287,7 +359,7 @@ def retract(
     wq: npt.NDArray[np.int32],
     r: int,
     i: int,
-    kc: tuple,  # type: ignore[type-arg]
+    kc: PrefixCaches,
 ) -> None:
     """SGLang's retraction: a recompute preemption that goes to the back of the queue."""
     drop(rq, rp, r, i, kc)

@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 from numba import njit
 
+from pipeline.sim.cache import PrefixCaches
 from pipeline.sim.kv import reserve
 from pipeline.sim.policies.base import (
     Memory,
@@ -35,6 +36,7 @@ from pipeline.sim.state import (
     P_RUN_N,
     P_STABLE,
     P_WQ_LEN,
+    State,
     wq_peek,
 )
 
@@ -50,6 +52,7 @@ class OrcaPolicy(Policy):
     name = "orca"
     code = CODE
     summary = "Orca: iteration-level admission, whole prompts, max-length KV reservation"
+    reserves_upfront = True
     Params = Params
 
     def check(self, params: Any, mem: Memory) -> None:
@@ -78,21 +81,9 @@ POLICY = OrcaPolicy()
 
 
 @njit(cache=True, error_model="numpy")
-def schedule(
-    r: int,
-    cfg: npt.NDArray[np.int64],
-    cfgf: npt.NDArray[np.float64],
-    rq: npt.NDArray[np.int32],
-    rqf: npt.NDArray[np.float64],
-    rp: npt.NDArray[np.int64],
-    rpf: npt.NDArray[np.float64],
-    run: npt.NDArray[np.int64],
-    wq: npt.NDArray[np.int32],
-    sched_q: npt.NDArray[np.int64],
-    sched_t: npt.NDArray[np.int64],
-    now: float,
-    kc: tuple,  # type: ignore[type-arg]
-) -> tuple[int, int, int]:
+def schedule(s: State, kc: PrefixCaches, r: int, now: float) -> tuple[int, int, int]:
+    cfg, rq, rp, run, wq, sched_q = s.cfg, s.rq, s.rp, s.run, s.wq, s.sched_q
+    sched_t = s.sched_t
     rp[r, P_STABLE] = 1
     n = 0
     n_adm = 0
@@ -106,7 +97,7 @@ def schedule(
             break
         i = wq_peek(wq, rp, r)
         reserve(rq, rp, r, i, cfg[C_RESERVE])
-        admit(cfg, rq, rqf, rp, run, wq, r)
+        admit(s, r)
         n = add_scheduled(sched_q, sched_t, n, i, num_tokens(rq, i))
         n_adm += 1
     return n, 0, n_adm

@@ -27,6 +27,7 @@ import numpy.typing as npt
 from numba import njit
 
 from pipeline.errors import ScenarioError
+from pipeline.sim.cache import PrefixCaches
 from pipeline.sim.kv import grow
 from pipeline.sim.policies.base import (
     Memory,
@@ -50,6 +51,7 @@ from pipeline.sim.state import (
     P_STABLE,
     P_WQ_LEN,
     R_COMPUTED,
+    State,
     cdiv,
     wq_peek,
 )
@@ -72,6 +74,7 @@ class SarathiPolicy(Policy):
     name = "sarathi"
     code = CODE
     summary = "Sarathi-Serve: decodes first, then prefill chunks within chunk_size (stall-free)"
+    append_slot = True
     Params = Params
 
     def check(self, params: Any, mem: Memory) -> None:
@@ -112,21 +115,9 @@ POLICY = SarathiPolicy()
 
 
 @njit(cache=True, error_model="numpy")
-def schedule(
-    r: int,
-    cfg: npt.NDArray[np.int64],
-    cfgf: npt.NDArray[np.float64],
-    rq: npt.NDArray[np.int32],
-    rqf: npt.NDArray[np.float64],
-    rp: npt.NDArray[np.int64],
-    rpf: npt.NDArray[np.float64],
-    run: npt.NDArray[np.int64],
-    wq: npt.NDArray[np.int32],
-    sched_q: npt.NDArray[np.int64],
-    sched_t: npt.NDArray[np.int64],
-    now: float,
-    kc: tuple,  # type: ignore[type-arg]
-) -> tuple[int, int, int]:
+def schedule(s: State, kc: PrefixCaches, r: int, now: float) -> tuple[int, int, int]:
+    cfg, rq, rp, run, wq, sched_q = s.cfg, s.rq, s.rp, s.run, s.wq, s.sched_q
+    sched_t = s.sched_t
     rp[r, P_STABLE] = 1
     bs = cfg[C_BLOCK_SIZE]
     chunk_size = cfg[C_BUDGET]
@@ -153,9 +144,9 @@ def schedule(
         while rp[r, P_FREE] <= 0:
             if pos < end:
                 end -= 1
-                preempt(cfg, rq, rqf, rp, wq, r, int(old[end]), kc)
+                preempt(s, kc, r, int(old[end]))
             else:
-                preempt(cfg, rq, rqf, rp, wq, r, i, kc)
+                preempt(s, kc, r, i)
                 preempted_self = True
             n_pre += 1
             if preempted_self:
@@ -188,7 +179,7 @@ def schedule(
         chunk = min(num_tokens(rq, i) - rq[i, R_COMPUTED], chunk_size - batched)
         if chunk <= 0:
             break
-        take_waiting(cfg, rq, rqf, rp, wq, r)
+        take_waiting(s, r)
         grow(rq, rp, r, i, num_tokens(rq, i), bs, 0, kc)
         run[r, rp[r, P_RUN_N]] = i
         rp[r, P_RUN_N] += 1

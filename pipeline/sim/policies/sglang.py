@@ -57,6 +57,7 @@ from numba import njit
 
 from pipeline.errors import ScenarioError
 from pipeline.sim.cache import (
+    PrefixCaches,
     capacity,
     commit,
     hit_tokens,
@@ -105,6 +106,7 @@ from pipeline.sim.state import (
     R_PROMPT,
     R_UNIT_TOK,
     W_HOFF,
+    State,
     cdiv,
     wide,
     wq_pop_front,
@@ -232,6 +234,18 @@ def decay(cfgf: npt.NDArray[np.float64], rpf: npt.NDArray[np.float64], r: int, s
     rpf[r, Q_RATIO] = x
 
 
+@njit(cache=True, error_model="numpy", inline="always")
+def on_decode_run(s: State, r: int, steps: int) -> None:
+    """The decode steps of a run decay new_token_ratio as each step would."""
+    decay(s.cfgf, s.rpf, r, steps)
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def on_finished(s: State, r: int, done: int, done_decoding: int) -> None:
+    """Requests that finished with a decode leave the running batch at the next decode step."""
+    s.rp[r, P_PENDING] += done_decoding
+
+
 @njit(cache=True, error_model="numpy")
 def _splitmix(rp: npt.NDArray[np.int64], r: int) -> np.uint64:
     x = np.uint64(rp[r, P_RNG]) + np.uint64(0x9E3779B97F4A7C15)
@@ -301,7 +315,7 @@ def _dfs_order(
     rq: npt.NDArray[np.int32],
     r: int,
     q: npt.NDArray[np.int64],
-    kc: tuple,  # type: ignore[type-arg]
+    kc: PrefixCaches,
 ) -> npt.NDArray[np.int64]:
     """Positions of q in dfs-weight order (SGLang's ``_sort_by_dfs_weight``).
 
@@ -310,7 +324,7 @@ def _dfs_order(
     them (ties: the one reached first in queue order), each node's own requests
     after its children's, in queue order.
     """
-    uslot = kc[4]
+    uslot = kc.uslot
     m = len(q)
     off = np.zeros(m + 1, dtype=np.int64)
     for j in range(m):
@@ -362,15 +376,9 @@ def _dfs_order(
 
 
 @njit(cache=True, error_model="numpy")
-def _sort_waiting(
-    cfg: npt.NDArray[np.int64],
-    rq: npt.NDArray[np.int32],
-    rp: npt.NDArray[np.int64],
-    wq: npt.NDArray[np.int32],
-    r: int,
-    kc: tuple,  # type: ignore[type-arg]
-) -> None:
+def _sort_waiting(s: State, kc: PrefixCaches, r: int) -> None:
     """``calc_priority``: reorder the waiting queue in place by schedule_policy."""
+    cfg, rq, rp, wq = s.cfg, s.rq, s.rp, s.wq
     policy = cfg[C_ORDER]
     m = rp[r, P_WQ_LEN]
     if policy == FCFS or m < 2:
@@ -409,19 +417,10 @@ def _sort_waiting(
 
 
 @njit(cache=True, error_model="numpy")
-def _prefill(
-    r: int,
-    cfg: npt.NDArray[np.int64],
-    rq: npt.NDArray[np.int32],
-    rp: npt.NDArray[np.int64],
-    rpf: npt.NDArray[np.float64],
-    run: npt.NDArray[np.int64],
-    wq: npt.NDArray[np.int32],
-    sched_q: npt.NDArray[np.int64],
-    sched_t: npt.NDArray[np.int64],
-    kc: tuple,  # type: ignore[type-arg]
-) -> tuple[int, int]:
+def _prefill(s: State, kc: PrefixCaches, r: int) -> tuple[int, int]:
     """Form a prefill batch: (requests scheduled, requests admitted); (0, 0) if none."""
+    cfg, rq, rp, rpf, run, wq, sched_q = s.cfg, s.rq, s.rp, s.rpf, s.run, s.wq, s.sched_q
+    sched_t = s.sched_t
     chunked = rp[r, P_CHUNKED]
     if (rp[r, P_FULL] == 1 or rp[r, P_WQ_LEN] == 0) and chunked < 0:
         return 0, 0
@@ -431,7 +430,7 @@ def _prefill(
     if allocatable <= 0 and chunked < 0:
         rp[r, P_FULL] = 1
         return 0, 0
-    _sort_waiting(cfg, rq, rp, wq, r, kc)
+    _sort_waiting(s, kc, r)
     caching = cfg[C_CACHING] != 0
     chunking = cfg[C_CHUNK] > 0
     ratio = rpf[r, Q_RATIO]
@@ -538,20 +537,10 @@ def _prefill(
 
 
 @njit(cache=True, error_model="numpy")
-def _decode(
-    r: int,
-    cfg: npt.NDArray[np.int64],
-    cfgf: npt.NDArray[np.float64],
-    rq: npt.NDArray[np.int32],
-    rp: npt.NDArray[np.int64],
-    rpf: npt.NDArray[np.float64],
-    run: npt.NDArray[np.int64],
-    wq: npt.NDArray[np.int32],
-    sched_q: npt.NDArray[np.int64],
-    sched_t: npt.NDArray[np.int64],
-    kc: tuple,  # type: ignore[type-arg]
-) -> tuple[int, int]:
+def _decode(s: State, kc: PrefixCaches, r: int) -> tuple[int, int]:
     """A decode step of every running request, retracting first if KV is short."""
+    cfg, cfgf, rq, rp, rpf, run, wq = s.cfg, s.cfgf, s.rq, s.rp, s.rpf, s.run, s.wq
+    sched_q, sched_t = s.sched_q, s.sched_t
     bs = cfg[C_BLOCK_SIZE]
     m = rp[r, P_RUN_N]
     need = 0
@@ -611,26 +600,13 @@ def _decode(
 
 
 @njit(cache=True, error_model="numpy")
-def schedule(
-    r: int,
-    cfg: npt.NDArray[np.int64],
-    cfgf: npt.NDArray[np.float64],
-    rq: npt.NDArray[np.int32],
-    rqf: npt.NDArray[np.float64],
-    rp: npt.NDArray[np.int64],
-    rpf: npt.NDArray[np.float64],
-    run: npt.NDArray[np.int64],
-    wq: npt.NDArray[np.int32],
-    sched_q: npt.NDArray[np.int64],
-    sched_t: npt.NDArray[np.int64],
-    now: float,
-    kc: tuple,  # type: ignore[type-arg]
-) -> tuple[int, int, int]:
+def schedule(s: State, kc: PrefixCaches, r: int, now: float) -> tuple[int, int, int]:
+    rp = s.rp
     rp[r, P_STABLE] = 0
     if rp[r, P_RUN_N] == 0 and rp[r, P_PENDING] == 0:
         rp[r, P_FULL] = 0  # an empty running batch is a fresh one
     for _ in range(2):
-        n, n_adm = _prefill(r, cfg, rq, rp, rpf, run, wq, sched_q, sched_t, kc)
+        n, n_adm = _prefill(s, kc, r)
         if n > 0:
             return n, 0, n_adm
         initial = rp[r, P_RUN_N] + rp[r, P_PENDING]
@@ -640,7 +616,7 @@ def schedule(
         if rp[r, P_RUN_N] == 0:  # an empty batch: nothing to decode, try again
             rp[r, P_FULL] = 0
             continue
-        n, n_pre = _decode(r, cfg, cfgf, rq, rp, rpf, run, wq, sched_q, sched_t, kc)
+        n, n_pre = _decode(s, kc, r)
         if rp[r, P_RUN_N] < initial:
             rp[r, P_FULL] = 0
         if rp[r, P_FULL] == 1 or rp[r, P_WQ_LEN] == 0:

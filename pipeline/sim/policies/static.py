@@ -19,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 from numba import njit
 
+from pipeline.sim.cache import PrefixCaches
 from pipeline.sim.kv import reserve
 from pipeline.sim.policies.base import (
     Memory,
@@ -33,10 +34,12 @@ from pipeline.sim.state import (
     C_MAX_SEQS,
     C_RESERVE,
     CF_MAX_WAIT_S,
+    F_ARRIVAL,
     P_FREE,
     P_RUN_N,
     P_STABLE,
     P_WQ_LEN,
+    State,
     wq_peek,
 )
 
@@ -56,6 +59,7 @@ class StaticPolicy(Policy):
     name = "static"
     code = CODE
     summary = "static batching: a batch starts when full or after max_wait_s, runs to the end"
+    reserves_upfront = True
     Params = Params
 
     def check(self, params: Any, mem: Memory) -> None:
@@ -85,35 +89,18 @@ POLICY = StaticPolicy()
 
 
 @njit(cache=True, error_model="numpy")
-def ready_at(
-    cfg: npt.NDArray[np.int64],
-    cfgf: npt.NDArray[np.float64],
-    oldest_arrival_s: float,
-    num_waiting: int,
-    clock: float,
-) -> float:
-    """When an idle replica starts its next batch (the loop asks only when it is idle)."""
-    if num_waiting >= cfg[C_MAX_SEQS]:
+def ready_at(s: State, r: int, clock: float) -> float:
+    """When an idle replica starts its next batch: full, or the oldest waited max_wait_s."""
+    cfg, cfgf, rqf, rp, wq = s.cfg, s.cfgf, s.rqf, s.rp, s.wq
+    if rp[r, P_WQ_LEN] >= cfg[C_MAX_SEQS]:
         return clock
-    return max(clock, oldest_arrival_s + cfgf[CF_MAX_WAIT_S])
+    return max(clock, rqf[wq_peek(wq, rp, r), F_ARRIVAL] + cfgf[CF_MAX_WAIT_S])
 
 
 @njit(cache=True, error_model="numpy")
-def schedule(
-    r: int,
-    cfg: npt.NDArray[np.int64],
-    cfgf: npt.NDArray[np.float64],
-    rq: npt.NDArray[np.int32],
-    rqf: npt.NDArray[np.float64],
-    rp: npt.NDArray[np.int64],
-    rpf: npt.NDArray[np.float64],
-    run: npt.NDArray[np.int64],
-    wq: npt.NDArray[np.int32],
-    sched_q: npt.NDArray[np.int64],
-    sched_t: npt.NDArray[np.int64],
-    now: float,
-    kc: tuple,  # type: ignore[type-arg]
-) -> tuple[int, int, int]:
+def schedule(s: State, kc: PrefixCaches, r: int, now: float) -> tuple[int, int, int]:
+    cfg, rq, rp, run, wq, sched_q = s.cfg, s.rq, s.rp, s.run, s.wq, s.sched_q
+    sched_t = s.sched_t
     rp[r, P_STABLE] = 1
     n = 0
     if rp[r, P_RUN_N] > 0:
@@ -125,6 +112,6 @@ def schedule(
             break
         i = wq_peek(wq, rp, r)
         reserve(rq, rp, r, i, cfg[C_RESERVE])
-        admit(cfg, rq, rqf, rp, run, wq, r)
+        admit(s, r)
         n = add_scheduled(sched_q, sched_t, n, i, num_tokens(rq, i))
     return n, 0, n

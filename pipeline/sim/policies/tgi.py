@@ -50,11 +50,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 from numba import njit
 
 from pipeline.errors import ScenarioError
-from pipeline.sim.cache import capacity, hit_blocks, hit_tokens, take, use_hits
+from pipeline.sim.cache import PrefixCaches, capacity, hit_blocks, hit_tokens, take, use_hits
 from pipeline.sim.kv import release
 from pipeline.sim.policies.base import (
     Memory,
@@ -87,6 +86,7 @@ from pipeline.sim.state import (
     R_OUTPUT,
     R_PROMPT,
     R_SETTLED,
+    State,
     cdiv,
     wq_pop_front,
 )
@@ -136,6 +136,7 @@ class TgiPolicy(Policy):
         "TGI v3: full-lifetime KV reservation, no preemption, waiting_served_ratio and "
         "max_waiting_tokens, prefill chunking, radix prefix cache"
     )
+    caches_on_finish = True
     Params = Params
     block_size = 1
     prefix_caching = True
@@ -181,21 +182,11 @@ POLICY = TgiPolicy()
 
 @njit(cache=True, error_model="numpy")
 def _next_batch(
-    r: int,
-    cfg: npt.NDArray[np.int64],
-    rq: npt.NDArray[np.int32],
-    rp: npt.NDArray[np.int64],
-    run: npt.NDArray[np.int64],
-    wq: npt.NDArray[np.int32],
-    sched_q: npt.NDArray[np.int64],
-    sched_t: npt.NDArray[np.int64],
-    n: int,
-    min_size: int,
-    max_size: int,
-    budget: int,
-    kc: tuple,  # type: ignore[type-arg]
+    s: State, kc: PrefixCaches, r: int, n: int, min_size: int, max_size: int, budget: int
 ) -> tuple[int, int]:
     """``Queue::next_batch``; appends the new entries to the step: (n, why)."""
+    cfg, rq, rp, run, wq, sched_q = s.cfg, s.rq, s.rp, s.run, s.wq, s.sched_q
+    sched_t = s.sched_t
     if rp[r, P_WQ_LEN] == 0:
         return n, EMPTY
     if min_size != NONE and rp[r, P_WQ_LEN] < min_size:
@@ -257,16 +248,9 @@ def _next_batch(
 
 
 @njit(cache=True, error_model="numpy")
-def _running(
-    cfg: npt.NDArray[np.int64],
-    rq: npt.NDArray[np.int32],
-    rp: npt.NDArray[np.int64],
-    run: npt.NDArray[np.int64],
-    r: int,
-    sched_q: npt.NDArray[np.int64],
-    sched_t: npt.NDArray[np.int64],
-) -> tuple[int, int]:
+def _running(s: State, r: int) -> tuple[int, int]:
     """The running batch's work this step: every decode, then chunks of unfinished prompts."""
+    cfg, rq, rp, run, sched_q, sched_t = s.cfg, s.rq, s.rp, s.run, s.sched_q, s.sched_t
     n = 0
     m = rp[r, P_RUN_N]
     for k in range(m):
@@ -286,44 +270,34 @@ def _running(
     return n, tokens
 
 
+@njit(cache=True, error_model="numpy", inline="always")
+def on_decode_run(s: State, r: int, steps: int) -> None:
+    """Each decode step of a run is one more waiting token (``waiting_tokens += 1``)."""
+    s.rp[r, P_WAIT_TOK] += steps
+
+
 @njit(cache=True, error_model="numpy")
-def schedule(
-    r: int,
-    cfg: npt.NDArray[np.int64],
-    cfgf: npt.NDArray[np.float64],
-    rq: npt.NDArray[np.int32],
-    rqf: npt.NDArray[np.float64],
-    rp: npt.NDArray[np.int64],
-    rpf: npt.NDArray[np.float64],
-    run: npt.NDArray[np.int64],
-    wq: npt.NDArray[np.int32],
-    sched_q: npt.NDArray[np.int64],
-    sched_t: npt.NDArray[np.int64],
-    now: float,
-    kc: tuple,  # type: ignore[type-arg]
-) -> tuple[int, int, int]:
+def schedule(s: State, kc: PrefixCaches, r: int, now: float) -> tuple[int, int, int]:
+    cfg, cfgf, rp = s.cfg, s.cfgf, s.rp
     rp[r, P_STABLE] = 0
     max_batch = cfg[C_MAX_BATCH]
     chunking = cfg[C_CHUNK] != 0
     size = rp[r, P_RUN_N]
     if size == 0:
-        n, _ = _next_batch(r, cfg, rq, rp, run, wq, sched_q, sched_t, 0, NONE, max_batch,
-                           cfg[C_MAX_PREFILL], kc)  # fmt: skip
+        n, _ = _next_batch(s, kc, r, 0, NONE, max_batch, cfg[C_MAX_PREFILL])
         rp[r, P_PHASE] = TRY_ADD
         rp[r, P_WAIT_TOK] = 1
         return n, 0, n
     if rp[r, P_PHASE] == TRY_ADD:
         if chunking:
-            n, current = _running(cfg, rq, rp, run, r, sched_q, sched_t)
-            n2, why = _next_batch(r, cfg, rq, rp, run, wq, sched_q, sched_t, n, NONE, NONE,
-                                  cfg[C_MAX_PREFILL] - current, kc)  # fmt: skip
+            n, current = _running(s, r)
+            n2, why = _next_batch(s, kc, r, n, NONE, NONE, cfg[C_MAX_PREFILL] - current)
         else:
             if rp[r, P_WAIT_TOK] >= cfg[C_MAX_WAIT_TOK]:
                 min_size = NONE
             else:
                 min_size = int(np.floor(np.float32(size) * np.float32(cfgf[CF_SERVED_RATIO])))
-            n2, why = _next_batch(r, cfg, rq, rp, run, wq, sched_q, sched_t, 0, min_size,
-                                  max_batch - size, cfg[C_MAX_PREFILL], kc)  # fmt: skip
+            n2, why = _next_batch(s, kc, r, 0, min_size, max_batch - size, cfg[C_MAX_PREFILL])
             n = 0
         if why == GOT:
             if not chunking:
@@ -334,6 +308,6 @@ def schedule(
             rp[r, P_STABLE] = 1  # nothing to add until something arrives or finishes
     else:
         rp[r, P_PHASE] = TRY_ADD
-    n, _ = _running(cfg, rq, rp, run, r, sched_q, sched_t)
+    n, _ = _running(s, r)
     rp[r, P_WAIT_TOK] += 1
     return n, 0, 0

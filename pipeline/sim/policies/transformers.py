@@ -62,6 +62,7 @@ import numpy.typing as npt
 from numba import njit
 
 from pipeline.errors import ScenarioError
+from pipeline.sim.cache import PrefixCaches
 from pipeline.sim.kv import blocks_needed, grow
 from pipeline.sim.policies.base import (
     Memory,
@@ -90,6 +91,7 @@ from pipeline.sim.state import (
     R_COMPUTED,
     R_STATUS,
     ST_RUNNING,
+    State,
 )
 
 CODE = 6
@@ -159,22 +161,15 @@ POLICY = TransformersPolicy()
 
 
 @njit(cache=True, error_model="numpy")
-def packed_attention(p_tok: float, d: float, kv_all: float, ctx: float) -> float:
+def attention(p_tok: float, d: float, kv_all: float, ctx: float, pairs: float) -> float:
     """The step's attention feature A over the packed batch (see the module docstring)."""
     return (p_tok + d) * kv_all - ctx
 
 
 @njit(cache=True, error_model="numpy")
-def _candidates(
-    cfg: npt.NDArray[np.int64],
-    rq: npt.NDArray[np.int32],
-    rp: npt.NDArray[np.int64],
-    run: npt.NDArray[np.int64],
-    wq: npt.NDArray[np.int32],
-    r: int,
-    out: npt.NDArray[np.int64],
-) -> int:
+def _candidates(s: State, r: int, out: npt.NDArray[np.int64]) -> int:
     """Fill ``out`` with the step's candidates in order; returns how many."""
+    cfg, rq, rp, run, wq = s.cfg, s.rq, s.rp, s.run, s.wq
     m = 0
     first_decodes = cfg[C_ORDER] == 0
     for phase in range(2):
@@ -194,22 +189,18 @@ def _candidates(
 
 @njit(cache=True, error_model="numpy")
 def _try(
-    cfg: npt.NDArray[np.int64],
-    rq: npt.NDArray[np.int32],
-    rp: npt.NDArray[np.int64],
-    run: npt.NDArray[np.int64],
-    wq: npt.NDArray[np.int32],
+    s: State,
+    kc: PrefixCaches,
     r: int,
     cand: npt.NDArray[np.int64],
     starved: npt.NDArray[np.int64],
     starved_len: npt.NDArray[np.int64],
-    sched_q: npt.NDArray[np.int64],
-    sched_t: npt.NDArray[np.int64],
-    kc: tuple,  # type: ignore[type-arg]
 ) -> tuple[int, int, bool, int]:
     """One pass of ``_process_candidates``: (scheduled, starved, an allocation failed, admitted)."""
+    cfg, rq, rp, run, wq, sched_q = s.cfg, s.rq, s.rp, s.run, s.wq, s.sched_q
+    sched_t = s.sched_t
     bs = cfg[C_BLOCK_SIZE]
-    m = _candidates(cfg, rq, rp, run, wq, r, cand)
+    m = _candidates(s, r, cand)
     in_margin = rp[r, P_FREE] >= cfg[C_WM_BLOCKS]
     budget = cfg[C_BUDGET]
     requests = cfg[C_MAX_SEQS]
@@ -256,18 +247,15 @@ def _try(
 
 @njit(cache=True, error_model="numpy")
 def _offload(
-    cfg: npt.NDArray[np.int64],
-    rq: npt.NDArray[np.int32],
-    rp: npt.NDArray[np.int64],
-    run: npt.NDArray[np.int64],
-    wq: npt.NDArray[np.int32],
+    s: State,
+    kc: PrefixCaches,
     r: int,
     starved: npt.NDArray[np.int64],
     starved_len: npt.NDArray[np.int64],
     n_starved: int,
-    kc: tuple,  # type: ignore[type-arg]
 ) -> int:
     """``offload_requests``: soft-reset the last starved requests until the rest fit."""
+    cfg, rq, rp, run, wq = s.cfg, s.rq, s.rp, s.run, s.wq
     bs = cfg[C_BLOCK_SIZE]
     active = rp[r, P_RUN_N]
     victims = np.empty(n_starved, dtype=np.int64)
@@ -275,8 +263,8 @@ def _offload(
     while n_starved > 0 and active - nv > 1:
         free = rp[r, P_FREE]
         fits = 0
-        for s in range(n_starved):  # count_storable_requests
-            need = blocks_needed(rq, starved[s], rq[starved[s], R_COMPUTED] + starved_len[s], bs)
+        for j in range(n_starved):  # count_storable_requests
+            need = blocks_needed(rq, starved[j], rq[starved[j], R_COMPUTED] + starved_len[j], bs)
             if need > free:
                 break
             free -= need
@@ -305,21 +293,8 @@ def _offload(
 
 
 @njit(cache=True, error_model="numpy")
-def schedule(
-    r: int,
-    cfg: npt.NDArray[np.int64],
-    cfgf: npt.NDArray[np.float64],
-    rq: npt.NDArray[np.int32],
-    rqf: npt.NDArray[np.float64],
-    rp: npt.NDArray[np.int64],
-    rpf: npt.NDArray[np.float64],
-    run: npt.NDArray[np.int64],
-    wq: npt.NDArray[np.int32],
-    sched_q: npt.NDArray[np.int64],
-    sched_t: npt.NDArray[np.int64],
-    now: float,
-    kc: tuple,  # type: ignore[type-arg]
-) -> tuple[int, int, int]:
+def schedule(s: State, kc: PrefixCaches, r: int, now: float) -> tuple[int, int, int]:
+    rp = s.rp
     rp[r, P_STABLE] = 0  # packed attention: decode runs are not closed-form (see above)
     if rp[r, P_LAST_DONE] > 0:  # update_batch: a finished request lifts block_new_requests
         rp[r, P_FULL] = 0
@@ -330,15 +305,13 @@ def schedule(
     n_pre = 0
     n_adm = 0
     while True:
-        n, n_starved, failed, adm = _try(
-            cfg, rq, rp, run, wq, r, cand, starved, starved_len, sched_q, sched_t, kc
-        )
+        n, n_starved, failed, adm = _try(s, kc, r, cand, starved, starved_len)
         n_adm += adm
         if n > 0 or not failed:
             break
-        nv = _offload(cfg, rq, rp, run, wq, r, starved, starved_len, n_starved, kc)
+        nv = _offload(s, kc, r, starved, starved_len, n_starved)
         assert nv > 0  # the engine raises "No requests can be scheduled ..." here
         n_pre += nv
     if n_starved > 0:
-        n_pre += _offload(cfg, rq, rp, run, wq, r, starved, starved_len, n_starved, kc)
+        n_pre += _offload(s, kc, r, starved, starved_len, n_starved)
     return n, n_pre, n_adm

@@ -100,7 +100,7 @@ import numpy.typing as npt
 from numba import njit
 
 from pipeline.errors import ScenarioError
-from pipeline.sim.cache import commit, hit_blocks, hit_tokens, settles, use_hits
+from pipeline.sim.cache import PrefixCaches, commit, hit_blocks, hit_tokens, settles, use_hits
 from pipeline.sim.kv import blocks_needed, grow, release
 from pipeline.sim.policies.base import (
     Memory,
@@ -152,6 +152,7 @@ from pipeline.sim.state import (
     R_STATUS,
     R_UNIT_TOK,
     ST_FINISHED,
+    State,
     cdiv,
     drop_finished,
     inbox_take,
@@ -209,6 +210,7 @@ class VllmPolicy(Policy):
         "vLLM V1: token budget, chunked prefill, just-in-time paged KV, recompute preemption, "
         "prefix caching, fcfs or priority"
     )
+    caches_generated = True
     Params = Params
     prefix_caching = True
 
@@ -257,14 +259,9 @@ POLICY = VllmPolicy()
 
 
 @njit(cache=True, error_model="numpy")
-def _victim(
-    rq: npt.NDArray[np.int32],
-    rqf: npt.NDArray[np.float64],
-    rp: npt.NDArray[np.int64],
-    run: npt.NDArray[np.int64],
-    r: int,
-) -> int:
+def _victim(s: State, r: int) -> int:
     """Position in the running list of max(running, key=(priority, arrival)), first on ties."""
+    rq, rqf, rp, run = s.rq, s.rqf, s.rp, s.run
     best = 0
     b = run[r, 0]
     for k in range(1, rp[r, P_RUN_N]):
@@ -292,21 +289,7 @@ def _unlist_finished(rp: npt.NDArray[np.int64], run: npt.NDArray[np.int64], r: i
 
 @njit(cache=True, error_model="numpy")
 def _make_room(
-    cfg: npt.NDArray[np.int64],
-    rq: npt.NDArray[np.int32],
-    rqf: npt.NDArray[np.float64],
-    rp: npt.NDArray[np.int64],
-    run: npt.NDArray[np.int64],
-    wq: npt.NDArray[np.int32],
-    sched_q: npt.NDArray[np.int64],
-    sched_t: npt.NDArray[np.int64],
-    r: int,
-    i: int,
-    tokens: int,
-    k: int,
-    n: int,
-    budget: int,
-    kc: tuple,  # type: ignore[type-arg]
+    s: State, kc: PrefixCaches, r: int, i: int, tokens: int, k: int, n: int, budget: int
 ) -> tuple[bool, int, int, int, int]:
     """Preempt until running request i (position k) gets blocks for ``tokens`` tokens.
 
@@ -315,12 +298,13 @@ def _make_room(
     Returns (scheduled, k, n, budget, preempted): scheduled is False when i itself
     was preempted; k, n and budget change when a victim was already scheduled.
     """
+    cfg, rq, rp, run, sched_q, sched_t = s.cfg, s.rq, s.rp, s.run, s.sched_q, s.sched_t
     bs = cfg[C_BLOCK_SIZE]
     by_priority = cfg[C_QUEUE] == Q_PRIORITY
     n_pre = 0
     while True:
         if by_priority:
-            v = _victim(rq, rqf, rp, run, r)
+            v = _victim(s, r)
             victim = run[r, v]
             for j in range(v, rp[r, P_RUN_N] - 1):
                 run[r, j] = run[r, j + 1]
@@ -343,7 +327,7 @@ def _make_room(
             rq[victim, R_PREEMPT] += 1
             _unlist_finished(rp, run, r, victim)
         else:
-            preempt(cfg, rq, rqf, rp, wq, r, victim, kc)
+            preempt(s, kc, r, victim)
         n_pre += 1
         if victim == i:
             return False, k, n, budget, n_pre
@@ -352,19 +336,7 @@ def _make_room(
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def _decodes(
-    cfg: npt.NDArray[np.int64],
-    rq: npt.NDArray[np.int32],
-    rp: npt.NDArray[np.int64],
-    run: npt.NDArray[np.int64],
-    sched_q: npt.NDArray[np.int64],
-    sched_t: npt.NDArray[np.int64],
-    r: int,
-    k: int,
-    n: int,
-    budget: int,
-    lag: int,
-) -> tuple[int, int, int]:
+def _decodes(s: State, r: int, k: int, n: int, budget: int, lag: int) -> tuple[int, int, int]:
     """The RUNNING loop's common case, in a tight loop of its own: (k, n, budget) after it.
 
     Schedules running requests from position k on while each is a decode (one
@@ -375,6 +347,7 @@ def _decodes(
     finishing (async), which the general loop takes. Decides as that loop
     would, with fewer loads.
     """
+    cfg, rq, rp, run, sched_q, sched_t = s.cfg, s.rq, s.rp, s.run, s.sched_q, s.sched_t
     bs = cfg[C_BLOCK_SIZE]
     caching = cfg[C_CACHING] != 0
     n_run = rp[r, P_RUN_N]
@@ -409,19 +382,10 @@ def _decodes(
 
 
 @njit(cache=True, error_model="numpy", inline="always")  # one call site: no call per step
-def _schedule_once(
-    r: int,
-    cfg: npt.NDArray[np.int64],
-    rq: npt.NDArray[np.int32],
-    rqf: npt.NDArray[np.float64],
-    rp: npt.NDArray[np.int64],
-    run: npt.NDArray[np.int64],
-    wq: npt.NDArray[np.int32],
-    sched_q: npt.NDArray[np.int64],
-    sched_t: npt.NDArray[np.int64],
-    kc: tuple,  # type: ignore[type-arg]
-) -> tuple[int, int, int]:
+def _schedule_once(s: State, kc: PrefixCaches, r: int) -> tuple[int, int, int]:
     """One call of vLLM's ``Scheduler.schedule`` (the module docstring's rules)."""
+    cfg, rq, rp, run, wq, sched_q = s.cfg, s.rq, s.rp, s.run, s.wq, s.sched_q
+    sched_t = s.sched_t
     bs = cfg[C_BLOCK_SIZE]
     threshold = cfg[C_THRESHOLD]
     if rp[r, P_RUN_N] + rp[r, P_WQ_LEN] <= 1:  # a lone request: nobody to starve
@@ -437,7 +401,7 @@ def _schedule_once(
     # RUNNING
     k = 0
     while k < rp[r, P_RUN_N] and budget > 0:
-        k, n, budget = _decodes(cfg, rq, rp, run, sched_q, sched_t, r, k, n, budget, lag)
+        k, n, budget = _decodes(s, r, k, n, budget, lag)
         if k >= rp[r, P_RUN_N] or budget <= 0:
             break
         i = run[r, k]
@@ -458,9 +422,15 @@ def _schedule_once(
         if need > 0 and not grow(rq, rp, r, i, rq[i, R_COMPUTED] + new, bs, 0, kc):
             # the pool is short: preempt (a call, out of this loop's hot path)
             scheduled, k, n, budget, pre = _make_room(
-                cfg, rq, rqf, rp, run, wq, sched_q, sched_t, r, i, rq[i, R_COMPUTED] + new, k, n,
-                budget, kc,
-            )  # fmt: skip
+                s,
+                kc,
+                r,
+                i,
+                rq[i, R_COMPUTED] + new,
+                k,
+                n,
+                budget,
+            )
             n_pre += pre
         if not scheduled:
             if by_priority:  # it left the list; the requests after it may still fit
@@ -515,7 +485,7 @@ def _schedule_once(
         if looked:
             count_lookup(rq, rp, r, i, h)
             commit(rq, rp, i, r, hit + new, False, kc)
-        admit(cfg, rq, rqf, rp, run, wq, r)
+        admit(s, r)
         n = add_scheduled(sched_q, sched_t, n, i, new)
         budget -= new
         n_adm += 1
@@ -523,20 +493,14 @@ def _schedule_once(
 
 
 @njit(cache=True, error_model="numpy", inline="always")  # one call site
-def _processed(
-    cfg: npt.NDArray[np.int64],
-    rq: npt.NDArray[np.int32],
-    rp: npt.NDArray[np.int64],
-    run: npt.NDArray[np.int64],
-    r: int,
-    kc: tuple,  # type: ignore[type-arg]
-) -> None:
+def _processed(s: State, kc: PrefixCaches, r: int) -> None:
     """Async: the output of the step in flight is processed, after the next was decided.
 
     The requests it finished (listed by ``loop._finish`` in the second half of
     the running list's row, in the step's order, as vLLM frees them) have their
     blocks cached up to their last token, are freed, and leave the running list.
     """
+    cfg, rq, rp, run = s.cfg, s.rq, s.rp, s.run
     caching = cfg[C_CACHING] != 0
     done = run.shape[1] // 2
     for e in range(rp[r, P_PEND_FREE]):
@@ -549,21 +513,7 @@ def _processed(
 
 
 @njit(cache=True, error_model="numpy")
-def schedule(
-    r: int,
-    cfg: npt.NDArray[np.int64],
-    cfgf: npt.NDArray[np.float64],
-    rq: npt.NDArray[np.int32],
-    rqf: npt.NDArray[np.float64],
-    rp: npt.NDArray[np.int64],
-    rpf: npt.NDArray[np.float64],
-    run: npt.NDArray[np.int64],
-    wq: npt.NDArray[np.int32],
-    sched_q: npt.NDArray[np.int64],
-    sched_t: npt.NDArray[np.int64],
-    now: float,
-    kc: tuple,  # type: ignore[type-arg]
-) -> tuple[int, int, int]:
+def schedule(s: State, kc: PrefixCaches, r: int, now: float) -> tuple[int, int, int]:
     """One step as the engine core decides it: synchronously, or with async scheduling.
 
     Async (see the module docstring): a step that starts when the previous one
@@ -574,6 +524,7 @@ def schedule(
     and decides again, as the synchronous loop would (the step still starts at
     ``now``: an empty batch takes no time).
     """
+    cfg, rp, rpf = s.cfg, s.rp, s.rpf
     is_async = cfg[C_ASYNC] != 0
     pipelined = is_async and rp[r, P_STEP] > 0 and rpf[r, Q_LAST_END] == now
     pending = rp[r, P_PEND_FREE] > 0
@@ -582,15 +533,15 @@ def schedule(
         if is_async:  # the requests the core has taken from its input queue by now
             take = rp[r, P_INBOX_OLD] if pipelined else rp[r, P_INBOX]
             if take > 0:
-                inbox_take(cfg, wq, rp, rq, rqf, r, take)
+                inbox_take(s, r, take)
             rp[r, P_PIPE] = 1 if pipelined else 0
             rp[r, P_QUEUED] = rp[r, P_WQ_LEN]  # the step's queue depth
-        n, n_pre, n_adm = _schedule_once(r, cfg, rq, rqf, rp, run, wq, sched_q, sched_t, kc)
+        n, n_pre, n_adm = _schedule_once(s, kc, r)
         if not is_async:
             return n, n_pre, n_adm
         rp[r, P_PIPE] = 0
         if rp[r, P_PEND_FREE] > 0:
-            _processed(cfg, rq, rp, run, r, kc)
+            _processed(s, kc, r)
         if n > 0 or not pipelined:
             break
         pipelined = False  # nothing to run: wait for the step in flight, then decide again
