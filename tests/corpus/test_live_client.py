@@ -518,8 +518,8 @@ def requests_file(path: Path, arrivals: list[float], prompt: int = 8, output: in
 def live(tmp_path: Path, url: str, *extra: str, arrivals: list[float] | None = None) -> Any:
     reqs = requests_file(tmp_path / "requests.parquet", arrivals or [0.0, 0.0, 0.01, 0.01])
     args = ["live", "--engine", "http", "--base-url", url, "--requests", str(reqs)]
-    args += ["--warehouse", str(tmp_path / "wh"), "--server-kind", "vllm", "--timeout", "5"]
-    return CliRunner().invoke(cli, [*args, "--metrics-interval", "0.05", *extra])
+    args += ["--warehouse", str(tmp_path / "wh"), "--server-kind", "vllm", "--timeout-s", "5"]
+    return CliRunner().invoke(cli, [*args, "--metrics-interval-s", "0.05", *extra])
 
 
 def visible(tmp_path: Path) -> tuple[int, int, list[tuple[str, str]]]:
@@ -637,7 +637,7 @@ GAPS: dict[str, tuple[list[float], list[str], str]] = {
     ),
     "max-wait-5m-of-a-10-min-gap": (
         [0.0, 600.0],
-        ["--max-wait", "5m", "--skip", "0"],
+        ["--max-gap-s", "5m", "--skip", "0"],
         "--time-scale 1: the replay would sleep 600 s (0.00694 days) before request req-01 "
         "(#2 of the slice), past --max-wait 300 s",
     ),
@@ -664,7 +664,7 @@ def test_a_long_sleep_is_refused_up_front_with_the_fix(tmp_path: Path, case: str
 
 def test_a_gap_within_max_wait_runs(tmp_path: Path) -> None:
     with scripted_server({"/v1/completions": sse_reply(*GOOD)}) as srv:
-        r = live(tmp_path, srv.url, "--max-wait", "500ms", arrivals=[0.0, 0.2])
+        r = live(tmp_path, srv.url, "--max-gap-s", "500ms", arrivals=[0.0, 0.2])
     assert r.exit_code == 0, r.output
     assert "2 requests, 2 completed, 0 failed" in r.output
 
@@ -673,10 +673,10 @@ ARGS: dict[str, tuple[list[str], int, str]] = {
     "time-scale-1e300": (["--time-scale", "1e300"], 1, "Error: --time-scale 1e+300: must be"),
     "time-scale-nan": (["--time-scale", "nan"], 1, "Error: --time-scale nan: must be a finite"),
     "time-scale-inf": (["--time-scale", "inf"], 1, "Error: --time-scale inf: must be a finite"),
-    "max-wait-words": (["--max-wait", "soon"], 2, "'soon': expected a duration more than 0"),
-    "max-wait-zero": (["--max-wait", "0s"], 2, "'0s': expected a duration more than 0"),
-    "timeout-inf": (["--timeout", "inf"], 1, "Error: --timeout inf: must be a finite number"),
-    "metrics-interval-0": (["--metrics-interval", "0"], 1, "Error: --metrics-interval 0.0:"),
+    "max-wait-words": (["--max-gap-s", "soon"], 2, "'soon': expected a duration more than 0"),
+    "max-wait-zero": (["--max-gap-s", "0s"], 2, "'0s': expected a duration more than 0"),
+    "timeout-inf": (["--timeout-s", "inf"], 1, "Error: --timeout-s inf: must be a finite number"),
+    "metrics-interval-0": (["--metrics-interval-s", "0"], 1, "Error: --metrics-interval-s 0.0:"),
     "max-model-len-1": (["--max-model-len", "1"], 1, "Error: --max-model-len 1: must be 2 to"),
 }
 
