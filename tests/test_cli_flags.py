@@ -154,7 +154,7 @@ def test_durations_carry_their_unit(path: str) -> None:
 
 def test_deprecated_spellings_are_all_listed() -> None:
     """Every hidden option is a deprecated spelling, and the table above names each one."""
-    found = {}
+    found: dict[str, dict[str, str]] = {}
     for path, cmd in LEAVES.items():
         for p in _options(cmd):
             if p.hidden:
