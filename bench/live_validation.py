@@ -1,6 +1,6 @@
 """Simulated vs live on CPU: calibrate on probes, replay a trace slice live, validate; 3 runs.
 
-    .venv/bin/python bench/live_validation.py [--model tiny] [--runs 3] [--sample 120]
+    .venv/bin/python bench/live_validation.py [--model tiny] [--runs 3] [--num-requests 120]
 
 1. ``calibrate live`` on the in-process engine (probe shapes only: no request of the trace
    is used for calibration);
@@ -42,14 +42,21 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="tiny")
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--sample", type=int, default=120)
+    # the flags of `tracereplay live` (the old spellings still work)
+    ap.add_argument("--num-requests", "--sample", dest="sample", type=int, default=120)
     ap.add_argument("--skip", type=int, default=300)
     ap.add_argument("--time-scale", type=float, default=0.05)
     ap.add_argument("--max-prompt-tokens", type=int, default=512)
     ap.add_argument("--max-output-tokens", type=int, default=64)
-    ap.add_argument("--num-blocks", type=int, default=256)
+    ap.add_argument("--num-gpu-blocks", "--num-blocks", dest="num_blocks", type=int, default=256)
     ap.add_argument("--block-size", type=int, default=32)
-    ap.add_argument("--max-batch-tokens", type=int, default=256)
+    ap.add_argument(
+        "--max-num-batched-tokens",
+        "--max-batch-tokens",
+        dest="max_batch_tokens",
+        type=int,
+        default=256,
+    )
     ap.add_argument("--design", default="cpu")
     ap.add_argument("--profile", default=None, help="skip the calibration, use this profile")
     ap.add_argument("--json", default=None, help="also write the figures to this file")

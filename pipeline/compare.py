@@ -120,8 +120,9 @@ def comparison_dict(df: pl.DataFrame) -> dict[str, Any]:
     return out
 
 
-def format_comparison(df: pl.DataFrame) -> str:
-    """A text table per scenario: metric, A, B, signed change and relative change."""
+def format_comparison(df: pl.DataFrame, *, notes: bool = True) -> str:
+    """A text table per scenario: metric, A, B, signed change and relative change; with
+    ``notes``, a closing note on what the intervals are."""
     from pipeline.text import render_table
 
     if df.is_empty():
@@ -149,7 +150,7 @@ def format_comparison(df: pl.DataFrame) -> str:
         lines.append(head)
         table = render_table(["metric", "A", "B", "B - A", "90% interval", "change", ""], rows)
         lines += ["  " + line for line in table.splitlines()]
-    if "interval" in df.columns and df["interval"].is_not_null().any():
+    if notes and "interval" in df.columns and df["interval"].is_not_null().any():
         lines += [
             "",
             "90% interval of B - A: paired where both runs replayed the same requests (a "

@@ -7,7 +7,7 @@ ingest's duplicate check, for one, reads the ids already stored under the
 lock, so two ingests of overlapping logs cannot both keep the same request).
 The holder writes its pid, command line and start time into the lock file; a
 command that finds the lock taken prints what it waits for and gives up after
-``--lock-timeout`` seconds with a one-line error. The kernel drops the lock
+``--lock-timeout-s`` seconds with a one-line error. The kernel drops the lock
 when its holder dies, however it dies, so a killed command never leaves the
 warehouse locked.
 
@@ -157,12 +157,12 @@ def _acquire(fd: int, root: Path, timeout_s: float, on_wait: Callable[[str], Non
                 raise LockTimeoutError(
                     f"warehouse {root} is locked by {_describe(info)}; gave up after "
                     f"{timeout_s:g} s: wait for it to finish, or pass a longer "
-                    "--lock-timeout"
+                    "--lock-timeout-s"
                 ) from None
             if not told:
                 on_wait(
                     f"waiting for the warehouse lock of {root}, held by {_describe(info)}; "
-                    f"giving up after {timeout_s:g} s (--lock-timeout)"
+                    f"giving up after {timeout_s:g} s (--lock-timeout-s)"
                 )
                 told = True
             time.sleep(POLL_S)

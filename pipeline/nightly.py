@@ -7,7 +7,7 @@ replay, and returns what it did. A
 file that fails to ingest does not stop the replay of the others; the result
 says so and the command exits non-zero.
 
-``run_nightly`` is ``tracereplay nightly --config nightly.toml``: the job a
+``run_nightly`` is ``tracereplay nightly nightly.toml``: the job a
 scheduler runs once a night over an inbox of log globs. Under the warehouse
 lock it ingests only the inbox files that are new or changed (``inbox.py``),
 replays the days they cover through the production scenarios, runs the

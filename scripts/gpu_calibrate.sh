@@ -11,14 +11,16 @@
 #
 # Options (each also as an environment variable):
 #   --shape NAME          model shape [TR_SHAPE, default llama3-8b]; "tiny" tests it on a CPU
-#   --sample N            requests replayed live [TR_SAMPLE, default 300]
+#   --num-requests N      requests replayed live [TR_SAMPLE, default 300]
 #   --skip N              leading requests left out [TR_SKIP, default 0]
 #   --time-scale X        multiply inter-arrival times [TR_TIME_SCALE, default 1.0]
 #   --design NAME         probe design: gpu, cpu, smoke [TR_DESIGN, default gpu on CUDA, else cpu]
-#   --num-blocks N        KV blocks of the live engine [TR_NUM_BLOCKS]
+#   --num-gpu-blocks N    KV blocks of the live engine [TR_NUM_BLOCKS]
 #   --block-size N        tokens per KV block [TR_BLOCK_SIZE, default 64]
-#   --max-batch-tokens N  tokens per step [TR_MAX_BATCH_TOKENS]
-#   --timeout S           bound on the live replay [TR_TIMEOUT, default 420]
+#   --max-num-batched-tokens N  tokens per step [TR_MAX_BATCH_TOKENS]
+#   --timeout-s S         bound on each live request [TR_TIMEOUT, default 420]
+#   (the names of `tracereplay live`; the old --sample, --num-blocks, --max-batch-tokens and
+#   --timeout still work for one release)
 #   --wheelhouse DIR      install tracereplay's own dependencies from this directory
 #                         (pip --no-index) when they are missing; make it on a machine with
 #                         network: pip download -d DIR --python-version 3.X --only-binary=:all: \
@@ -44,14 +46,22 @@ WHEELS="${TR_WHEELHOUSE:-}"
 while [ $# -gt 0 ]; do
     case "$1" in
         --shape) SHAPE="$2"; shift 2 ;;
-        --sample) SAMPLE="$2"; shift 2 ;;
+        --num-requests) SAMPLE="$2"; shift 2 ;;
         --skip) SKIP="$2"; shift 2 ;;
         --time-scale) TIME_SCALE="$2"; shift 2 ;;
         --design) DESIGN="$2"; shift 2 ;;
-        --num-blocks) NUM_BLOCKS="$2"; shift 2 ;;
+        --num-gpu-blocks) NUM_BLOCKS="$2"; shift 2 ;;
         --block-size) BLOCK_SIZE="$2"; shift 2 ;;
-        --max-batch-tokens) MAX_BATCH_TOKENS="$2"; shift 2 ;;
-        --timeout) TIMEOUT="$2"; shift 2 ;;
+        --max-num-batched-tokens) MAX_BATCH_TOKENS="$2"; shift 2 ;;
+        --timeout-s) TIMEOUT="$2"; shift 2 ;;
+        --sample|--num-blocks|--max-batch-tokens|--timeout)
+            case "$1" in
+                --sample) new=--num-requests; SAMPLE="$2" ;;
+                --num-blocks) new=--num-gpu-blocks; NUM_BLOCKS="$2" ;;
+                --max-batch-tokens) new=--max-num-batched-tokens; MAX_BATCH_TOKENS="$2" ;;
+                *) new=--timeout-s; TIMEOUT="$2" ;;
+            esac
+            echo "warning: $1 is deprecated; use $new" >&2; shift 2 ;;
         --wheelhouse) WHEELS="$2"; shift 2 ;;
         *) echo "gpu_calibrate.sh: unknown option $1 (see the header of this script)" >&2; exit 2 ;;
     esac
@@ -96,8 +106,9 @@ stamp "calibrate live: shape $SHAPE, design $DESIGN"
 
 stamp "live: $SAMPLE requests (skip $SKIP), time scale $TIME_SCALE"
 "${TR[@]}" live --engine inprocess --model-config "$SHAPE" --warehouse "$WH" \
-    --sample "$SAMPLE" --skip "$SKIP" --time-scale "$TIME_SCALE" --num-blocks "$NUM_BLOCKS" \
-    --block-size "$BLOCK_SIZE" --max-batch-tokens "$MAX_BATCH_TOKENS" --timeout "$TIMEOUT" \
+    --num-requests "$SAMPLE" --skip "$SKIP" --time-scale "$TIME_SCALE" \
+    --num-gpu-blocks "$NUM_BLOCKS" --block-size "$BLOCK_SIZE" \
+    --max-num-batched-tokens "$MAX_BATCH_TOKENS" --timeout-s "$TIMEOUT" \
     --json > "$OUT/live.json"
 RUN=$("$PY" -c "import json, sys; print(json.load(open(sys.argv[1]))['run_id'])" "$OUT/live.json")
 "$PY" -c "import json, sys; s = json.load(open(sys.argv[1]))['summary']; print('  completed', s['completed'], 'of', s['num_requests'], '| TTFT p50', s['ttft_p50_s'], '| TPOT p50', s['tpot_p50_s'])" "$OUT/live.json"

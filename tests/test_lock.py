@@ -63,7 +63,7 @@ def test_a_waiting_command_says_what_it_waits_for_and_gives_up(tmp_path: Path) -
     log.write_text(gateway_lines(range(10)))
     with warehouse_lock(wh, command="tracereplay sweep grid.toml"):
         t0 = time.monotonic()
-        p = tracereplay("ingest", str(log), "--warehouse", str(wh), "--lock-timeout", "1")
+        p = tracereplay("ingest", str(log), "--warehouse", str(wh), "--lock-timeout-s", "1")
         out, err = p.communicate(timeout=120)
         waited = time.monotonic() - t0
     assert p.returncode == 1
@@ -71,7 +71,7 @@ def test_a_waiting_command_says_what_it_waits_for_and_gives_up(tmp_path: Path) -
     assert lines[0].startswith(f"waiting for the warehouse lock of {wh}, held by pid {os.getpid()}")
     assert "(tracereplay sweep grid.toml, since " in lines[0]
     assert lines[-1].startswith(f"Error: warehouse {wh} is locked by pid {os.getpid()}")
-    assert "gave up after 1 s" in lines[-1] and "--lock-timeout" in lines[-1]
+    assert "gave up after 1 s" in lines[-1] and "--lock-timeout-s" in lines[-1]
     assert len(lines) == 2
     assert waited >= 1
     assert not (wh / "requests").exists() or not list((wh / "requests").rglob("src-*"))

@@ -38,7 +38,7 @@ traffic = 0.25
 
 
 def night(tmp_path: Path) -> tuple[int, dict]:
-    r = CliRunner().invoke(cli, ["nightly", "--config", str(tmp_path / "nightly.toml"), "--json"])
+    r = CliRunner().invoke(cli, ["nightly", str(tmp_path / "nightly.toml"), "--json"])
     assert r.exception is None or isinstance(r.exception, SystemExit), r.output
     return r.exit_code, json.loads(r.output)
 
@@ -154,7 +154,7 @@ def test_a_file_that_fails_to_ingest_exits_1_and_is_tried_again(setup: Path) -> 
 def test_bad_config_is_one_line(tmp_path: Path, text: str, message: str) -> None:
     cfg = tmp_path / "nightly.toml"
     cfg.write_text(text)
-    r = CliRunner().invoke(cli, ["nightly", "--config", str(cfg)])
+    r = CliRunner().invoke(cli, ["nightly", str(cfg)])
     assert r.exit_code == 1
     assert message in r.output and len(r.output.strip().splitlines()) == 1, r.output
 

@@ -58,10 +58,13 @@ profile_output = click.option(
 def calibrate() -> None:
     """Fit a step-cost profile to measured step times or to production latencies.
 
-    \b
     Example:
-      tracereplay calibrate measurements bench.csv --like llama-3-70b_h100-80gb_tp4 -o my.json
-      tracereplay calibrate observed --scenario prod.toml -o prod-calibrated.json
+
+    \b
+        tracereplay calibrate measurements bench.csv --like llama-3-70b_h100-80gb_tp4 \\
+            -o my.json
+        tracereplay calibrate observed --scenario prod.toml -o prod-calibrated.json
+        tracereplay calibrate live --engine inprocess --model-config tiny -o tiny.json
     """
 
 
@@ -133,7 +136,7 @@ def measurements_command(
 @calibrate.command(name="observed")
 @opt.warehouse
 @opt.config_file
-@opt.requests_selection
+@opt.selection
 @click.option(
     "--scenario",
     "scenario_file",
@@ -141,13 +144,7 @@ def measurements_command(
     type=click.Path(dir_okay=False, exists=True, path_type=Path),
     help="The production scenario TOML (policy, caps, replicas, profile).",
 )
-@click.option(
-    "--set",
-    "sets",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="Override a scenario key (repeatable), e.g. --set max_num_seqs=128.",
-)
+@opt.sets
 @profile_output
 @click.option(
     "--iterations",
@@ -162,12 +159,7 @@ def measurements_command(
 def observed_command(
     warehouse: Path | None,
     config_file: Path | None,
-    requests_file: Path | None,
-    date_from: opt.Moment | None,
-    date_to: opt.Moment | None,
-    models: tuple[str, ...],
-    tenants: tuple[str, ...],
-    where: str | None,
+    requests: opt.Requests,
     scenario_file: Path,
     sets: tuple[str, ...],
     output: Path,
@@ -212,8 +204,7 @@ def observed_command(
         scenario,
         str(raw.get("profile") or DEFAULT_PROFILE),
         output,
-        requests_file=requests_file,
-        **opt.selection_kwargs(date_from, date_to, models, tenants, where),
+        **requests.kwargs(),
         max_iterations=max_iterations,
     )
     rows = statistics(cal)

@@ -8,6 +8,8 @@ from pathlib import Path
 import click
 
 from pipeline.calibrate.probes import DESIGNS, calibrate_live
+from pipeline.cli import options as opt
+from pipeline.cli.live import ENGINE_DTYPES
 from pipeline.errors import ConfigError
 
 
@@ -26,7 +28,12 @@ from pipeline.errors import ConfigError
     help="Built-in shape (tiny, small, llama3-8b), a config.json, or a checkpoint dir.",
 )
 @click.option("--device", default=None, help="cpu or cuda (default: cuda if available).")
-@click.option("--dtype", default=None, help="float32 or bfloat16 (default: fp32 CPU, bf16 CUDA).")
+@click.option(
+    "--dtype",
+    type=opt.DType(ENGINE_DTYPES),
+    default=None,
+    help="Weights and activations [default: float32 on a CPU, bfloat16 on CUDA].",
+)
 @click.option(
     "--design",
     type=click.Choice(sorted(DESIGNS)),

@@ -10,7 +10,6 @@ from typing import Any
 import click
 
 from pipeline.cli import options as opt
-from pipeline.cli.replay import replay_command
 from pipeline.cli.sweep import number, seconds
 from pipeline.config import load_config, warehouse_path
 from pipeline.plan.capacity import (
@@ -25,7 +24,6 @@ from pipeline.plan.intervals import Spread
 from pipeline.plan.slo import Slo, format_seconds, parse_slos
 from pipeline.pricing import deployment_cost, format_cost, gpu_prices
 from pipeline.sim.intervals import LEVEL
-from pipeline.sim.policies import POLICIES
 from pipeline.sim.scenario import read_scenario_file
 from pipeline.text import render_table
 
@@ -297,7 +295,7 @@ def _specs(
 )
 @opt.warehouse
 @opt.config_file
-@opt.requests_selection
+@opt.selection
 @click.option(
     "--slo",
     "slo_items",
@@ -320,16 +318,9 @@ def _specs(
     default=None,
     help="Base scenario TOML file (over the capacity file's [base]).",
 )
-@click.option("--policy", type=click.Choice(sorted(POLICIES)), default=None, help="Base policy.")
-# every other flag of `replay` (--router, --replicas, --max-num-seqs, ...) is added below
-@click.option("--profile", default=None, help="Base step-cost profile.")
-@click.option(
-    "--set",
-    "sets",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="Any base scenario key (repeatable), e.g. --set drop_too_long=true.",
-)
+# the flags of `replay` (--policy, --router, --replicas, --max-num-seqs, ..., --set), for
+# the base scenario: the same group, so the two never drift apart
+@opt.scenario_flags
 @click.option(
     "--target-rate",
     type=opt.BoundedFloat(0.0, 1e6, lo_open=True),
@@ -361,17 +352,11 @@ def capacity_command(
     capacity_file: Path | None,
     warehouse: Path | None,
     config_file: Path | None,
-    requests_file: Path | None,
-    date_from: opt.Moment | None,
-    date_to: opt.Moment | None,
-    models: tuple[str, ...],
-    tenants: tuple[str, ...],
-    where: str | None,
+    requests: opt.Requests,
     slo_items: tuple[str, ...],
     kinds: tuple[str, ...],
     scenario_file: Path | None,
-    policy: str | None,
-    profile: str | None,
+    scenario_flags: dict[str, Any],
     sets: tuple[str, ...],
     target_rate: float | None,
     max_concurrency: int | None,
@@ -381,7 +366,6 @@ def capacity_command(
     gpu_hour_price: float | None,
     quiet: bool,
     as_json: bool,
-    **scenario_flags: Any,
 ) -> None:
     """Find the highest cap, the highest rate and the fewest replicas within SLOs.
 
@@ -415,7 +399,7 @@ def capacity_command(
         base.update(file_base)
     if scenario_file is not None:
         base.update(read_scenario_file(scenario_file))
-    flags = {"policy": policy, "profile": profile, **scenario_flags, **opt.parse_sets(sets)}
+    flags = {**scenario_flags, **opt.parse_sets(sets)}
     base.update({k: v for k, v in flags.items() if v is not None})
     slos = {s.key: s for s in file_slos}
     slos.update({s.key: s for s in parse_slos(slo_items)})
@@ -424,8 +408,7 @@ def capacity_command(
         base,
         list(slos.values()),
         _specs(file_specs, kinds, target_rate, max_concurrency, max_replicas),
-        requests_file=requests_file,
-        **opt.selection_kwargs(date_from, date_to, models, tenants, where),
+        **requests.kwargs(),
         summary_only=summary_only,
         quiet=quiet,
         intervals=not no_intervals,
@@ -446,15 +429,5 @@ def capacity_command(
         f"written to {wh}"
     )
 
-
-# The base scenario takes the same flags as `replay` (--router, --replicas, --max-num-seqs,
-# ...): the replay command's own options, so the two never drift apart.
-_NOT_SCENARIO_KEYS = {"warehouse", "config_file", "requests_file", "date_from", "date_to",
-                      "models", "tenants", "where", "scenario_files", "sets", "quiet", "as_json",
-                      "gpu_hour_price", "name", "no_intervals"}  # fmt: skip
-_have = {p.name for p in capacity_command.params}
-capacity_command.params.extend(
-    p for p in replay_command.params if p.name not in _NOT_SCENARIO_KEYS | _have
-)
 
 capacity = capacity_command

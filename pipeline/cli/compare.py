@@ -34,7 +34,8 @@ def compare(
     names): throughput, TTFT and TPOT percentiles, preemptions, the
     prefix-cache hit rate, the cost ($/hour, $ per 1M tokens; with a price in
     [gpu_prices] or --gpu-hour-price) and each capacity search's answer, with
-    the signed change B - A and the relative change.
+    the signed change B - A and the relative change. --quiet leaves out the
+    note on how the intervals were drawn.
 
     Example:
 
@@ -53,4 +54,4 @@ def compare(
         out = [comparison_dict(df) for df in frames]
         click.echo(json.dumps(out[0] if len(out) == 1 else out, indent=2))
         return
-    click.echo("\n\n".join(format_comparison(df) for df in frames))
+    click.echo("\n\n".join(format_comparison(df, notes=not quiet) for df in frames))

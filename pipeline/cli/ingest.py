@@ -77,18 +77,22 @@ def options_from(
 @click.argument("sources", nargs=-1, required=True)
 @opt.warehouse
 @opt.config_file
-@click.option(
-    "--format",
+@opt.option(
+    "--log-format",
     "fmt",
+    deprecated=("--format",),
     type=click.Choice(sorted(FORMATS)),
     default=None,
     help="Force the log format instead of detecting it from the content.",
 )
-@click.option(
-    "--block-size",
+@opt.option(
+    "--prefix-block-tokens",
+    "block_size",
+    deprecated=("--block-size",),
     type=opt.BoundedInt(1, 1 << 16),
     default=None,
-    help="Tokens per prefix-hash block (Mooncake 512, Bailian 16, token-id logs 16).",
+    help="Tokens per prefix-hash block (Mooncake 512, Bailian 16, token-id logs 16) "
+    "[config ingest.block_size]; not the KV block of replay's --block-size.",
 )
 @click.option("--hash-salt", default=None, help="Salt mixed into the first block hash.")
 @click.option(

@@ -16,6 +16,9 @@ from pipeline.errors import ConfigError
 from pipeline.live.http import CLIENTS, KINDS
 from pipeline.live.replay import ENGINES, MAX_WAIT_S, LiveRun, Selection, run_live
 
+# the --dtype values of the in-process engine (pipeline.live.model.resolve_dtype)
+ENGINE_DTYPES = ("auto", "float32", "bfloat16", "float16")
+
 _UNITS = {"ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
 
 
@@ -69,11 +72,18 @@ def format_live(run: LiveRun) -> str:
 @click.command(name="live")
 @opt.warehouse
 @opt.config_file
-@opt.requests_selection
+@opt.selection
 @click.option(
     "--engine", type=click.Choice(ENGINES), required=True, help="In-process or over HTTP."
 )
-@click.option("--sample", type=int, default=None, help="Replay this many requests (a slice).")
+@opt.option(
+    "--num-requests",
+    "sample",
+    deprecated=("--sample",),
+    type=int,
+    default=None,
+    help="Replay this many requests (a slice).",
+)
 @click.option("--skip", type=int, default=0, show_default=True, help="Leave out the first N.")
 @click.option(
     "--time-scale",
@@ -82,17 +92,28 @@ def format_live(run: LiveRun) -> str:
     show_default=True,
     help="Multiply the trace's inter-arrival times (0.5 = twice as fast).",
 )
-@click.option(
-    "--max-wait",
+@opt.option(
+    "--max-gap-s",
     "max_wait_s",
+    deprecated=("--max-wait",),
     type=Seconds(),
-    default=f"{MAX_WAIT_S:g}s",
+    default=f"{MAX_WAIT_S:g}",
     show_default=True,
-    help="Refuse a replay that would sleep longer than this at once (a gap in the trace).",
+    metavar="SECONDS",
+    help="Refuse a replay that would sleep longer than this at once (a gap in the trace); "
+    "a unit is taken too (5m, 1h).",
 )
 @click.option("--max-prompt-tokens", type=int, default=None, help="Cap every prompt.")
 @click.option("--max-output-tokens", type=int, default=None, help="Cap every output.")
-@click.option("--timeout", "timeout_s", type=float, default=None, help="Per request, seconds.")
+@opt.option(
+    "--timeout-s",
+    "timeout_s",
+    deprecated=("--timeout",),
+    type=float,
+    default=None,
+    metavar="SECONDS",
+    help="Give up on a request after this long.",
+)
 @click.option("--base-url", default=None, help="http: the server, e.g. http://localhost:8000.")
 @click.option(
     "--server-kind",
@@ -118,7 +139,16 @@ def format_live(run: LiveRun) -> str:
     "/v1/models max_model_len); a request past it is refused before it is built.",
 )
 @click.option("--max-in-flight", type=int, default=256, show_default=True, help="http.")
-@click.option("--metrics-interval", type=float, default=0.5, show_default=True, help="http, s.")
+@opt.option(
+    "--metrics-interval-s",
+    "metrics_interval",
+    deprecated=("--metrics-interval",),
+    type=float,
+    default=0.5,
+    show_default=True,
+    metavar="SECONDS",
+    help="http: how often /metrics is scraped.",
+)
 @click.option(
     "--client",
     type=click.Choice(CLIENTS),
@@ -132,10 +162,29 @@ def format_live(run: LiveRun) -> str:
     help="inprocess: built-in shape (tiny, small, llama3-8b), config.json or checkpoint dir.",
 )
 @click.option("--device", default=None, help="inprocess: cpu or cuda.")
-@click.option("--dtype", default=None, help="inprocess: float32 or bfloat16.")
-@click.option("--num-blocks", type=int, default=None, help="inprocess: KV blocks.")
+@click.option(
+    "--dtype",
+    type=opt.DType(ENGINE_DTYPES),
+    default=None,
+    help="inprocess: weights and activations [default: float32 on a CPU, bfloat16 on CUDA].",
+)
+@opt.option(
+    "--num-gpu-blocks",
+    "num_blocks",
+    deprecated=("--num-blocks",),
+    type=int,
+    default=None,
+    help="inprocess: KV blocks.",
+)
 @click.option("--block-size", type=int, default=None, help="inprocess: tokens per KV block.")
-@click.option("--max-batch-tokens", type=int, default=None, help="inprocess: tokens per step.")
+@opt.option(
+    "--max-num-batched-tokens",
+    "max_batch_tokens",
+    deprecated=("--max-batch-tokens",),
+    type=int,
+    default=None,
+    help="inprocess: tokens per step.",
+)
 @click.option(
     "--scheduler",
     type=click.Choice(["fifo", "prefill_first"]),
@@ -147,12 +196,7 @@ def format_live(run: LiveRun) -> str:
 def live_command(
     warehouse: Path | None,
     config_file: Path | None,
-    requests_file: Path | None,
-    date_from: opt.Moment | None,
-    date_to: opt.Moment | None,
-    models: tuple[str, ...],
-    tenants: tuple[str, ...],
-    where: str | None,
+    requests: opt.Requests,
     engine: str,
     sample: int | None,
     skip: int,
@@ -187,8 +231,8 @@ def live_command(
 
     \b
         tracereplay live --engine http --base-url http://localhost:8000 \\
-            --sample 300 --time-scale 0.5
-        tracereplay live --engine inprocess --model-config tiny --sample 50 \\
+            --num-requests 300 --time-scale 0.5
+        tracereplay live --engine inprocess --model-config tiny --num-requests 50 \\
             --max-prompt-tokens 256 --max-output-tokens 64
     """
     cfg = load_config(config_file)
@@ -216,7 +260,7 @@ def live_command(
             options["model"] = model_config
         if timeout_s is not None:
             options["timeout_s"] = timeout_s
-    chosen = opt.selection_kwargs(date_from, date_to, models, tenants, where)
+    chosen = requests.kwargs()
     selection = Selection(
         sample=sample,
         skip=skip,
@@ -230,7 +274,7 @@ def live_command(
         engine,
         options,
         selection=selection,
-        requests_file=requests_file,
+        requests_file=chosen["requests_file"],
         date_from=chosen["date_from"],
         date_to=chosen["date_to"],
         selection_filter=chosen["selection"],

@@ -10,20 +10,25 @@ import click
 from pipeline.cli import options as opt
 from pipeline.config import load_config, warehouse_path
 
+_NIGHTLY_FILE = click.Path(dir_okay=False, exists=True, path_type=Path)
+
 
 @click.command()
+@click.argument("nightly_file", required=False, type=_NIGHTLY_FILE)
 @click.option(
     "--config",
-    "nightly_file",
-    required=True,
-    type=click.Path(dir_okay=False, exists=True, path_type=Path),
-    help="The nightly TOML file: inbox, scenarios, SLOs, capacity searches, drift thresholds.",
+    "old_nightly_file",
+    cls=opt.DeprecatedOption,
+    use="the NIGHTLY_FILE argument",  # --config is the general config file elsewhere
+    type=_NIGHTLY_FILE,
+    default=None,
 )
 @opt.warehouse
 @opt.lock_timeout
 @opt.output
 def nightly(
-    nightly_file: Path,
+    nightly_file: Path | None,
+    old_nightly_file: Path | None,
     warehouse: Path | None,
     lock_timeout: float,
     quiet: bool,
@@ -31,12 +36,14 @@ def nightly(
 ) -> None:
     """Ingest what is new in the inbox, replay it, search capacity, flag drift, report.
 
-    Only inbox files that are new or changed (by content hash) are ingested;
-    the days they cover are replayed through the production scenarios and
-    capacity searches; tonight's traffic, p99 TTFT and TPOT, capacity answers
-    and simulated-vs-observed latency are compared with the last night's.
-    Writes <warehouse>/nightly/<night id>/manifest.json and keeps the last
-    nightly.keep_nights nights. Holds the warehouse lock throughout.
+    NIGHTLY_FILE is the nightly TOML file: inbox, scenarios, SLOs, capacity
+    searches, drift thresholds. Only inbox files that are new or changed (by
+    content hash) are ingested; the days they cover are replayed through the
+    production scenarios and capacity searches; tonight's traffic, p99 TTFT and
+    TPOT, capacity answers and simulated-vs-observed latency are compared with
+    the last night's. Writes <warehouse>/nightly/<night id>/manifest.json and
+    keeps the last nightly.keep_nights nights. Holds the warehouse lock
+    throughout.
 
     Exit codes: 0 ok (or nothing new), 1 failed, 3 drift over a threshold.
     See docs/nightly.md.
@@ -44,9 +51,14 @@ def nightly(
     Example:
 
     \b
-        tracereplay nightly --config nightly.toml
-        tracereplay nightly --config /etc/tracereplay/nightly.toml --warehouse /data/wh --json
+        tracereplay nightly nightly.toml
+        tracereplay nightly /etc/tracereplay/nightly.toml --warehouse /data/wh --json
     """
+    if nightly_file is not None and old_nightly_file is not None:
+        raise click.UsageError("give NIGHTLY_FILE or the deprecated --config, not both")
+    nightly_file = nightly_file or old_nightly_file
+    if nightly_file is None:
+        raise click.UsageError("give the nightly TOML file: tracereplay nightly NIGHTLY_FILE")
     from pipeline.nightly import load_nightly_config, run_nightly
 
     cfg = load_nightly_config(nightly_file)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -9,8 +10,105 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+from click.core import ParameterSource
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+# Where a renamed option's deprecated spelling leaves its value until the option itself is
+# processed (Click processes the options given on the command line first, in their order).
+_ALIASED = "tracereplay.deprecated_values"
+
+
+def deprecation_line(old: str, use: str) -> str:
+    """The one line a deprecated spelling prints to stderr."""
+    return f"warning: {old} is deprecated; use {use}"
+
+
+class RenamedOption(click.Option):
+    """An option with deprecated spellings beside it (``DeprecatedOption``, hidden): a
+    value given with one of them becomes this option's value."""
+
+    def handle_parse_result(
+        self, ctx: click.Context, opts: Any, args: list[str]
+    ) -> tuple[Any, list[str]]:
+        value, args = super().handle_parse_result(ctx, opts, args)
+        given = ctx.meta.get(_ALIASED, {}).pop(self.name, None)
+        if given is not None:
+            old, value = given
+            if self.name in opts:
+                raise click.UsageError(f"give {self.opts[0]} or the deprecated {old}, not both")
+            assert self.name is not None
+            ctx.params[self.name] = value
+            ctx.set_parameter_source(self.name, ParameterSource.COMMANDLINE)
+        return value, args
+
+
+class DeprecatedOption(click.Option):
+    """A spelling kept for one release: hidden from --help, it still works and prints one
+    line to stderr (``deprecation_line``) when used. With ``replacement`` (a
+    ``RenamedOption``) it is that option's old name and its value goes there; without, the
+    command reads it itself (``use`` says what to give instead)."""
+
+    def __init__(
+        self,
+        param_decls: list[str],
+        *,
+        use: str,
+        replacement: click.Option | None = None,
+        **attrs: Any,
+    ) -> None:
+        attrs["hidden"] = True
+        if replacement is not None:
+            attrs["expose_value"] = False
+        super().__init__(param_decls, **attrs)
+        self.use = use
+        self.replacement = replacement
+
+    def handle_parse_result(
+        self, ctx: click.Context, opts: Any, args: list[str]
+    ) -> tuple[Any, list[str]]:
+        value, args = super().handle_parse_result(ctx, opts, args)
+        if self.name not in opts:  # not on the command line
+            return value, args
+        if not ctx.resilient_parsing:  # not while a shell completes a word
+            click.echo(deprecation_line(self.opts[0], self.use), err=True)
+        target = self.replacement
+        if target is not None and target.name is not None:
+            if target.name in ctx.params:  # processed already: given before this, or not at all
+                if ctx.get_parameter_source(target.name) is ParameterSource.COMMANDLINE:
+                    raise click.UsageError(
+                        f"give {target.opts[0]} or the deprecated {self.opts[0]}, not both"
+                    )
+                ctx.params[target.name] = value
+                ctx.set_parameter_source(target.name, ParameterSource.COMMANDLINE)
+            else:
+                ctx.meta.setdefault(_ALIASED, {})[target.name] = (self.opts[0], value)
+        return value, args
+
+
+def option(*param_decls: str, deprecated: tuple[str, ...] = (), **attrs: Any) -> Callable[[F], F]:
+    """``click.option``, and its ``deprecated`` spellings (old names kept for one release:
+    hidden, still working, one line on stderr when used)."""
+
+    def decorator(f: F) -> F:
+        f = click.option(*param_decls, cls=RenamedOption if deprecated else click.Option,
+                         **attrs)(f)  # fmt: skip
+        new = f.__click_params__[-1]  # type: ignore[attr-defined]
+        for old in deprecated:
+            alias = DeprecatedOption(
+                [old, f"{new.name}__{old.lstrip('-').replace('-', '_')}"],
+                use=new.opts[0],
+                replacement=new,
+                type=new.type,
+                is_flag=new.is_flag,
+                multiple=new.multiple,
+                nargs=new.nargs,
+                default=None,
+            )
+            f.__click_params__.append(alias)  # type: ignore[attr-defined]
+        return f
+
+    return decorator
 
 
 def warehouse(f: F) -> F:
@@ -131,6 +229,25 @@ class BoundedInt(click.ParamType):
         return validation.integer(typed, "value", flag, lo=self.lo, hi=self.hi, strings=True)
 
 
+# The short dtype spellings some commands took before vLLM's names (--dtype bfloat16,
+# --kv-cache-dtype fp8); kept for one release.
+DTYPE_SHORT = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+
+
+class DType(click.Choice):
+    """A --dtype value by vLLM's names (float32, bfloat16, float16, fp8, ...); the short
+    spellings of ``DTYPE_SHORT`` still work and print a deprecation line."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        new = DTYPE_SHORT.get(str(value).lower()) if isinstance(value, str) else None
+        if new is not None and new in self.choices:
+            flag = param.opts[0] if param is not None and param.opts else "--dtype"
+            if ctx is None or not ctx.resilient_parsing:
+                click.echo(deprecation_line(f"{flag} {value}", f"{flag} {new}"), err=True)
+            value = new
+        return super().convert(value, param, ctx)
+
+
 def _check_where(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """--where is checked as it is read, before the command takes the warehouse lock or
     reads anything (``pipeline.predicate``); a refusal is one line, exit 1. A blank one
@@ -142,10 +259,50 @@ def _check_where(ctx: click.Context, param: click.Parameter, value: str | None) 
     return check_predicate(value, "--where")
 
 
-def requests_selection(f: F) -> F:
+@dataclass(frozen=True)
+class Requests:
+    """Which requests a command reads (``selection``): a Parquet file or the warehouse's
+    days, and the filters on them."""
+
+    file: Path | None = None
+    date_from: Moment | None = None
+    date_to: Moment | None = None
+    models: tuple[str, ...] = ()
+    tenants: tuple[str, ...] = ()
+    where: str | None = None
+
+    def kwargs(self) -> dict[str, Any]:
+        """requests_file, date_from, date_to and selection, as the library functions take
+        them (``selection_kwargs``)."""
+        chosen = selection_kwargs(
+            self.date_from, self.date_to, self.models, self.tenants, self.where
+        )
+        return {"requests_file": self.file, **chosen}
+
+
+_REQUESTS_KEYS = ("requests_file", "date_from", "date_to", "models", "tenants", "where")
+
+
+def selection(f: F) -> F:
     """--requests FILE, or --from/--to days (optionally with a time of day) of the warehouse,
-    and --model, --tenant, --where: which requests to replay."""
-    f = click.option(
+    and --model, --tenant, --where: which requests to read. The command gets them as one
+    argument, ``requests`` (a ``Requests``)."""
+
+    @functools.wraps(f)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        chosen = {key: kwargs.pop(key) for key in _REQUESTS_KEYS}
+        requests = Requests(
+            chosen["requests_file"],
+            chosen["date_from"],
+            chosen["date_to"],
+            tuple(chosen["models"]),
+            tuple(chosen["tenants"]),
+            chosen["where"],
+        )
+        return f(*args, requests=requests, **kwargs)
+
+    g: Any = wrapper
+    g = click.option(
         "--where",
         "where",
         default=None,
@@ -155,35 +312,36 @@ def requests_selection(f: F) -> F:
         "\"prompt_tokens > 4000 AND tenant <> 'batch'\": one boolean expression with "
         "operators, CASE, CAST and scalar string, math, date and list functions; no "
         "subqueries, table functions or statements.",
-    )(f)
-    f = click.option(
+    )(g)
+    g = click.option(
         "--tenant", "tenants", multiple=True, help="Only this tenant's requests (repeatable)."
-    )(f)
-    f = click.option(
+    )(g)
+    g = click.option(
         "--model", "models", multiple=True, help="Only this model's requests (repeatable)."
-    )(f)
-    f = click.option(
+    )(g)
+    g = click.option(
         "--to",
         "date_to",
         type=MomentType(),
         default=None,
         help="Last request day (UTC, inclusive), or a time (exclusive), e.g. 2024-05-01T19:00.",
-    )(f)
-    f = click.option(
+    )(g)
+    g = click.option(
         "--from",
         "date_from",
         type=MomentType(),
         default=None,
         help="First request day (UTC), or a time of day, e.g. 2024-05-01T18:00.",
-    )(f)
-    return click.option(
+    )(g)
+    g = click.option(
         "--requests",
         "requests_file",
         type=click.Path(dir_okay=False, exists=True, path_type=Path),
         default=None,
         help="Replay one Parquet file with the requests columns instead of the warehouse "
         "(e.g. written by `tracereplay sql --format parquet`).",
-    )(f)
+    )(g)
+    return g  # type: ignore[no-any-return]
 
 
 def selection_kwargs(
@@ -227,10 +385,142 @@ def parse_sets(pairs: tuple[str, ...]) -> dict[str, Any]:
     return out
 
 
+def sets(f: F) -> F:
+    """--set KEY=VALUE (``sets``, repeatable): any scenario key (``parse_sets``)."""
+    return click.option(
+        "--set",
+        "sets",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help="Any scenario key (repeatable), e.g. --set drop_too_long=true.",
+    )(f)
+
+
+def scenario_flags(f: F) -> F:
+    """The flags that set one scenario key each (--policy, --replicas, --max-num-seqs, ...)
+    and --set: what ``replay`` builds its scenario from and ``capacity`` its base. The
+    command gets the flags as one argument, ``scenario_flags`` (key -> value, None where
+    not given), and the --set pairs as ``sets``."""
+    from pipeline.sim.policies import POLICIES
+    from pipeline.sim.routing import ROUTERS
+    from pipeline.sim.scenario import ARRIVALS
+
+    flags: list[click.Option] = [
+        click.Option(
+            ["--policy"],
+            type=click.Choice(sorted(POLICIES)),
+            default=None,
+            help="Scheduler policy [default: vllm].",
+        ),
+        click.Option(["--profile"], default=None, help="Step-cost profile name or JSON file."),
+        click.Option(
+            ["--replicas"], type=SCENARIO_INT, default=None, help="Engine replicas [default: 1]."
+        ),
+        click.Option(
+            ["--router"],
+            type=click.Choice(sorted(ROUTERS)),
+            default=None,
+            help="How requests are spread over replicas [default: round_robin].",
+        ),
+        click.Option(
+            ["--arrivals"],
+            type=click.Choice(ARRIVALS),
+            default=None,
+            help="Trace timestamps, or drawn poisson/gamma arrivals [default: trace].",
+        ),
+        click.Option(
+            ["--rate"], type=SCENARIO_FLOAT, default=None, help="Target request rate (req/s)."
+        ),
+        click.Option(
+            ["--time-scale"],
+            type=SCENARIO_FLOAT,
+            default=None,
+            help="Multiply the trace's inter-arrival times (0.5 = twice as fast).",
+        ),
+        click.Option(
+            ["--burstiness"], type=SCENARIO_FLOAT, default=None, help="Gamma shape (1 = poisson)."
+        ),
+        click.Option(
+            ["--num-requests"], type=SCENARIO_INT, default=None, help="Requests to replay."
+        ),
+        click.Option(
+            ["--seed"], type=SCENARIO_INT, default=None, help="Seed of the scenario's generator."
+        ),
+        click.Option(
+            ["--max-output-tokens"],
+            type=SCENARIO_INT,
+            default=None,
+            help="Cap every output length.",
+        ),
+        click.Option(
+            ["--max-model-len"], type=SCENARIO_INT, default=None, help="Longest prompt + output."
+        ),
+        click.Option(
+            ["--num-gpu-blocks"], type=SCENARIO_INT, default=None, help="KV blocks per replica."
+        ),
+        click.Option(
+            ["--gpu-memory-utilization"],
+            type=SCENARIO_FLOAT,
+            default=None,
+            help="Share of GPU memory for weights + KV [default: 0.9].",
+        ),
+        click.Option(
+            ["--block-size"],
+            type=SCENARIO_INT,
+            default=None,
+            help="Tokens per KV block [default: 16; 1 for sglang and tgi].",
+        ),
+        click.Option(
+            ["--max-num-seqs"], type=SCENARIO_INT, default=None, help="vllm, orca, sarathi."
+        ),
+        click.Option(
+            ["--max-num-batched-tokens"],
+            type=SCENARIO_INT,
+            default=None,
+            help="vllm token budget.",
+        ),
+        click.Option(
+            ["--enable-chunked-prefill/--no-enable-chunked-prefill"],
+            default=None,
+            help="vllm chunked prefill [default: on].",
+        ),
+        click.Option(
+            ["--long-prefill-token-threshold"], type=SCENARIO_INT, default=None, help="vllm."
+        ),
+        click.Option(["--watermark"], type=SCENARIO_FLOAT, default=None, help="vllm, sarathi."),
+        click.Option(
+            ["--chunk-size"], type=SCENARIO_INT, default=None, help="sarathi token budget."
+        ),
+        click.Option(["--max-batch-size"], type=SCENARIO_INT, default=None, help="static."),
+        click.Option(["--max-wait-s"], type=SCENARIO_FLOAT, default=None, help="static."),
+    ]
+    keys = [p.name for p in flags]
+
+    @functools.wraps(f)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        chosen = {key: kwargs.pop(key) for key in keys}
+        return f(*args, scenario_flags=chosen, **kwargs)
+
+    g: Any = sets(wrapper)
+    g.__click_params__.extend(reversed(flags))  # click lists them in reverse, as decorators do
+    return g  # type: ignore[no-any-return]
+
+
+def quiet(f: F) -> F:
+    """--quiet/-q (``quiet``)."""
+    return click.option(
+        "--quiet", "-q", is_flag=True, help="No progress bar or notes, the summary only."
+    )(f)
+
+
+def as_json(f: F) -> F:
+    """--json (``as_json``): what the command prints, as one JSON document."""
+    return click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")(f)
+
+
 def output(f: F) -> F:
-    f = click.option("--quiet", "-q", is_flag=True, help="No progress bar, summary only.")(f)
-    f = click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")(f)
-    return f
+    """--json and --quiet: the summary as JSON; the summary alone."""
+    return as_json(quiet(f))
 
 
 def intervals(f: F) -> F:
@@ -254,12 +544,11 @@ def gpu_hour_price(f: F) -> F:
 
 
 def locked(f: F) -> F:
-    """Run the command holding the warehouse lock (``pipeline.lock``); adds --lock-timeout.
+    """Run the command holding the warehouse lock (``pipeline.lock``); adds --lock-timeout-s.
 
     Put it right above the function, below every other option: it reads the
     command's ``warehouse`` and ``config_file`` arguments to find the warehouse.
     """
-    import functools
 
     @functools.wraps(f)
     def wrapper(*args: Any, lock_timeout: float, **kwargs: Any) -> Any:
@@ -275,9 +564,11 @@ def locked(f: F) -> F:
 
 
 def lock_timeout(f: F) -> F:
-    """--lock-timeout SECONDS (``lock_timeout``): how long to wait for the warehouse lock."""
-    return click.option(
-        "--lock-timeout",
+    """--lock-timeout-s SECONDS (``lock_timeout``): how long to wait for the warehouse lock."""
+    return option(
+        "--lock-timeout-s",
+        "lock_timeout",
+        deprecated=("--lock-timeout",),
         type=BoundedFloat(0.0, 1e7),
         default=600.0,
         show_default=True,

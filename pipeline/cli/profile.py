@@ -24,15 +24,21 @@ from pipeline.sim.profiles import (
 from pipeline.text import render_table
 from pipeline.validation import non_finite_key
 
+# --dtype and --kv-cache-dtype by vLLM's names -> the model config's (DTYPE_BYTES)
+PROFILE_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "fp8": "fp8"}
+assert set(PROFILE_DTYPES.values()) == set(DTYPE_BYTES)
+
 
 @click.group()
 def profile() -> None:
     """Step-cost profiles: the time an engine step takes for a model on a GPU.
 
-    \b
     Example:
-      tracereplay profile list
-      tracereplay profile new --model-config config.json --gpu h100-sxm --tp 4 -o my.json
+
+    \b
+        tracereplay profile list
+        tracereplay profile new --model-config config.json --gpu h100-sxm \\
+            --tensor-parallel-size 4 -o my.json
     """
 
 
@@ -52,17 +58,38 @@ def profile() -> None:
     type=click.Path(dir_okay=False, path_type=Path),
     help="A JSON file describing the GPU (peak_flops, hbm_bytes_per_s, ...) instead.",
 )
-@click.option(
-    "--tp", type=opt.BoundedInt(1, 1024), default=1, show_default=True, help="Tensor parallel GPUs."
+@opt.option(
+    "--tensor-parallel-size",
+    "tp",
+    deprecated=("--tp",),
+    type=opt.BoundedInt(1, 1024),
+    default=1,
+    show_default=True,
+    help="Tensor parallel GPUs.",
 )
-@click.option("--dtype", type=click.Choice(sorted(DTYPE_BYTES)), default="bf16", show_default=True)
 @click.option(
-    "--kv-dtype", type=click.Choice(sorted(DTYPE_BYTES)), help="KV cache dtype [default: --dtype]."
+    "--dtype",
+    type=opt.DType(sorted(PROFILE_DTYPES)),
+    default="bfloat16",
+    show_default=True,
+    help="Weights and activations.",
+)
+@opt.option(
+    "--kv-cache-dtype",
+    "kv_dtype",
+    deprecated=("--kv-dtype",),
+    type=opt.DType(sorted(PROFILE_DTYPES)),
+    help="KV cache [default: --dtype].",
 )
 @click.option(
     "--max-model-len", type=opt.BoundedInt(2, 2**31 - 1), help="[default: max_position_embeddings]"
 )
-@click.option("--name", help="Model name in the profile [default: the config's directory name].")
+@opt.option(
+    "--model-name",
+    "name",
+    deprecated=("--name",),
+    help="Model name in the profile [default: the config's directory name].",
+)
 @click.option(
     "--runtime",
     type=click.Choice(sorted(load_runtimes())),
@@ -100,11 +127,12 @@ def new(
 ) -> None:
     """An analytic cost-model-v3 profile for a decoder-only model on a GPU.
 
-    \b
     Example:
-      tracereplay profile new --model-config Llama-3-70B/config.json \\
-        --gpu h100-sxm --tp 4 -o l70.json
-      tracereplay replay ... --profile l70.json
+
+    \b
+        tracereplay profile new --model-config Llama-3-70B/config.json \\
+            --gpu h100-sxm --tensor-parallel-size 4 -o l70.json
+        tracereplay replay --profile l70.json
     """
     if gpu_spec is not None:
         spec, eff = read_gpu_spec(gpu_spec, gpu)
@@ -112,11 +140,18 @@ def new(
         spec, eff = resolve_gpu(gpu)
     else:
         raise ConfigError("give --gpu NAME or --gpu-spec FILE.json")
-    model = read_model_config(model_config, name, dtype, kv_dtype, max_model_len)
+    model = read_model_config(
+        model_config,
+        name,
+        PROFILE_DTYPES[dtype],
+        PROFILE_DTYPES[kv_dtype] if kv_dtype else None,
+        max_model_len,
+    )
     if model.num_heads % tp:
         raise ConfigError(
-            f"--tp {tp}: {model_config} has {model.num_heads} attention heads, which do not "
-            "split evenly over that many GPUs; give a --tp that divides them"
+            f"--tensor-parallel-size {tp}: {model_config} has {model.num_heads} attention "
+            "heads, which do not split evenly over that many GPUs; give a "
+            "--tensor-parallel-size that divides them"
         )
     data = new_profile(model, spec, eff, tp, resolve_runtime(runtime), frontend == "http")
     bad = non_finite_key(data)
@@ -151,9 +186,10 @@ def _prefill_ms(c: dict[str, float]) -> float:
 def list_() -> None:
     """The shipped profiles (use a name with --profile).
 
-    \b
     Example:
-      tracereplay profile list
+
+    \b
+        tracereplay profile list
     """
     rows = describe_profiles()
     headers = ["name", "model", "gpu", "tp", "cost model", "method"]

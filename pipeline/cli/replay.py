@@ -14,8 +14,7 @@ from pipeline.pricing import deployment_cost, format_cost, gpu_prices
 from pipeline.sim.policies import POLICIES
 from pipeline.sim.replay import ReplayResult, ScenarioRun
 from pipeline.sim.replay import replay as replay_requests
-from pipeline.sim.routing import ROUTERS
-from pipeline.sim.scenario import ARRIVALS, resolve_scenarios
+from pipeline.sim.scenario import resolve_scenarios
 from pipeline.sim.trace_prefix import no_hashes_warning, observed_line
 from pipeline.text import render_table
 
@@ -155,7 +154,7 @@ def result_dict(
 @click.command(name="replay")
 @opt.warehouse
 @opt.config_file
-@opt.requests_selection
+@opt.selection
 @click.option(
     "--scenario",
     "scenario_files",
@@ -164,84 +163,7 @@ def result_dict(
     help="Scenario TOML file (repeatable); flags below override its values.",
 )
 @click.option("--name", default=None, help="Scenario name (names the output files).")
-@click.option(
-    "--policy",
-    type=click.Choice(sorted(POLICIES)),
-    default=None,
-    help="Scheduler policy [default: vllm].",
-)
-@click.option("--profile", default=None, help="Step-cost profile name or JSON file.")
-@click.option(
-    "--replicas", type=opt.SCENARIO_INT, default=None, help="Engine replicas [default: 1]."
-)
-@click.option(
-    "--router",
-    type=click.Choice(sorted(ROUTERS)),
-    default=None,
-    help="How requests are spread over replicas [default: round_robin].",
-)
-@click.option(
-    "--arrivals",
-    type=click.Choice(ARRIVALS),
-    default=None,
-    help="Trace timestamps, or drawn poisson/gamma arrivals [default: trace].",
-)
-@click.option("--rate", type=opt.SCENARIO_FLOAT, default=None, help="Target request rate (req/s).")
-@click.option(
-    "--time-scale",
-    type=opt.SCENARIO_FLOAT,
-    default=None,
-    help="Multiply the trace's inter-arrival times (0.5 = twice as fast).",
-)
-@click.option(
-    "--burstiness", type=opt.SCENARIO_FLOAT, default=None, help="Gamma shape (1 = poisson)."
-)
-@click.option("--num-requests", type=opt.SCENARIO_INT, default=None, help="Requests to replay.")
-@click.option(
-    "--seed", type=opt.SCENARIO_INT, default=None, help="Seed of the scenario's generator."
-)
-@click.option(
-    "--max-output-tokens", type=opt.SCENARIO_INT, default=None, help="Cap every output length."
-)
-@click.option(
-    "--max-model-len", type=opt.SCENARIO_INT, default=None, help="Longest prompt + output."
-)
-@click.option(
-    "--num-gpu-blocks", type=opt.SCENARIO_INT, default=None, help="KV blocks per replica."
-)
-@click.option(
-    "--gpu-memory-utilization",
-    type=opt.SCENARIO_FLOAT,
-    default=None,
-    help="Share of GPU memory for weights + KV [default: 0.9].",
-)
-@click.option(
-    "--block-size",
-    type=opt.SCENARIO_INT,
-    default=None,
-    help="Tokens per KV block [default: 16; 1 for sglang and tgi].",
-)
-@click.option("--max-num-seqs", type=opt.SCENARIO_INT, default=None, help="vllm, orca, sarathi.")
-@click.option(
-    "--max-num-batched-tokens", type=opt.SCENARIO_INT, default=None, help="vllm token budget."
-)
-@click.option(
-    "--enable-chunked-prefill/--no-enable-chunked-prefill",
-    default=None,
-    help="vllm chunked prefill [default: on].",
-)
-@click.option("--long-prefill-token-threshold", type=opt.SCENARIO_INT, default=None, help="vllm.")
-@click.option("--watermark", type=opt.SCENARIO_FLOAT, default=None, help="vllm, sarathi.")
-@click.option("--chunk-size", type=opt.SCENARIO_INT, default=None, help="sarathi token budget.")
-@click.option("--max-batch-size", type=opt.SCENARIO_INT, default=None, help="static.")
-@click.option("--max-wait-s", type=opt.SCENARIO_FLOAT, default=None, help="static.")
-@click.option(
-    "--set",
-    "sets",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="Any scenario key (repeatable), e.g. --set drop_too_long=true.",
-)
+@opt.scenario_flags
 @opt.intervals
 @opt.gpu_hour_price
 @opt.output
@@ -249,26 +171,21 @@ def result_dict(
 def replay_command(
     warehouse: Path | None,
     config_file: Path | None,
-    requests_file: Path | None,
-    date_from: opt.Moment | None,
-    date_to: opt.Moment | None,
-    models: tuple[str, ...],
-    tenants: tuple[str, ...],
-    where: str | None,
+    requests: opt.Requests,
     scenario_files: tuple[Path, ...],
+    name: str | None,
+    scenario_flags: dict[str, Any],
     sets: tuple[str, ...],
     no_intervals: bool,
     gpu_hour_price: float | None,
     quiet: bool,
     as_json: bool,
-    **flags: Any,
 ) -> None:
     """Replay requests through scheduler scenarios; write sim_requests and sim_steps.
 
     Scenarios come from TOML files (--scenario, repeatable) and/or flags
     (flags override every file; without files the flags make one scenario).
-    Policies: static, orca, vllm, sarathi, sglang, tgi; see docs/replay.md for
-    every key.
+    Policies: {policies}; see docs/replay.md for every key.
     Prints per scenario: throughput, TTFT, TPOT and E2E percentiles with their
     90% intervals (arrivals: a block bootstrap of the replayed requests;
     profile: two more replays at the step cost's error; --no-intervals leaves
@@ -283,15 +200,14 @@ def replay_command(
     """
     cfg = load_config(config_file)
     wh = warehouse_path(str(warehouse) if warehouse else None, cfg)
-    values = {**flags, **opt.parse_sets(sets)}
+    values = {"name": name, **scenario_flags, **opt.parse_sets(sets)}
     scenarios = resolve_scenarios(
         list(scenario_files), values, defaults=dict(cfg.sections.get("replay", {}))
     )
     result = replay_requests(
         wh,
         scenarios,
-        requests_file=requests_file,
-        **opt.selection_kwargs(date_from, date_to, models, tenants, where),
+        **requests.kwargs(),
         quiet=quiet,
         intervals=not no_intervals,
     )
@@ -303,5 +219,9 @@ def replay_command(
         click.echo(format_run(run, prices))
     click.echo(f"run {result.run_id}: {len(result.runs)} scenario(s) written to {wh}")
 
+
+# the policies as the registry has them, so the help never leaves one out
+assert replay_command.help is not None
+replay_command.help = replay_command.help.replace("{policies}", ", ".join(POLICIES))
 
 replay = replay_command

@@ -27,7 +27,6 @@ def report_slos(
     if slo_ttft_ms is not None:
         if items:
             raise ConfigError("give --slo ttft_p99=... or the deprecated --slo-ttft-ms, not both")
-        click.echo("warning: --slo-ttft-ms is deprecated; use --slo ttft_p99=<N>ms", err=True)
         return slo_ttft_ms / 1000.0, []
     # build_report takes the objective from these SLOs' unscoped ttft_p99
     return None, [str(s) for s in parse_slos(items, where="--slo")]
@@ -57,9 +56,10 @@ def report_slos(
 )
 @click.option(
     "--slo-ttft-ms",
+    cls=opt.DeprecatedOption,
+    use="--slo ttft_p99=<N>ms",
     type=opt.BoundedFloat(0.0, 1e9, lo_open=True),
     default=None,
-    help="Deprecated: use --slo ttft_p99=<ms>ms.",
 )
 @click.option(
     "--compare",

@@ -44,8 +44,9 @@ def run(
     With no SOURCES it uses the bundled sample log (traces/azure_conv.csv), and
     with no --scenario the built-in demonstration set (static vs vLLM, chunked
     prefill on and off, a max_num_seqs sweep, the trace replayed 4x faster).
-    This is the command a nightly job runs; it exits non-zero when any step
-    fails.
+    It exits non-zero when any step fails. For a scheduled job over an inbox of
+    logs (only new files ingested, drift against the night before, a manifest
+    per night) use `tracereplay nightly`.
 
     Example:
 

@@ -155,7 +155,8 @@ def _write_file(output: Path, data: bytes | str) -> None:
 @click.option("--views", is_flag=True, help="Print the SQL that creates the views and exit.")
 @opt.warehouse
 @opt.config_file
-@opt.output
+@click.option("--json", "as_json", cls=opt.DeprecatedOption, use="--format json", is_flag=True)
+@opt.quiet
 def sql(
     sql: str | None,
     file: str | None,
@@ -184,7 +185,7 @@ def sql(
         tracereplay sql "SELECT scenario, count(*) FROM sim_requests GROUP BY ALL"
         tracereplay sql -f sql/slo_capacity.sql --param slo_ttft_s=0.5
         tracereplay sql -f throughput --format csv -o throughput.csv   # says what it wrote
-        tracereplay sql -f latency_percentiles --json                  # = --format json
+        tracereplay sql -f latency_percentiles --format json
         tracereplay sql --views > views.sql && duckdb -init views.sql
     """
     root = warehouse_path(str(warehouse) if warehouse else None, load_config(config_file))
@@ -203,7 +204,7 @@ def sql(
             )
     if as_json and fmt not in (None, "json"):
         raise QueryError(f"--json and --format {fmt} disagree: give one of them")
-    if as_json:  # the same as --format json
+    if as_json:  # the deprecated spelling of --format json
         fmt = "json"
     if fmt is None:
         suffix = output.suffix.lstrip(".").lower() if output else ""

@@ -97,7 +97,7 @@ def result_dict(result: SweepResult, warehouse: Path) -> dict[str, Any]:
 @click.argument("grid_file", type=click.Path(dir_okay=False, exists=True, path_type=Path))
 @opt.warehouse
 @opt.config_file
-@opt.requests_selection
+@opt.selection
 @click.option(
     "--jobs",
     "-j",
@@ -128,12 +128,7 @@ def sweep_command(
     grid_file: Path,
     warehouse: Path | None,
     config_file: Path | None,
-    requests_file: Path | None,
-    date_from: opt.Moment | None,
-    date_to: opt.Moment | None,
-    models: tuple[str, ...],
-    tenants: tuple[str, ...],
-    where: str | None,
+    requests: opt.Requests,
     jobs: int | None,
     ray_address: str | None,
     slo_items: tuple[str, ...],
@@ -173,8 +168,7 @@ def sweep_command(
         grid,
         jobs=jobs,
         ray_address=ray_address,
-        requests_file=requests_file,
-        **opt.selection_kwargs(date_from, date_to, models, tenants, where),
+        **requests.kwargs(),
         quiet=quiet,
     )
     if as_json:

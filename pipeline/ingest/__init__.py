@@ -391,7 +391,7 @@ def _choose_format(path: Path, head: bytes, forced: str | None) -> LogFormat:
         raise SourceError(
             str(path),
             "unknown log format (the first line matches none of "
-            f"{', '.join(sorted(FORMATS))}); pass --format NAME if you know it",
+            f"{', '.join(sorted(FORMATS))}); pass --log-format NAME if you know it",
         )
     return fmt
 

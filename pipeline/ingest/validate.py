@@ -176,7 +176,7 @@ def _rules() -> list[Rule]:
             + _num("prompt_tokens")
             + pl.lit(" prompt tokens at block size ")
             + _num("block_size")
-            + pl.lit(" (at most ceil(prompt/block) expected); is --block-size right?"),
+            + pl.lit(" (at most ceil(prompt/block) expected); is --prefix-block-tokens right?"),
             ("block_size", "prompt_tokens"),
         ),
     ]

@@ -127,11 +127,11 @@ class HttpOptions:
             raise ConfigError(f"--max-in-flight {self.max_in_flight}: must be 1 to 100000")
         if not (math.isfinite(self.timeout_s) and self.timeout_s > 0):
             raise ConfigError(
-                f"--timeout {self.timeout_s}: must be a finite number of seconds, more than 0"
+                f"--timeout-s {self.timeout_s}: must be a finite number of seconds, more than 0"
             )
         if not (math.isfinite(self.metrics_interval_s) and self.metrics_interval_s > 0):
             raise ConfigError(
-                f"--metrics-interval {self.metrics_interval_s}: must be a finite number of "
+                f"--metrics-interval-s {self.metrics_interval_s}: must be a finite number of "
                 "seconds, more than 0"
             )
         if self.max_model_len is not None and not 2 <= self.max_model_len <= MAX_COUNT:
@@ -139,7 +139,7 @@ class HttpOptions:
                 f"--max-model-len {self.max_model_len}: must be 2 to {MAX_COUNT} tokens"
             )
         if not self.max_wait_s > 0:  # inf: no bound
-            raise ConfigError(f"--max-wait {self.max_wait_s}: must be more than 0 seconds")
+            raise ConfigError(f"--max-gap-s {self.max_wait_s}: must be more than 0 seconds")
 
 
 # --- prompts ---------------------------------------------------------------------------
@@ -644,7 +644,7 @@ class _Replay:
             where = "before the first request" if k == 0 else f"before request {k + 1}"
             raise ConfigError(
                 f"the replay would sleep {gap:,.6g} s {where} "
-                f"({self.batch.request_id[k]}), past --max-wait {opts.max_wait_s:g} s; "
+                f"({self.batch.request_id[k]}), past --max-gap-s {opts.max_wait_s:g} s; "
                 "replay faster (--time-scale), --skip past the gap, or replay one day"
             )
         limits = httpx.Limits(

@@ -62,10 +62,12 @@ class Selection:
     max_wait_s: float = MAX_WAIT_S  # the longest sleep between arrivals (inf: no bound)
 
     def __post_init__(self) -> None:
-        for name in ("sample", "max_prompt_tokens", "max_output_tokens"):
+        for name, flag in (("sample", "--num-requests"), ("max_prompt_tokens", None),
+                           ("max_output_tokens", None)):  # fmt: skip
             value = getattr(self, name)
             if value is not None and value < 1:
-                raise ConfigError(f"--{name.replace('_', '-')} {value}: must be at least 1")
+                flag = flag or f"--{name.replace('_', '-')}"
+                raise ConfigError(f"{flag} {value}: must be at least 1")
         if self.skip < 0:
             raise ConfigError(f"--skip {self.skip}: must be 0 or more")
         lo, hi = TIME_SCALES
@@ -75,7 +77,7 @@ class Selection:
                 f"{hi:g} (0.5 replays twice as fast)"
             )
         if not self.max_wait_s > 0:
-            raise ConfigError(f"--max-wait {self.max_wait_s:g}: must be more than 0 seconds")
+            raise ConfigError(f"--max-gap-s {self.max_wait_s:g}: must be more than 0 seconds")
 
 
 @dataclass
@@ -142,9 +144,9 @@ def _check_waits(arrival: npt.NDArray[np.float64], ids: pl.Series, sel: Selectio
     raise ConfigError(
         f"--time-scale {sel.time_scale:g}: the replay would sleep {gap:,.6g} s "
         f"({gap / 86400:,.3g} days) before request {ids[k]} (#{k + 1} of the slice), "
-        f"past --max-wait {sel.max_wait_s:g} s; replay faster (--time-scale {faster:.3g} or "
+        f"past --max-gap-s {sel.max_wait_s:g} s; replay faster (--time-scale {faster:.3g} or "
         f"less), --skip {sel.skip + k} past the gap, or replay one day (--from/--to); "
-        "--max-wait raises the bound"
+        "--max-gap-s raises the bound"
     )
 
 

@@ -85,7 +85,7 @@ def model_shape_from_config(
             f"{path}: model_type {model_type!r} is not supported; supported: "
             + ", ".join(MODEL_TYPES)
         )
-    for flag, value in (("--dtype", dtype), ("--kv-dtype", kv_dtype or dtype)):
+    for flag, value in (("--dtype", dtype), ("--kv-cache-dtype", kv_dtype or dtype)):
         if value not in DTYPE_BYTES:
             raise ConfigError(f"{flag} {value!r}: use one of {', '.join(DTYPE_BYTES)}")
     hidden = _get(cfg, "hidden_size", path)

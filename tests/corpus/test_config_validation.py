@@ -205,13 +205,13 @@ FLAGS: dict[str, tuple[list[str], str]] = {
         ["replay", "--gpu-hour-price", "nan"],
         "--gpu-hour-price: value must be a finite number in (0, 1e+06], got 'nan'",
     ),
-    "replay--lock-timeout-inf": (
-        ["replay", "--lock-timeout", "inf"],
-        "--lock-timeout: value must be a finite number in [0, 1e+07], got 'inf'",
+    "replay--lock-timeout-s-inf": (
+        ["replay", "--lock-timeout-s", "inf"],
+        "--lock-timeout-s: value must be a finite number in [0, 1e+07], got 'inf'",
     ),
-    "ingest--block-size-1e20": (
-        ["ingest", "x.jsonl", "--block-size", "1e20"],
-        "--block-size: value must be an integer in [1, 65536], got '1e20'",
+    "ingest--prefix-block-tokens-1e20": (
+        ["ingest", "x.jsonl", "--prefix-block-tokens", "1e20"],
+        "--prefix-block-tokens: value must be an integer in [1, 65536], got '1e20'",
     ),
     "sql--max-rows-zero": (
         ["sql", "SELECT 1", "--max-rows", "0"],
@@ -221,9 +221,20 @@ FLAGS: dict[str, tuple[list[str], str]] = {
         ["report", "--slo-ttft-ms", "nan"],
         "--slo-ttft-ms: value must be a finite number in (0, 1e+09], got 'nan'",
     ),
-    "profile-new--tp-huge": (
-        ["profile", "new", "--model-config", "x.json", "--gpu", "h100", "--tp", "4097", "-o", "o"],
-        "--tp: value must be an integer in [1, 1024], got '4097'",
+    "profile-new--tensor-parallel-size-huge": (
+        [
+            "profile",
+            "new",
+            "--model-config",
+            "x.json",
+            "--gpu",
+            "h100",
+            "--tensor-parallel-size",
+            "4097",
+            "-o",
+            "o",
+        ],  # fmt: skip
+        "--tensor-parallel-size: value must be an integer in [1, 1024], got '4097'",
     ),
 }
 
@@ -420,7 +431,7 @@ def test_nightly_config(tmp_path: Path, case: str) -> None:
 def test_nightly_wrong_type_via_cli_is_one_line(tmp_path: Path) -> None:
     path = tmp_path / "nightly.toml"
     path.write_text(NIGHTLY["warehouse-5"][0])
-    r = CliRunner().invoke(cli, ["nightly", "--config", str(path)])
+    r = CliRunner().invoke(cli, ["nightly", str(path)])
     assert r.exit_code == 1
     assert r.output.strip() == (
         f"Error: {path}: nightly.warehouse must be a string, got an integer (5)"
@@ -608,7 +619,7 @@ def test_profile_new_tp_must_divide_heads(tmp_path: Path) -> None:
             str(path),
             "--gpu",
             "h100-80gb",
-            "--tp",
+            "--tensor-parallel-size",
             "3",
             "-o",
             str(tmp_path / "p.json"),
@@ -616,8 +627,8 @@ def test_profile_new_tp_must_divide_heads(tmp_path: Path) -> None:
     )
     assert r.exit_code == 1
     assert r.output.strip() == (
-        f"Error: --tp 3: {path} has 32 attention heads, which do not split evenly over that "
-        "many GPUs; give a --tp that divides them"
+        f"Error: --tensor-parallel-size 3: {path} has 32 attention heads, which do not split "
+        "evenly over that many GPUs; give a --tensor-parallel-size that divides them"
     )
 
 

@@ -148,8 +148,8 @@ class Case:
 
 def _live_args(c: Case, url: str) -> list[str]:
     return ["live", "--engine", "http", "--base-url", url, "--requests",
-            str(c.base / "requests.parquet"), "--warehouse", str(c.wh), "--sample", "6",
-            "--time-scale", "0.01", "--metrics-interval", "0.05", "--quiet"]  # fmt: skip
+            str(c.base / "requests.parquet"), "--warehouse", str(c.wh), "--num-requests", "6",
+            "--time-scale", "0.01", "--metrics-interval-s", "0.05", "--quiet"]  # fmt: skip
 
 
 COMMANDS: dict[str, tuple[str, Callable[[Case], list[str]]]] = {
@@ -167,7 +167,7 @@ COMMANDS: dict[str, tuple[str, Callable[[Case], list[str]]]] = {
                              str(c.wh), "--scenario", str(c.base / "sc.toml"), "--quiet"]),
     "live": ("wh", lambda c: _live_args(c, c.base.name)),  # the URL is set in the case
     "report": ("wh", lambda c: ["report", "--warehouse", str(c.wh), "--quiet"]),
-    "nightly": ("wh", lambda c: ["nightly", "--config", str(c.base / "nightly.toml"),
+    "nightly": ("wh", lambda c: ["nightly", str(c.base / "nightly.toml"),
                                  "--warehouse", str(c.wh)]),
     "sql-o": ("out", lambda c: ["sql", "--warehouse", str(c.wh), "-o", str(c.out),
                                 "SELECT count(*) AS n FROM requests"]),
@@ -307,7 +307,7 @@ RERUN_GROWS = {
 
 
 def nightly_args(c: Case, *extra: str) -> list[str]:
-    return ["nightly", "--config", str(c.base / "nightly.toml"), "--warehouse", str(c.wh), *extra]
+    return ["nightly", str(c.base / "nightly.toml"), "--warehouse", str(c.wh), *extra]
 
 
 def only_manifest(wh: Path) -> dict[str, object]:
@@ -402,7 +402,7 @@ def fsync(fd):
     real_fsync(fd)
 os.replace, os.fsync = replace, fsync
 from pipeline.cli import cli
-cli(["nightly", "--config", sys.argv[4], "--warehouse", str(wh)])
+cli(["nightly", sys.argv[4], "--warehouse", str(wh)])
 """
 
 
@@ -434,7 +434,7 @@ def test_kill_9_while_nightly_writes_its_failure_manifest(
     tmps = list((wh / "nightly").glob("*/.manifest.json.tmp-*"))
     assert [t.name for t in tmps] == [f".manifest.json.tmp-{proc.pid}"]
     assert leftovers(wh) == tmps  # the ingest's own temporary files are gone
-    r = CliRunner().invoke(cli, ["nightly", "--config", str(base / "nightly.toml"),
+    r = CliRunner().invoke(cli, ["nightly", str(base / "nightly.toml"),
                                  "--warehouse", str(wh), "--json"])  # fmt: skip
     assert r.exit_code == 0, r.output
     assert json.loads(r.output[r.output.index("{") :])["status"] == "ok"

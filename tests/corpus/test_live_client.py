@@ -451,14 +451,14 @@ def test_a_scrape_that_cannot_be_read_loses_its_sample_not_the_run(case: str) ->
 # --- arguments refused before anything is sent -----------------------------------------
 
 OPTIONS: dict[str, tuple[dict[str, Any], str]] = {
-    "timeout-inf": ({"timeout_s": float("inf")}, "--timeout inf: must be a finite number"),
-    "timeout-nan": ({"timeout_s": float("nan")}, "--timeout nan: must be a finite number"),
-    "metrics-interval-0": ({"metrics_interval_s": 0.0}, "--metrics-interval 0.0: must be"),
-    "metrics-interval-nan": ({"metrics_interval_s": float("nan")}, "--metrics-interval nan"),
+    "timeout-inf": ({"timeout_s": float("inf")}, "--timeout-s inf: must be a finite number"),
+    "timeout-nan": ({"timeout_s": float("nan")}, "--timeout-s nan: must be a finite number"),
+    "metrics-interval-0": ({"metrics_interval_s": 0.0}, "--metrics-interval-s 0.0: must be"),
+    "metrics-interval-nan": ({"metrics_interval_s": float("nan")}, "--metrics-interval-s nan"),
     "max-model-len-1": ({"max_model_len": 1}, "--max-model-len 1: must be 2 to 2147483647"),
     "max-model-len-huge": ({"max_model_len": 10**30}, "--max-model-len 1000000000000000000"),
     "max-in-flight-0": ({"max_in_flight": 0}, "--max-in-flight 0: must be 1 to 100000"),
-    "max-wait-0": ({"max_wait_s": 0.0}, "--max-wait 0.0: must be more than 0 seconds"),
+    "max-wait-0": ({"max_wait_s": 0.0}, "--max-gap-s 0.0: must be more than 0 seconds"),
 }
 
 
@@ -479,7 +479,7 @@ SELECTIONS: dict[str, tuple[dict[str, Any], str]] = {
     "time-scale-nan": ({"time_scale": float("nan")}, "--time-scale nan: must be a finite"),
     "time-scale-negative": ({"time_scale": -1.0}, "--time-scale -1: must be a finite"),
     "time-scale-1e-300": ({"time_scale": 1e-300}, "--time-scale 1e-300: must be a finite"),
-    "max-wait-negative": ({"max_wait_s": -5.0}, "--max-wait -5: must be more than 0"),
+    "max-wait-negative": ({"max_wait_s": -5.0}, "--max-gap-s -5: must be more than 0"),
 }
 
 
@@ -498,7 +498,7 @@ def test_a_long_sleep_in_a_batch_is_refused_before_anything_is_sent() -> None:
             run_http(b, HttpOptions(srv.url, "vllm"))
         assert srv.requests == []  # not even detection
     assert str(exc.value) == (
-        "the replay would sleep 400 s before request 2 (b), past --max-wait 300 s; replay "
+        "the replay would sleep 400 s before request 2 (b), past --max-gap-s 300 s; replay "
         "faster (--time-scale), --skip past the gap, or replay one day"
     )
 
@@ -518,8 +518,8 @@ def requests_file(path: Path, arrivals: list[float], prompt: int = 8, output: in
 def live(tmp_path: Path, url: str, *extra: str, arrivals: list[float] | None = None) -> Any:
     reqs = requests_file(tmp_path / "requests.parquet", arrivals or [0.0, 0.0, 0.01, 0.01])
     args = ["live", "--engine", "http", "--base-url", url, "--requests", str(reqs)]
-    args += ["--warehouse", str(tmp_path / "wh"), "--server-kind", "vllm", "--timeout", "5"]
-    return CliRunner().invoke(cli, [*args, "--metrics-interval", "0.05", *extra])
+    args += ["--warehouse", str(tmp_path / "wh"), "--server-kind", "vllm", "--timeout-s", "5"]
+    return CliRunner().invoke(cli, [*args, "--metrics-interval-s", "0.05", *extra])
 
 
 def visible(tmp_path: Path) -> tuple[int, int, list[tuple[str, str]]]:
@@ -626,8 +626,8 @@ GAPS: dict[str, tuple[list[float], list[str], str]] = {
         [0.0, 1.0, 1.0 + 166 * 86400, 2.0 + 166 * 86400],
         [],
         "--time-scale 1: the replay would sleep 1.43424e+07 s (166 days) before request "
-        "req-02 (#3 of the slice), past --max-wait 300 s; replay faster (--time-scale 2.09e-05 "
-        "or less), --skip 2 past the gap, or replay one day (--from/--to); --max-wait raises "
+        "req-02 (#3 of the slice), past --max-gap-s 300 s; replay faster (--time-scale 2.09e-05 "
+        "or less), --skip 2 past the gap, or replay one day (--from/--to); --max-gap-s raises "
         "the bound",
     ),
     "time-scale-1e6-of-a-second": (
@@ -637,15 +637,15 @@ GAPS: dict[str, tuple[list[float], list[str], str]] = {
     ),
     "max-wait-5m-of-a-10-min-gap": (
         [0.0, 600.0],
-        ["--max-wait", "5m", "--skip", "0"],
+        ["--max-gap-s", "5m", "--skip", "0"],
         "--time-scale 1: the replay would sleep 600 s (0.00694 days) before request req-01 "
-        "(#2 of the slice), past --max-wait 300 s",
+        "(#2 of the slice), past --max-gap-s 300 s",
     ),
     "skip-counts-in-the-fix": (
         [0.0, 1.0, 2.0, 1000.0],
         ["--skip", "1"],
         "--time-scale 1: the replay would sleep 998 s (0.0116 days) before request req-03 (#3 "
-        "of the slice), past --max-wait 300 s; replay faster (--time-scale 0.301 or less), "
+        "of the slice), past --max-gap-s 300 s; replay faster (--time-scale 0.301 or less), "
         "--skip 3 past the gap",
     ),
 }
@@ -664,7 +664,7 @@ def test_a_long_sleep_is_refused_up_front_with_the_fix(tmp_path: Path, case: str
 
 def test_a_gap_within_max_wait_runs(tmp_path: Path) -> None:
     with scripted_server({"/v1/completions": sse_reply(*GOOD)}) as srv:
-        r = live(tmp_path, srv.url, "--max-wait", "500ms", arrivals=[0.0, 0.2])
+        r = live(tmp_path, srv.url, "--max-gap-s", "500ms", arrivals=[0.0, 0.2])
     assert r.exit_code == 0, r.output
     assert "2 requests, 2 completed, 0 failed" in r.output
 
@@ -673,10 +673,10 @@ ARGS: dict[str, tuple[list[str], int, str]] = {
     "time-scale-1e300": (["--time-scale", "1e300"], 1, "Error: --time-scale 1e+300: must be"),
     "time-scale-nan": (["--time-scale", "nan"], 1, "Error: --time-scale nan: must be a finite"),
     "time-scale-inf": (["--time-scale", "inf"], 1, "Error: --time-scale inf: must be a finite"),
-    "max-wait-words": (["--max-wait", "soon"], 2, "'soon': expected a duration more than 0"),
-    "max-wait-zero": (["--max-wait", "0s"], 2, "'0s': expected a duration more than 0"),
-    "timeout-inf": (["--timeout", "inf"], 1, "Error: --timeout inf: must be a finite number"),
-    "metrics-interval-0": (["--metrics-interval", "0"], 1, "Error: --metrics-interval 0.0:"),
+    "max-wait-words": (["--max-gap-s", "soon"], 2, "'soon': expected a duration more than 0"),
+    "max-wait-zero": (["--max-gap-s", "0s"], 2, "'0s': expected a duration more than 0"),
+    "timeout-inf": (["--timeout-s", "inf"], 1, "Error: --timeout-s inf: must be a finite number"),
+    "metrics-interval-0": (["--metrics-interval-s", "0"], 1, "Error: --metrics-interval-s 0.0:"),
     "max-model-len-1": (["--max-model-len", "1"], 1, "Error: --max-model-len 1: must be 2 to"),
 }
 

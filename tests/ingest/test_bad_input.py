@@ -178,7 +178,7 @@ def test_file_level_problems_fail_alone(tmp_path: Path) -> None:
     assert len(errors) == 3
     assert any("cut.jsonl.gz" in e and "truncated" in e for e in errors)
     assert any("utf16.csv" in e and "UTF-16" in e for e in errors)
-    assert any("notes.txt" in e and "--format" in e for e in errors)
+    assert any("notes.txt" in e and "--log-format" in e for e in errors)
     n = wh.connect().execute("SELECT count(*) FROM requests").fetchone()
     assert n == (20,)  # the good (zstd) file still landed
     status = wh.connect().execute("SELECT status FROM runs").fetchone()
@@ -196,7 +196,7 @@ def test_missing_path_is_one_line_error(tmp_path: Path) -> None:
 def test_forced_unknown_format_lists_choices(tmp_path: Path) -> None:
     log = tmp_path / "x.jsonl"
     log.write_text("{}\n")
-    r = CliRunner().invoke(cli, ["ingest", str(log), "--format", "nope"])
+    r = CliRunner().invoke(cli, ["ingest", str(log), "--log-format", "nope"])
     assert r.exit_code == 2 and "azure" in r.output
 
 

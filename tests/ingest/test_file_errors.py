@@ -32,7 +32,7 @@ def test_truncated_zstd_is_one_line_and_exit_1(tmp_path: Path, forced: str | Non
     good.write_bytes(gzip.compress(lines([gateway(i) for i in range(10_000, 10_020)])))
     wh = tmp_path / "wh"
     args = [str(half), str(good), "--warehouse", str(wh)]
-    code, errors, _ = _run(*args, *(["--format", forced] if forced else []))
+    code, errors, _ = _run(*args, *(["--log-format", forced] if forced else []))
     assert code == 1
     assert errors == [
         f"error: {half}: zstd data is truncated (the file was cut short); re-copy or "

@@ -210,7 +210,7 @@ def test_slice_rebases_scales_and_caps() -> None:
         make_batch(f, Selection(skip=5))
     with pytest.raises(ConfigError, match="--time-scale 0"):
         Selection(time_scale=0)
-    with pytest.raises(ConfigError, match="--sample 0"):
+    with pytest.raises(ConfigError, match="--num-requests 0"):
         Selection(sample=0)
 
 
@@ -228,8 +228,8 @@ def test_live_command_end_to_end_over_http(tmp_path: Path) -> None:
     wh = tmp_path / "wh"
     with token_server(0.03, 0.005) as url:
         args = ["live", "--engine", "http", "--base-url", url, "--requests", str(reqs)]
-        args += ["--warehouse", str(wh), "--sample", "10", "--skip", "2", "--time-scale", "2"]
-        args += ["--metrics-interval", "0.05"]
+        args += ["--warehouse", str(wh), "--num-requests", "10", "--skip", "2", "--time-scale", "2"]
+        args += ["--metrics-interval-s", "0.05"]
         r = CliRunner().invoke(cli, args)
         assert r.exit_code == 0, r.output
         assert "live http (vllm at http://127.0.0.1:" in r.output
@@ -288,7 +288,7 @@ def test_live_command_in_process(tmp_path: Path) -> None:
     reqs = requests_file(tmp_path / "requests.parquet", 6, 0.05)
     wh = tmp_path / "wh"
     args = ["live", "--engine", "inprocess", "--requests", str(reqs), "--warehouse", str(wh)]
-    args += ["--model-config", "tiny", "--num-blocks", "64", "--block-size", "16", "--json"]
+    args += ["--model-config", "tiny", "--num-gpu-blocks", "64", "--block-size", "16", "--json"]
     r = CliRunner().invoke(cli, args)
     assert r.exit_code == 0, r.output
     out = json.loads(r.output)

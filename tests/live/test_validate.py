@@ -185,8 +185,8 @@ def test_validate_end_to_end_on_the_in_process_engine(tmp_path: Path) -> None:
     wh = tmp_path / "wh"
     runner = CliRunner()
     args = ["live", "--engine", "inprocess", "--requests", str(reqs), "--warehouse", str(wh)]
-    args += ["--model-config", "tiny", "--num-blocks", "32", "--block-size", "16", "--json"]
-    args += ["--max-batch-tokens", "32"]
+    args += ["--model-config", "tiny", "--num-gpu-blocks", "32", "--block-size", "16", "--json"]
+    args += ["--max-num-batched-tokens", "32"]
     r = runner.invoke(cli, args)
     assert r.exit_code == 0, r.output
     live_run = json.loads(r.output)["run_id"]

@@ -154,7 +154,7 @@ def test_report_slo_syntax_and_deprecated_flag(tiny_warehouse: Warehouse, tmp_pa
     assert r.exit_code == 1 and "give a unit" in r.output
 
 
-def test_sql_says_what_it_wrote_and_takes_json_and_quiet(
+def test_sql_says_what_it_wrote_and_takes_quiet_and_the_deprecated_json(
     tiny_warehouse: Warehouse, tmp_path: Path
 ) -> None:
     target = tmp_path / "t.csv"
@@ -162,7 +162,12 @@ def test_sql_says_what_it_wrote_and_takes_json_and_quiet(
     assert code == 0 and out.strip() == f"wrote 4 rows (csv) to {target}"
     code, out = run(tiny_warehouse, "-f", "throughput", "-o", str(target), "--quiet")
     assert code == 0 and out == ""
-    code, out = run(tiny_warehouse, "-f", "latency_percentiles", "--json")
-    assert code == 0 and [r["scenario"] for r in json.loads(out)][:2] == ["static-4", "vllm-2"]
+    # --json, the spelling of --format json kept for one release: the JSON, and one line
+    r = CliRunner().invoke(
+        cli, ["sql", "--warehouse", str(tiny_warehouse.root), "-f", "latency_percentiles", "--json"]
+    )
+    assert r.exit_code == 0
+    assert [row["scenario"] for row in json.loads(r.stdout)][:2] == ["static-4", "vllm-2"]
+    assert r.stderr == "warning: --json is deprecated; use --format json\n"
     code, out = run(tiny_warehouse, "-f", "throughput", "--json", "--format", "csv")
     assert code == 1 and "--json and --format csv disagree" in out

@@ -96,6 +96,15 @@ def test_a_small_nudge_is_marked_within_noise(runs: dict[str, Any]) -> None:
     assert "within noise" in text
 
 
+def test_quiet_leaves_out_the_intervals_note(runs: dict[str, Any]) -> None:
+    base = ["compare", runs["base"], runs["faster"], "--warehouse", str(runs["wh"].root)]
+    loud, quiet = (CliRunner().invoke(cli, [*base, *extra]) for extra in ([], ["--quiet"]))
+    assert loud.exit_code == quiet.exit_code == 0, loud.output + quiet.output
+    note = "90% interval of B - A: paired where"
+    assert note in loud.stdout and note not in quiet.stdout
+    assert "(paired)" in quiet.stdout  # the table is all there
+
+
 def test_other_requests_are_compared_unpaired(runs: dict[str, Any]) -> None:
     rows = _rows(compare_runs(runs["wh"], runs["base"], runs["other"]))
     assert {rows[m]["interval"] for m in LATENCY} == {"unpaired"}

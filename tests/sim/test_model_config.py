@@ -131,7 +131,8 @@ def test_not_json_names_the_line(tmp_path: Path) -> None:
 def test_profile_new_reproduces_a_shipped_profile(tmp_path: Path) -> None:
     out = tmp_path / "l70.json"
     args = ["profile", "new", "--model-config", str(CONFIGS / "llama-3-70b.json")]
-    args += ["--gpu", "h100-sxm", "--tp", "4", "--name", "llama-3-70b", "-o", str(out)]
+    args += ["--gpu", "h100-sxm", "--tensor-parallel-size", "4", "--model-name", "llama-3-70b"]
+    args += ["-o", str(out)]
     r = CliRunner().invoke(cli, args)
     assert r.exit_code == 0, r.output
     made = json.loads(out.read_text())
@@ -145,7 +146,8 @@ def test_profile_new_reproduces_a_shipped_profile(tmp_path: Path) -> None:
 def test_moe_computes_with_active_and_holds_every_expert(tmp_path: Path) -> None:
     out = tmp_path / "mixtral.json"
     args = ["profile", "new", "--model-config", str(CONFIGS / "mixtral-8x7b.json")]
-    r = CliRunner().invoke(cli, [*args, "--gpu", "a100-80gb", "--tp", "2", "-o", str(out)])
+    args += ["--gpu", "a100-80gb", "--tensor-parallel-size", "2", "-o", str(out)]
+    r = CliRunner().invoke(cli, args)
     assert r.exit_code == 0, r.output
     data = json.loads(out.read_text())
     m = read_model_config(CONFIGS / "mixtral-8x7b.json")
@@ -163,10 +165,10 @@ def test_moe_computes_with_active_and_holds_every_expert(tmp_path: Path) -> None
 
 def test_fp8_halves_weight_bytes_and_uses_the_fp8_peak(tmp_path: Path) -> None:
     runs = {}
-    for dtype in ("bf16", "fp8"):
+    for dtype, flag in (("bf16", "bfloat16"), ("fp8", "fp8")):
         out = tmp_path / f"{dtype}.json"
         args = ["profile", "new", "--model-config", str(CONFIGS / "llama-3-8b.json")]
-        args += ["--gpu", "h100-sxm", "--dtype", dtype, "-o", str(out)]
+        args += ["--gpu", "h100-sxm", "--dtype", flag, "-o", str(out)]
         assert CliRunner().invoke(cli, args).exit_code == 0
         runs[dtype] = json.loads(out.read_text())
     assert runs["fp8"]["memory"]["weight_bytes"] * 2 == runs["bf16"]["memory"]["weight_bytes"]

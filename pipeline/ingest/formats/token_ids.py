@@ -16,7 +16,7 @@ Fields (others are ignored):
   offset it is taken as UTC -> ``arrival_time``.
 * ``prompt_token_ids``: list of integers -> ``prompt_tokens`` (its length) and
   ``prefix_hashes``: vLLM-compatible chained block hashes of the full blocks (see
-  ``pipeline.ingest.hashing``), ``block_size`` 16 unless ``--block-size`` says
+  ``pipeline.ingest.hashing``), ``block_size`` 16 unless ``--prefix-block-tokens`` says
   otherwise. A record without ids but with ``prompt_tokens`` keeps that count
   with no hashes.
 * ``output_tokens``, else the length of ``output_token_ids``.
