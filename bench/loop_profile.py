@@ -163,7 +163,7 @@ def main() -> None:
 
     from pipeline.contracts import REQUESTS
     from pipeline.sim.loop import simulate, warm_up
-    from pipeline.sim.replay import prepare, read_requests
+    from pipeline.sim.replay_input import prepare, read_requests
     from pipeline.sim.scenario import build_scenario
     from pipeline.sim.state import SimInput
     from pipeline.warehouse import Warehouse

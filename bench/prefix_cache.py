@@ -50,7 +50,7 @@ import numpy as np
 from pathlib import Path
 from pipeline.contracts import REQUESTS
 from pipeline.sim.loop import simulate, warm_up
-from pipeline.sim.replay import prepare, read_requests
+from pipeline.sim.replay_input import prepare, read_requests
 from pipeline.sim.scenario import build_scenario
 from pipeline.sim.summary import summarize
 from pipeline.warehouse import Warehouse
@@ -85,7 +85,7 @@ def curve(wh: Path, policy: str) -> list[dict[str, float]]:
     """Hit rates and evictions for each cache size (one replay each, in this process)."""
     from pipeline.contracts import REQUESTS
     from pipeline.sim.loop import simulate
-    from pipeline.sim.replay import prepare, read_requests
+    from pipeline.sim.replay_input import prepare, read_requests
     from pipeline.sim.scenario import build_scenario
     from pipeline.sim.summary import summarize
     from pipeline.warehouse import Warehouse
@@ -188,7 +188,7 @@ def ceilings(frame: Any, engine_block: int) -> dict[str, float]:
 def partial_blocks() -> dict[str, Any]:
     """Hit rates on ``synthetic_partial`` with whole blocks only and with the tails."""
     from pipeline.sim.loop import simulate
-    from pipeline.sim.replay import prepare
+    from pipeline.sim.replay_input import prepare
     from pipeline.sim.scenario import build_scenario
     from pipeline.sim.summary import summarize
 

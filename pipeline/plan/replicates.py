@@ -36,7 +36,7 @@ from pipeline.plan.slo import Slo, evaluate
 from pipeline.plan.tasks import sim_metrics
 from pipeline.sim import intervals as iv
 from pipeline.sim.loop import simulate
-from pipeline.sim.replay import Prepared, prepare
+from pipeline.sim.replay_input import Prepared, prepare
 from pipeline.sim.scenario import Scenario
 
 REPLICATES = 6  # replicate replays at each capacity answer

@@ -14,7 +14,7 @@ from pipeline.plan.capacity import SearchSpec, run_capacity
 from pipeline.plan.slo import parse_slos
 from pipeline.plan.unloaded import floor, prefill_chunk, unloaded_ttft_s
 from pipeline.sim.loop import simulate
-from pipeline.sim.replay import sim_requests_table
+from pipeline.sim.replay_tables import sim_requests_table
 from pipeline.warehouse import Warehouse
 from tests.capacity.conftest import BASE
 from tests.sim.conftest import H100_8B_COST, make_input, make_scenario, requests_table

@@ -14,7 +14,7 @@ import polars as pl
 import pytest
 
 from pipeline.sim.loop import simulate
-from pipeline.sim.replay import prepare
+from pipeline.sim.replay_input import prepare
 from pipeline.sim.scenario import build_scenario
 from pipeline.sim.state import R_PROMPT
 from pipeline.sim.summary import request_metrics, summarize

@@ -18,7 +18,7 @@ import pytest
 from pipeline.contracts import REQUESTS
 from pipeline.ingest import IngestOptions, ingest_logs
 from pipeline.sim.loop import simulate
-from pipeline.sim.replay import prepare, read_requests
+from pipeline.sim.replay_input import prepare, read_requests
 from pipeline.sim.scenario import build_scenario
 from pipeline.sim.state import R_CACHED, R_PROMPT, SimResult
 from pipeline.sim.summary import request_metrics, summarize
