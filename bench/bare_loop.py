@@ -16,7 +16,7 @@ lengths, Poisson arrivals at 16.8 req/s, 75% of the saturated throughput), read
 and prepared by the replay stage; scenario ``vllm``, chunked prefill, one
 Llama-3-8B/H100 replica. Each loop runs in fresh processes, interleaved, after a
 warm-up call (compile or cache load), medians of 3. The simulator runs as
-``replay`` runs it: its step rows handed out in chunks of ``replay.CHUNK_ROWS``
+``replay`` runs it: its step rows handed out in chunks of ``replay_tables.CHUNK_ROWS``
 (here only counted; writing them is timed by ``e2e_scale.py``).
 
 Run from the repository root:
@@ -189,7 +189,7 @@ sys.path.insert(0, {bench!r})
 import numpy as np
 from pathlib import Path
 from pipeline.contracts import REQUESTS
-from pipeline.sim.replay import prepare, read_requests
+from pipeline.sim.replay_input import prepare, read_requests
 from pipeline.sim.scenario import build_scenario
 from pipeline.sim.state import C_BLOCK_SIZE, C_BUDGET, C_MAX_SEQS, C_NUM_BLOCKS, F_FINISH, \
     F_FIRST_TOKEN, R_PREEMPT, S_NUM_STEPS
@@ -209,7 +209,7 @@ OURS = (
 from pipeline.sim.simulate import simulate, warm_up
 from pipeline.sim.state import SimInput
 warm_up(eng)
-from pipeline.sim.replay import CHUNK_ROWS
+from pipeline.sim.replay_tables import CHUNK_ROWS
 sub = SimInput(arr, pr, out_tok)
 tally = [0, 0]
 def count_rows(st, stf):  # as replay runs the loop: step rows handed out in chunks

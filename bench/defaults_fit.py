@@ -27,13 +27,8 @@ sys.path.insert(0, str(ROOT))
 from _measure import record  # noqa: E402
 
 from pipeline.calibrate.published import PublishedStep, predict_ms, published_rows  # noqa: E402
-from pipeline.sim.profiles import (  # noqa: E402
-    Efficiency,
-    derive_step_cost,
-    load_efficiencies,
-    load_gpus,
-    load_models,
-)
+from pipeline.sim.hardware import Efficiency, load_efficiencies, load_gpus, load_models  # noqa: E402
+from pipeline.sim.roofline import derive_step_cost  # noqa: E402
 
 # (field, scale, lower, upper): the factors fitted per GPU to its published rows; the rest
 # are priors. H100's decode-side factors are fitted to real vLLM runs instead

@@ -44,7 +44,7 @@ PREP = """
 import numpy as np
 from pathlib import Path
 from pipeline.sim.scenario import build_scenario
-from pipeline.sim.replay import read_requests, prepare
+from pipeline.sim.replay_input import read_requests, prepare
 from pipeline.warehouse import Warehouse
 from pipeline.contracts import REQUESTS
 sc = build_scenario({scenario!r})

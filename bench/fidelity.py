@@ -233,7 +233,7 @@ def fit_defaults(runs: list[GroundTruthRun]) -> str:
     from scipy.optimize import least_squares
 
     from pipeline.sim.frontend import Frontend
-    from pipeline.sim.profiles import load_efficiencies, resolve_runtime
+    from pipeline.sim.hardware import load_efficiencies, resolve_runtime
 
     h100 = [r for r in runs if r.gpu == "h100-80gb"]
     base = load_efficiencies()["h100-80gb"]

@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # tests.gateway_logs
 sys.path.insert(0, str(ROOT / "bench"))
 
 from _measure import checkout, child, record  # noqa: E402
@@ -93,7 +94,7 @@ def interleaved(
 
 def ensure_log(n: int, bad_fraction: float, suffix: str = "") -> Path:
     """The generated gateway log of n records (kept in bench/out; ``suffix``: ".zst", ".gz")."""
-    from pipeline.samples import write_gateway_log
+    from tests.gateway_logs import write_gateway_log
 
     OUT.mkdir(parents=True, exist_ok=True)
     kind = "bad" if bad_fraction else "clean"

@@ -62,7 +62,7 @@ def main() -> None:
     ap.add_argument("--json", default=None, help="also write the figures to this file")
     args = ap.parse_args()
 
-    from pipeline.calibrate.probes import calibrate_live
+    from pipeline.calibrate.live import calibrate_live
     from pipeline.ingest import ingest_logs
     from pipeline.live.model import load_model
     from pipeline.live.replay import Selection, run_live

@@ -162,7 +162,7 @@ def main() -> None:
     from sim_speed import SCENARIO, make_warehouse
 
     from pipeline.contracts import REQUESTS
-    from pipeline.sim.replay import prepare, read_requests
+    from pipeline.sim.replay_input import prepare, read_requests
     from pipeline.sim.scenario import build_scenario
     from pipeline.sim.simulate import simulate, warm_up
     from pipeline.sim.state import SimInput

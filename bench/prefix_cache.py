@@ -50,7 +50,7 @@ import numpy as np
 from pathlib import Path
 from pipeline.contracts import REQUESTS
 from pipeline.sim.simulate import simulate, warm_up
-from pipeline.sim.replay import prepare, read_requests
+from pipeline.sim.replay_input import prepare, read_requests
 from pipeline.sim.scenario import build_scenario
 from pipeline.sim.summary import summarize
 from pipeline.warehouse import Warehouse
@@ -84,7 +84,7 @@ def block_size(policy: str) -> int:
 def curve(wh: Path, policy: str) -> list[dict[str, float]]:
     """Hit rates and evictions for each cache size (one replay each, in this process)."""
     from pipeline.contracts import REQUESTS
-    from pipeline.sim.replay import prepare, read_requests
+    from pipeline.sim.replay_input import prepare, read_requests
     from pipeline.sim.scenario import build_scenario
     from pipeline.sim.simulate import simulate
     from pipeline.sim.summary import summarize
@@ -187,7 +187,7 @@ def ceilings(frame: Any, engine_block: int) -> dict[str, float]:
 
 def partial_blocks() -> dict[str, Any]:
     """Hit rates on ``synthetic_partial`` with whole blocks only and with the tails."""
-    from pipeline.sim.replay import prepare
+    from pipeline.sim.replay_input import prepare
     from pipeline.sim.scenario import build_scenario
     from pipeline.sim.simulate import simulate
     from pipeline.sim.summary import summarize

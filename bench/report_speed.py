@@ -45,6 +45,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # tests.gateway_logs
 sys.path.insert(0, str(ROOT / "bench"))
 
 from _measure import PEAK_RSS_MB, child, record  # noqa: E402
@@ -93,10 +94,10 @@ def ensure_warehouse() -> None:
     if (WAREHOUSE / "scenarios").exists() and any((WAREHOUSE / "scenarios").glob("run_id=2*")):
         return
     from pipeline.ingest import IngestOptions, ingest_logs
-    from pipeline.samples import write_gateway_log
     from pipeline.sim.replay import replay
     from pipeline.sim.scenario import build_scenario
     from pipeline.warehouse import Warehouse
+    from tests.gateway_logs import write_gateway_log
 
     OUT.mkdir(parents=True, exist_ok=True)
     log = OUT / "gateway_1m_bad.jsonl"

@@ -53,7 +53,7 @@ simulate(SimInput(np.zeros(2), np.array([5, 5]), np.array([3, 3])), sc.engine())
 LOOP = (
     PRELUDE
     + """
-from pipeline.sim.replay import read_requests, prepare
+from pipeline.sim.replay_input import read_requests, prepare
 from pipeline.warehouse import Warehouse
 from pipeline.contracts import REQUESTS
 frame = read_requests(Warehouse(Path({wh!r})).files(REQUESTS))
@@ -87,7 +87,7 @@ VERSUS_REFERENCE = (
     + """
 import polars as pl
 from pipeline.sim.reference import simulate_reference
-from pipeline.sim.replay import prepare
+from pipeline.sim.replay_input import prepare
 df = pl.read_csv({azure!r}, n_rows={n}).select(
     pl.col("TIMESTAMP").str.to_datetime("%Y-%m-%d %H:%M:%S%.f").alias("t"),
     pl.col("ContextTokens").alias("prompt_tokens"),

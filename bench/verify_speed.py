@@ -31,6 +31,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # tests.gateway_logs
 sys.path.insert(0, str(ROOT / "bench"))
 
 from _measure import child, record  # noqa: E402
@@ -79,8 +80,8 @@ def checkout_with_sql(commit: str) -> str:
 
 def build_big(n: int, base: Path) -> Path:
     from pipeline.ingest import IngestOptions, ingest_logs
-    from pipeline.samples import write_gateway_log
     from pipeline.warehouse import Warehouse
+    from tests.gateway_logs import write_gateway_log
 
     log = base / "big.jsonl"
     write_gateway_log(log, n, seed=1, bad_fraction=0.0, compact=True)
@@ -92,8 +93,8 @@ def build_big(n: int, base: Path) -> Path:
 
 def build_many(files: int, base: Path) -> Path:
     from pipeline.ingest import IngestOptions, ingest_logs
-    from pipeline.samples import write_gateway_log
     from pipeline.warehouse import Warehouse
+    from tests.gateway_logs import write_gateway_log
 
     logs = base / "many-logs"
     logs.mkdir()

@@ -25,7 +25,7 @@ from pipeline.contracts import REQUESTS
 from pipeline.errors import PredicateError
 from pipeline.predicate import FUNCTIONS, MAX_DEPTH, MAX_LENGTH, check_predicate, statement
 from pipeline.selection import RequestFilter
-from pipeline.sim.replay import read_requests
+from pipeline.sim.replay_input import read_requests
 from pipeline.warehouse import Warehouse
 from tests.report.conftest import build
 from tests.untouched import snapshot, tmp_entries

@@ -15,7 +15,8 @@ import pytest
 
 from pipeline import samples
 from pipeline.ingest.formats import detect
-from pipeline.samples import SAMPLES, SAMPLES_DIR, read_sample, write_gateway_log
+from pipeline.samples import SAMPLES, SAMPLES_DIR, read_sample
+from tests.gateway_logs import BAD_KINDS, write_gateway_log
 
 FORMAT_OF = {
     "azure_conv.csv": "azure",
@@ -178,7 +179,7 @@ def test_write_gateway_log_bad_lines(tmp_path: Path, suffix: str) -> None:
     assert lines[-1] == b"" and len(lines) - 1 == log.lines == 6000
     assert log.bytes == len(data)
     assert log.bad_total == 300
-    assert set(log.bad) == set(samples.BAD_KINDS)
+    assert set(log.bad) == set(BAD_KINDS)
     assert all(len(v) > 20 for v in log.bad.values())  # varied
     expected = {n: kind for kind, ns in log.bad.items() for n in ns}
     ids: dict[str, int] = {}

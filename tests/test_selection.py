@@ -15,7 +15,7 @@ from pipeline.cli import cli
 from pipeline.contracts import REQUESTS
 from pipeline.errors import ConfigError
 from pipeline.selection import RequestFilter, check_request_columns
-from pipeline.sim.replay import read_requests
+from pipeline.sim.replay_input import read_requests
 from pipeline.warehouse import Warehouse
 from tests.report.conftest import build
 

@@ -10,6 +10,10 @@ Per step (one replica):
     C  KV tokens the decodes read       decode row: batch * context_tokens
 
 A prefill row has D = C = 0; a decode row has P = A = 0.
+
+The probes of ``calibrate live`` have their own: ``mixed_features`` (one prompt chunk
+released into running decodes) and ``packed_features`` (the transformers engine's
+attention over the packed batch).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
+import polars as pl
 
 from pipeline.calibrate.measurements import Measurements
 
@@ -51,4 +56,32 @@ def step_features(m: Measurements) -> StepFeatures:
         N=b.astype(np.float64),
         D=np.where(pre, zero, b),
         C=np.where(pre, zero, b * c),
+    )
+
+
+def mixed_features(mixed: pl.DataFrame) -> StepFeatures:
+    """The cost model's step features of the mixed rows: one prompt chunk plus decodes."""
+    p = mixed["prompt_tokens"].to_numpy().astype(np.float64)
+    b = mixed["decode_batch"].to_numpy().astype(np.float64)
+    c = mixed["decode_kv_tokens"].to_numpy().astype(np.float64)
+    return StepFeatures(P=p, A=(p + b) * (p + c) - c, N=b + 1.0, D=b, C=c)
+
+
+def packed_features(m: Measurements) -> StepFeatures:
+    """The features of pure probe rows with the attention of the transformers engine.
+
+    Its attention runs over the packed batch (policies/transformers.py): every query of
+    the step against every key of the step's sequences, A = (P + D) * K - C.
+    """
+    b, p, c = m.batch_size, m.prompt_tokens, m.context_tokens
+    pre = m.is_prefill
+    tokens = np.where(pre, b * p, b)
+    keys = np.where(pre, b * (c + p), b * c)
+    ctx = np.where(pre, 0.0, b * c)
+    return StepFeatures(
+        P=np.where(pre, b * p, 0.0),
+        A=tokens * keys - ctx,
+        N=b.astype(np.float64),
+        D=np.where(pre, 0.0, b),
+        C=ctx,
     )

@@ -30,18 +30,17 @@ import pyarrow as pa
 
 from pipeline.calibrate.groundtruth import METRICS, STATS, GroundTruthRun, Stage, stats_of
 from pipeline.sim.cost_model import StepCost
-from pipeline.sim.prefix import build_keys
-from pipeline.sim.profiles import (
+from pipeline.sim.hardware import (
     Efficiency,
     Runtime,
-    allreduce_latency_s,
     load_efficiencies,
     load_gpus,
     load_models,
-    profile_dict,
     resolve_runtime,
     with_runtime,
 )
+from pipeline.sim.prefix import build_keys
+from pipeline.sim.roofline import allreduce_latency_s, profile_dict
 from pipeline.sim.scenario import Scenario, build_scenario
 from pipeline.sim.simulate import simulate
 from pipeline.sim.state import SimInput, SimResult

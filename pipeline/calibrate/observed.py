@@ -57,7 +57,7 @@ from pipeline.contracts import CALIBRATION
 from pipeline.errors import ConfigError, PipelineError, ScenarioError
 from pipeline.runs import write_run_row
 from pipeline.selection import RequestFilter
-from pipeline.sim.replay import prepare, read_requests, select_request_files
+from pipeline.sim.replay_input import prepare, read_requests, select_request_files
 from pipeline.sim.scenario import Scenario
 from pipeline.sim.simulate import simulate
 from pipeline.sim.state import SimInput

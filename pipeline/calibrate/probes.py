@@ -1,4 +1,4 @@
-"""``calibrate live``: time designed step shapes on the in-process engine, fit a profile.
+"""The probes of ``calibrate live``: time designed step shapes on the in-process engine.
 
 What is timed is the engine's own step, not a bare forward pass: from the start of
 ``ContinuousBatchProcessor.prepare_next_batch`` (scheduling, building the batch tensors)
@@ -28,197 +28,22 @@ The recorded shape of every step is checked against the design (a step that is n
 shape asked for is an error, never a row). A row's time is the median of its repeats
 (a decode row's context is the middle repeat's); ``rounds`` passes over all the
 shapes interleave the repeats, so that a burst of load on a shared machine does not
-hit every repeat of one shape. Rows go to a measurements file in the
-``calibrate measurements`` schema, and the profile is fitted with the same fit
-(``fit.calibrate``), starting from a profile derived from the probes themselves (there
-is no datasheet for "this model on this machine"); its provenance names the engine,
-the torch and transformers versions, the device and the dtype.
+hit every repeat of one shape. The designs are ``probe_design``; the step timing and
+the gate are ``pipeline.live.step_timing``; the fit to the rows is ``calibrate.live``.
 """
 
 from __future__ import annotations
 
 import math
-import os
-import threading
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import polars as pl
 
+from pipeline.calibrate.probe_design import MIXED_DECODE_TOKENS, ProbeDesign
 from pipeline.errors import PipelineError
-
-DECODE_CONTEXT_SLACK = 2  # prompt c - 1, then contexts c .. c + warmup + repeats
-MIXED_DECODE_TOKENS = 120  # what the decodes of a mixed probe generate (they outlast it)
-
-
-@dataclass(frozen=True)
-class ProbeDesign:
-    """The step shapes to time."""
-
-    prefill_tokens: tuple[int, ...] = (8, 32, 64, 128, 256, 512)
-    prefill_batches: tuple[int, ...] = (1, 2, 4)
-    decode_batches: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
-    decode_contexts: tuple[int, ...] = (16, 128, 512, 1024)
-    repeats: int = 5
-    warmup: int = 1
-    max_batch_tokens: int = 2048  # prefill shapes above it are left out
-    rounds: int = 3  # passes over all the shapes; a row is the median of every repeat
-    # mixed steps: decodes of (batch, context) plus one prompt chunk of these sizes
-    mixed_batches: tuple[int, ...] = (1, 4, 16)
-    mixed_contexts: tuple[int, ...] = (128, 512)
-    mixed_prompts: tuple[int, ...] = (32, 128, 512)
-
-    def prefill_shapes(self) -> list[tuple[int, int]]:
-        return [
-            (b, p)
-            for p in self.prefill_tokens
-            for b in self.prefill_batches
-            if b * p <= self.max_batch_tokens
-        ]
-
-    def mixed_shapes(self) -> list[tuple[int, int, int]]:
-        return [
-            (b, c, p)
-            for b in self.mixed_batches
-            for c in self.mixed_contexts
-            for p in self.mixed_prompts
-            if b + p <= self.max_batch_tokens
-        ]
-
-    def decode_shapes(self) -> list[tuple[int, int]]:
-        return [(b, c) for c in self.decode_contexts for b in self.decode_batches]
-
-    def kv_tokens(self) -> int:
-        """KV-cache tokens the largest shape needs."""
-        decode = max(
-            (b * (c + self.warmup + self.repeats + DECODE_CONTEXT_SLACK))
-            for b, c in self.decode_shapes()
-        )
-        prefill = max(b * (p + 1) for b, p in self.prefill_shapes())
-        mixed = max(
-            (b * (c + MIXED_DECODE_TOKENS) + p + 1 for b, c, p in self.mixed_shapes()), default=0
-        )
-        return max(decode, prefill, mixed)
-
-
-DESIGNS: dict[str, ProbeDesign] = {
-    # CPU with a tiny or small model: seconds to minutes
-    "cpu": ProbeDesign(),
-    # a quick check (tests)
-    "smoke": ProbeDesign(
-        prefill_tokens=(8, 64),
-        prefill_batches=(1, 2),
-        decode_batches=(1, 4),
-        decode_contexts=(16, 64),
-        repeats=3,
-        warmup=1,
-        max_batch_tokens=256,
-        rounds=1,
-        mixed_batches=(2,),
-        mixed_contexts=(32,),
-        mixed_prompts=(16, 64),
-    ),
-    # a GPU with a 7-8B model: shapes that fill its compute and memory bandwidth
-    "gpu": ProbeDesign(
-        prefill_tokens=(16, 64, 256, 512, 1024, 2048, 4096),
-        prefill_batches=(1, 2, 4),
-        decode_batches=(1, 4, 16, 32, 64, 128),
-        decode_contexts=(128, 512, 1024, 2048),
-        repeats=5,
-        warmup=2,
-        max_batch_tokens=8192,
-        rounds=2,
-        mixed_batches=(4, 32),
-        mixed_contexts=(512, 2048),
-        mixed_prompts=(256, 2048),
-    ),
-}
-
-
-@dataclass
-class StepRecord:
-    """One engine step: its duration and, per scheduled request, (query tokens, KV before)."""
-
-    duration_s: float
-    shape: list[tuple[int, int]] = field(default_factory=list)
-
-
-class StepRecorder:
-    """Times the engine's steps by wrapping its batch processor's methods (instance-level)."""
-
-    def __init__(self, manager: Any) -> None:
-        deadline = time.perf_counter() + 60
-        while getattr(manager, "batch_processor", None) is None:
-            status = getattr(manager, "background_thread_status", None)
-            fatal = getattr(status, "fatal_error", None)
-            if fatal is not None:
-                raise PipelineError(f"the continuous-batching engine failed to start: {fatal}")
-            if time.perf_counter() > deadline:
-                raise PipelineError("the continuous-batching engine did not start within 60 s")
-            time.sleep(0.005)
-        self.bp = manager.batch_processor
-        self.steps: list[StepRecord] = []
-        self._start = 0.0
-        self._shape: list[tuple[int, int]] = []
-        scheduler = self.bp.scheduler
-        orig_schedule = scheduler.schedule_batch
-        orig_prepare = self.bp.prepare_next_batch
-        orig_update = self.bp.update_batch
-
-        def schedule(*args: Any, **kwargs: Any) -> Any:
-            out = orig_schedule(*args, **kwargs)
-            batch = out[0] or []
-            self._shape = [(int(f.query_length), int(f.state.position_offset)) for f in batch]
-            return out
-
-        def prepare() -> bool:
-            self._start = time.perf_counter()
-            return bool(orig_prepare())
-
-        def update() -> None:
-            orig_update()
-            self.steps.append(StepRecord(time.perf_counter() - self._start, self._shape))
-
-        scheduler.schedule_batch = schedule
-        self.bp.prepare_next_batch = prepare
-        self.bp.update_batch = update
-
-
-def _gate(manager: Any, rec: StepRecorder, prompts: list[list[int]], out: int) -> None:
-    """Queue ``prompts`` so that the next step schedules all of them together."""
-    scheduler = rec.bp.scheduler
-    scheduler.block_new_requests = True
-    ids = [f"probe{time.perf_counter_ns()}_{k}" for k in range(len(prompts))]
-    for rid, prompt in zip(ids, prompts, strict=True):
-        manager.add_request(prompt, request_id=rid, max_new_tokens=out, eos_token_id=-1)
-    deadline = time.perf_counter() + 60
-    while len(scheduler.waiting_requests) < len(prompts):
-        if time.perf_counter() > deadline:
-            raise PipelineError("probe requests did not reach the engine's waiting queue")
-        time.sleep(0.0005)
-    scheduler.block_new_requests = False
-    for name in ("_wake_up_loop", "_has_new_requests"):  # 5.18+ / 5.17
-        event = getattr(manager, name, None)
-        if isinstance(event, threading.Event):
-            event.set()
-
-
-def _wait_results(manager: Any, n: int) -> None:
-    for _ in range(n):
-        res = manager.get_result(timeout=120)
-        if res is None:
-            raise PipelineError("the engine stopped answering during the probes")
-        if res.error:
-            raise PipelineError(f"probe request failed in the engine: {res.error}")
-
-
-def _release_together(manager: Any, rec: StepRecorder, prompts: list[list[int]], out: int) -> None:
-    """Queue ``prompts`` so that the next step schedules all of them, and wait for the results."""
-    _gate(manager, rec, prompts, out)
-    _wait_results(manager, len(prompts))
+from pipeline.live.step_timing import StepRecord, StepRecorder, gate, release_together, wait_results
 
 
 def run_probes(
@@ -259,7 +84,7 @@ def run_probes(
         manager.start()
         rec = StepRecorder(manager)
         # warm the engine up on every path once
-        _release_together(manager, rec, [rng.integers(1, vocab, 16).tolist()] * 2, 3)
+        release_together(manager, rec, [rng.integers(1, vocab, 16).tolist()] * 2, 3)
         prefill_times: dict[tuple[int, int], list[float]] = {}
         decode_times: dict[tuple[int, int], list[float]] = {}
         decode_context: dict[tuple[int, int], int] = {}
@@ -274,7 +99,7 @@ def run_probes(
                 for rep in range(warm + design.repeats):
                     rec.steps.clear()
                     prompts = [rng.integers(1, vocab, p).tolist() for _ in range(b)]
-                    _release_together(manager, rec, prompts, 1)
+                    release_together(manager, rec, prompts, 1)
                     step = _only_step(rec, [(p, 0)] * b, f"prefill {b} x {p}")
                     if rep >= warm:
                         prefill_times.setdefault((b, p), []).append(step.duration_s)
@@ -288,7 +113,7 @@ def run_probes(
                 # first ones done start decoding early: generate enough for want full steps
                 skew = math.ceil(b * (c - 1) / budget)
                 prompts = [rng.integers(1, vocab, c - 1).tolist() for _ in range(b)]
-                _release_together(manager, rec, prompts, 1 + want + skew)
+                release_together(manager, rec, prompts, 1 + want + skew)
                 decodes = [
                     s for s in rec.steps if len(s.shape) == b and all(q == 1 for q, _ in s.shape)
                 ]
@@ -308,7 +133,7 @@ def run_probes(
                 key = (b, c, p)
                 rec.steps.clear()
                 decoders = [rng.integers(1, vocab, c - 1).tolist() for _ in range(b)]
-                _gate(manager, rec, decoders, MIXED_DECODE_TOKENS)
+                gate(manager, rec, decoders, MIXED_DECODE_TOKENS)
                 deadline = time.perf_counter() + 120
                 while not any(
                     len(st.shape) == b and all(q == 1 for q, _ in st.shape) for st in rec.steps
@@ -319,7 +144,7 @@ def run_probes(
                 warm = design.warmup if rnd == 0 else 0
                 for rep in range(warm + design.repeats):
                     rec.steps.clear()
-                    _release_together(manager, rec, [rng.integers(1, vocab, p).tolist()], 1)
+                    release_together(manager, rec, [rng.integers(1, vocab, p).tolist()], 1)
                     steps = [st for st in rec.steps if (p, 0) in st.shape]
                     decs = [kv for q, kv in steps[0].shape if q == 1 and kv > 0] if steps else []
                     if len(steps) != 1 or len(steps[0].shape) != b + 1 or len(decs) != b:
@@ -330,7 +155,7 @@ def run_probes(
                     if rep >= warm:
                         mixed_times.setdefault(key, []).append(steps[0].duration_s)
                         mixed_kv.setdefault(key, []).append(float(sum(kv + 1 for kv in decs)))
-                _wait_results(manager, b)
+                wait_results(manager, b)
                 done += 1
                 if progress is not None:
                     progress(done)
@@ -384,222 +209,9 @@ def _row(
     }
 
 
-def mixed_features(mixed: pl.DataFrame) -> Any:
-    """The cost model's step features of the mixed rows: one prompt chunk plus decodes."""
-    from pipeline.calibrate.features import StepFeatures
-
-    p = mixed["prompt_tokens"].to_numpy().astype(np.float64)
-    b = mixed["decode_batch"].to_numpy().astype(np.float64)
-    c = mixed["decode_kv_tokens"].to_numpy().astype(np.float64)
-    return StepFeatures(P=p, A=(p + b) * (p + c) - c, N=b + 1.0, D=b, C=c)
-
-
-def packed_features(m: Any) -> Any:
-    """The features of pure probe rows with the attention of the transformers engine.
-
-    Its attention runs over the packed batch (policies/transformers.py): every query of
-    the step against every key of the step's sequences, A = (P + D) * K - C.
-    """
-    from pipeline.calibrate.features import StepFeatures
-
-    b, p, c = m.batch_size, m.prompt_tokens, m.context_tokens
-    pre = m.is_prefill
-    tokens = np.where(pre, b * p, b)
-    keys = np.where(pre, b * (c + p), b * c)
-    ctx = np.where(pre, 0.0, b * c)
-    return StepFeatures(
-        P=np.where(pre, b * p, 0.0),
-        A=tokens * keys - ctx,
-        N=b.astype(np.float64),
-        D=np.where(pre, 0.0, b),
-        C=ctx,
-    )
-
-
 def device_name(device: str) -> str:
     if device.startswith("cuda"):
         import torch
 
         return str(torch.cuda.get_device_name(device))
     return "cpu"
-
-
-def start_profile(loaded: Any, rows: pl.DataFrame, *, name: str) -> dict[str, Any]:
-    """A profile to start the fit from, derived from the model's shape and the probes.
-
-    Its coefficients come from least squares on the probe rows with one term per
-    feature (per-step, per-token, per-attention-pair, per-KV-token, per-sequence),
-    clipped to be positive: the fit then moves each by a factor, as it does from a
-    datasheet profile.
-    """
-    cfg = loaded.model.config
-    layers = int(cfg.num_hidden_layers)
-    heads = int(cfg.num_attention_heads)
-    kv_heads = int(getattr(cfg, "num_key_value_heads", None) or heads)
-    head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // heads)
-    dtype_bytes = {"float32": 4, "bfloat16": 2, "float16": 2}.get(loaded.dtype, 4)
-    kv_bytes = 2 * layers * kv_heads * head_dim * dtype_bytes
-    weight_bytes = int(loaded.num_parameters) * dtype_bytes
-    if loaded.device.startswith("cuda"):
-        import torch
-
-        memory_bytes = int(torch.cuda.get_device_properties(loaded.device).total_memory)
-    else:
-        memory_bytes = int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-    b = rows["batch_size"].to_numpy().astype(float)
-    p = rows["prompt_tokens"].to_numpy().astype(float)
-    c = rows["context_tokens"].to_numpy().astype(float)
-    pre = (rows["phase"] == "prefill").to_numpy()
-    t = rows["time_ms"].to_numpy() / 1000.0
-    tokens = np.where(pre, b * p, b)
-    attn = tokens * np.where(pre, b * p, b * c)  # packed (query, key) pairs
-    kv = np.where(pre, 0.0, b * c)
-    x = np.column_stack([np.ones_like(t), tokens, attn, kv, b])
-    coef, *_ = np.linalg.lstsq(x / t[:, None], np.ones_like(t), rcond=None)  # relative error
-    floor = float(np.min(t))
-    fixed = max(float(coef[0]), 0.2 * floor)
-    per_token = max(float(coef[1]), 0.01 * floor / max(float(tokens.max()), 1.0))
-    per_attn = max(float(coef[2]), 1e-3 * per_token / max(float(p.max()), 1.0))
-    per_kv = max(float(coef[3]), 1e-3 * per_token)
-    coefficients = {
-        "fixed_s": fixed,
-        "comm_s_fixed": 0.0,
-        "seq_s": max(float(coef[4]), 0.0),
-        "flop_s_per_token": per_token,
-        "flop_tokens_half": 0.0,
-        "flop_s_per_attn": per_attn,
-        "mem_s_weights": 0.5 * fixed,
-        "mem_s_per_kv_token": per_kv,
-        "mem_s_per_token": 0.1 * per_token,
-        "comm_s_per_token": 0.0,
-        "overlap": 0.0,
-    }
-    max_len = int(getattr(cfg, "max_position_embeddings", 4096))
-    return {
-        "name": name,
-        "cost_model_version": 2,
-        "model": {
-            "name": loaded.name,
-            "num_layers": layers,
-            "hidden_size": int(cfg.hidden_size),
-            "num_heads": heads,
-            "num_kv_heads": kv_heads,
-            "head_dim": head_dim,
-            "intermediate_size": int(getattr(cfg, "intermediate_size", 0)),
-            "vocab_size": int(cfg.vocab_size),
-            "dtype_bytes": dtype_bytes,
-            "max_model_len": max_len,
-        },
-        "gpu": {"name": device_name(loaded.device), "memory_bytes": memory_bytes},
-        "tensor_parallel": 1,
-        "coefficients": coefficients,
-        "memory": {
-            "kv_bytes_per_token": kv_bytes,
-            "weight_bytes": weight_bytes,
-            "gpu_memory_bytes": memory_bytes,
-            "reserve_bytes": 0,
-            "max_model_len": max_len,
-        },
-    }
-
-
-@dataclass
-class LiveCalibration:
-    profile: dict[str, Any]
-    measurements_path: Path
-    output: Path
-    rows: pl.DataFrame
-    mixed: pl.DataFrame
-    fit: Any  # fit.FitResult
-
-
-def calibrate_live(
-    output: Path,
-    *,
-    model: str | None = None,
-    device: str | None = None,
-    dtype: str | None = None,
-    design: ProbeDesign | str = "cpu",
-    block_size: int = 32,
-    seed: int = 0,
-    cpu_threads: int | None = 1,
-    loaded: Any = None,
-    progress: Any = None,
-) -> LiveCalibration:
-    """Probe the in-process engine, write ``<output stem>.measurements.csv`` and the profile."""
-    import torch
-    import transformers
-
-    from pipeline.calibrate.features import StepFeatures
-    from pipeline.calibrate.fit import as_vector, calibrate, phase_errors, predict
-    from pipeline.calibrate.measurements import Measurements, read_measurements
-    from pipeline.calibrate.profile import calibrated_profile, write_profile
-    from pipeline.live.model import load_model
-
-    if isinstance(design, str):
-        if design not in DESIGNS:
-            raise PipelineError(f"unknown probe design {design!r}; allowed: {', '.join(DESIGNS)}")
-        design = DESIGNS[design]
-    if loaded is None:
-        loaded = load_model(model, device=device, dtype=dtype, seed=seed)
-    if loaded.device == "cpu" and cpu_threads is not None:
-        torch.set_num_threads(int(cpu_threads))
-    rows, mixed = run_probes(loaded, design, block_size=block_size, seed=seed, progress=progress)
-    output = Path(output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    mpath = output.with_name(f"{output.stem}.measurements.csv")
-    rows.write_csv(mpath)
-    mixed_path = output.with_name(f"{output.stem}.mixed.csv")
-    mixed.write_csv(mixed_path)
-    m = read_measurements(mpath)
-    like = start_profile(loaded, rows, name=f"{output.stem}.start")
-    fm = mixed_features(mixed)
-    tm = mixed["time_ms"].to_numpy() / 1000.0
-    both = Measurements(
-        path=m.path,
-        sha256=m.sha256,
-        is_prefill=np.concatenate([m.is_prefill, np.ones(len(tm), dtype=bool)]),
-        batch_size=np.concatenate([m.batch_size, fm.N]),
-        prompt_tokens=np.concatenate([m.prompt_tokens, fm.P]),
-        context_tokens=np.concatenate([m.context_tokens, np.zeros(len(tm))]),
-        time_s=np.concatenate([m.time_s, tm]),
-    )
-    pure = packed_features(m)
-    features = StepFeatures(
-        *(np.concatenate([getattr(pure, k), getattr(fm, k)]) for k in ("P", "A", "N", "D", "C"))
-    )
-    result = calibrate(both, features, like["coefficients"], cv=None)
-    coeffs = as_vector(result.coefficients)
-    result.fit_error = phase_errors(predict(coeffs, pure), m.time_s, m.is_prefill)
-    result.like_error = phase_errors(
-        predict(as_vector(like["coefficients"]), pure), m.time_s, m.is_prefill
-    )
-    if len(tm):
-        mixed_err = phase_errors(predict(coeffs, fm), tm, np.ones(len(tm), dtype=bool))
-        result.fit_error["mixed"] = mixed_err["prefill"]
-    profile = calibrated_profile(like, like["name"], output.stem, result, m)
-    profile["provenance"]["method"] = "in-process engine probes (engine steps), fitted"
-    profile["provenance"]["mixed_source_file"] = str(mixed_path)
-    # A counts (query, key) pairs over the packed batch: a profile for the transformers policy
-    profile["provenance"]["attention"] = "packed (policy transformers)"
-    profile["provenance"]["engine"] = {
-        "engine": "inprocess",
-        "transformers": transformers.__version__,
-        "torch": torch.__version__,
-        "device": loaded.device,
-        "gpu": device_name(loaded.device),
-        "dtype": loaded.dtype,
-        "model": loaded.name,
-        "weights": loaded.weights,
-        "num_parameters": loaded.num_parameters,
-        "block_size": block_size,
-        "cpu_threads": torch.get_num_threads() if loaded.device == "cpu" else None,
-        "design": {
-            "prefill": design.prefill_shapes(),
-            "decode": design.decode_shapes(),
-            "repeats": design.repeats,
-            "warmup": design.warmup,
-        },
-    }
-    write_profile(profile, output)
-    return LiveCalibration(profile, mpath, output, rows, mixed, result)

@@ -18,14 +18,10 @@ from pathlib import Path
 
 from pipeline.calibrate.measurements import read_measurements
 from pipeline.sim.cost_model import StepCost, decode_run_s
+from pipeline.sim.hardware import load_efficiencies, load_gpus, load_models
 from pipeline.sim.model_config import DTYPE_BYTES
-from pipeline.sim.profiles import (
-    PROFILE_DIR,
-    derive_step_cost,
-    load_efficiencies,
-    load_gpus,
-    load_models,
-)
+from pipeline.sim.profiles import PROFILE_DIR
+from pipeline.sim.roofline import derive_step_cost
 
 PUBLISHED_CSV = PROFILE_DIR / "_published_step_times.csv"
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import click
 
-from pipeline.calibrate.probes import DESIGNS, calibrate_live
+from pipeline.calibrate.live import calibrate_live
+from pipeline.calibrate.probe_design import DESIGNS
 from pipeline.cli import options as opt
 from pipeline.cli.live import ENGINE_DTYPES
 from pipeline.errors import ConfigError

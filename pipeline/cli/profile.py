@@ -1,4 +1,5 @@
-"""``tracereplay profile``: step-cost profiles: build one for any model and GPU, list shipped."""
+"""``tracereplay profile``: step-cost profiles: build one for any model and GPU, list or
+regenerate the shipped ones."""
 
 from __future__ import annotations
 
@@ -10,17 +11,22 @@ from pipeline.cli import options as opt
 from pipeline.cli.profile_check import check_command
 from pipeline.errors import ConfigError
 from pipeline.sim.cost_model import StepCost
-from pipeline.sim.model_config import DTYPE_BYTES, read_model_config
-from pipeline.sim.profiles import (
+from pipeline.sim.hardware import (
     DEFAULT_RUNTIME,
-    describe_profiles,
     load_runtimes,
-    new_profile,
     read_gpu_spec,
-    render,
     resolve_gpu,
     resolve_runtime,
 )
+from pipeline.sim.model_config import DTYPE_BYTES, read_model_config
+from pipeline.sim.profiles import (
+    PROFILE_DIR,
+    describe_profiles,
+    generate_profiles,
+    render,
+    stale_profiles,
+)
+from pipeline.sim.roofline import new_profile
 from pipeline.text import render_table
 from pipeline.validation import non_finite_key
 
@@ -198,6 +204,31 @@ def list_() -> None:
         for r in rows
     ]
     click.echo(render_table(headers, cells))
+
+
+@profile.command("regenerate")
+@click.option(
+    "--check", is_flag=True, help="Only compare; exit 1 if a shipped profile is out of date."
+)
+def regenerate(check: bool) -> None:
+    """Rewrite the shipped profiles from the hardware tables (after editing them).
+
+    The tables are pipeline/sim/profiles/_*.json (docs/cost_model.md); profiles
+    no longer generated are removed.
+
+    \b
+    Example:
+      tracereplay profile regenerate --check
+    """
+    if check:
+        stale = stale_profiles()
+        for name in stale:
+            click.echo(f"out of date: {name}", err=True)
+        if stale:
+            raise SystemExit(1)
+        return
+    written = generate_profiles()
+    click.echo(f"wrote {len(written)} profiles to {PROFILE_DIR}")
 
 
 profile.add_command(check_command)  # tracereplay profile check (pipeline/cli/profile_check.py)

@@ -11,7 +11,7 @@ from pipeline.cli import options as opt
 from pipeline.cli.ingest import options_from, print_summary
 from pipeline.cli.replay import format_run, result_dict
 from pipeline.config import load_config, warehouse_path
-from pipeline.nightly import run_job
+from pipeline.job import run_job
 from pipeline.warehouse import SQL_DIR
 
 SAMPLES = Path(__file__).resolve().parents[2] / "traces"

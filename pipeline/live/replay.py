@@ -38,7 +38,7 @@ from pipeline.errors import ConfigError, PipelineError
 from pipeline.live.types import LiveBatch, LiveResult, longest_wait
 from pipeline.progress import progress
 from pipeline.selection import RequestFilter
-from pipeline.sim.replay import read_requests, select_request_files
+from pipeline.sim.replay_input import read_requests, select_request_files
 from pipeline.warehouse import Warehouse, new_run_id
 
 ENGINES = ("inprocess", "http")

@@ -53,7 +53,8 @@ from pipeline.progress import progress
 from pipeline.runs import write_run_row
 from pipeline.selection import RequestFilter
 from pipeline.sim.intervals import LEVEL
-from pipeline.sim.replay import load_loop, prepare, read_requests, select_request_files
+from pipeline.sim.replay import load_loop
+from pipeline.sim.replay_input import prepare, read_requests, select_request_files
 from pipeline.sim.scenario import Scenario, build_scenario
 from pipeline.validation import finite_float
 from pipeline.warehouse import Warehouse, new_run_id

@@ -24,7 +24,7 @@ from pipeline.plan.slo import Slo
 from pipeline.plan.tasks import ScenarioTask, TaskOutcome, run_task, write_tables
 from pipeline.sim.cost_uncertainty import cost_factors, scaled_cost
 from pipeline.sim.intervals import Z
-from pipeline.sim.replay import Prepared, prepare
+from pipeline.sim.replay_input import Prepared, prepare
 from pipeline.sim.scenario import Scenario, build_scenario
 from pipeline.warehouse import Warehouse
 

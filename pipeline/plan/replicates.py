@@ -35,7 +35,7 @@ from pipeline.plan.intervals import slo_bootstrap
 from pipeline.plan.slo import Slo, evaluate
 from pipeline.plan.tasks import sim_metrics
 from pipeline.sim import intervals as iv
-from pipeline.sim.replay import Prepared, prepare
+from pipeline.sim.replay_input import Prepared, prepare
 from pipeline.sim.scenario import Scenario
 from pipeline.sim.simulate import simulate
 

@@ -37,14 +37,8 @@ from pipeline.plan.tasks import (
 from pipeline.progress import progress
 from pipeline.runs import write_run_row
 from pipeline.selection import RequestFilter
-from pipeline.sim.replay import (
-    Prepared,
-    ScenarioRun,
-    load_loop,
-    prepare,
-    read_requests,
-    select_request_files,
-)
+from pipeline.sim.replay import ScenarioRun, load_loop
+from pipeline.sim.replay_input import Prepared, prepare, read_requests, select_request_files
 from pipeline.warehouse import Warehouse, new_run_id
 
 # Up to this many prepared requests (over all scenarios) are kept from the checks

@@ -28,13 +28,8 @@ import pyarrow as pa
 from pipeline.contracts import SCENARIOS, SIM_REQUESTS, SIM_STEPS
 from pipeline.errors import PipelineError
 from pipeline.plan.slo import Slo, SloReport, evaluate
-from pipeline.sim.replay import (
-    Prepared,
-    ScenarioRun,
-    run_prepared,
-    scenarios_table,
-    summarize_prepared,
-)
+from pipeline.sim.replay import ScenarioRun, run_prepared, scenarios_table, summarize_prepared
+from pipeline.sim.replay_input import Prepared
 from pipeline.sim.scenario import Scenario
 from pipeline.sim.state import F_FINISH, R_PROMPT, SimResult
 from pipeline.sim.summary import request_metric

@@ -3,7 +3,7 @@
 ``build_report`` reads a report definition (``reports/<name>.toml``: sections,
 their ``sql/*.sql`` queries and parameters, the chart function or table columns
 of each item), runs every query read-only against the warehouse views, turns each
-frame into a chart (``charts.py``) or a table, and renders one self-contained
+frame into a chart (``charts/``) or a table, and renders one self-contained
 HTML file (``render.py``), optionally with a PNG per chart.
 
 Every query aggregates in DuckDB, so the page carries at most a few thousand

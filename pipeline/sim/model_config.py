@@ -26,7 +26,7 @@ from typing import Any
 
 from pipeline import validation
 from pipeline.errors import ConfigError
-from pipeline.sim.profiles import ModelShape, read_json_object
+from pipeline.sim.hardware import ModelShape, read_json_object
 
 DENSE = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2")
 MOE = ("mixtral", "qwen2_moe", "qwen3_moe")

@@ -29,7 +29,7 @@ from pipeline.ingest import IngestOptions, ingest_logs
 from pipeline.sim.cost_model import COST_MODEL_VERSION
 from pipeline.sim.frontend import Frontend
 from pipeline.sim.profiles import PROFILE_DIR
-from pipeline.sim.replay import prepare, read_requests, select_request_files
+from pipeline.sim.replay_input import prepare, read_requests, select_request_files
 from pipeline.sim.scenario import build_scenario
 from pipeline.sim.simulate import simulate
 from pipeline.sim.state import SimInput

@@ -27,7 +27,7 @@ from pipeline.plan.capacity import SearchSpec, run_capacity
 from pipeline.plan.replicates import replicate_seed, resample_trace, trace_window
 from pipeline.plan.slo import parse_slos
 from pipeline.report.sql import query
-from pipeline.sim.replay import read_requests, select_request_files
+from pipeline.sim.replay_input import read_requests, select_request_files
 from pipeline.warehouse import Warehouse
 from tests.capacity.conftest import BASE, capacity_file, seeded_warehouse
 
@@ -326,7 +326,7 @@ def test_replicates_cover_the_p99_near_saturation(small_warehouse: Callable[...,
     """Measured: 0.94 with six replicates (the bootstrap as a floor); the answer's own
     bootstrap alone covers 0.71 of the time here."""
     from pipeline.plan import replicates
-    from pipeline.sim.replay import prepare
+    from pipeline.sim.replay_input import prepare
     from pipeline.sim.scenario import build_scenario
     from pipeline.sim.simulate import simulate
     from pipeline.sim.summary import request_metric

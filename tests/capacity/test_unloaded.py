@@ -13,7 +13,7 @@ from pipeline.contracts import REQUESTS
 from pipeline.plan.capacity import SearchSpec, run_capacity
 from pipeline.plan.slo import parse_slos
 from pipeline.plan.unloaded import floor, prefill_chunk, unloaded_ttft_s
-from pipeline.sim.replay import sim_requests_table
+from pipeline.sim.replay_tables import sim_requests_table
 from pipeline.sim.simulate import simulate
 from pipeline.warehouse import Warehouse
 from tests.capacity.conftest import BASE

@@ -24,8 +24,9 @@ from pipeline.errors import ConfigError, PipelineError, ScenarioError
 from pipeline.nightly import load_nightly_config
 from pipeline.plan.grid import build_grid
 from pipeline.plan.slo import parse_slos
+from pipeline.sim.hardware import read_gpu_spec
 from pipeline.sim.model_config import read_model_config
-from pipeline.sim.profiles import load_profile, read_gpu_spec
+from pipeline.sim.profiles import load_profile
 from pipeline.sim.scenario import resolve_scenarios
 from pipeline.validation import MAX_JSON_DEPTH
 

@@ -211,7 +211,7 @@ def test_unordered_log_gets_arrival_s_from_its_earliest_record(tmp_path: Path) -
 
 
 def test_generated_bad_log_reconciles_line_by_line(tmp_path: Path) -> None:
-    from pipeline.samples import write_gateway_log
+    from tests.gateway_logs import write_gateway_log
 
     log = write_gateway_log(tmp_path / "g.jsonl", 3000, seed=3, bad_fraction=0.05, compact=True)
     wh = Warehouse(tmp_path / "wh")

@@ -21,7 +21,7 @@ from pipeline.contracts import REQUESTS
 from pipeline.ingest import IngestOptions, ingest_logs
 from pipeline.ingest.hashing import prefix_hashes
 from pipeline.ingest.prompt_text import load_tokenizer
-from pipeline.sim.replay import prepare, read_requests
+from pipeline.sim.replay_input import prepare, read_requests
 from pipeline.sim.scenario import build_scenario
 from pipeline.sim.simulate import simulate
 from pipeline.sim.summary import summarize

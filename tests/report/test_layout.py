@@ -10,6 +10,10 @@ from typing import Any
 import polars as pl
 
 from pipeline.report import charts
+from pipeline.report.charts.common import FADED, FOCUS, LEGEND_PICK
+from pipeline.report.charts.engine import engine_timeline
+from pipeline.report.charts.latency import latency_cdf
+from pipeline.report.charts.trace import arrival_rate, quarantine_reasons
 from pipeline.report.layout import build_layout, natural_sorted, sweep_axes
 
 
@@ -75,22 +79,22 @@ def test_many_scenarios_become_small_multiples_with_a_legend_selection() -> None
     layout = build_layout(list(configs), configs, {n: c["policy"] for n, c in configs.items()})
     opts = charts.ChartOptions(title="t", scenarios=layout.scenarios, layout=layout,
                                extra={"metric": "ttft_s"})  # fmt: skip
-    spec = charts.latency_cdf(_cdf(list(configs)), opts).to_dict()
+    spec = latency_cdf(_cdf(list(configs)), opts).to_dict()
     assert spec["facet"]["field"] == "panel" and spec["columns"] == 2
     params = {p["name"]: p for p in spec["params"]}
-    assert params[charts.LEGEND_PICK]["bind"] == "legend"
-    assert params[charts.FOCUS]["value"] == ""
+    assert params[LEGEND_PICK]["bind"] == "legend"
+    assert params[FOCUS]["value"] == ""
     enc = spec["spec"]["encoding"]
     assert enc["color"]["scale"]["scheme"] == "tableau10"  # ten series: ten distinct colours
     assert enc["color"]["scale"]["domain"] == layout.series_names
-    assert enc["opacity"]["value"] == charts.FADED
+    assert enc["opacity"]["value"] == FADED
     # values spanning 2.7 decades get a log axis, and it says so
     assert enc["x"]["scale"]["type"] == "log" and "log scale" in enc["x"]["title"]
 
 
 def test_narrow_values_get_a_linear_axis() -> None:
     df = _cdf(["a", "b"]).with_columns(pl.col("value_s") / 5.0 + 0.1)
-    spec = charts.latency_cdf(df, charts.ChartOptions(title="t", scenarios=("a", "b"))).to_dict()
+    spec = latency_cdf(df, charts.ChartOptions(title="t", scenarios=("a", "b"))).to_dict()
     assert spec["encoding"]["x"]["scale"]["type"] == "linear"
     assert "facet" not in spec
 
@@ -100,7 +104,7 @@ def test_arrival_axis_is_utc_on_a_24_hour_clock() -> None:
     df = pl.DataFrame({"bucket_start": [t0, t0 + timedelta(minutes=10)], "bucket_s": [600.0] * 2,
                        "num_requests": [1, 2], "requests_per_s": [0.1, 0.2],
                        "prompt_tokens_per_s": [1.0, 2.0]})  # fmt: skip
-    spec = charts.arrival_rate(df, charts.ChartOptions(title="t")).to_dict()
+    spec = arrival_rate(df, charts.ChartOptions(title="t")).to_dict()
     assert spec["encoding"]["x"]["axis"]["format"] == "%H:%M:%S"
     assert spec["data"]["values"][0]["bucket_start"] == "2024-05-01T18:20:00.000Z"
     assert spec["data"]["values"][0]["bucket_start_utc"] == "2024-05-01 18:20:00 UTC"
@@ -117,7 +121,7 @@ def test_arrival_axis_is_utc_on_a_24_hour_clock() -> None:
 def test_a_one_record_quarantine_bar_is_drawn_and_labelled() -> None:
     df = pl.DataFrame({"reason": ["bad time", "rare"], "source_format": ["gateway"] * 2,
                        "num_records": [10_000, 1]})  # fmt: skip
-    spec = charts.quarantine_reasons(df, charts.ChartOptions(title="t")).to_dict()
+    spec = quarantine_reasons(df, charts.ChartOptions(title="t")).to_dict()
     rows = {r["reason"]: r for r in spec["data"]["values"]}
     assert rows["rare"]["num_records"] == 1
     assert rows["rare"]["num_records_drawn"] >= 0.005 * 10_000  # visible beside the big one
@@ -133,7 +137,7 @@ def test_engine_axis_is_cut_where_most_scenarios_end() -> None:
             rows.append({"scenario": name, "bucket_start_s": i * step, "bucket_s": step,
                          "kv_usage": 0.5, "mean_running": 1.0, "mean_waiting": 0.0,
                          "max_waiting": 0, "num_preemptions": 0})  # fmt: skip
-    spec = charts.engine_timeline(pl.DataFrame(rows), charts.ChartOptions(title="t")).to_dict()
+    spec = engine_timeline(pl.DataFrame(rows), charts.ChartOptions(title="t")).to_dict()
     assert max(v["bucket_start_s"] for v in spec["data"]["values"]) <= 4 * 115.0
     assert "1 scenario run longer" in json.dumps(spec["title"])
 
@@ -168,7 +172,7 @@ def test_engine_timeline_query_cuts_one_long_scenario(tmp_path: Path) -> None:
     assert float(df["bucket_start_s"].max()) < 4 * 11.5  # type: ignore[arg-type]
     got = dict(df.group_by("scenario").agg(pl.col("scenario_end_s").first()).iter_rows())
     assert got == ends
-    spec = charts.engine_timeline(df, charts.ChartOptions(title="t")).to_dict()
+    spec = engine_timeline(df, charts.ChartOptions(title="t")).to_dict()
     assert "time axis cut at 46 s; 1 scenario run longer" in json.dumps(spec["title"])
 
 

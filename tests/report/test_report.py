@@ -12,6 +12,8 @@ import pytest
 
 from pipeline.errors import ConfigError, PipelineError
 from pipeline.report import build_report, charts, load_definition, png_dir
+from pipeline.report.charts.capacity import slo_capacity
+from pipeline.report.charts.throughput import throughput
 from pipeline.report.sql import query
 from pipeline.warehouse import Warehouse
 from tests.report.conftest import EVIL_FILE, EVIL_MODEL, EVIL_TENANT, R1, R2, build
@@ -219,8 +221,8 @@ def test_every_chart_function_is_in_the_report(chart: str) -> None:
 def test_chart_golden(tiny_warehouse: Warehouse, golden: Any) -> None:
     con = tiny_warehouse.connect()
     opts = charts.ChartOptions(title="t", scenarios=("static-4", "vllm-2", "vllm-4", "vllm-4-fast"))
-    golden("report_throughput_chart", charts.throughput(query(con, "throughput"), opts).to_dict())
-    golden("report_capacity_chart", charts.slo_capacity(query(con, "slo_capacity"), opts).to_dict())
+    golden("report_throughput_chart", throughput(query(con, "throughput"), opts).to_dict())
+    golden("report_capacity_chart", slo_capacity(query(con, "slo_capacity"), opts).to_dict())
 
 
 def test_bad_definition_names_the_key(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

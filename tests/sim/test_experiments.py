@@ -13,7 +13,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from pipeline.sim.replay import prepare
+from pipeline.sim.replay_input import prepare
 from pipeline.sim.scenario import build_scenario
 from pipeline.sim.simulate import simulate
 from pipeline.sim.state import R_PROMPT

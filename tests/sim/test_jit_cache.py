@@ -14,7 +14,7 @@ import pytest
 
 import pipeline
 from pipeline import jit
-from pipeline.sim.replay import _repeats
+from pipeline.sim.replay_input import _repeats
 
 
 def test_notice_once_then_silent(

@@ -12,14 +12,9 @@ from click.testing import CliRunner
 from pipeline.cli import cli
 from pipeline.errors import ConfigError
 from pipeline.sim.cost_model import COST_MODEL_VERSION
+from pipeline.sim.hardware import load_models, resolve_gpu
 from pipeline.sim.model_config import read_model_config
-from pipeline.sim.profiles import (
-    PROFILE_DIR,
-    list_profiles,
-    load_models,
-    load_profile,
-    resolve_gpu,
-)
+from pipeline.sim.profiles import PROFILE_DIR, list_profiles, load_profile
 
 CONFIGS = Path(__file__).resolve().parents[1] / "fixtures" / "model_configs"
 

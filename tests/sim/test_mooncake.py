@@ -17,7 +17,7 @@ import pytest
 
 from pipeline.contracts import REQUESTS
 from pipeline.ingest import IngestOptions, ingest_logs
-from pipeline.sim.replay import prepare, read_requests
+from pipeline.sim.replay_input import prepare, read_requests
 from pipeline.sim.scenario import build_scenario
 from pipeline.sim.simulate import simulate
 from pipeline.sim.state import R_CACHED, R_PROMPT, SimResult

@@ -19,7 +19,7 @@ from pipeline.ingest import IngestOptions, ingest_logs
 from pipeline.sim.prefix import build_keys, extend_keys
 from pipeline.sim.reference import simulate_reference
 from pipeline.sim.reference_kv import PrefixCache
-from pipeline.sim.replay import prepare, read_requests
+from pipeline.sim.replay_input import prepare, read_requests
 from pipeline.sim.scenario import Scenario, build_scenario
 from pipeline.sim.simulate import simulate
 from pipeline.sim.state import (
@@ -239,7 +239,7 @@ def test_priority_orders_waiting_and_picks_the_victim() -> None:
 def test_tenant_priority_maps_tenants() -> None:
     import polars as pl
 
-    from pipeline.sim.replay import _priorities
+    from pipeline.sim.replay_input import _priorities
 
     frame = pl.DataFrame({"priority": [3, None, None], "tenant": ["a", "b", "c"]})
     prio = _priorities(frame, np.arange(3), {"b": 7})

@@ -4,6 +4,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from click.testing import CliRunner
 
 from pipeline.calibrate.published import (
     HELD_OUT,
@@ -13,23 +14,24 @@ from pipeline.calibrate.published import (
     predict_ms,
     published_rows,
 )
+from pipeline.cli import cli
 from pipeline.errors import ScenarioError
+from pipeline.sim import profiles
 from pipeline.sim.cost_model import StepCost, load_step_cost
+from pipeline.sim.hardware import load_efficiencies, load_gpus, load_models
 from pipeline.sim.profiles import (
     DEFAULT_PROFILE,
     PROFILE_DIR,
     PROFILE_GPUS,
     PROFILE_MATRIX,
-    derive_step_cost,
     expected_profiles,
     generate_profiles,
     list_profiles,
-    load_efficiencies,
-    load_gpus,
-    load_models,
     load_profile,
     render,
+    stale_profiles,
 )
+from pipeline.sim.roofline import derive_step_cost
 
 MODELS = load_models()
 GPUS = {name: load_gpus()[name] for name in PROFILE_GPUS}  # those with shipped profiles
@@ -247,8 +249,28 @@ def test_every_matrix_entry_is_shipped_on_every_gpu() -> None:
 def test_shipped_json_equals_generator_output() -> None:
     for name, profile in expected_profiles().items():
         assert (PROFILE_DIR / f"{name}.json").read_text() == render(profile), (
-            f"{name} is stale: run python -m pipeline.sim.profiles"
+            f"{name} is stale: run tracereplay profile regenerate"
         )
+
+
+def test_regenerate_check_passes_on_the_shipped_profiles() -> None:
+    r = CliRunner().invoke(cli, ["profile", "regenerate", "--check"])
+    assert r.exit_code == 0, r.output
+    assert stale_profiles() == []
+
+
+def test_stale_profiles_names_a_changed_and_an_extra_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for src in PROFILE_DIR.glob("*.json"):
+        shutil.copy(src, tmp_path / src.name)
+    (tmp_path / f"{DEFAULT_PROFILE}.json").write_text("{}")
+    (tmp_path / "old_profile_tp3.json").write_text("{}")
+    monkeypatch.setattr(profiles, "PROFILE_DIR", tmp_path)
+    assert stale_profiles() == [DEFAULT_PROFILE, "old_profile_tp3"]
+    r = CliRunner().invoke(cli, ["profile", "regenerate", "--check"])
+    assert r.exit_code == 1
+    assert f"out of date: {DEFAULT_PROFILE}" in r.output
 
 
 def test_generate_profiles_writes_and_prunes(tmp_path: Path) -> None:

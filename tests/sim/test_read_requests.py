@@ -14,7 +14,7 @@ import pytest
 
 from pipeline.contracts import REQUESTS, check_file, conform, read_table
 from pipeline.selection import RequestFilter
-from pipeline.sim.replay import read_requests
+from pipeline.sim.replay_input import read_requests
 from pipeline.warehouse import Warehouse
 
 from .conftest import requests_table

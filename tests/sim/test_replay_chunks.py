@@ -21,7 +21,8 @@ import pytest
 
 from pipeline.contracts import SIM_REQUESTS, SIM_STEPS, TableWriter, read_table
 from pipeline.errors import ContractError
-from pipeline.sim.replay import prepare, read_requests, replay, select_request_files
+from pipeline.sim.replay import replay
+from pipeline.sim.replay_input import prepare, read_requests, select_request_files
 from pipeline.sim.scenario import Scenario
 from pipeline.sim.simulate import simulate
 from pipeline.sim.state import NST, NSTF, S_WAITING, SF_DURATION, SimInput, SimResult

@@ -1,0 +1,178 @@
+"""What the charts share: their options, inline data, colours, highlighting, facets, scales.
+
+Every chart module of this package draws with these, so that all charts of a report
+look alike: the same scenario colours, the same legend-click highlight, the same
+small multiples when a run has many scenarios (``layout.py``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import altair as alt
+import polars as pl
+
+from pipeline.report.layout import Layout
+
+AnyChart = alt.Chart | alt.LayerChart | alt.HConcatChart | alt.VConcatChart | alt.FacetChart
+
+WIDTH = 640  # px of a full-width chart
+HEIGHT = 260  # px of one panel
+
+
+@dataclass(frozen=True)
+class ChartOptions:
+    """What a chart needs beyond its frame."""
+
+    title: str
+    scenarios: tuple[str, ...] = ()  # every scenario of the run, for stable colours
+    slo_ttft_s: float = 0.2  # drawn as a rule on TTFT-against-something charts
+    extra: dict[str, Any] = field(default_factory=dict)  # chart-specific settings
+    layout: Layout | None = None  # panels and colours of many scenarios (layout.py)
+
+    @property
+    def grid(self) -> Layout:
+        """The run's layout; without one, one colour per scenario and one panel."""
+        if self.layout is not None:
+            return self.layout
+        return Layout(self.scenarios, series={n: n for n in self.scenarios})
+
+
+def values(df: pl.DataFrame) -> alt.Data:
+    """The frame as inline JSON values: times as ISO-8601 UTC strings, NaN as null."""
+    exprs = []
+    for name, dtype in df.schema.items():
+        if isinstance(dtype, pl.Datetime):
+            col = pl.col(name)
+            if dtype.time_zone:
+                col = col.dt.convert_time_zone("UTC")
+            exprs.append(col.dt.strftime("%Y-%m-%dT%H:%M:%S%.3fZ"))
+        elif dtype == pl.Date:
+            exprs.append(pl.col(name).dt.strftime("%Y-%m-%d"))
+        elif dtype.is_float():
+            exprs.append(pl.col(name).fill_nan(None))
+        elif dtype.is_decimal():
+            exprs.append(pl.col(name).cast(pl.Float64))
+    rows = df.with_columns(exprs).to_dicts() if exprs else df.to_dicts()
+    return alt.Data(values=[{k: _clean(v) for k, v in r.items()} for r in rows])
+
+
+def _clean(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+def scenario_color(opts: ChartOptions, field_name: str = "scenario") -> alt.Color:
+    scale = alt.Scale(domain=list(opts.scenarios)) if opts.scenarios else alt.Undefined
+    return alt.Color(f"{field_name}:N", title="scenario", scale=scale)
+
+
+# Clicking a legend entry highlights its series (the others fade); the page's scenario
+# selector sets FOCUS on every chart that declares it, with the same effect.
+LEGEND_PICK = "legend_pick"
+FOCUS = "focus"
+FADED = 0.12
+
+
+def with_layout(df: pl.DataFrame, opts: ChartOptions) -> pl.DataFrame:
+    """The frame with the ``series`` (colour) and ``panel`` (small multiple) of each row."""
+    grid = opts.grid
+    sc = pl.col("scenario").cast(pl.String)
+    series = sc.replace_strict(grid.series, default=sc) if grid.series else sc
+    panel = sc.replace_strict(grid.panel, default="") if grid.panel else pl.lit("")
+    return df.with_columns(series.alias("series"), panel.alias("panel"))
+
+
+def series_color(opts: ChartOptions) -> alt.Color:
+    names = opts.grid.series_names
+    title = "scenario" if not opts.grid.faceted else ", ".join(
+        a for a in opts.grid.axes if a != opts.grid.facet_by) or "scenario"  # fmt: skip
+    return alt.Color(
+        "series:N",
+        title=title,
+        sort=names,
+        scale=alt.Scale(domain=names, scheme="tableau10" if len(names) <= 10 else "tableau20"),
+        legend=alt.Legend(symbolLimit=0, labelLimit=320, columns=1 if len(names) <= 24 else 2),
+    )
+
+
+def highlight_opacity() -> dict[str, Any]:
+    test = {"and": [{"param": LEGEND_PICK, "empty": True},
+                    f"{FOCUS} === '' || datum.scenario === {FOCUS}"]}  # fmt: skip
+    return {"condition": {"test": test, "value": 1}, "value": FADED}
+
+
+def interactive(chart: alt.Chart) -> alt.Chart:
+    """Bind a legend-click selection of ``series`` and the page's FOCUS to ``chart``."""
+    pick = alt.selection_point(fields=["series"], bind="legend", name=LEGEND_PICK)
+    return chart.add_params(pick, alt.param(name=FOCUS, value=""))
+
+
+def faceted(
+    chart: AnyChart, opts: ChartOptions, title: str, **resolve: Literal["independent", "shared"]
+) -> AnyChart:
+    """Small multiples by the layout's panel, or the chart as it is when there is one panel."""
+    grid = opts.grid
+    if not grid.faceted:
+        return chart.properties(title=title)
+    out = chart.facet(
+        facet=alt.Facet("panel:N", title=None, sort=grid.panels,
+                        header=alt.Header(labelFontWeight="bold", labelFontSize=12)),
+        columns=2 if len(grid.panels) > 1 else 1,
+        title=title,
+    )  # fmt: skip
+    return out.resolve_scale(**resolve) if resolve else out
+
+
+def scale_for(series: pl.Series, *, zero_ok: bool = False) -> alt.Scale:
+    """Log scale when the positive values span more than 1.5 decades, else linear."""
+    s = series.drop_nulls()
+    if s.dtype.is_float():
+        s = s.drop_nans()
+    s = s.filter(s > 0)
+    if s.len() >= 2 and float(s.max()) / float(s.min()) > 10**1.5:  # type: ignore[operator,arg-type]
+        return alt.Scale(type="log")
+    return alt.Scale(type="linear", zero=zero_ok)
+
+
+def scale_title(label: str, scale: alt.Scale) -> str:
+    return f"{label}, log scale" if scale.type == "log" else label
+
+
+def panel_size(opts: ChartOptions) -> tuple[int, int]:
+    if opts.grid.faceted and len(opts.grid.panels) > 1:
+        return WIDTH // 2 - 60, HEIGHT - 40
+    return WIDTH, HEIGHT
+
+
+def min_visible(df: pl.DataFrame, column: str, share: float = 0.008) -> pl.DataFrame:
+    """Add ``<column>_drawn``: the value, but at least ``share`` of the largest, so that
+    a one-record bar beside a 10,000-record one still shows; labels give the true value."""
+    top = df[column].max() if df.height else 0
+    floor = float(top or 0) * share  # type: ignore[arg-type]
+    return df.with_columns(
+        pl.max_horizontal(pl.col(column).cast(pl.Float64), pl.lit(floor)).alias(f"{column}_drawn")
+    )
+
+
+def log2_x(field: str, title: str) -> alt.X:
+    """An x axis over powers of two (caps, cache sizes)."""
+    return alt.X(field, title=title, scale=alt.Scale(type="log", base=2))
+
+
+def slo_rule(opts: ChartOptions) -> alt.Chart:
+    return (
+        alt.Chart(alt.Data(values=[{"slo_ttft_s": opts.slo_ttft_s}]))
+        .mark_rule(color="#b00", strokeDash=[4, 3])
+        .encode(y=alt.Y("slo_ttft_s:Q"), tooltip=[alt.Tooltip("slo_ttft_s:Q", title="SLO (s)")])
+    )
+
+
+def slo_rule_datum(opts: ChartOptions) -> alt.Chart:
+    """The SLO as a rule in a layer that shares its chart's data (so it can be faceted)."""
+    return (
+        alt.Chart().mark_rule(color="#b00", strokeDash=[4, 3]).encode(y=alt.datum(opts.slo_ttft_s))
+    )
