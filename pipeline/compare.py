@@ -73,8 +73,13 @@ def compare_runs(
 
     con = wh.connect()
     try:
-        df = query(con, "compare_runs", run_id=run_a, compare_run_id=run_b,
-                   prices_json=prices_json(prices or {}))  # fmt: skip
+        df = query(
+            con,
+            "compare_runs",
+            run_id=run_a,
+            compare_run_id=run_b,
+            prices_json=prices_json(prices or {}),
+        )
         return with_intervals(con, df)
     finally:
         con.close()
@@ -143,9 +148,16 @@ def format_comparison(df: pl.DataFrame, *, notes: bool = True) -> str:
             a, b = _plain(r["value_a"], scale, unit), _plain(r["value_b"], scale, unit)
             pct = "\u2014" if rel is None else f"{rel * 100:+.1f}%"
             rows.append(
-                [label, a, b, signed(r["change"], scale, unit), _interval(r, scale, unit), pct,
-                 verdict]
-            )  # fmt: skip
+                [
+                    label,
+                    a,
+                    b,
+                    signed(r["change"], scale, unit),
+                    _interval(r, scale, unit),
+                    pct,
+                    verdict,
+                ]
+            )
         lines.append("")
         lines.append(head)
         table = render_table(["metric", "A", "B", "B - A", "90% interval", "change", ""], rows)

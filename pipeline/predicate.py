@@ -83,16 +83,41 @@ FUNCTIONS = frozenset(
 )
 
 # Names DuckDB reads as a column and then binds to the clock.
-_CLOCK = frozenset({"current_date", "current_time", "current_timestamp", "localtime",
-                    "localtimestamp"})  # fmt: skip
+_CLOCK = frozenset(
+    {"current_date", "current_time", "current_timestamp", "localtime", "localtimestamp"}
+)
 
 # Expression kinds the parser gives (its ``class``) that a predicate may hold.
-_CLASSES = frozenset({"BETWEEN", "CASE", "CAST", "COLLATE", "COLUMN_REF", "COMPARISON",
-                      "CONJUNCTION", "CONSTANT", "FUNCTION", "OPERATOR", "TYPE"})  # fmt: skip
-_OPERATORS = frozenset({"COMPARE_IN", "COMPARE_NOT_IN", "OPERATOR_NOT", "OPERATOR_IS_NULL",
-                        "OPERATOR_IS_NOT_NULL", "OPERATOR_COALESCE", "OPERATOR_NULLIF",
-                        "ARRAY_EXTRACT", "ARRAY_SLICE", "ARRAY_CONSTRUCTOR",
-                        "STRUCT_EXTRACT"})  # fmt: skip
+_CLASSES = frozenset(
+    {
+        "BETWEEN",
+        "CASE",
+        "CAST",
+        "COLLATE",
+        "COLUMN_REF",
+        "COMPARISON",
+        "CONJUNCTION",
+        "CONSTANT",
+        "FUNCTION",
+        "OPERATOR",
+        "TYPE",
+    }
+)
+_OPERATORS = frozenset(
+    {
+        "COMPARE_IN",
+        "COMPARE_NOT_IN",
+        "OPERATOR_NOT",
+        "OPERATOR_IS_NULL",
+        "OPERATOR_IS_NOT_NULL",
+        "OPERATOR_COALESCE",
+        "OPERATOR_NULLIF",
+        "ARRAY_EXTRACT",
+        "ARRAY_SLICE",
+        "ARRAY_CONSTRUCTOR",
+        "STRUCT_EXTRACT",
+    }
+)
 _REFUSED = {
     "SUBQUERY": "a subquery (SELECT ..., EXISTS, IN (SELECT ...), ANY/ALL)",
     "WINDOW": "a window function (OVER ...)",
@@ -110,9 +135,26 @@ _ODD = frozenset({"Cc", "Zs", "Zl", "Zp", "Cf", "Cs"})
 
 # Clauses of a query that may follow a WHERE. The parser's tree drops some it never uses
 # (an unused WINDOW), so they are refused by keyword too.
-_CLAUSES = frozenset({"window", "qualify", "group", "having", "order", "limit", "offset",
-                      "union", "except", "intersect", "using", "sample", "tablesample",
-                      "fetch", "returning", "into"})  # fmt: skip
+_CLAUSES = frozenset(
+    {
+        "window",
+        "qualify",
+        "group",
+        "having",
+        "order",
+        "limit",
+        "offset",
+        "union",
+        "except",
+        "intersect",
+        "using",
+        "sample",
+        "tablesample",
+        "fetch",
+        "returning",
+        "into",
+    }
+)
 _MORE = "holds more than a predicate (ORDER BY, GROUP BY, LIMIT, UNION, WINDOW, ...)"
 HOW = (
     "write one boolean expression over the requests columns, with constants, operators "

@@ -71,8 +71,13 @@ METRICS = {"ttft": "ttft_s", "tpot": "tpot_s"}
 STATISTICS = {"p50": 50.0, "p90": 90.0, "p99": 99.0}
 FOLDS = 4  # cross-validation folds (hours grouped into at most this many)
 # a replay's fit has stopped moving: every factor within 0.3%, the absolute terms within
-CONVERGED = {"log": 0.003, "prefill_fixed_s": 5e-5, "request_s": 1e-4, "prompt_token_s": 1e-7,
-             "output_token_s": 1e-5}  # fmt: skip
+CONVERGED = {
+    "log": 0.003,
+    "prefill_fixed_s": 5e-5,
+    "request_s": 1e-4,
+    "prompt_token_s": 1e-7,
+    "output_token_s": 1e-5,
+}
 IMPROVES = 0.002  # RMS log error of the quantiles: an improvement below this has settled
 EXPLAINS = 0.25  # a fit whose own statistics stay further off than this explains nothing
 WORSE = 0.25  # a held-out statistic the fit makes worse than 3x the start and this: refused
@@ -320,8 +325,11 @@ def folds_by_hour(
         fold = np.array([which[h] for h in hours])
         labels = []
         for f in range(n):
-            hs = [datetime.fromtimestamp(int(h) * 3600, UTC).strftime("%m-%d %H:00") for h in uniq
-                  if which[h] == f]  # fmt: skip
+            hs = [
+                datetime.fromtimestamp(int(h) * 3600, UTC).strftime("%m-%d %H:00")
+                for h in uniq
+                if which[h] == f
+            ]
             labels.append(", ".join(hs[:3]) + (f" +{len(hs) - 3}" if len(hs) > 3 else ""))
         return [fold == f for f in range(n)], labels, "hour"
     order = np.argsort(arrival_time_us, kind="stable")

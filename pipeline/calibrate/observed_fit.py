@@ -49,8 +49,13 @@ UNKNOWNS: dict[str, tuple[str, float]] = {
 }
 # the most one fit may move an unknown from the params its rows were taken at: the rows
 # hold the batches fixed, which is true only near them (a factor's limit in log units)
-TRUST = {"log": math.log(2.0), "prefill_fixed_s": 2e-3, "request_s": 5e-3,
-         "prompt_token_s": 2e-6, "output_token_s": 2e-4}  # fmt: skip
+TRUST = {
+    "log": math.log(2.0),
+    "prefill_fixed_s": 2e-3,
+    "request_s": 5e-3,
+    "prompt_token_s": 2e-6,
+    "output_token_s": 2e-4,
+}
 UNKNOWN_NAMES = tuple(UNKNOWNS)
 LOSS_SCALE = 0.10  # per-request log error at which the robust loss turns linear
 PULL = 0.02  # weight of the pull toward the start, times sqrt(residuals)
@@ -307,8 +312,12 @@ def _quantile_index(values: F64, q: float) -> tuple[float, F64]:
 
 
 def _per_quantile(rows: TeacherRows, t: QuantileTargets, base: Params) -> tuple[Any, Any, int]:
-    items = [(mask, metric, q, obs) for mask, stats in zip(t.masks, t.stats, strict=True)
-             for metric, q, obs in stats if math.isfinite(obs) and obs > 0]  # fmt: skip
+    items = [
+        (mask, metric, q, obs)
+        for mask, stats in zip(t.masks, t.stats, strict=True)
+        for metric, q, obs in stats
+        if math.isfinite(obs) and obs > 0
+    ]
 
     def values(p: Params) -> tuple[F64, F64]:
         return predict(rows, p, base)

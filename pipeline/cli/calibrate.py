@@ -245,8 +245,7 @@ def observed_command(
             ]
             for r in rows
         ]
-        headers = ["", "observed", "before", "error", "after", "error",
-                   "held out: before", "after"]  # fmt: skip
+        headers = ["", "observed", "before", "error", "after", "error", "held out: before", "after"]
         click.echo(render_table(headers, table))
         if cal.held_out is not None:
             click.echo(

@@ -71,19 +71,29 @@ def check(
     moved = {s.damage.rel: s.moved_to for s in result.moved}
     n = len(result.scan.damaged)
     if as_json:
-        click.echo(json.dumps({
-            "warehouse": str(root),
-            "checked": result.scan.checked,
-            "tables": len(result.scan.served),
-            "damaged": [
-                {"table": d.table, "path": d.rel, "problem": d.problem, "fix": d.fix,
-                 "moved_to": moved.get(d.rel)}
-                for d in result.scan.damaged
-            ],
-            "set_aside": len(moved),
-            "temporary_files": [str(p) for p in result.stale],
-            "set_aside_before": result.earlier,
-        }, indent=2))  # fmt: skip
+        click.echo(
+            json.dumps(
+                {
+                    "warehouse": str(root),
+                    "checked": result.scan.checked,
+                    "tables": len(result.scan.served),
+                    "damaged": [
+                        {
+                            "table": d.table,
+                            "path": d.rel,
+                            "problem": d.problem,
+                            "fix": d.fix,
+                            "moved_to": moved.get(d.rel),
+                        }
+                        for d in result.scan.damaged
+                    ],
+                    "set_aside": len(moved),
+                    "temporary_files": [str(p) for p in result.stale],
+                    "set_aside_before": result.earlier,
+                },
+                indent=2,
+            )
+        )
     else:
         _report(result, root, repair, quiet)
     if n:

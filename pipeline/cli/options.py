@@ -91,8 +91,9 @@ def option(*param_decls: str, deprecated: tuple[str, ...] = (), **attrs: Any) ->
     hidden, still working, one line on stderr when used)."""
 
     def decorator(f: F) -> F:
-        f = click.option(*param_decls, cls=RenamedOption if deprecated else click.Option,
-                         **attrs)(f)  # fmt: skip
+        f = click.option(*param_decls, cls=RenamedOption if deprecated else click.Option, **attrs)(
+            f
+        )
         new = f.__click_params__[-1]  # type: ignore[attr-defined]
         for old in deprecated:
             alias = DeprecatedOption(
@@ -142,8 +143,13 @@ class Moment:
 
 class MomentType(click.ParamType):
     name = "DAY[THH:MM[:SS]]"
-    FORMATS = ("%Y-%m-%d", "%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M", "%Y-%m-%dT%H:%M:%S",
-               "%Y-%m-%d %H:%M:%S")  # fmt: skip
+    FORMATS = (
+        "%Y-%m-%d",
+        "%Y-%m-%dT%H:%M",
+        "%Y-%m-%d %H:%M",
+        "%Y-%m-%dT%H:%M:%S",
+        "%Y-%m-%d %H:%M:%S",
+    )
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if isinstance(value, Moment):

@@ -64,8 +64,11 @@ def _basis(s: dict[str, Any]) -> str:
 
 
 # rows of the latency table: label, summary key prefix, scale, digits
-_LATENCY_ROWS = (("TTFT (s)", "ttft", 1.0, 3), ("TPOT (ms)", "tpot", 1e3, 1),
-                 ("E2E (s)", "e2e", 1.0, 2))  # fmt: skip
+_LATENCY_ROWS = (
+    ("TTFT (s)", "ttft", 1.0, 3),
+    ("TPOT (ms)", "tpot", 1e3, 1),
+    ("E2E (s)", "e2e", 1.0, 2),
+)
 
 
 def _latency_lines(s: dict[str, Any]) -> list[str]:

@@ -149,9 +149,12 @@ def _write_file(output: Path, data: bytes | str) -> None:
     help="Write the result to FILE instead of stdout (not inside the warehouse).",
 )
 @click.option(
-    "--max-rows", type=opt.BoundedInt(1, 10**9), default=50, show_default=True,
+    "--max-rows",
+    type=opt.BoundedInt(1, 10**9),
+    default=50,
+    show_default=True,
     help="Rows a table shows.",
-)  # fmt: skip
+)
 @click.option("--views", is_flag=True, help="Print the SQL that creates the views and exit.")
 @opt.warehouse
 @opt.config_file

@@ -62,8 +62,11 @@ class Selection:
     max_wait_s: float = MAX_WAIT_S  # the longest sleep between arrivals (inf: no bound)
 
     def __post_init__(self) -> None:
-        for name, flag in (("sample", "--num-requests"), ("max_prompt_tokens", None),
-                           ("max_output_tokens", None)):  # fmt: skip
+        for name, flag in (
+            ("sample", "--num-requests"),
+            ("max_prompt_tokens", None),
+            ("max_output_tokens", None),
+        ):
             value = getattr(self, name)
             if value is not None and value < 1:
                 flag = flag or f"--{name.replace('_', '-')}"

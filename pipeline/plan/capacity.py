@@ -394,8 +394,9 @@ def _why_none(
     when each was met somewhere, of every SLO that failed) and what sets it."""
     failed = [s for s in slos if not any(p.slo is not None and p.slo.met[s.key] for p in probes)]
     if not failed:
-        failed = [s for s in slos if any(p.slo is not None and not p.slo.met[s.key]
-                                         for p in probes)]  # fmt: skip
+        failed = [
+            s for s in slos if any(p.slo is not None and not p.slo.met[s.key] for p in probes)
+        ]
     if not failed:
         return None
     return explain_none(base, frame, failed)
@@ -457,10 +458,12 @@ def capacity_table(result: CapacityResult) -> pa.Table:
         iv = search.interval
         met = dict(search.result.probes)
         probes = [
-            *((v, out, "search") for (v, _), out in zip(search.result.probes, search.probes,
-                                                         strict=True)),
+            *(
+                (v, out, "search")
+                for (v, _), out in zip(search.result.probes, search.probes, strict=True)
+            ),
             *((v, out, "interval") for v, out in search.interval_probes),
-        ]  # fmt: skip
+        ]
         for i, (value, out, role) in enumerate(probes):
             assert out.run is not None and out.slo is not None
             s = out.run.summary

@@ -91,8 +91,9 @@ class Prober:
         c.bar.describe(f"capacity search: {self.spec.kind} {self.knob}={fmt_value(value)}")
         # a probe only the interval needed is summarized, not written: no tables to build
         write = role == "search" and not c.summary_only
-        task = ScenarioTask(len(c.outcomes), sc, prepare(c.frame, sc), tuple(c.slos), c.run_id,
-                            tables=write)  # fmt: skip
+        task = ScenarioTask(
+            len(c.outcomes), sc, prepare(c.frame, sc), tuple(c.slos), c.run_id, tables=write
+        )
         out = run_task(task)
         if out.error is not None or out.slo is None:
             raise ScenarioError(f"probe {sc.name} failed: {out.error}")

@@ -40,10 +40,32 @@ from pipeline.warehouse import Warehouse
 DEFAULT_REPORT = "review"
 DEFAULT_SLO_TTFT_S = 0.2  # p99 TTFT objective of the capacity search and goodput, seconds
 
-_SECTION_KEYS = {"id", "title", "how_to_read", "scope", "requires_view", "requires_param", "empty",
-                 "items"}  # fmt: skip
-_ITEM_KEYS = {"kind", "query", "params", "chart", "title", "options", "columns", "filter",
-              "requires", "requires_param", "note", "empty", "max_rows", "intervals"}  # fmt: skip
+_SECTION_KEYS = {
+    "id",
+    "title",
+    "how_to_read",
+    "scope",
+    "requires_view",
+    "requires_param",
+    "empty",
+    "items",
+}
+_ITEM_KEYS = {
+    "kind",
+    "query",
+    "params",
+    "chart",
+    "title",
+    "options",
+    "columns",
+    "filter",
+    "requires",
+    "requires_param",
+    "note",
+    "empty",
+    "max_rows",
+    "intervals",
+}
 # item key intervals: what adds intervals to the query's rows (computed where SQL cannot)
 _INTERVALS = {"changes"}
 _FORMATS = {"text", "int", "float", "s", "ms", "pct", "time"}
@@ -289,8 +311,11 @@ def build_report(
             raise PipelineError(f"--compare: no run {compare!r} in the warehouse; latest: {known}")
         if slo_ttft_s is None:
             slo_ttft_s = _ttft_objective(slos, run_row.get("slos"))
-        given = {"compare_run_id": compare, "prices_json": prices_json(gpu_prices or {}),
-                 "slos": json.dumps(slos) if slos else None}  # fmt: skip
+        given = {
+            "compare_run_id": compare,
+            "prices_json": prices_json(gpu_prices or {}),
+            "slos": json.dumps(slos) if slos else None,
+        }
 
         # The trace is what the run replayed; when none of its requests are in the
         # warehouse (generated arrivals) or there is no run, the whole warehouse.
@@ -308,8 +333,11 @@ def build_report(
                 trace_run = None
             else:
                 summary = of_run
-        trace = _trace_facts(summary.to_dicts()[0], run("trace_sources", run_id=trace_run),
-                             scoped=trace_run is not None)  # fmt: skip
+        trace = _trace_facts(
+            summary.to_dicts()[0],
+            run("trace_sources", run_id=trace_run),
+            scoped=trace_run is not None,
+        )
 
         scenarios = run("run_scenarios", run_id=run_id) if run_id else pl.DataFrame()
         layout = _layout(scenarios)
@@ -345,14 +373,29 @@ def build_report(
                 else:
                     df = run(item.query, **scope, **item.params)
                 items.append(
-                    _render_item(item, df, f"chart-{section.id}-{k + 1}", specs,
-                                 charts.ChartOptions(title=item.title, scenarios=names,
-                                                     slo_ttft_s=slo_ttft_s, extra=item.options,
-                                                     layout=layout))
-                )  # fmt: skip
-            sections.append({"id": section.id, "title": section.title,
-                             "how_to_read": section.how_to_read, "no_data": no_data,
-                             "items": items})  # fmt: skip
+                    _render_item(
+                        item,
+                        df,
+                        f"chart-{section.id}-{k + 1}",
+                        specs,
+                        charts.ChartOptions(
+                            title=item.title,
+                            scenarios=names,
+                            slo_ttft_s=slo_ttft_s,
+                            extra=item.options,
+                            layout=layout,
+                        ),
+                    )
+                )
+            sections.append(
+                {
+                    "id": section.id,
+                    "title": section.title,
+                    "how_to_read": section.how_to_read,
+                    "no_data": no_data,
+                    "items": items,
+                }
+            )
     finally:
         con.close()
 
@@ -471,11 +514,15 @@ def _when(value: Any) -> str | None:
 def _trace_facts(summary: dict[str, Any], sources: pl.DataFrame, *, scoped: bool) -> dict[str, str]:
     n = summary["num_requests"] or 0
     if n == 0:
-        return {"description": "no requests in the warehouse", "date_range": "\u2014",
-                "requests": "0"}  # fmt: skip
+        return {
+            "description": "no requests in the warehouse",
+            "date_range": "\u2014",
+            "requests": "0",
+        }
     files = sources["source_file"].to_list()
-    shown = ", ".join(Path(f).name for f in files[:3]) + (f" and {len(files) - 3} more"
-                                                          if len(files) > 3 else "")  # fmt: skip
+    shown = ", ".join(Path(f).name for f in files[:3]) + (
+        f" and {len(files) - 3} more" if len(files) > 3 else ""
+    )
     whose = "the requests this run replayed" if scoped else "every request in the warehouse"
     description = (
         f"{whose}, from {len(files)} log file{'s' if len(files) != 1 else ''} ({shown}); "
@@ -550,13 +597,22 @@ def _scenario_row(r: dict[str, Any]) -> dict[str, Any]:
 
     summary = pretty(r.get("summary_json"))
     return {
-        **{k: ("\u2014" if r.get(k) is None else r[k]) for k in (
-            "scenario", "policy", "replicas", "profile", "max_concurrency", "num_kv_blocks",
-            "block_size")},
+        **{
+            k: ("\u2014" if r.get(k) is None else r[k])
+            for k in (
+                "scenario",
+                "policy",
+                "replicas",
+                "profile",
+                "max_concurrency",
+                "num_kv_blocks",
+                "block_size",
+            )
+        },
         "num_requests": f"{r.get('num_requests') or 0:,}",
         "config": pretty(r.get("config_json")),
         "summary": "" if summary in ("", "{}") else summary,
-    }  # fmt: skip
+    }
 
 
 __all__ = ["build_report", "default_output", "load_definition", "png_dir"]

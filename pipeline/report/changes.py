@@ -160,8 +160,14 @@ def _capacity(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, dict[str
 
 def _capacity_interval(a: dict[str, Any], b: dict[str, Any]) -> tuple[float, float] | None:
     """The change of a capacity answer from the two answers' intervals (independent)."""
-    values = [a.get("answer"), a.get("answer_lo"), a.get("answer_hi"), b.get("answer"),
-              b.get("answer_lo"), b.get("answer_hi")]  # fmt: skip
+    values = [
+        a.get("answer"),
+        a.get("answer_lo"),
+        a.get("answer_hi"),
+        b.get("answer"),
+        b.get("answer_lo"),
+        b.get("answer_hi"),
+    ]
     nums = [float(v) for v in values if v is not None]
     if len(nums) < len(values):
         return None

@@ -88,8 +88,10 @@ def build_layout(
     names = natural_sorted(scenarios)
     if len(names) <= MAX_LINES:
         return Layout(scenarios=tuple(names), series={n: n for n in names})
-    full = {n: {**configs.get(n, {}), "policy": policies.get(n) or configs.get(n, {}).get(
-        "policy")} for n in names}  # fmt: skip
+    full = {
+        n: {**configs.get(n, {}), "policy": policies.get(n) or configs.get(n, {}).get("policy")}
+        for n in names
+    }
     axes = sweep_axes(full)
     flat = {n: _flat(full[n]) for n in names}
     if not axes:

@@ -25,8 +25,13 @@ import jinja2
 REPORTS_DIR = Path(__file__).resolve().parents[2] / "reports"
 TEMPLATES_DIR = REPORTS_DIR / "templates"
 
-_SCRIPT_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028",
-                   "\u2029": "\\u2029"}  # fmt: skip
+_SCRIPT_ESCAPES = {
+    "<": "\\u003c",
+    ">": "\\u003e",
+    "&": "\\u0026",
+    "\u2028": "\\u2028",
+    "\u2029": "\\u2029",
+}
 
 
 def script_json(obj: Any) -> str:

@@ -367,8 +367,9 @@ def _step(s: State, kc: PrefixCaches, r: int, until: float) -> None:
     p_tok = float(tok_sum)
     ctx = float(ctx_sum)
     # the policy's attention feature; pf_kv + ctx_sum: KV of every sequence after the step
-    p_attn = dispatch.attention(cfg[C_POLICY], p_tok, float(d), float(ctx_sum + pf_kv), ctx,
-                                float(attn_sum))  # fmt: skip
+    p_attn = dispatch.attention(
+        cfg[C_POLICY], p_tok, float(d), float(ctx_sum + pf_kv), ctx, float(attn_sum)
+    )
     k = 1
     if (
         p_tok == 0
@@ -633,14 +634,32 @@ def replay_loop(s: State, kc: PrefixCaches, trees: Trees, max_arrivals: int) -> 
     """
     # borrowed views: the calls and bindings below then count no references (borrow.py)
     s = State(
-        borrow(s.cfg), borrow(s.cfgf), borrow(s.cost), borrow(s.rq), borrow(s.rqf),
-        borrow(s.rp), borrow(s.rpf), borrow(s.run), borrow(s.wq), borrow(s.st),
-        borrow(s.stf), borrow(s.g), borrow(s.sched_q), borrow(s.sched_t), borrow(s.ev),
-    )  # fmt: skip
+        borrow(s.cfg),
+        borrow(s.cfgf),
+        borrow(s.cost),
+        borrow(s.rq),
+        borrow(s.rqf),
+        borrow(s.rp),
+        borrow(s.rpf),
+        borrow(s.run),
+        borrow(s.wq),
+        borrow(s.st),
+        borrow(s.stf),
+        borrow(s.g),
+        borrow(s.sched_q),
+        borrow(s.sched_t),
+        borrow(s.ev),
+    )
     kc = PrefixCaches(
-        borrow(kc.ck), borrow(kc.cs), borrow(kc.ht), borrow(kc.ukey), borrow(kc.uslot),
-        borrow(kc.gk), borrow(kc.gb), borrow(kc.gn),
-    )  # fmt: skip
+        borrow(kc.ck),
+        borrow(kc.cs),
+        borrow(kc.ht),
+        borrow(kc.ukey),
+        borrow(kc.uslot),
+        borrow(kc.gk),
+        borrow(kc.gb),
+        borrow(kc.gn),
+    )
     wt, wi = borrow(trees.wt), borrow(trees.wi)
     lmin, li, lmax = borrow(trees.lmin), borrow(trees.li), borrow(trees.lmax)
     cfg, cfgf, rq, rqf, rp, rpf, wq, st = s.cfg, s.cfgf, s.rq, s.rqf, s.rp, s.rpf, s.wq, s.st

@@ -505,9 +505,14 @@ def request_state(inp: SimInput, keys: PrefixKeys | None, block_size: int) -> np
     if keys is None:
         keys = PrefixKeys.empty(0)
     rq, k = _fill_request_state(
-        inp.prompt_tokens, inp.output_tokens, keys.offsets, keys.unit_tokens, keys.tails,
-        block_size, with_keys,
-    )  # fmt: skip
+        inp.prompt_tokens,
+        inp.output_tokens,
+        keys.offsets,
+        keys.unit_tokens,
+        keys.tails,
+        block_size,
+        with_keys,
+    )
     if k >= 0:
         longest = int(inp.prompt_tokens[k]) + int(inp.output_tokens[k])
         raise ValueError(

@@ -23,8 +23,12 @@ def trace_prefix_facts(frame: pl.DataFrame, rows: npt.NDArray[np.int64]) -> dict
     cached_tokens), observed_cached_tokens, observed_cached_share (cached / prompt tokens
     of those requests; None when no request logs it).
     """
-    out: dict[str, Any] = {"prefix_hashed_requests": 0, "observed_cached_requests": 0,
-                           "observed_cached_tokens": 0, "observed_cached_share": None}  # fmt: skip
+    out: dict[str, Any] = {
+        "prefix_hashed_requests": 0,
+        "observed_cached_requests": 0,
+        "observed_cached_tokens": 0,
+        "observed_cached_share": None,
+    }
     take = pl.Series(rows)
     if "prefix_hashes" in frame.columns:
         lengths = frame["prefix_hashes"].list.len().fill_null(0).gather(take)
@@ -36,8 +40,11 @@ def trace_prefix_facts(frame: pl.DataFrame, rows: npt.NDArray[np.int64]) -> dict
         if n:
             prompt = frame["prompt_tokens"].gather(take).filter(logged).cast(pl.Int64).sum()
             tokens = int(cached.filter(logged).cast(pl.Int64).sum())
-            out.update(observed_cached_requests=n, observed_cached_tokens=tokens,
-                       observed_cached_share=tokens / prompt if prompt else None)  # fmt: skip
+            out.update(
+                observed_cached_requests=n,
+                observed_cached_tokens=tokens,
+                observed_cached_share=tokens / prompt if prompt else None,
+            )
     return out
 
 

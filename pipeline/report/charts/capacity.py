@@ -52,62 +52,99 @@ def slo_capacity(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
         x_scale = alt.Scale(type="log", base=2) if scale == "log" else alt.Scale(zero=False)
         y_scale = alt.Scale(type="log")
         x = alt.X("value:Q", title=title, scale=x_scale)
-        line = alt.Chart().mark_line(point=False).encode(
-            x=x,
-            y=alt.Y("measured_s:Q", title="the SLO's statistic (s, log scale)", scale=y_scale),
-            color=alt.Color("sweep_name:N", title=f"{kind} sweep (what it holds fixed)",
-                            sort=names,
-                            scale=alt.Scale(domain=names, scheme="tableau20" if len(names) > 10
-                                            else "tableau10"),
-                            legend=alt.Legend(orient="bottom", direction="vertical",
-                                              labelLimit=WIDTH, titleLimit=WIDTH,
-                                              symbolLimit=0)),
-            detail="slo:N",
-        )  # fmt: skip
-        points = alt.Chart().mark_point(size=60, filled=True).encode(
-            x=x,
-            y=alt.Y("measured_s:Q", scale=y_scale),
-            color=alt.Color("sweep_name:N", sort=names, legend=None,
-                            scale=alt.Scale(domain=names, scheme="tableau20" if len(names) > 10
-                                            else "tableau10")),
-            shape=alt.Shape("meets_slo:N", title="this SLO",
-                            scale=alt.Scale(domain=[True, False], range=["circle", "cross"]),
-                            legend=alt.Legend(labelExpr="datum.value ? 'met' : 'missed'")),
-            tooltip=[
-                alt.Tooltip("sweep_name:N", title="sweep"),
-                alt.Tooltip("scenario:N"),
-                alt.Tooltip("value:Q", title=title, format=",.3~f"),
-                alt.Tooltip("slo_label:N", title="SLO"),
-                alt.Tooltip("measured_s:Q", title="measured (s)", format=".4~g"),
-                alt.Tooltip("scope_requests:Q", title="requests in scope", format=","),
-                alt.Tooltip("slos_met:N", title="SLOs met here"),
-                alt.Tooltip("slos_missed:N", title="SLOs missed here"),
-            ],
-        )  # fmt: skip
+        line = (
+            alt.Chart()
+            .mark_line(point=False)
+            .encode(
+                x=x,
+                y=alt.Y("measured_s:Q", title="the SLO's statistic (s, log scale)", scale=y_scale),
+                color=alt.Color(
+                    "sweep_name:N",
+                    title=f"{kind} sweep (what it holds fixed)",
+                    sort=names,
+                    scale=alt.Scale(
+                        domain=names, scheme="tableau20" if len(names) > 10 else "tableau10"
+                    ),
+                    legend=alt.Legend(
+                        orient="bottom",
+                        direction="vertical",
+                        labelLimit=WIDTH,
+                        titleLimit=WIDTH,
+                        symbolLimit=0,
+                    ),
+                ),
+                detail="slo:N",
+            )
+        )
+        points = (
+            alt.Chart()
+            .mark_point(size=60, filled=True)
+            .encode(
+                x=x,
+                y=alt.Y("measured_s:Q", scale=y_scale),
+                color=alt.Color(
+                    "sweep_name:N",
+                    sort=names,
+                    legend=None,
+                    scale=alt.Scale(
+                        domain=names, scheme="tableau20" if len(names) > 10 else "tableau10"
+                    ),
+                ),
+                shape=alt.Shape(
+                    "meets_slo:N",
+                    title="this SLO",
+                    scale=alt.Scale(domain=[True, False], range=["circle", "cross"]),
+                    legend=alt.Legend(labelExpr="datum.value ? 'met' : 'missed'"),
+                ),
+                tooltip=[
+                    alt.Tooltip("sweep_name:N", title="sweep"),
+                    alt.Tooltip("scenario:N"),
+                    alt.Tooltip("value:Q", title=title, format=",.3~f"),
+                    alt.Tooltip("slo_label:N", title="SLO"),
+                    alt.Tooltip("measured_s:Q", title="measured (s)", format=".4~g"),
+                    alt.Tooltip("scope_requests:Q", title="requests in scope", format=","),
+                    alt.Tooltip("slos_met:N", title="SLOs met here"),
+                    alt.Tooltip("slos_missed:N", title="SLOs missed here"),
+                ],
+            )
+        )
         ring = (
             alt.Chart()
             .transform_filter("datum.is_capacity")
             .mark_point(size=260, shape="circle", filled=False, strokeWidth=2, color="#222")
             .encode(x=x, y=alt.Y("measured_s:Q", scale=y_scale))
         )
-        rule = alt.Chart().mark_rule(color="#b00", strokeDash=[4, 3]).encode(
-            y=alt.Y("max(limit_s):Q", scale=y_scale),
-            tooltip=[alt.Tooltip("max(limit_s):Q", title="limit (s)", format=".4~g")],
-        )  # fmt: skip
+        rule = (
+            alt.Chart()
+            .mark_rule(color="#b00", strokeDash=[4, 3])
+            .encode(
+                y=alt.Y("max(limit_s):Q", scale=y_scale),
+                tooltip=[alt.Tooltip("max(limit_s):Q", title="limit (s)", format=".4~g")],
+            )
+        )
         charts.append(
             alt.layer(line, points, ring, rule, data=values(part))
             .properties(width=WIDTH // 2 - 30, height=HEIGHT // 2 if len(labels) > 1 else HEIGHT)
             .facet(
-                row=alt.Row("slo_label:N", title=None, sort=labels,
-                            header=alt.Header(labelAngle=0, labelOrient="top",
-                                              labelAnchor="start", labelPadding=2,
-                                              labelFontSize=12, labelFontWeight="bold",
-                                              labelLimit=WIDTH)),
+                row=alt.Row(
+                    "slo_label:N",
+                    title=None,
+                    sort=labels,
+                    header=alt.Header(
+                        labelAngle=0,
+                        labelOrient="top",
+                        labelAnchor="start",
+                        labelPadding=2,
+                        labelFontSize=12,
+                        labelFontWeight="bold",
+                        labelLimit=WIDTH,
+                    ),
+                ),
                 spacing=40,
                 title=f"{kind} sweeps",
             )
             .resolve_scale(y="independent")
-        )  # fmt: skip
+        )
     return alt.hconcat(*charts, title=opts.title).resolve_scale(color="independent")
 
 
@@ -122,9 +159,11 @@ def capacity_probes(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
     """
     if "measured_lo_s" not in df.columns:  # a frame from before intervals
         df = df.with_columns(
-            *(pl.lit(None, pl.Float64).alias(c)
-              for c in ("measured_lo_s", "measured_hi_s", "answer_lo", "answer_hi"))
-        )  # fmt: skip
+            *(
+                pl.lit(None, pl.Float64).alias(c)
+                for c in ("measured_lo_s", "measured_hi_s", "answer_lo", "answer_hi")
+            )
+        )
     drawn = df.with_columns(
         (pl.col("measured_s") / pl.col("limit_s")).alias("share_of_limit"),
         (pl.col("measured_lo_s") / pl.col("limit_s")).alias("share_lo"),
@@ -140,17 +179,27 @@ def capacity_probes(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
     points = (
         base.mark_point(filled=True, size=60)
         .encode(
-            x=alt.X("value:Q", title="knob value (cap, requests/s or replicas)",
-                    scale=alt.Scale(type="log")),
-            y=alt.Y("share_of_limit:Q", title=scale_title("measured / limit", y_scale),
-                    scale=y_scale),
+            x=alt.X(
+                "value:Q",
+                title="knob value (cap, requests/s or replicas)",
+                scale=alt.Scale(type="log"),
+            ),
+            y=alt.Y(
+                "share_of_limit:Q", title=scale_title("measured / limit", y_scale), scale=y_scale
+            ),
             color=alt.Color("slo:N", title="SLO", sort=slos, scale=alt.Scale(domain=slos)),
-            shape=alt.Shape("met:N", title="every SLO met",
-                            scale=alt.Scale(domain=[True, False], range=["circle", "cross"])),
+            shape=alt.Shape(
+                "met:N",
+                title="every SLO met",
+                scale=alt.Scale(domain=[True, False], range=["circle", "cross"]),
+            ),
             opacity=alt.condition(pick, alt.value(1.0), alt.value(FADED)),
             tooltip=[
-                alt.Tooltip("search:N"), alt.Tooltip("probe:Q"), alt.Tooltip("scenario:N"),
-                alt.Tooltip("knob:N"), alt.Tooltip("value:Q", format=",.4~g"),
+                alt.Tooltip("search:N"),
+                alt.Tooltip("probe:Q"),
+                alt.Tooltip("scenario:N"),
+                alt.Tooltip("knob:N"),
+                alt.Tooltip("value:Q", format=",.4~g"),
                 alt.Tooltip("slo:N", title="SLO"),
                 alt.Tooltip("measured_s:Q", title="measured (s)", format=".4~g"),
                 alt.Tooltip("limit_s:Q", title="limit (s)", format=".4~g"),
@@ -158,7 +207,7 @@ def capacity_probes(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
             ],
         )
         .add_params(pick)
-    )  # fmt: skip
+    )
     ring = (
         base.transform_filter("datum.is_answer")
         .mark_point(size=260, shape="circle", filled=False, strokeWidth=2, color="#222")
@@ -167,10 +216,14 @@ def capacity_probes(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
     bars = (
         base.transform_filter("isValid(datum.share_lo)")
         .mark_rule(strokeWidth=1.5)
-        .encode(x="value:Q", y=alt.Y("share_lo:Q", scale=y_scale), y2="share_hi:Q",
-                color=alt.Color("slo:N", sort=slos, scale=alt.Scale(domain=slos)),
-                opacity=alt.condition(pick, alt.value(0.7), alt.value(FADED)))
-    )  # fmt: skip
+        .encode(
+            x="value:Q",
+            y=alt.Y("share_lo:Q", scale=y_scale),
+            y2="share_hi:Q",
+            color=alt.Color("slo:N", sort=slos, scale=alt.Scale(domain=slos)),
+            opacity=alt.condition(pick, alt.value(0.7), alt.value(FADED)),
+        )
+    )
     # the answer's interval: a band across the panel, at the answer's rows only
     band = (
         base.transform_filter("datum.is_answer && isValid(datum.answer_lo)")

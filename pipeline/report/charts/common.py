@@ -88,8 +88,11 @@ def with_layout(df: pl.DataFrame, opts: ChartOptions) -> pl.DataFrame:
 
 def series_color(opts: ChartOptions) -> alt.Color:
     names = opts.grid.series_names
-    title = "scenario" if not opts.grid.faceted else ", ".join(
-        a for a in opts.grid.axes if a != opts.grid.facet_by) or "scenario"  # fmt: skip
+    title = (
+        "scenario"
+        if not opts.grid.faceted
+        else ", ".join(a for a in opts.grid.axes if a != opts.grid.facet_by) or "scenario"
+    )
     return alt.Color(
         "series:N",
         title=title,
@@ -100,8 +103,12 @@ def series_color(opts: ChartOptions) -> alt.Color:
 
 
 def highlight_opacity() -> dict[str, Any]:
-    test = {"and": [{"param": LEGEND_PICK, "empty": True},
-                    f"{FOCUS} === '' || datum.scenario === {FOCUS}"]}  # fmt: skip
+    test = {
+        "and": [
+            {"param": LEGEND_PICK, "empty": True},
+            f"{FOCUS} === '' || datum.scenario === {FOCUS}",
+        ]
+    }
     return {"condition": {"test": test, "value": 1}, "value": FADED}
 
 
@@ -119,11 +126,15 @@ def faceted(
     if not grid.faceted:
         return chart.properties(title=title)
     out = chart.facet(
-        facet=alt.Facet("panel:N", title=None, sort=grid.panels,
-                        header=alt.Header(labelFontWeight="bold", labelFontSize=12)),
+        facet=alt.Facet(
+            "panel:N",
+            title=None,
+            sort=grid.panels,
+            header=alt.Header(labelFontWeight="bold", labelFontSize=12),
+        ),
         columns=2 if len(grid.panels) > 1 else 1,
         title=title,
-    )  # fmt: skip
+    )
     return out.resolve_scale(**resolve) if resolve else out
 
 

@@ -34,12 +34,15 @@ def compare_runs(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
             x=alt.X("value:Q", title=None),
             color=alt.Color("run:N", title="run", legend=alt.Legend(labelLimit=320)),
             opacity=alt.condition(pick, alt.value(1.0), alt.value(FADED)),
-            tooltip=[alt.Tooltip("scenario:N"), alt.Tooltip("metric:N"), alt.Tooltip("run:N"),
-                     alt.Tooltip("value:Q", format=",.4~g"),
-                     alt.Tooltip("change:Q", title="B - A", format="+,.4~g")],
+            tooltip=[
+                alt.Tooltip("scenario:N"),
+                alt.Tooltip("metric:N"),
+                alt.Tooltip("run:N"),
+                alt.Tooltip("value:Q", format=",.4~g"),
+                alt.Tooltip("change:Q", title="B - A", format="+,.4~g"),
+            ],
         )
         .add_params(pick)
-        .facet(facet=alt.Facet("metric:N", title=None, sort=metrics), columns=3,
-               title=opts.title)
+        .facet(facet=alt.Facet("metric:N", title=None, sort=metrics), columns=3, title=opts.title)
         .resolve_scale(x="independent", y="independent")
-    )  # fmt: skip
+    )

@@ -40,21 +40,30 @@ def engine_timeline(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
     # the query cuts the axis (scenario_end_s says where each scenario really ends); a
     # frame without that column is cut here by the same rule
     ends = df.group_by("scenario").agg(
-        pl.col("scenario_end_s").max() if "scenario_end_s" in df.columns
+        pl.col("scenario_end_s").max()
+        if "scenario_end_s" in df.columns
         else (pl.col("bucket_start_s") + pl.col("bucket_s")).max()
-    )  # fmt: skip
+    )
     if ends.height:
         end = ends[:, 1]
         clip = min(4.0 * float(end.median()), float(end.max()))  # type: ignore[arg-type]
         longer = int((end > clip * (1 + 1e-9)).sum())
         if longer:
             df = df.filter(pl.col("bucket_start_s") < clip)
-            title = (f"{title} (time axis cut at {clip:,.0f} s; {longer} scenario"
-                     f"{'s' if longer != 1 else ''} run longer)")  # fmt: skip
-    long = with_layout(df, opts).unpivot(
-        index=["scenario", "series", "panel", "bucket_start_s", "bucket_s"],
-        on=list(measures), variable_name="measure", value_name="value",
-    ).with_columns(pl.col("measure").replace_strict(measures))  # fmt: skip
+            title = (
+                f"{title} (time axis cut at {clip:,.0f} s; {longer} scenario"
+                f"{'s' if longer != 1 else ''} run longer)"
+            )
+    long = (
+        with_layout(df, opts)
+        .unpivot(
+            index=["scenario", "series", "panel", "bucket_start_s", "bucket_s"],
+            on=list(measures),
+            variable_name="measure",
+            value_name="value",
+        )
+        .with_columns(pl.col("measure").replace_strict(measures))
+    )
     grid = opts.grid
     width = WIDTH if not grid.faceted else max(180, WIDTH // max(1, len(grid.panels)) - 40)
     chart = interactive(
@@ -72,10 +81,14 @@ def engine_timeline(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
                 alt.Tooltip("bucket_start_s:Q", title="bucket start (s)", format=",.1f"),
                 alt.Tooltip("value:Q", format=",.3~f"),
             ],
-        )  # fmt: skip
+        )
     )
-    row = alt.Row("measure:N", title=None, sort=list(measures.values()),
-                  header=alt.Header(labelAngle=0, labelAlign="left", labelLimit=140))  # fmt: skip
+    row = alt.Row(
+        "measure:N",
+        title=None,
+        sort=list(measures.values()),
+        header=alt.Header(labelAngle=0, labelAlign="left", labelLimit=140),
+    )
     if grid.faceted:
         return chart.facet(
             row=row, column=alt.Column("panel:N", title=None, sort=grid.panels), title=title

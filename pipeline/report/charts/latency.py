@@ -24,10 +24,14 @@ from pipeline.report.layout import natural_sorted
 
 # latency_percentiles.sql columns of each percentile drawn with its interval
 _INTERVAL_STATS = (
-    ("TTFT", "p50", "p50_ttft"), ("TTFT", "p90", "p90_ttft"), ("TTFT", "p99", "p99_ttft"),
-    ("TPOT", "p50", "p50_tpot"), ("TPOT", "p99", "p99_tpot"),
-    ("E2E", "p50", "p50_e2e"), ("E2E", "p99", "p99_e2e"),
-)  # fmt: skip
+    ("TTFT", "p50", "p50_ttft"),
+    ("TTFT", "p90", "p90_ttft"),
+    ("TTFT", "p99", "p99_ttft"),
+    ("TPOT", "p50", "p50_tpot"),
+    ("TPOT", "p99", "p99_tpot"),
+    ("E2E", "p50", "p50_e2e"),
+    ("E2E", "p99", "p99_e2e"),
+)
 
 
 def latency_intervals(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
@@ -62,17 +66,20 @@ def latency_intervals(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
             color=alt.Color("percentile:N", sort=["p50", "p90", "p99"], title="percentile"),
         )
         x = alt.X("value_s:Q", title=scale_title(f"{metric} (s)", scale), scale=scale)
-        bar = base.mark_rule(strokeWidth=2).encode(x=alt.X("lo_s:Q", scale=scale, title=None),
-                                                   x2="hi_s:Q")  # fmt: skip
+        bar = base.mark_rule(strokeWidth=2).encode(
+            x=alt.X("lo_s:Q", scale=scale, title=None), x2="hi_s:Q"
+        )
         dot = base.mark_point(filled=True, size=40).encode(
             x=x,
             tooltip=[
-                alt.Tooltip("scenario:N"), alt.Tooltip("metric:N"), alt.Tooltip("percentile:N"),
+                alt.Tooltip("scenario:N"),
+                alt.Tooltip("metric:N"),
+                alt.Tooltip("percentile:N"),
                 alt.Tooltip("value_s:Q", title="value (s)", format=".4~g"),
                 alt.Tooltip("lo_s:Q", title="90% interval from (s)", format=".4~g"),
                 alt.Tooltip("hi_s:Q", title="to (s)", format=".4~g"),
             ],
-        )  # fmt: skip
+        )
         panels.append(alt.layer(bar, dot).properties(width=WIDTH // 3 - 40, height=alt.Step(8)))
     return alt.hconcat(*panels, title=opts.title).resolve_scale(x="independent")
 
@@ -106,7 +113,7 @@ def latency_cdf(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
                 alt.Tooltip("fraction:Q", title="share of requests", format=".3~%"),
                 alt.Tooltip("num_requests:Q", title="requests", format=","),
             ],
-        )  # fmt: skip
+        )
         .properties(width=width, height=height)
     )
     return faceted(chart, opts, opts.title)

@@ -49,7 +49,7 @@ def prefix_hit_rate_overall(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
                 alt.Tooltip("hit_tokens:Q", title="hit tokens", format=","),
                 alt.Tooltip("query_tokens:Q", title="looked-up tokens", format=","),
             ],
-        )  # fmt: skip
+        )
         .properties(width=WIDTH - 200, height=alt.Step(14 if drawn.height > 12 else 20))
     )
 
@@ -80,7 +80,7 @@ def prefix_hit_rate_over_time(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
                 alt.Tooltip("hit_rate:Q", title="hit rate", format=".2%"),
                 alt.Tooltip("query_tokens:Q", title="looked-up tokens", format=","),
             ],
-        )  # fmt: skip
+        )
         .properties(width=width, height=height)
     )
     return faceted(chart, opts, opts.title)
@@ -109,7 +109,7 @@ def prefix_hit_rate_by_cache_size(df: pl.DataFrame, opts: ChartOptions) -> AnyCh
                 alt.Tooltip("cache_tokens:Q", title="cache (tokens)", format=","),
                 alt.Tooltip("hit_rate:Q", title="hit rate", format=".2%"),
             ],
-        )  # fmt: skip
+        )
         .properties(width=WIDTH, height=HEIGHT)
     )
 
@@ -141,7 +141,7 @@ def prefix_hit_rate_by_group(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
                 alt.Tooltip("prompt_tokens:Q", title="prompt tokens", format=","),
                 alt.Tooltip("cached_tokens:Q", title="cached tokens", format=","),
             ],
-        )  # fmt: skip
+        )
         .facet(
             column=alt.Column(
                 "dimension:N", title=None, header=alt.Header(labelExpr="'per ' + datum.value")

@@ -78,7 +78,7 @@ def ttft_by_queue_depth(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
                 alt.Tooltip("percentile:N"),
                 alt.Tooltip("ttft_s:Q", title="TTFT (s)", format=".4~f"),
             ],
-        )  # fmt: skip
+        )
     )
     chart = alt.layer(lines, slo_rule_datum(opts), data=values(long)).properties(
         width=width, height=height
@@ -94,10 +94,20 @@ def ttft_vs_concurrency_cap(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
     Expects: scenario, policy, max_concurrency, offered_requests_per_s, p99_ttft_s, and
     optionally p99_ttft_lo_s, p99_ttft_hi_s.
     """
-    drawn = df.with_columns(
-        (pl.col("policy") + " at " + pl.col("offered_requests_per_s").round_sig_figs(3)
-         .cast(pl.String) + " req/s").fill_null(pl.col("policy")).alias("series")
-    ) if df.height else df.with_columns(pl.lit("").alias("series"))  # fmt: skip
+    drawn = (
+        df.with_columns(
+            (
+                pl.col("policy")
+                + " at "
+                + pl.col("offered_requests_per_s").round_sig_figs(3).cast(pl.String)
+                + " req/s"
+            )
+            .fill_null(pl.col("policy"))
+            .alias("series")
+        )
+        if df.height
+        else df.with_columns(pl.lit("").alias("series"))
+    )
     if "p99_ttft_lo_s" not in drawn.columns:
         drawn = drawn.with_columns(
             pl.lit(None, pl.Float64).alias("p99_ttft_lo_s"),
@@ -133,14 +143,20 @@ def ttft_vs_concurrency_cap(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
                 alt.Tooltip("p99_ttft_lo_s:Q", title="90% interval from (s)", format=".4~f"),
                 alt.Tooltip("p99_ttft_hi_s:Q", title="to (s)", format=".4~f"),
             ],
-        )  # fmt: skip
+        )
     )
     bars = (
         alt.Chart()
         .transform_filter("isValid(datum.p99_ttft_lo_s)")
         .mark_rule(strokeWidth=2)
-        .encode(x=x, y=alt.Y("p99_ttft_lo_s:Q", scale=y_scale), y2="p99_ttft_hi_s:Q",
-                color=color, opacity=highlight_opacity())
-    )  # fmt: skip
-    return alt.layer(points, bars, slo_rule_datum(opts), data=values(drawn), title=opts.title
-                     ).properties(width=WIDTH, height=HEIGHT)  # fmt: skip
+        .encode(
+            x=x,
+            y=alt.Y("p99_ttft_lo_s:Q", scale=y_scale),
+            y2="p99_ttft_hi_s:Q",
+            color=color,
+            opacity=highlight_opacity(),
+        )
+    )
+    return alt.layer(
+        points, bars, slo_rule_datum(opts), data=values(drawn), title=opts.title
+    ).properties(width=WIDTH, height=HEIGHT)

@@ -28,24 +28,41 @@ def throughput(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
         "output_tokens_per_s": "output tokens/s",
         "total_tokens_per_s": "prompt + output tokens/s",
     }
-    long = with_layout(df, opts).unpivot(
-        index=["scenario", "batching", "series"], on=list(panels), variable_name="measure",
-        value_name="per_s",
-    ).with_columns(pl.col("measure").replace_strict(panels))  # fmt: skip
+    long = (
+        with_layout(df, opts)
+        .unpivot(
+            index=["scenario", "batching", "series"],
+            on=list(panels),
+            variable_name="measure",
+            value_name="per_s",
+        )
+        .with_columns(pl.col("measure").replace_strict(panels))
+    )
     order = list(opts.grid.scenarios) or sorted(df["scenario"].to_list())
     pick = alt.selection_point(fields=["batching"], bind="legend", name=LEGEND_PICK)
     bars = (
-        alt.Chart(values(long), width=WIDTH // 3 - 60,
-                  height=alt.Step(14 if len(order) > 12 else 20))
+        alt.Chart(
+            values(long), width=WIDTH // 3 - 60, height=alt.Step(14 if len(order) > 12 else 20)
+        )
         .mark_bar()
         .encode(
             y=alt.Y("scenario:N", title=None, sort=order, axis=alt.Axis(labelLimit=220)),
             x=alt.X("per_s:Q", title=None),
-            color=alt.Color("batching:N", title="batching",
-                            scale=alt.Scale(domain=["static", "continuous"])),
-            opacity={"condition": {"test": {"and": [{"param": LEGEND_PICK, "empty": True},
-                     f"{FOCUS} === '' || datum.scenario === {FOCUS}"]}, "value": 1},
-                     "value": FADED},
+            color=alt.Color(
+                "batching:N", title="batching", scale=alt.Scale(domain=["static", "continuous"])
+            ),
+            opacity={
+                "condition": {
+                    "test": {
+                        "and": [
+                            {"param": LEGEND_PICK, "empty": True},
+                            f"{FOCUS} === '' || datum.scenario === {FOCUS}",
+                        ]
+                    },
+                    "value": 1,
+                },
+                "value": FADED,
+            },
             tooltip=[
                 alt.Tooltip("scenario:N"),
                 alt.Tooltip("batching:N"),
@@ -54,7 +71,7 @@ def throughput(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
             ],
         )
         .add_params(pick, alt.param(name=FOCUS, value=""))
-    )  # fmt: skip
+    )
     return bars.facet(
         column=alt.Column("measure:N", title=None, sort=list(panels.values())), title=opts.title
     ).resolve_scale(x="independent")

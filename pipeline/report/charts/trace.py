@@ -22,9 +22,11 @@ def arrival_rate(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
     label = "%H:%M:%S" if span_s <= 600 else "%H:%M" if span_s <= 86400 else "%m-%d %H:%M"
     if df.height:
         df = df.with_columns(
-            pl.col("bucket_start").dt.convert_time_zone("UTC").dt.strftime("%Y-%m-%d %H:%M:%S UTC")
+            pl.col("bucket_start")
+            .dt.convert_time_zone("UTC")
+            .dt.strftime("%Y-%m-%d %H:%M:%S UTC")
             .alias("bucket_start_utc")
-        )  # fmt: skip
+        )
     return (
         alt.Chart(values(df), title=opts.title)
         .mark_line(interpolate="step-after")
@@ -48,7 +50,7 @@ def arrival_rate(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
                 alt.Tooltip("requests_per_s:Q", title="requests/s", format=".3~f"),
                 alt.Tooltip("prompt_tokens_per_s:Q", title="prompt tokens/s", format=",.0f"),
             ],
-        )  # fmt: skip
+        )
         .properties(width=WIDTH, height=HEIGHT)
     )
 
@@ -79,7 +81,7 @@ def length_histogram(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
                 alt.Tooltip("num_requests:Q", title="requests", format=","),
                 alt.Tooltip("share:Q", title="share", format=".2%"),
             ],
-        )  # fmt: skip
+        )
         .facet(
             column=alt.Column(
                 "kind:N",
@@ -88,7 +90,7 @@ def length_histogram(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
                 header=alt.Header(labelExpr="datum.value + ' tokens'"),
             ),
             title=opts.title,
-        )  # fmt: skip
+        )
         .resolve_scale(x="independent", y="independent")
     )
 
@@ -119,10 +121,14 @@ def trace_groups(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
     )
     return (
         alt.layer(bars, labels, data=values(drawn))
-        .facet(column=alt.Column("dimension:N", title=None, header=alt.Header(
-            labelExpr="'per ' + datum.value")), title=opts.title)
+        .facet(
+            column=alt.Column(
+                "dimension:N", title=None, header=alt.Header(labelExpr="'per ' + datum.value")
+            ),
+            title=opts.title,
+        )
         .resolve_scale(y="independent", x="independent")
-    )  # fmt: skip
+    )
 
 
 def quarantine_reasons(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
@@ -131,9 +137,11 @@ def quarantine_reasons(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
 
     Expects: reason, source_format, num_records.
     """
-    per = df.group_by("reason", "source_format", maintain_order=True).agg(
-        pl.col("num_records").sum()
-    ) if df.height else df  # fmt: skip
+    per = (
+        df.group_by("reason", "source_format", maintain_order=True).agg(pl.col("num_records").sum())
+        if df.height
+        else df
+    )
     drawn = min_visible(per, "num_records")
     base = alt.Chart(values(drawn)).encode(
         y=alt.Y("reason:N", title="reason", sort="-x", axis=alt.Axis(labelLimit=360)),

@@ -38,7 +38,7 @@ def validation_cdf(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
                 alt.Tooltip("value_s:Q", title=f"{axis}, at most", format=".4~g"),
                 alt.Tooltip("cdf:Q", title="share of requests", format=".3~%"),
             ],
-        )  # fmt: skip
+        )
         .properties(width=WIDTH, height=HEIGHT)
     )
 
@@ -72,7 +72,7 @@ def validation_scatter(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
                 alt.Tooltip(f"{sim}:Q", title="simulated", format=".4~g"),
                 alt.Tooltip(f"{err}:Q", title="error", format="+.1%"),
             ],
-        )  # fmt: skip
+        )
     )
     line = (
         alt.Chart(values(diagonal))
