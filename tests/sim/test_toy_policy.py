@@ -46,7 +46,8 @@ for seqs in (1, 6):
     out[f"generated_{seqs}"] = res.rq[:, R_GENERATED].tolist()
     out[f"preempted_{seqs}"] = int(res.rq[:, R_PREEMPT].sum())
 try:
-    build_scenario({"policy": "spf", "max_num_seqs": 0, "cost": cost})
+    build_scenario({"policy": "spf", "max_num_seqs": 0, "cost": cost, "num_gpu_blocks": 1000,
+                    "max_model_len": 4096})
     out["rejected"] = None
 except ScenarioError as e:
     out["rejected"] = str(e)
