@@ -27,6 +27,7 @@ from pipeline.live.http import HttpOptions, run_http
 from pipeline.live.replay import Selection
 from pipeline.live.types import LiveBatch, LiveResult
 from pipeline.warehouse import Warehouse
+from tests.helpers import request, table
 from tests.live.servers import (
     HANG,
     Reply,
@@ -35,7 +36,6 @@ from tests.live.servers import (
     scripted_server,
     sse_reply,
 )
-from tests.report.conftest import request, table
 
 CHUNKED = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
 

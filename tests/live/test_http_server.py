@@ -70,7 +70,7 @@ def test_live_command_against_transformers_serve(
 
     from pipeline.cli import cli
     from pipeline.warehouse import Warehouse
-    from tests.live.test_live_stage import requests_file
+    from tests.helpers import requests_file
 
     reqs = requests_file(tmp_path / "requests.parquet", 6, 0.05)
     wh = tmp_path / "wh"

@@ -13,7 +13,7 @@ import pytest
 
 from pipeline.report import build_report
 from pipeline.warehouse import Warehouse
-from tests.report.conftest import EVIL_FILE, EVIL_MODEL, EVIL_TENANT
+from tests.helpers import EVIL_FILE, EVIL_MODEL, EVIL_TENANT
 
 CHROMIUM = Path("/usr/bin/chromium")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]

@@ -55,7 +55,7 @@ from pipeline.sim.state import (
     SimInput,
     SimResult,
 )
-from tests.sim.conftest import shared_prefix_hashes, with_prefix
+from tests.helpers import shared_prefix_hashes, with_prefix
 
 
 def _case(
