@@ -9,8 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("transformers", reason="the live extra is not installed")
-pytest.importorskip("fastapi", reason="the serving extra is not installed")
+from tests.extras import require
+
+require("transformers")
+require("fastapi")
 
 from pipeline.live.http import HttpOptions, run_http  # noqa: E402
 from pipeline.live.types import LiveBatch  # noqa: E402

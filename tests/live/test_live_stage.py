@@ -28,6 +28,7 @@ from pipeline.live.replay import (
 from pipeline.live.types import LiveBatch, LiveResult
 from pipeline.report.sql import query
 from pipeline.warehouse import Warehouse
+from tests.extras import needs, require
 from tests.helpers import requests_file
 from tests.live.servers import token_server
 
@@ -261,6 +262,7 @@ def test_live_command_end_to_end_over_http(tmp_path: Path) -> None:
     assert "num_requests_running" in set(metrics.column("metric").to_pylist())
 
 
+@needs("httpx")
 def test_live_command_errors_are_one_line(tmp_path: Path) -> None:
     reqs = requests_file(tmp_path / "requests.parquet", 2, 0.1)
     args = ["live", "--engine", "http", "--requests", str(reqs), "--warehouse", str(tmp_path)]
@@ -274,7 +276,7 @@ def test_live_command_errors_are_one_line(tmp_path: Path) -> None:
 
 def test_live_command_in_process(tmp_path: Path) -> None:
     """The stage hands its options to the in-process engine and stores what it reports."""
-    pytest.importorskip("transformers", reason="the live extra is not installed")
+    require("transformers")
     reqs = requests_file(tmp_path / "requests.parquet", 6, 0.05)
     wh = tmp_path / "wh"
     args = ["live", "--engine", "inprocess", "--requests", str(reqs), "--warehouse", str(wh)]
