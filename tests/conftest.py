@@ -1,15 +1,26 @@
-"""Shared fixtures: the real public traces, golden files, small warehouses."""
+"""Shared fixtures: the real public traces, golden files; the hypothesis profiles.
+
+The builders of test data are plain functions in tests/helpers.py.
+"""
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
-ROOT = Path(__file__).resolve().parents[1]
-TRACES_RAW = ROOT.parent / "shared" / "traces_raw"
+from tests.helpers import TRACES_RAW
+
 GOLDEN = Path(__file__).resolve().parent / "golden"
+
+# No deadline (the first example of a simulator test compiles it); CI derandomizes, so a
+# run is repeatable from its commit.
+settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)
+settings.register_profile("dev", deadline=None, print_blob=True)
+settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

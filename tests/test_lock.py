@@ -45,7 +45,8 @@ def test_concurrent_ingests_of_shared_ids_end_as_one_after_the_other(tmp_path: P
         wh = tmp_path / f"seq-{order[0].stem}"
         for f in order:
             p = tracereplay("ingest", str(f), "--warehouse", str(wh), "--quiet")
-            assert p.wait() == 0, p.communicate()
+            _, err = p.communicate()  # waits for it and closes its pipes
+            assert p.returncode == 0, err
         sequential.append(requests_state(wh))
     assert sequential[0][:2] == (4500, 4500)
     for trial in range(3):
@@ -124,7 +125,7 @@ def test_timeout_zero_does_not_wait(tmp_path: Path) -> None:
                 pass
     finally:
         p.kill()  # a killed holder releases the lock
-        p.wait()
+        p.communicate()  # waits for it and closes its pipes
     with warehouse_lock(tmp_path, timeout_s=5):
         pass
 

@@ -27,7 +27,7 @@ from pipeline.predicate import FUNCTIONS, MAX_DEPTH, MAX_LENGTH, check_predicate
 from pipeline.selection import RequestFilter
 from pipeline.sim.replay_input import read_requests
 from pipeline.warehouse import Warehouse
-from tests.report.conftest import build
+from tests.helpers import build
 from tests.untouched import snapshot, tmp_entries
 
 # Each must be refused by the checker. {tmp}: the system temporary directory.

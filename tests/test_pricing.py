@@ -13,7 +13,7 @@ from pipeline.config import load_config
 from pipeline.errors import ConfigError
 from pipeline.pricing import deployment_cost, format_cost, gpu_kind, gpu_prices, price_of
 from pipeline.warehouse import Warehouse
-from tests.report.conftest import build
+from tests.helpers import build
 
 PROFILE = "llama-3-8b_h100-80gb_tp1"
 
@@ -78,7 +78,7 @@ def test_replay_prints_and_returns_the_cost(wh: Warehouse, tmp_path: Path) -> No
 def test_report_and_compare_show_costs(wh: Warehouse, tmp_path: Path) -> None:
     from pipeline.compare import compare_runs
     from pipeline.report import build_report
-    from tests.report.conftest import R1, R2
+    from tests.helpers import R1, R2
 
     html = build_report(wh, R2, output=tmp_path / "r.html", gpu_prices={"*": 2.0}).read_text()
     assert "Cost of each deployment" in html and "* $2 per GPU-hour" in html

@@ -17,7 +17,7 @@ from pipeline.errors import ConfigError
 from pipeline.selection import RequestFilter, check_request_columns
 from pipeline.sim.replay_input import read_requests
 from pipeline.warehouse import Warehouse
-from tests.report.conftest import build
+from tests.helpers import build
 
 
 @pytest.fixture(scope="module")

@@ -23,6 +23,12 @@ LSS = FIDELITY / "llmservingsim-vllm"
 BLIS = FIDELITY / "blis-training-h100"
 
 
+def read_csv(path: Path) -> list[dict[str, str]]:
+    """The rows of a CSV file (closed once read)."""
+    with path.open() as f:
+        return list(csv.DictReader(f))
+
+
 @pytest.fixture(scope="module")
 def fidelity() -> Path:
     if not FIDELITY.exists():
@@ -41,7 +47,7 @@ def test_llmservingsim_runs_read_as_their_derived_files_say(fidelity: Path, run_
     assert len(run.requests) == 300 and len(run.stages) == 1
     # replay.csv (derived by the data set's keeper): arrival at the engine's queueing,
     # TTFT and E2E from vLLM's own timestamps
-    derived = list(csv.DictReader((run_dir / "vllm" / "replay.csv").open()))
+    derived = read_csv(run_dir / "vllm" / "replay.csv")
     arrival = np.array([float(r["arrival_s"]) for r in derived])
     ttft = np.array([float(r["ttft_ms"]) for r in derived]) / 1e3
     order = np.argsort(arrival, kind="stable")
@@ -50,7 +56,7 @@ def test_llmservingsim_runs_read_as_their_derived_files_say(fidelity: Path, run_
     # examples.csv: the run's percentiles
     row = next(
         r
-        for r in csv.DictReader((LSS / "examples.csv").open())
+        for r in read_csv(LSS / "examples.csv")
         if r["example"] == f"{run_dir.parent.name}/{run_dir.name}"
     )
     m = run.stages[0].measured
@@ -90,7 +96,7 @@ def _experiments() -> list[Path]:
 def test_inference_perf_experiments_read_as_stages_csv_says(fidelity: Path, exp: Path) -> None:
     run = read_inference_perf(exp, kv_blocks=1000)
     assert run.source == "inference-perf" and run.timing == "client" and run.gpu == "h100-80gb"
-    rows = [r for r in csv.DictReader((BLIS / "stages.csv").open()) if r["experiment"] == exp.name]
+    rows = [r for r in read_csv(BLIS / "stages.csv") if r["experiment"] == exp.name]
     assert len(run.stages) == len(rows)
     for stage, row in zip(run.stages, rows, strict=True):
         assert stage.rate == float(row["rate"]) and stage.count == int(row["n_success"])

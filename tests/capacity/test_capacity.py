@@ -20,7 +20,7 @@ from pipeline.plan.slo import parse_slos
 from pipeline.report.sql import query
 from pipeline.sim import policies
 from pipeline.warehouse import Warehouse
-from tests.capacity.conftest import BASE, capacity_file, seeded_warehouse
+from tests.helpers import BASE, capacity_file, seeded_warehouse
 
 SLOS = ["ttft_p99=500ms", "tpot_p99=40ms"]
 

@@ -13,7 +13,7 @@ from pipeline.cli import cli
 from pipeline.errors import ConfigError, ScenarioError
 from pipeline.plan.grid import build_grid, load_grid
 from pipeline.plan.slo import parse_slos
-from tests.capacity.conftest import BASE
+from tests.helpers import BASE
 
 
 def _grid(axes: dict[str, Any], **base: Any) -> Any:

@@ -29,7 +29,7 @@ from pipeline.plan.slo import parse_slos
 from pipeline.report.sql import query
 from pipeline.sim.replay_input import read_requests, select_request_files
 from pipeline.warehouse import Warehouse
-from tests.capacity.conftest import BASE, capacity_file, seeded_warehouse
+from tests.helpers import BASE, capacity_file, seeded_warehouse
 
 SLO = parse_slos(["ttft_p99=450ms"])
 KEY = "ttft_p99"

@@ -12,7 +12,7 @@ from pipeline.cli import cli
 from pipeline.errors import ConfigError
 from pipeline.plan.slo import evaluate, parse_slos
 from pipeline.warehouse import Warehouse
-from tests.report.conftest import build
+from tests.helpers import build
 
 
 def test_parse_scopes() -> None:

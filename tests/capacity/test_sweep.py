@@ -25,6 +25,7 @@ from pipeline.contracts import RUNS, SCENARIOS, SIM_REQUESTS, SIM_STEPS, read_ta
 from pipeline.plan.grid import load_grid
 from pipeline.plan.sweep import sweep
 from pipeline.warehouse import Warehouse
+from tests.extras import require
 
 AXES = {"policy": ["static", "vllm"], "concurrency": [4, 32], "rate_scale": [1, 3]}
 NAMES = [
@@ -160,7 +161,7 @@ def _free_port() -> int:
 @pytest.fixture
 def ray_cluster() -> Iterator[str]:
     """A one-node Ray cluster in its own process group, stopped by that group's id."""
-    pytest.importorskip("ray", reason="Ray is the optional extra: pip install 'tracereplay[ray]'")
+    require("ray")
     port = _free_port()
     tmp = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # Ray's socket paths must stay short
     ray_bin = Path(sys.executable).with_name("ray")

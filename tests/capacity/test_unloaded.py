@@ -16,8 +16,7 @@ from pipeline.plan.unloaded import floor, prefill_chunk, unloaded_ttft_s
 from pipeline.sim.replay_tables import sim_requests_table
 from pipeline.sim.simulate import simulate
 from pipeline.warehouse import Warehouse
-from tests.capacity.conftest import BASE
-from tests.sim.conftest import H100_8B_COST, make_input, make_scenario, requests_table
+from tests.helpers import BASE, H100_8B_COST, make_input, make_scenario, requests_table
 
 
 @pytest.mark.parametrize(

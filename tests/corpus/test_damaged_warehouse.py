@@ -46,7 +46,7 @@ from pipeline.integrity import CRASH_AT, manifest
 from pipeline.runs import write_run_row
 from pipeline.warehouse import Warehouse, source_key
 from tests.corpus.disk import Fault
-from tests.report.conftest import sim_rows, step, table, write_run
+from tests.helpers import sim_rows, step, table, write_run
 
 ROOT = Path(__file__).resolve().parents[2]
 REPLAY = "20240503T000000Z-aaaa"

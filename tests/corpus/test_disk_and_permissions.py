@@ -429,7 +429,7 @@ def test_kill_9_while_nightly_writes_its_failure_manifest(
         os.kill(proc.pid, signal.SIGKILL)
     finally:
         proc.kill()
-        proc.wait()
+        proc.communicate()  # waits for it and closes its stderr pipe
     assert not list((wh / "nightly").glob("*/manifest.json"))
     tmps = list((wh / "nightly").glob("*/.manifest.json.tmp-*"))
     assert [t.name for t in tmps] == [f".manifest.json.tmp-{proc.pid}"]

@@ -27,6 +27,8 @@ from pipeline.live.http import HttpOptions, run_http
 from pipeline.live.replay import Selection
 from pipeline.live.types import LiveBatch, LiveResult
 from pipeline.warehouse import Warehouse
+from tests.extras import require
+from tests.helpers import request, table
 from tests.live.servers import (
     HANG,
     Reply,
@@ -35,7 +37,9 @@ from tests.live.servers import (
     scripted_server,
     sse_reply,
 )
-from tests.report.conftest import request, table
+
+# the HTTP engine runs on httpx whichever client sends the requests
+require("httpx")
 
 CHUNKED = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
 

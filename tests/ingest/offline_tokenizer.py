@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tests.extras import require
+
 WORDS = (
     "you are a helpful assistant answer the question below in one short sentence "
     "user system assistant what is capital of france spain italy why sky blue tell me "
@@ -25,6 +27,7 @@ CHAT_TEMPLATE = (
 
 def build(folder: Path, *, template: bool = False) -> Path:
     """Write tokenizer.json (and tokenizer_config.json when ``template``); return the json."""
+    require("tokenizers")
     from tokenizers import Tokenizer, models, pre_tokenizers, processors
 
     specials = ["[UNK]", "<s>", "</s>", "<|user|>", "<|system|>", "<|assistant|>", "<|end|>"]

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
+from tests.extras import require
 
 SYLLABLES = ["ka", "lo", "mi", "ne", "ru", "ta", "po", "se", "vi", "zu"]
 SPECIAL = ["<unk>", "<s>", "</s>", "<pad>"]
@@ -39,6 +39,7 @@ def free_port() -> int:
 @contextmanager
 def running(cmd: list[str], url: str, ready_path: str, timeout_s: float) -> Iterator[str]:
     """Start ``cmd``, wait until ``url + ready_path`` answers 200, stop it afterwards."""
+    httpx = require("httpx")  # polls the server until it is ready
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     # the server's output goes to a file: an unread pipe fills up and stalls a chatty server
     log = tempfile.TemporaryFile()
@@ -92,6 +93,7 @@ def token_server(
 
 def make_tokenizer(out: Path) -> Path:
     """A 104-token word-level tokenizer (100 two-syllable words, BOS added) in ``out``."""
+    require("tokenizers")
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
 
     out.mkdir(parents=True, exist_ok=True)
@@ -119,6 +121,7 @@ def make_bpe_tokenizer(out: Path) -> Path:
     """A byte-level BPE (GPT-2 / Llama 3 style, 600 tokens, BOS added) trained here."""
     import random
 
+    require("tokenizers")
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
     rng = random.Random(0)
@@ -141,6 +144,8 @@ def make_bpe_tokenizer(out: Path) -> Path:
 
 def make_tiny_model(out: Path) -> Path:
     """A random 2-layer Llama beside the tokenizer of ``make_tokenizer``, saved to ``out``."""
+    require("torch")
+    require("transformers")
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 

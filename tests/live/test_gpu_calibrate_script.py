@@ -12,13 +12,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.contracts import LIVE_REQUESTS, VALIDATION, VALIDATION_REQUESTS
+from tests.extras import require
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
 def test_gpu_script_runs_on_cpu_with_a_tiny_shape(tmp_path: Path) -> None:
-    pytest.importorskip("transformers", reason="the live extra is not installed")
+    require("transformers")
     out = tmp_path / "out"
     env = {
         **os.environ,

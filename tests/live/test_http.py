@@ -9,14 +9,17 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import httpx
 import numpy as np
 import pytest
 
 from pipeline.errors import ConfigError
 from pipeline.live.http import HttpOptions, TextPrompts, run_http, token_prompt
 from pipeline.live.types import LiveBatch
+from tests.extras import needs, require
 from tests.live.servers import free_port, make_bpe_tokenizer, make_tokenizer, token_server
+
+# the HTTP engine runs on httpx whichever client sends the requests
+httpx = require("httpx")
 
 TTFT, ITL = 0.05, 0.01
 
@@ -144,6 +147,7 @@ def test_short_answers_are_failures() -> None:
 
 @pytest.mark.parametrize("kind", ["wordlevel", "bytelevel-bpe"])
 @pytest.mark.parametrize("n", [1, 2, 3, 17, 64, 300, 3000])
+@needs("tokenizers")
 def test_text_prompts_encode_to_the_exact_length(tmp_path: Path, n: int, kind: str) -> None:
     from tokenizers import Tokenizer
 

@@ -9,8 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("transformers", reason="the live extra is not installed")
-pytest.importorskip("fastapi", reason="the serving extra is not installed")
+from tests.extras import require
+
+require("transformers")
+require("fastapi")
 
 from pipeline.live.http import HttpOptions, run_http  # noqa: E402
 from pipeline.live.types import LiveBatch  # noqa: E402
@@ -70,7 +72,7 @@ def test_live_command_against_transformers_serve(
 
     from pipeline.cli import cli
     from pipeline.warehouse import Warehouse
-    from tests.live.test_live_stage import requests_file
+    from tests.helpers import requests_file
 
     reqs = requests_file(tmp_path / "requests.parquet", 6, 0.05)
     wh = tmp_path / "wh"

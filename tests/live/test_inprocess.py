@@ -7,8 +7,10 @@ import json
 import numpy as np
 import pytest
 
-pytest.importorskip("torch")
-pytest.importorskip("transformers")
+from tests.extras import require
+
+require("torch")
+require("transformers")
 
 from pipeline.errors import ConfigError  # noqa: E402
 from pipeline.live.inprocess import run_inprocess  # noqa: E402

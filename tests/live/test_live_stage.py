@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import polars as pl
@@ -17,7 +16,7 @@ from click.testing import CliRunner
 
 from pipeline import runs
 from pipeline.cli import cli
-from pipeline.contracts import LIVE_METRICS, LIVE_REQUESTS, REQUESTS, write_table
+from pipeline.contracts import LIVE_METRICS, LIVE_REQUESTS
 from pipeline.errors import ConfigError
 from pipeline.live.replay import (
     Selection,
@@ -29,8 +28,9 @@ from pipeline.live.replay import (
 from pipeline.live.types import LiveBatch, LiveResult
 from pipeline.report.sql import query
 from pipeline.warehouse import Warehouse
+from tests.extras import needs, require
+from tests.helpers import requests_file
 from tests.live.servers import token_server
-from tests.report.conftest import request, table
 
 NAN = np.nan
 TIMEOUT = "timeout after 5 s (0 chunks received)"
@@ -214,15 +214,6 @@ def test_slice_rebases_scales_and_caps() -> None:
         Selection(sample=0)
 
 
-def requests_file(path: Path, n: int, gap_s: float) -> Path:
-    rows: list[dict[str, Any]] = []
-    for i in range(n):
-        rows.append(request(f"req-{i:02d}", 0, 8 + i, 3 + i % 3))
-        rows[-1]["arrival_time"] = datetime.fromtimestamp(1_700_000_000 + i * gap_s, UTC)
-        rows[-1]["arrival_s"] = i * gap_s
-    return write_table(table(REQUESTS, rows), REQUESTS, path)
-
-
 def test_live_command_end_to_end_over_http(tmp_path: Path) -> None:
     reqs = requests_file(tmp_path / "requests.parquet", 12, 0.02)
     wh = tmp_path / "wh"
@@ -271,6 +262,7 @@ def test_live_command_end_to_end_over_http(tmp_path: Path) -> None:
     assert "num_requests_running" in set(metrics.column("metric").to_pylist())
 
 
+@needs("httpx")
 def test_live_command_errors_are_one_line(tmp_path: Path) -> None:
     reqs = requests_file(tmp_path / "requests.parquet", 2, 0.1)
     args = ["live", "--engine", "http", "--requests", str(reqs), "--warehouse", str(tmp_path)]
@@ -284,7 +276,7 @@ def test_live_command_errors_are_one_line(tmp_path: Path) -> None:
 
 def test_live_command_in_process(tmp_path: Path) -> None:
     """The stage hands its options to the in-process engine and stores what it reports."""
-    pytest.importorskip("transformers", reason="the live extra is not installed")
+    require("transformers")
     reqs = requests_file(tmp_path / "requests.parquet", 6, 0.05)
     wh = tmp_path / "wh"
     args = ["live", "--engine", "inprocess", "--requests", str(reqs), "--warehouse", str(wh)]

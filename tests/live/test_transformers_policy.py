@@ -14,8 +14,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-pytest.importorskip("torch")
-pytest.importorskip("transformers")
+from tests.extras import require
+
+require("torch")
+require("transformers")
 
 import transformers  # noqa: E402
 from transformers import GenerationConfig  # noqa: E402

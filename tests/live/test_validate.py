@@ -27,6 +27,7 @@ from pipeline.live.validate import validate_live
 from pipeline.report.sql import query
 from pipeline.sim.cost_model import StepCost
 from pipeline.warehouse import Warehouse
+from tests.extras import require
 
 INFO = {
     "engine": "inprocess",
@@ -178,8 +179,8 @@ def test_a_scenario_file_replaces_the_engine_settings(tmp_path: Path) -> None:
 
 
 def test_validate_end_to_end_on_the_in_process_engine(tmp_path: Path) -> None:
-    pytest.importorskip("transformers", reason="the live extra is not installed")
-    from tests.live.test_live_stage import requests_file
+    require("transformers")
+    from tests.helpers import requests_file
 
     reqs = requests_file(tmp_path / "requests.parquet", 12, 0.02)
     wh = tmp_path / "wh"

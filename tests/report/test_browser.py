@@ -13,9 +13,19 @@ import pytest
 
 from pipeline.report import build_report
 from pipeline.warehouse import Warehouse
-from tests.report.conftest import EVIL_FILE, EVIL_MODEL, EVIL_TENANT
+from tests.extras import needs
+from tests.helpers import EVIL_FILE, EVIL_MODEL, EVIL_TENANT
 
 CHROMIUM = Path("/usr/bin/chromium")
+# skipped, before the warehouses are built, without Playwright or the browser
+pytestmark = [
+    needs("playwright"),
+    pytest.mark.skipif(
+        not CHROMIUM.exists(),
+        reason=f"needs Debian's chromium at {CHROMIUM}: apt-get install chromium "
+        "(scripts/test.sh does it)",
+    ),
+]
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 ARTIFACTS = Path(
     os.environ.get("TRACEREPLAY_TEST_ARTIFACTS", Path(__file__).resolve().parents[2] / "out")
@@ -30,8 +40,6 @@ COUNT_MARKS = """() => Array.from(document.querySelectorAll('div.chart')).map(d 
 
 
 def test_report_renders_offline_in_chromium(replayed_warehouse: Warehouse, tmp_path: Path) -> None:
-    if not CHROMIUM.exists():
-        pytest.fail(f"{CHROMIUM} is missing: scripts/test.sh installs Debian's chromium")
     from playwright.sync_api import sync_playwright
 
     html = build_report(replayed_warehouse, output=tmp_path / "review.html")
@@ -118,8 +126,6 @@ def test_a_30_scenario_sweep_and_capacity_report_in_chromium(
 ) -> None:
     """Every chart renders, a legend click and the scenario selector highlight one series,
     no console error, no request; screenshots land in out/test-artifacts/."""
-    if not CHROMIUM.exists():
-        pytest.fail(f"{CHROMIUM} is missing: scripts/test.sh installs Debian's chromium")
     from playwright.sync_api import sync_playwright
 
     wh, sweep_id, cap_id, none_id = sweep_warehouse

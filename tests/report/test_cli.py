@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from pipeline.cli import cli
 from pipeline.warehouse import Warehouse
-from tests.report.conftest import R1, R2
+from tests.helpers import R1, R2
 
 
 def run(wh: Warehouse, *args: str) -> tuple[int, str]:

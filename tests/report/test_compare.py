@@ -14,7 +14,7 @@ from pipeline.contracts import SCENARIOS, SIM_REQUESTS
 from pipeline.errors import PipelineError
 from pipeline.report import build_report
 from pipeline.warehouse import Warehouse
-from tests.report.conftest import R1, R2, build, config, sim_rows, table, write_run
+from tests.helpers import R1, R2, build, config, sim_rows, specs, table, write_run
 
 R3 = "20240503T000000Z-cccc"
 
@@ -87,7 +87,6 @@ def test_compare_command_text_and_json(three_runs: Warehouse) -> None:
 
 
 def test_report_draws_both_runs(three_runs: Warehouse, tmp_path: Path) -> None:
-    from tests.report.test_report import specs
 
     html = build_report(three_runs, R1, output=tmp_path / "c.html", compare=R3).read_text()
     assert 'id="compare"' in html and f"<code>{R3}</code>" in html

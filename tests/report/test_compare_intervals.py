@@ -20,7 +20,7 @@ from pipeline.sim.cost_model import StepCost
 from pipeline.sim.cost_uncertainty import scaled_cost
 from pipeline.sim.replay import replay
 from pipeline.warehouse import Warehouse
-from tests.sim.conftest import H100_8B_COST, make_scenario, requests_table
+from tests.helpers import H100_8B_COST, make_scenario, requests_table
 
 LATENCY = ["p50_ttft_s", "p90_ttft_s", "p99_ttft_s", "p50_tpot_s", "p99_tpot_s"]
 

@@ -156,7 +156,7 @@ def test_engine_timeline_query_cuts_one_long_scenario(tmp_path: Path) -> None:
     from pipeline.contracts import SCENARIOS, SIM_STEPS
     from pipeline.report.sql import query
     from pipeline.warehouse import Warehouse
-    from tests.report.conftest import config, step, table, write_run
+    from tests.helpers import config, step, table, write_run
 
     wh = Warehouse(tmp_path / "wh")
     write_run(wh, "R", 1)  # a run's rows show once it has its runs row

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from pipeline.cli import cli
 from pipeline.warehouse import Warehouse
-from tests.report.conftest import build
+from tests.helpers import build
 
 WARNING = "warning: prefix caching is on but the trace has no prefix hashes"
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from html.parser import HTMLParser
 from pathlib import Path
@@ -16,7 +15,7 @@ from pipeline.report.charts.capacity import slo_capacity
 from pipeline.report.charts.throughput import throughput
 from pipeline.report.sql import query
 from pipeline.warehouse import Warehouse
-from tests.report.conftest import EVIL_FILE, EVIL_MODEL, EVIL_TENANT, R1, R2, build
+from tests.helpers import EVIL_FILE, EVIL_MODEL, EVIL_TENANT, R1, R2, build, specs
 
 
 class Page(HTMLParser):
@@ -44,12 +43,6 @@ def parse(html: str) -> Page:
     page = Page()
     page.feed(html)
     return page
-
-
-def specs(html: str) -> dict[str, dict[str, Any]]:
-    m = re.search(r'<script type="application/json" id="chart-specs">(.*?)</script>', html, re.S)
-    assert m
-    return json.loads(m.group(1))  # type: ignore[no-any-return]
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import pytest
 from pipeline.report import build_report
 from pipeline.report.sql import query
 from pipeline.warehouse import Warehouse
-from tests.report.test_report import specs
+from tests.helpers import specs
 
 
 def _encodes(spec: dict[str, Any], channel: str, field: str) -> bool:

@@ -19,7 +19,7 @@ from pipeline.contracts import CONTRACTS
 from pipeline.errors import UnknownQueryError
 from pipeline.report.sql import QueryError, available, load_query, query, variables_used
 from pipeline.warehouse import SQL_DIR, VIEWS_SQL, Warehouse, load_sql
-from tests.report.conftest import R1, R2
+from tests.helpers import R1, R2
 
 Rows = list[dict[str, Any]]
 

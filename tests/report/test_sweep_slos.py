@@ -19,7 +19,7 @@ from pipeline.plan.slo import Slo, evaluate, parse_slos
 from pipeline.report import build_report, charts, render
 from pipeline.report.sql import query
 from pipeline.warehouse import Warehouse
-from tests.report.conftest import EVIL_TENANT, R2, build, table
+from tests.helpers import EVIL_TENANT, R2, build, table
 
 # one of each kind of scope, a hostile tenant name, and p97 (no usual quantile: sorted list)
 ITEMS = [

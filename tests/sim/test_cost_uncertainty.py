@@ -14,7 +14,7 @@ from pipeline.sim import cost_uncertainty
 from pipeline.sim.cost_model import StepCost
 from pipeline.sim.profiles import PROFILE_DIR
 from pipeline.sim.scenario import build_scenario
-from tests.sim.conftest import H100_8B_COST
+from tests.helpers import H100_8B_COST
 
 SHIPPED = "llama-3-8b_h100-80gb_tp1"
 

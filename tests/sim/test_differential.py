@@ -13,6 +13,7 @@ import math
 from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
@@ -55,7 +56,7 @@ from pipeline.sim.state import (
     SimInput,
     SimResult,
 )
-from tests.sim.conftest import shared_prefix_hashes, with_prefix
+from tests.helpers import shared_prefix_hashes, with_prefix
 
 
 def _case(
@@ -328,52 +329,35 @@ def check_case(case: tuple[SimInput, Scenario]) -> None:
         event(f"tail units: {'hit' if tail_hit.any() else 'yes' if rq[:, R_TAIL].any() else 'no'}")
 
 
-@settings(max_examples=60)
-@given(cases("vllm"))
-def test_vllm_fast_equals_reference(case: tuple[SimInput, Scenario]) -> None:
-    check_case(case)
+# (policy, caching, examples): hypothesis draws this many cases of each; caching None lets
+# it draw whether a caching policy caches, True forces prefix caching on.
+FAST_EQUALS_REFERENCE = [
+    pytest.param("vllm", None, 60, id="vllm"),
+    pytest.param("transformers", None, 60, id="transformers"),
+    pytest.param("sarathi", None, 40, id="sarathi"),
+    pytest.param("orca", None, 30, id="orca"),
+    pytest.param("static", None, 30, id="static"),
+    pytest.param("vllm", True, 50, id="vllm-prefix-caching"),
+    pytest.param("sglang", None, 50, id="sglang"),
+    pytest.param("tgi", None, 40, id="tgi"),
+]
 
 
-@settings(max_examples=60)
-@given(cases("transformers"))
-def test_transformers_fast_equals_reference(case: tuple[SimInput, Scenario]) -> None:
-    check_case(case)
+@pytest.mark.parametrize(("policy", "caching", "examples"), FAST_EQUALS_REFERENCE)
+def test_fast_equals_reference(
+    request: pytest.FixtureRequest, policy: str, caching: bool | None, examples: int
+) -> None:
+    """Each policy's fast loop gives the reference loop's results on generated cases."""
 
+    def fast_equals_reference(case: tuple[SimInput, Scenario]) -> None:
+        check_case(case)
 
-@settings(max_examples=40)
-@given(cases("sarathi"))
-def test_sarathi_fast_equals_reference(case: tuple[SimInput, Scenario]) -> None:
-    check_case(case)
-
-
-@settings(max_examples=30)
-@given(cases("orca"))
-def test_orca_fast_equals_reference(case: tuple[SimInput, Scenario]) -> None:
-    check_case(case)
-
-
-@settings(max_examples=30)
-@given(cases("static"))
-def test_static_fast_equals_reference(case: tuple[SimInput, Scenario]) -> None:
-    check_case(case)
-
-
-@settings(max_examples=50)
-@given(cases("vllm", caching=True))
-def test_vllm_prefix_caching_fast_equals_reference(case: tuple[SimInput, Scenario]) -> None:
-    check_case(case)
-
-
-@settings(max_examples=50)
-@given(cases("sglang"))
-def test_sglang_fast_equals_reference(case: tuple[SimInput, Scenario]) -> None:
-    check_case(case)
-
-
-@settings(max_examples=40)
-@given(cases("tgi"))
-def test_tgi_fast_equals_reference(case: tuple[SimInput, Scenario]) -> None:
-    check_case(case)
+    # Hypothesis keys its example database and its derandomized seed by the test's source;
+    # the case's id added to that key (as its pytest plugin does for parametrized tests)
+    # keeps each configuration's seeds and failing examples its own.
+    key = request.node.nodeid.encode()
+    fast_equals_reference._hypothesis_internal_add_digest = key  # type: ignore[attr-defined]
+    settings(max_examples=examples)(given(cases(policy, caching))(fast_equals_reference))()
 
 
 @settings(max_examples=10)

@@ -19,8 +19,7 @@ from pipeline.sim.state import (
     SimInput,
     SimResult,
 )
-from tests.sim.conftest import make_input, make_scenario, with_prefix
-from tests.sim.test_prefix_cache import chain
+from tests.helpers import chain, make_input, make_scenario, with_prefix
 
 
 def run_both(inp: SimInput, sc: Scenario) -> SimResult:

@@ -18,7 +18,7 @@ from pipeline.sim.scenario import build_scenario
 from pipeline.sim.simulate import simulate
 from pipeline.sim.state import R_PROMPT
 from pipeline.sim.summary import request_metrics, summarize
-from tests.sim.conftest import read_azure_conv
+from tests.helpers import read_azure_conv
 
 N = 2000
 

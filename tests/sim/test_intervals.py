@@ -15,7 +15,7 @@ from pipeline.sim.cost_uncertainty import scaled_cost
 from pipeline.sim.simulate import simulate
 from pipeline.sim.state import SimInput
 from pipeline.sim.summary import request_metric
-from tests.sim.conftest import H100_8B_COST, make_scenario
+from tests.helpers import H100_8B_COST, make_scenario
 
 
 def _plain(values: np.ndarray, windows: iv.Windows, q: float, b: int) -> float:

@@ -23,7 +23,7 @@ from pipeline.sim.simulate import simulate
 from pipeline.sim.state import R_CACHED, R_PROMPT, SimResult
 from pipeline.sim.summary import request_metrics, summarize
 from pipeline.warehouse import Warehouse
-from tests.sim.conftest import TRACES_RAW
+from tests.helpers import TRACES_RAW
 from tests.sim.test_differential import check_equal, check_invariants
 
 MOONCAKE = TRACES_RAW / "mooncake" / "conversation_trace.jsonl"

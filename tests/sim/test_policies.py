@@ -25,7 +25,7 @@ from pipeline.sim.state import (
     SimInput,
     SimResult,
 )
-from tests.sim.conftest import make_input, make_scenario
+from tests.helpers import make_input, make_scenario
 
 
 def run_both(inp: SimInput, sc: Scenario) -> SimResult:

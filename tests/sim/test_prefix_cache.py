@@ -41,7 +41,7 @@ from pipeline.sim.state import (
 )
 from pipeline.sim.summary import summarize
 from pipeline.warehouse import Warehouse
-from tests.sim.conftest import make_input, make_scenario, with_prefix
+from tests.helpers import chain, make_input, make_scenario, with_prefix
 
 
 def run_both(inp: SimInput, sc: Scenario) -> SimResult:
@@ -50,14 +50,6 @@ def run_both(inp: SimInput, sc: Scenario) -> SimResult:
     assert np.array_equal(fast.rq, ref.rq)
     assert np.allclose(fast.rqf, ref.rqf, rtol=1e-9, atol=1e-12, equal_nan=True)
     return fast
-
-
-def chain(*blocks: int) -> list[int]:
-    """Chained hashes of a prompt whose full blocks have these contents."""
-    out: list[int] = []
-    for b in blocks:
-        out.append(hash((out[-1] if out else 0, b)) & 0xFFFFFFFF)
-    return out
 
 
 @pytest.mark.parametrize(("prompt", "hit"), [(1000, 992), (1024, 1008)])

@@ -16,8 +16,7 @@ from pipeline.contracts import REQUESTS, check_file, conform, read_table
 from pipeline.selection import RequestFilter
 from pipeline.sim.replay_input import read_requests
 from pipeline.warehouse import Warehouse
-
-from .conftest import requests_table
+from tests.helpers import requests_table
 
 
 def _expected(table: pa.Table) -> pl.DataFrame:

@@ -18,7 +18,7 @@ from pipeline.contracts import RUNS, SCENARIOS, SIM_REQUESTS, SIM_STEPS, read_ta
 from pipeline.errors import ScenarioError
 from pipeline.sim.replay import replay
 from pipeline.warehouse import Warehouse
-from tests.sim.conftest import H100_8B_COST, make_scenario, requests_table
+from tests.helpers import H100_8B_COST, make_scenario, requests_table
 
 N = 40
 

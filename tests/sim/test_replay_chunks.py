@@ -28,7 +28,7 @@ from pipeline.sim.simulate import simulate
 from pipeline.sim.state import NST, NSTF, S_WAITING, SF_DURATION, SimInput, SimResult
 from pipeline.sim.summary import StepTotals, _exact_sum, summarize
 from pipeline.warehouse import Warehouse
-from tests.sim.conftest import H100_8B_COST, make_scenario, requests_table
+from tests.helpers import H100_8B_COST, make_scenario, requests_table
 
 N = 300
 

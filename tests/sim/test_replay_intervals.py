@@ -14,7 +14,7 @@ import pytest
 from pipeline.contracts import SCENARIOS, read_table
 from pipeline.sim.replay import replay
 from pipeline.warehouse import Warehouse
-from tests.sim.conftest import H100_8B_COST, make_scenario, requests_table
+from tests.helpers import H100_8B_COST, make_scenario, requests_table
 
 KEYS = [f"{m}_p{q}_s" for m in ("ttft", "tpot", "e2e") for q in (50, 90, 99)]
 

@@ -18,7 +18,7 @@ from pipeline.sim.state import (
     request_state,
     wide,
 )
-from tests.sim.conftest import make_input, make_scenario
+from tests.helpers import make_input, make_scenario
 
 
 def test_priorities_beyond_int32_schedule_as_their_ranks() -> None:

@@ -10,7 +10,7 @@ import pytest
 from pipeline.errors import ScenarioError
 from pipeline.sim.policies import POLICIES
 from pipeline.sim.scenario import build_scenario, parse_value, resolve_scenarios
-from tests.sim.conftest import UNIT_COST, make_scenario
+from tests.helpers import UNIT_COST, make_scenario
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "scenarios"
 
