@@ -99,10 +99,23 @@ def open_source(path: Path) -> Opened:
             str(path), f"cannot read file ({exc.strerror}); check it exists and is readable"
         ) from exc
     if magic.startswith(GZIP_MAGIC):
-        return Opened(gzip.GzipFile(fileobj=raw), "gzip", size)  # type: ignore[arg-type]
+        return Opened(_GzipSource(fileobj=raw), "gzip", size)  # type: ignore[arg-type]
     if magic.startswith(ZSTD_MAGIC):
         return Opened(io.BufferedReader(ZstdFrames(raw), 1 << 20), "zstd", size)
     return Opened(raw, "none", size)
+
+
+class _GzipSource(gzip.GzipFile):
+    """``gzip.GzipFile`` that closes the file it reads too: given a ``fileobj``, the
+    standard one leaves it open, so every gzip log an ingest read leaked its file."""
+
+    def close(self) -> None:
+        raw = self.fileobj  # None once closed
+        try:
+            super().close()
+        finally:
+            if raw is not None:
+                raw.close()
 
 
 class ZstdFrames(io.RawIOBase):
