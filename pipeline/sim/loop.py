@@ -244,7 +244,11 @@ def _steps_before(
 
 @njit(cache=True, error_model="numpy", inline="always")
 def _run_length(
-    s: State,
+    cfg: npt.NDArray[np.int64],
+    cost: npt.NDArray[np.float64],
+    rq: npt.NDArray[np.int32],
+    rp: npt.NDArray[np.int64],
+    sched_q: npt.NDArray[np.int64],
     n: int,
     r: int,
     start: float,
@@ -262,7 +266,6 @@ def _run_length(
     scheduling), the first step starting at or after ``until`` is in it too:
     it was decided when the step before it started, before the arrival.
     """
-    cfg, cost, rq, rp, sched_q = s.cfg, s.cost, s.rq, s.rp, s.sched_q
     kb = _steps_before(cost, start, until, d, ctx, k_max)  # the next arrival
     k_max = kb + ahead if kb < k_max else kb
     if k_max <= 1:
@@ -308,7 +311,7 @@ def _run_length(
 @njit(cache=True, error_model="numpy", inline="always")
 def _step(s: State, kc: PrefixCaches, r: int, until: float) -> None:
     """One step of replica r (or a run of identical decode steps), starting at its clock."""
-    cfg, cost, rq, rqf, rp, rpf, g = s.cfg, s.cost, s.rq, s.rqf, s.rp, s.rpf, s.g
+    cfg, cost, rq, rqf, rp, rpf, run, g = s.cfg, s.cost, s.rq, s.rqf, s.rp, s.rpf, s.run, s.g
     sched_q, sched_t, ev = s.sched_q, s.sched_t, s.ev
     start = rpf[r, Q_CLOCK]
     num_waiting = rp[r, P_WQ_LEN]
@@ -384,7 +387,21 @@ def _step(s: State, kc: PrefixCaches, r: int, until: float) -> None:
         # vLLM async, advanced eagerly (``until`` is this replica's next arrival): the run
         # may take the step after the arrival, which cannot see it yet
         ahead = 1 if cfg[C_ASYNC] != 0 and not lazy else 0
-        k = _run_length(s, n, r, start, math.inf if lazy else until, d, ctx, min_left, ahead)
+        k = _run_length(
+            cfg,
+            cost,
+            rq,
+            rp,
+            sched_q,
+            n,
+            r,
+            start,
+            math.inf if lazy else until,
+            d,
+            ctx,
+            min_left,
+            ahead,
+        )
         if ahead and k > 1 and until < math.inf:
             last = start + decode_run_s(cost, d, ctx, k - 1)  # start of its last step
             if last >= until:  # arrivals up to it reach the next decision (see replay_loop)
@@ -392,7 +409,7 @@ def _step(s: State, kc: PrefixCaches, r: int, until: float) -> None:
         if lazy and k > 1:
             last = start + decode_run_s(cost, d, ctx, k - 1)  # start of its last step
             if last >= until:  # it reaches past the arrival: decide it when it is needed
-                if _defer(s, r, n, n_ev, ctx, evicted0, last, k):
+                if _defer(r, cfg, rq, rp, rpf, run, sched_q, n, n_ev, ctx, evicted0, last, k):
                     return
                 k = _steps_before(cost, start, until, d, ctx, k)
     step = Step(start, n, n_pre, n_ev, p_tok, p_attn, n_pf, d, ctx, num_waiting, evicted0)
@@ -402,11 +419,11 @@ def _step(s: State, kc: PrefixCaches, r: int, until: float) -> None:
 @njit(cache=True, error_model="numpy", inline="always")
 def _finish(s: State, kc: PrefixCaches, r: int, k: int, step: Step) -> None:
     """The rest of a step ``_step`` decided: repeat it k times, finish requests, write the row."""
+    cfg, cost, rq, rqf, rp, rpf, run, st = s.cfg, s.cost, s.rq, s.rqf, s.rp, s.rpf, s.run, s.st
+    stf, g, sched_q, ev = s.stf, s.g, s.sched_q, s.ev
     start, n, n_pre, n_ev = step.start, step.n, step.n_pre, step.n_ev
     p_tok, p_attn, n_pf, d, ctx = step.p_tok, step.p_attn, step.n_pf, step.d, step.ctx
     num_waiting, evicted0 = step.num_waiting, step.evicted0
-    cfg, cost, rq, rqf, rp, rpf, run, st = s.cfg, s.cost, s.rq, s.rqf, s.rp, s.rpf, s.run, s.st
-    stf, g, sched_q, ev = s.stf, s.g, s.sched_q, s.ev
     # vLLM async: steps 2..k are decided while the one before runs, so each caches a
     # decode's blocks only up to the token that one is sampling (policies/vllm.py)
     lag = cfg[C_ASYNC]
@@ -495,14 +512,25 @@ def _finish(s: State, kc: PrefixCaches, r: int, k: int, step: Step) -> None:
 
 @njit(cache=True, error_model="numpy", inline="always")
 def _defer(
-    s: State, r: int, n: int, n_ev: int, ctx: float, evicted0: int, last: float, k: int
+    r: int,
+    cfg: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int32],
+    rp: npt.NDArray[np.int64],
+    rpf: npt.NDArray[np.float64],
+    run: npt.NDArray[np.int64],
+    sched_q: npt.NDArray[np.int64],
+    n: int,
+    n_ev: int,
+    ctx: float,
+    evicted0: int,
+    last: float,
+    k: int,
 ) -> bool:
     """Leave the decode run just decided (its first step done) to ``_resolve``; False if it can't.
 
     What ``_resolve`` needs is kept in the replica's row: nothing else happens
     on the replica until then, and the run's requests are its running list.
     """
-    cfg, rq, rp, rpf, run, sched_q = s.cfg, s.rq, s.rp, s.rpf, s.run, s.sched_q
     if n_ev != 0:
         return False
     for j in range(n):
@@ -729,7 +757,7 @@ def replay_loop(s: State, kc: PrefixCaches, trees: Trees, max_arrivals: int) -> 
             if rpf[r, Q_AHEAD] >= t:  # its latest step was decided before t but starts after:
                 rp[r, P_INBOX_OLD] += 1  # the next decision takes it
         else:
-            wait_add(s, r, k)
+            wait_add(cfg, wq, rp, rq, rqf, r, k)
         rp[r, P_ROUTED] += 1
         if rp[r, P_RUN_N] == 0 and rpf[r, Q_CLOCK] < t:
             rpf[r, Q_CLOCK] = t

@@ -277,9 +277,15 @@ def _before(rq: npt.NDArray[np.int32], rqf: npt.NDArray[np.float64], a: int, b: 
 
 
 @njit(cache=True, error_model="numpy")
-def heap_push(s: State, r: int, i: int) -> None:
+def heap_push(
+    wq: npt.NDArray[np.int32],
+    rp: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int32],
+    rqf: npt.NDArray[np.float64],
+    r: int,
+    i: int,
+) -> None:
     """Push request i on replica r's waiting heap (wq[r, :len], head unused)."""
-    wq, rp, rq, rqf = s.wq, s.rp, s.rq, s.rqf
     k = rp[r, P_WQ_LEN]
     rp[r, P_WQ_LEN] = k + 1
     while k > 0:
@@ -293,9 +299,14 @@ def heap_push(s: State, r: int, i: int) -> None:
 
 
 @njit(cache=True, error_model="numpy")
-def heap_pop(s: State, r: int) -> int:
+def heap_pop(
+    wq: npt.NDArray[np.int32],
+    rp: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int32],
+    rqf: npt.NDArray[np.float64],
+    r: int,
+) -> int:
     """Pop the first request of replica r's waiting heap."""
-    wq, rp, rq, rqf = s.wq, s.rp, s.rq, s.rqf
     top = int(wq[r, 0])
     n = rp[r, P_WQ_LEN] - 1
     rp[r, P_WQ_LEN] = n
@@ -318,21 +329,35 @@ def heap_pop(s: State, r: int) -> int:
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def wait_add(s: State, r: int, i: int) -> None:
+def wait_add(
+    cfg: npt.NDArray[np.int64],
+    wq: npt.NDArray[np.int32],
+    rp: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int32],
+    rqf: npt.NDArray[np.float64],
+    r: int,
+    i: int,
+) -> None:
     """An arrival joins the waiting queue (the back, or its place in the heap)."""
-    cfg, wq, rp = s.cfg, s.wq, s.rp
     if cfg[C_QUEUE] == Q_PRIORITY:
-        heap_push(s, r, i)
+        heap_push(wq, rp, rq, rqf, r, i)
     else:
         wq_push_back(wq, rp, r, i)
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def wait_requeue(s: State, r: int, i: int) -> None:
+def wait_requeue(
+    cfg: npt.NDArray[np.int64],
+    wq: npt.NDArray[np.int32],
+    rp: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int32],
+    rqf: npt.NDArray[np.float64],
+    r: int,
+    i: int,
+) -> None:
     """A preempted request goes back: to the front (FCFS), or into the heap (priority)."""
-    cfg, wq, rp = s.cfg, s.wq, s.rp
     if cfg[C_QUEUE] == Q_PRIORITY:
-        heap_push(s, r, i)
+        heap_push(wq, rp, rq, rqf, r, i)
     else:
         wq_push_front(wq, rp, r, i)
 
@@ -348,11 +373,17 @@ def wait_head(
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def wait_pop(s: State, r: int) -> int:
+def wait_pop(
+    cfg: npt.NDArray[np.int64],
+    wq: npt.NDArray[np.int32],
+    rp: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int32],
+    rqf: npt.NDArray[np.float64],
+    r: int,
+) -> int:
     """Take the request ``wait_head`` names out of the queue."""
-    cfg, wq, rp = s.cfg, s.wq, s.rp
     if cfg[C_QUEUE] == Q_PRIORITY:
-        return heap_pop(s, r)
+        return heap_pop(wq, rp, rq, rqf, r)
     return wq_pop_front(wq, rp, r)
 
 
@@ -389,9 +420,16 @@ def inbox_push(
 
 
 @njit(cache=True, error_model="numpy")
-def inbox_take(s: State, r: int, m: int) -> None:
+def inbox_take(
+    cfg: npt.NDArray[np.int64],
+    wq: npt.NDArray[np.int32],
+    rp: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int32],
+    rqf: npt.NDArray[np.float64],
+    r: int,
+    m: int,
+) -> None:
     """Hand the ``m`` oldest requests of replica r's input queue to its waiting queue."""
-    cfg, wq, rp = s.cfg, s.wq, s.rp
     if m <= 0:
         return
     left = rp[r, P_INBOX] - m
@@ -404,7 +442,7 @@ def inbox_take(s: State, r: int, m: int) -> None:
     for j in range(left):  # the rest move up to the row's end
         wq[r, cap - 1 - j] = wq[r, cap - 1 - m - j]
     for j in range(m):  # (the heap's order is total: the order of pushes does not matter)
-        heap_push(s, r, int(taken[j]))
+        heap_push(wq, rp, rq, rqf, r, int(taken[j]))
 
 
 @dataclass(frozen=True)

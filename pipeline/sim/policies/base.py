@@ -259,19 +259,32 @@ def start(rq: npt.NDArray[np.int32], i: int) -> None:
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def take_waiting(s: State, r: int) -> int:
+def take_waiting(
+    cfg: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int32],
+    rqf: npt.NDArray[np.float64],
+    rp: npt.NDArray[np.int64],
+    wq: npt.NDArray[np.int32],
+    r: int,
+) -> int:
     """Pop the head of the waiting queue and mark it running (the caller lists it)."""
-    rq = s.rq
-    i = wait_pop(s, r)
+    i = wait_pop(cfg, wq, rp, rq, rqf, r)
     start(rq, i)
     return i
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def admit(s: State, r: int) -> int:
+def admit(
+    cfg: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int32],
+    rqf: npt.NDArray[np.float64],
+    rp: npt.NDArray[np.int64],
+    run: npt.NDArray[np.int64],
+    wq: npt.NDArray[np.int32],
+    r: int,
+) -> int:
     """Move the head of the waiting queue to the end of the running list."""
-    rp, run = s.rp, s.run
-    i = take_waiting(s, r)
+    i = take_waiting(cfg, rq, rqf, rp, wq, r)
     run[r, rp[r, P_RUN_N]] = i
     rp[r, P_RUN_N] += 1
     return i
@@ -342,14 +355,22 @@ def drop(
 
 
 @njit(cache=True, error_model="numpy")
-def preempt(s: State, kc: PrefixCaches, r: int, i: int) -> None:
+def preempt(
+    cfg: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int32],
+    rqf: npt.NDArray[np.float64],
+    rp: npt.NDArray[np.int64],
+    wq: npt.NDArray[np.int32],
+    r: int,
+    i: int,
+    kc: PrefixCaches,
+) -> None:
     """Recompute preemption, back first in line (FCFS) or into the priority heap.
 
     The caller has already taken ``i`` out of the running list.
     """
-    rq, rp = s.rq, s.rp
     drop(rq, rp, r, i, kc)
-    wait_requeue(s, r, i)
+    wait_requeue(cfg, wq, rp, rq, rqf, r, i)
 
 
 @njit(cache=True, error_model="numpy")

@@ -116,7 +116,7 @@ POLICY = SarathiPolicy()
 
 @njit(cache=True, error_model="numpy")
 def schedule(s: State, kc: PrefixCaches, r: int, now: float) -> tuple[int, int, int]:
-    cfg, rq, rp, run, wq, sched_q = s.cfg, s.rq, s.rp, s.run, s.wq, s.sched_q
+    cfg, rq, rqf, rp, run, wq, sched_q = s.cfg, s.rq, s.rqf, s.rp, s.run, s.wq, s.sched_q
     sched_t = s.sched_t
     rp[r, P_STABLE] = 1
     bs = cfg[C_BLOCK_SIZE]
@@ -144,9 +144,9 @@ def schedule(s: State, kc: PrefixCaches, r: int, now: float) -> tuple[int, int, 
         while rp[r, P_FREE] <= 0:
             if pos < end:
                 end -= 1
-                preempt(s, kc, r, int(old[end]))
+                preempt(cfg, rq, rqf, rp, wq, r, int(old[end]), kc)
             else:
-                preempt(s, kc, r, i)
+                preempt(cfg, rq, rqf, rp, wq, r, i, kc)
                 preempted_self = True
             n_pre += 1
             if preempted_self:
@@ -179,7 +179,7 @@ def schedule(s: State, kc: PrefixCaches, r: int, now: float) -> tuple[int, int, 
         chunk = min(num_tokens(rq, i) - rq[i, R_COMPUTED], chunk_size - batched)
         if chunk <= 0:
             break
-        take_waiting(s, r)
+        take_waiting(cfg, rq, rqf, rp, wq, r)
         grow(rq, rp, r, i, num_tokens(rq, i), bs, 0, kc)
         run[r, rp[r, P_RUN_N]] = i
         rp[r, P_RUN_N] += 1

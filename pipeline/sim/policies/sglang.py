@@ -237,13 +237,15 @@ def decay(cfgf: npt.NDArray[np.float64], rpf: npt.NDArray[np.float64], r: int, s
 @njit(cache=True, error_model="numpy", inline="always")
 def on_decode_run(s: State, r: int, steps: int) -> None:
     """The decode steps of a run decay new_token_ratio as each step would."""
-    decay(s.cfgf, s.rpf, r, steps)
+    cfgf, rpf = s.cfgf, s.rpf
+    decay(cfgf, rpf, r, steps)
 
 
 @njit(cache=True, error_model="numpy", inline="always")
 def on_finished(s: State, r: int, done: int, done_decoding: int) -> None:
     """Requests that finished with a decode leave the running batch at the next decode step."""
-    s.rp[r, P_PENDING] += done_decoding
+    rp = s.rp
+    rp[r, P_PENDING] += done_decoding
 
 
 @njit(cache=True, error_model="numpy")
@@ -376,9 +378,15 @@ def _dfs_order(
 
 
 @njit(cache=True, error_model="numpy")
-def _sort_waiting(s: State, kc: PrefixCaches, r: int) -> None:
+def _sort_waiting(
+    cfg: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int32],
+    rp: npt.NDArray[np.int64],
+    wq: npt.NDArray[np.int32],
+    r: int,
+    kc: PrefixCaches,
+) -> None:
     """``calc_priority``: reorder the waiting queue in place by schedule_policy."""
-    cfg, rq, rp, wq = s.cfg, s.rq, s.rp, s.wq
     policy = cfg[C_ORDER]
     m = rp[r, P_WQ_LEN]
     if policy == FCFS or m < 2:
@@ -430,7 +438,7 @@ def _prefill(s: State, kc: PrefixCaches, r: int) -> tuple[int, int]:
     if allocatable <= 0 and chunked < 0:
         rp[r, P_FULL] = 1
         return 0, 0
-    _sort_waiting(s, kc, r)
+    _sort_waiting(cfg, rq, rp, wq, r, kc)
     caching = cfg[C_CACHING] != 0
     chunking = cfg[C_CHUNK] > 0
     ratio = rpf[r, Q_RATIO]

@@ -99,7 +99,7 @@ def ready_at(s: State, r: int, clock: float) -> float:
 
 @njit(cache=True, error_model="numpy")
 def schedule(s: State, kc: PrefixCaches, r: int, now: float) -> tuple[int, int, int]:
-    cfg, rq, rp, run, wq, sched_q = s.cfg, s.rq, s.rp, s.run, s.wq, s.sched_q
+    cfg, rq, rqf, rp, run, wq, sched_q = s.cfg, s.rq, s.rqf, s.rp, s.run, s.wq, s.sched_q
     sched_t = s.sched_t
     rp[r, P_STABLE] = 1
     n = 0
@@ -112,6 +112,6 @@ def schedule(s: State, kc: PrefixCaches, r: int, now: float) -> tuple[int, int, 
             break
         i = wq_peek(wq, rp, r)
         reserve(rq, rp, r, i, cfg[C_RESERVE])
-        admit(s, r)
+        admit(cfg, rq, rqf, rp, run, wq, r)
         n = add_scheduled(sched_q, sched_t, n, i, num_tokens(rq, i))
     return n, 0, n

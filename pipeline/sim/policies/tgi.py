@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 from numba import njit
 
 from pipeline.errors import ScenarioError
@@ -248,9 +249,16 @@ def _next_batch(
 
 
 @njit(cache=True, error_model="numpy")
-def _running(s: State, r: int) -> tuple[int, int]:
+def _running(
+    cfg: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int32],
+    rp: npt.NDArray[np.int64],
+    run: npt.NDArray[np.int64],
+    r: int,
+    sched_q: npt.NDArray[np.int64],
+    sched_t: npt.NDArray[np.int64],
+) -> tuple[int, int]:
     """The running batch's work this step: every decode, then chunks of unfinished prompts."""
-    cfg, rq, rp, run, sched_q, sched_t = s.cfg, s.rq, s.rp, s.run, s.sched_q, s.sched_t
     n = 0
     m = rp[r, P_RUN_N]
     for k in range(m):
@@ -273,12 +281,14 @@ def _running(s: State, r: int) -> tuple[int, int]:
 @njit(cache=True, error_model="numpy", inline="always")
 def on_decode_run(s: State, r: int, steps: int) -> None:
     """Each decode step of a run is one more waiting token (``waiting_tokens += 1``)."""
-    s.rp[r, P_WAIT_TOK] += steps
+    rp = s.rp
+    rp[r, P_WAIT_TOK] += steps
 
 
 @njit(cache=True, error_model="numpy")
 def schedule(s: State, kc: PrefixCaches, r: int, now: float) -> tuple[int, int, int]:
-    cfg, cfgf, rp = s.cfg, s.cfgf, s.rp
+    cfg, cfgf, rq, rp, run, sched_q = s.cfg, s.cfgf, s.rq, s.rp, s.run, s.sched_q
+    sched_t = s.sched_t
     rp[r, P_STABLE] = 0
     max_batch = cfg[C_MAX_BATCH]
     chunking = cfg[C_CHUNK] != 0
@@ -290,7 +300,7 @@ def schedule(s: State, kc: PrefixCaches, r: int, now: float) -> tuple[int, int, 
         return n, 0, n
     if rp[r, P_PHASE] == TRY_ADD:
         if chunking:
-            n, current = _running(s, r)
+            n, current = _running(cfg, rq, rp, run, r, sched_q, sched_t)
             n2, why = _next_batch(s, kc, r, n, NONE, NONE, cfg[C_MAX_PREFILL] - current)
         else:
             if rp[r, P_WAIT_TOK] >= cfg[C_MAX_WAIT_TOK]:
@@ -308,6 +318,6 @@ def schedule(s: State, kc: PrefixCaches, r: int, now: float) -> tuple[int, int, 
             rp[r, P_STABLE] = 1  # nothing to add until something arrives or finishes
     else:
         rp[r, P_PHASE] = TRY_ADD
-    n, _ = _running(s, r)
+    n, _ = _running(cfg, rq, rp, run, r, sched_q, sched_t)
     rp[r, P_WAIT_TOK] += 1
     return n, 0, 0

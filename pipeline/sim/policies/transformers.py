@@ -167,9 +167,16 @@ def attention(p_tok: float, d: float, kv_all: float, ctx: float, pairs: float) -
 
 
 @njit(cache=True, error_model="numpy")
-def _candidates(s: State, r: int, out: npt.NDArray[np.int64]) -> int:
+def _candidates(
+    cfg: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int32],
+    rp: npt.NDArray[np.int64],
+    run: npt.NDArray[np.int64],
+    wq: npt.NDArray[np.int32],
+    r: int,
+    out: npt.NDArray[np.int64],
+) -> int:
     """Fill ``out`` with the step's candidates in order; returns how many."""
-    cfg, rq, rp, run, wq = s.cfg, s.rq, s.rp, s.run, s.wq
     m = 0
     first_decodes = cfg[C_ORDER] == 0
     for phase in range(2):
@@ -200,7 +207,7 @@ def _try(
     cfg, rq, rp, run, wq, sched_q = s.cfg, s.rq, s.rp, s.run, s.wq, s.sched_q
     sched_t = s.sched_t
     bs = cfg[C_BLOCK_SIZE]
-    m = _candidates(s, r, cand)
+    m = _candidates(cfg, rq, rp, run, wq, r, cand)
     in_margin = rp[r, P_FREE] >= cfg[C_WM_BLOCKS]
     budget = cfg[C_BUDGET]
     requests = cfg[C_MAX_SEQS]

@@ -259,9 +259,14 @@ POLICY = VllmPolicy()
 
 
 @njit(cache=True, error_model="numpy")
-def _victim(s: State, r: int) -> int:
+def _victim(
+    rq: npt.NDArray[np.int32],
+    rqf: npt.NDArray[np.float64],
+    rp: npt.NDArray[np.int64],
+    run: npt.NDArray[np.int64],
+    r: int,
+) -> int:
     """Position in the running list of max(running, key=(priority, arrival)), first on ties."""
-    rq, rqf, rp, run = s.rq, s.rqf, s.rp, s.run
     best = 0
     b = run[r, 0]
     for k in range(1, rp[r, P_RUN_N]):
@@ -298,13 +303,14 @@ def _make_room(
     Returns (scheduled, k, n, budget, preempted): scheduled is False when i itself
     was preempted; k, n and budget change when a victim was already scheduled.
     """
-    cfg, rq, rp, run, sched_q, sched_t = s.cfg, s.rq, s.rp, s.run, s.sched_q, s.sched_t
+    cfg, rq, rqf, rp, run, wq, sched_q = s.cfg, s.rq, s.rqf, s.rp, s.run, s.wq, s.sched_q
+    sched_t = s.sched_t
     bs = cfg[C_BLOCK_SIZE]
     by_priority = cfg[C_QUEUE] == Q_PRIORITY
     n_pre = 0
     while True:
         if by_priority:
-            v = _victim(s, r)
+            v = _victim(rq, rqf, rp, run, r)
             victim = run[r, v]
             for j in range(v, rp[r, P_RUN_N] - 1):
                 run[r, j] = run[r, j + 1]
@@ -327,7 +333,7 @@ def _make_room(
             rq[victim, R_PREEMPT] += 1
             _unlist_finished(rp, run, r, victim)
         else:
-            preempt(s, kc, r, victim)
+            preempt(cfg, rq, rqf, rp, wq, r, victim, kc)
         n_pre += 1
         if victim == i:
             return False, k, n, budget, n_pre
@@ -336,7 +342,19 @@ def _make_room(
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def _decodes(s: State, r: int, k: int, n: int, budget: int, lag: int) -> tuple[int, int, int]:
+def _decodes(
+    cfg: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int32],
+    rp: npt.NDArray[np.int64],
+    run: npt.NDArray[np.int64],
+    sched_q: npt.NDArray[np.int64],
+    sched_t: npt.NDArray[np.int64],
+    r: int,
+    k: int,
+    n: int,
+    budget: int,
+    lag: int,
+) -> tuple[int, int, int]:
     """The RUNNING loop's common case, in a tight loop of its own: (k, n, budget) after it.
 
     Schedules running requests from position k on while each is a decode (one
@@ -347,7 +365,6 @@ def _decodes(s: State, r: int, k: int, n: int, budget: int, lag: int) -> tuple[i
     finishing (async), which the general loop takes. Decides as that loop
     would, with fewer loads.
     """
-    cfg, rq, rp, run, sched_q, sched_t = s.cfg, s.rq, s.rp, s.run, s.sched_q, s.sched_t
     bs = cfg[C_BLOCK_SIZE]
     caching = cfg[C_CACHING] != 0
     n_run = rp[r, P_RUN_N]
@@ -384,7 +401,7 @@ def _decodes(s: State, r: int, k: int, n: int, budget: int, lag: int) -> tuple[i
 @njit(cache=True, error_model="numpy", inline="always")  # one call site: no call per step
 def _schedule_once(s: State, kc: PrefixCaches, r: int) -> tuple[int, int, int]:
     """One call of vLLM's ``Scheduler.schedule`` (the module docstring's rules)."""
-    cfg, rq, rp, run, wq, sched_q = s.cfg, s.rq, s.rp, s.run, s.wq, s.sched_q
+    cfg, rq, rqf, rp, run, wq, sched_q = s.cfg, s.rq, s.rqf, s.rp, s.run, s.wq, s.sched_q
     sched_t = s.sched_t
     bs = cfg[C_BLOCK_SIZE]
     threshold = cfg[C_THRESHOLD]
@@ -401,7 +418,7 @@ def _schedule_once(s: State, kc: PrefixCaches, r: int) -> tuple[int, int, int]:
     # RUNNING
     k = 0
     while k < rp[r, P_RUN_N] and budget > 0:
-        k, n, budget = _decodes(s, r, k, n, budget, lag)
+        k, n, budget = _decodes(cfg, rq, rp, run, sched_q, sched_t, r, k, n, budget, lag)
         if k >= rp[r, P_RUN_N] or budget <= 0:
             break
         i = run[r, k]
@@ -485,7 +502,7 @@ def _schedule_once(s: State, kc: PrefixCaches, r: int) -> tuple[int, int, int]:
         if looked:
             count_lookup(rq, rp, r, i, h)
             commit(rq, rp, i, r, hit + new, False, kc)
-        admit(s, r)
+        admit(cfg, rq, rqf, rp, run, wq, r)
         n = add_scheduled(sched_q, sched_t, n, i, new)
         budget -= new
         n_adm += 1
@@ -493,14 +510,20 @@ def _schedule_once(s: State, kc: PrefixCaches, r: int) -> tuple[int, int, int]:
 
 
 @njit(cache=True, error_model="numpy", inline="always")  # one call site
-def _processed(s: State, kc: PrefixCaches, r: int) -> None:
+def _processed(
+    cfg: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int32],
+    rp: npt.NDArray[np.int64],
+    run: npt.NDArray[np.int64],
+    r: int,
+    kc: PrefixCaches,
+) -> None:
     """Async: the output of the step in flight is processed, after the next was decided.
 
     The requests it finished (listed by ``loop._finish`` in the second half of
     the running list's row, in the step's order, as vLLM frees them) have their
     blocks cached up to their last token, are freed, and leave the running list.
     """
-    cfg, rq, rp, run = s.cfg, s.rq, s.rp, s.run
     caching = cfg[C_CACHING] != 0
     done = run.shape[1] // 2
     for e in range(rp[r, P_PEND_FREE]):
@@ -524,7 +547,7 @@ def schedule(s: State, kc: PrefixCaches, r: int, now: float) -> tuple[int, int, 
     and decides again, as the synchronous loop would (the step still starts at
     ``now``: an empty batch takes no time).
     """
-    cfg, rp, rpf = s.cfg, s.rp, s.rpf
+    cfg, rq, rqf, rp, rpf, run, wq = s.cfg, s.rq, s.rqf, s.rp, s.rpf, s.run, s.wq
     is_async = cfg[C_ASYNC] != 0
     pipelined = is_async and rp[r, P_STEP] > 0 and rpf[r, Q_LAST_END] == now
     pending = rp[r, P_PEND_FREE] > 0
@@ -533,7 +556,7 @@ def schedule(s: State, kc: PrefixCaches, r: int, now: float) -> tuple[int, int, 
         if is_async:  # the requests the core has taken from its input queue by now
             take = rp[r, P_INBOX_OLD] if pipelined else rp[r, P_INBOX]
             if take > 0:
-                inbox_take(s, r, take)
+                inbox_take(cfg, wq, rp, rq, rqf, r, take)
             rp[r, P_PIPE] = 1 if pipelined else 0
             rp[r, P_QUEUED] = rp[r, P_WQ_LEN]  # the step's queue depth
         n, n_pre, n_adm = _schedule_once(s, kc, r)
@@ -541,7 +564,7 @@ def schedule(s: State, kc: PrefixCaches, r: int, now: float) -> tuple[int, int, 
             return n, n_pre, n_adm
         rp[r, P_PIPE] = 0
         if rp[r, P_PEND_FREE] > 0:
-            _processed(s, kc, r)
+            _processed(cfg, rq, rp, run, r, kc)
         if n > 0 or not pipelined:
             break
         pipelined = False  # nothing to run: wait for the step in flight, then decide again
