@@ -80,6 +80,7 @@ from pipeline.sim.cost_model import (
 )
 from pipeline.sim.kv import blocks_needed, release
 from pipeline.sim.policies import dispatch
+from pipeline.sim.policies.dispatch import HOOK_DECODE_RUN, HOOK_FINISHED, HOOK_READY_AT
 from pipeline.sim.prefix_index import find_key
 from pipeline.sim.routing import (
     PREFIX_AWARE,
@@ -96,6 +97,7 @@ from pipeline.sim.state import (
     C_CACHES_GENERATED,
     C_CACHES_ON_FINISH,
     C_CACHING,
+    C_HOOKS,
     C_NUM_BLOCKS,
     C_POLICY,
     C_REPLICAS,
@@ -197,15 +199,18 @@ class Step(NamedTuple):
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def _next_start(s: State, r: int) -> float:
-    """Earliest start of replica r's next step, inf when it has nothing to do."""
-    rp, rpf = s.rp, s.rpf
+def _next_start(rp: npt.NDArray[np.int64], rpf: npt.NDArray[np.float64], r: int) -> float:
+    """Earliest start of replica r's next step, inf when it has nothing to do (before the
+    policy's ``ready_at``, see ``_asks_policy``)."""
     if rp[r, P_RUN_N] == 0 and rp[r, P_WQ_LEN] == 0 and rp[r, P_INBOX] == 0:
         return math.inf
-    clock = rpf[r, Q_CLOCK]
-    if rp[r, P_RUN_N] == 0 and rp[r, P_WQ_LEN] > 0:  # idle: when the policy starts a step
-        return dispatch.ready_at(s, r, clock)
-    return clock
+    return rpf[r, Q_CLOCK]  # type: ignore[no-any-return]
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _asks_policy(cfg: npt.NDArray[np.int64], rp: npt.NDArray[np.int64], r: int) -> bool:
+    """Idle with requests waiting, under a policy that decides when it starts (``ready_at``)."""
+    return bool(cfg[C_HOOKS] & HOOK_READY_AT != 0 and rp[r, P_RUN_N] == 0 and rp[r, P_WQ_LEN] > 0)
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -311,20 +316,18 @@ def _run_length(
 @njit(cache=True, error_model="numpy", inline="always")
 def _step(s: State, kc: PrefixCaches, r: int, until: float) -> None:
     """One step of replica r (or a run of identical decode steps), starting at its clock."""
-    cfg, cost, rq, rqf, rp, rpf, run, g = s.cfg, s.cost, s.rq, s.rqf, s.rp, s.rpf, s.run, s.g
-    sched_q, sched_t, ev = s.sched_q, s.sched_t, s.ev
-    start = rpf[r, Q_CLOCK]
-    num_waiting = rp[r, P_WQ_LEN]
-    evicted0 = rp[r, P_EVICTED]
-    rp[r, P_STEP_QUERY] = 0
-    rp[r, P_STEP_HIT] = 0
-    rpf[r, Q_AHEAD] = -math.inf
+    start = s.rpf[r, Q_CLOCK]
+    num_waiting = s.rp[r, P_WQ_LEN]
+    evicted0 = s.rp[r, P_EVICTED]
+    s.rp[r, P_STEP_QUERY] = 0
+    s.rp[r, P_STEP_HIT] = 0
+    s.rpf[r, Q_AHEAD] = -math.inf
     n, n_pre, n_adm = dispatch.schedule(s, kc, r, start)
     if n == 0 and n_pre == 0:  # vLLM async: the last step's finished requests were all it had
-        assert cfg[C_ASYNC] != 0 and rp[r, P_RUN_N] + rp[r, P_WQ_LEN] + rp[r, P_INBOX] == 0
+        assert s.cfg[C_ASYNC] != 0 and s.rp[r, P_RUN_N] + s.rp[r, P_WQ_LEN] + s.rp[r, P_INBOX] == 0
         return
-    if cfg[C_ASYNC] != 0:  # the queue once the core took its new requests (policies/vllm.py)
-        num_waiting = rp[r, P_QUEUED]
+    if s.cfg[C_ASYNC] != 0:  # the queue once the core took its new requests (policies/vllm.py)
+        num_waiting = s.rp[r, P_QUEUED]
     # One pass: the step's cost features (before) and what it computes (after);
     # first and last tokens are listed in ev and timed once the duration is known.
     # integer sums (exact, as the float sums were below 2**53), made floats after the loop
@@ -336,42 +339,42 @@ def _step(s: State, kc: PrefixCaches, r: int, until: float) -> None:
     min_left = np.iinfo(np.int64).max
     n_ev = 0
     for j in range(n):
-        i = uindex(sched_q[j])
-        c0 = rq[i, R_COMPUTED]
-        if c0 >= rq[i, R_PF_END]:  # a decode: context c0 + 1, samples a token
+        i = uindex(s.sched_q[j])
+        c0 = s.rq[i, R_COMPUTED]
+        if c0 >= s.rq[i, R_PF_END]:  # a decode: context c0 + 1, samples a token
             ctx_sum += c0 + 1
-            gen = rq[i, R_GENERATED] + 1
-            rq[i, R_COMPUTED] = c0 + 1
-            rq[i, R_GENERATED] = gen
-            left = rq[i, R_OUTPUT] - gen + 1
+            gen = s.rq[i, R_GENERATED] + 1
+            s.rq[i, R_COMPUTED] = c0 + 1
+            s.rq[i, R_GENERATED] = gen
+            left = s.rq[i, R_OUTPUT] - gen + 1
             if left < min_left:
                 min_left = left
             if left <= 1:
-                ev[n_ev] = i
+                s.ev[n_ev] = i
                 n_ev += 1
         else:  # a prefill (or recompute) chunk
-            t = sched_t[j]
+            t = s.sched_t[j]
             n_pf += 1
             tok_sum += t
             attn_sum += t * c0 + t * (t + 1) // 2  # causal (query, key) pairs
             pf_kv += c0 + t
-            if math.isnan(rqf[i, F_FIRST_SCHED]):
-                rqf[i, F_FIRST_SCHED] = start
-            if c0 < rq[i, R_PROMPT]:
-                rq[i, R_CHUNKS] += 1
-            rq[i, R_COMPUTED] = c0 + t
-            if c0 + t >= rq[i, R_PROMPT] + rq[i, R_GENERATED]:
-                gen = rq[i, R_GENERATED] + 1
-                rq[i, R_GENERATED] = gen
-                if gen == 1 or gen >= rq[i, R_OUTPUT]:
-                    ev[n_ev] = i
+            if math.isnan(s.rqf[i, F_FIRST_SCHED]):
+                s.rqf[i, F_FIRST_SCHED] = start
+            if c0 < s.rq[i, R_PROMPT]:
+                s.rq[i, R_CHUNKS] += 1
+            s.rq[i, R_COMPUTED] = c0 + t
+            if c0 + t >= s.rq[i, R_PROMPT] + s.rq[i, R_GENERATED]:
+                gen = s.rq[i, R_GENERATED] + 1
+                s.rq[i, R_GENERATED] = gen
+                if gen == 1 or gen >= s.rq[i, R_OUTPUT]:
+                    s.ev[n_ev] = i
                     n_ev += 1
     d = n - n_pf
     p_tok = float(tok_sum)
     ctx = float(ctx_sum)
     # the policy's attention feature; pf_kv + ctx_sum: KV of every sequence after the step
     p_attn = dispatch.attention(
-        cfg[C_POLICY], p_tok, float(d), float(ctx_sum + pf_kv), ctx, float(attn_sum)
+        s.cfg[C_POLICY], p_tok, float(d), float(ctx_sum + pf_kv), ctx, float(attn_sum)
     )
     k = 1
     if (
@@ -379,20 +382,20 @@ def _step(s: State, kc: PrefixCaches, r: int, until: float) -> None:
         and n_pre == 0
         and n_adm == 0
         and n > 0
-        and n == rp[r, P_RUN_N]
+        and n == s.rp[r, P_RUN_N]
         and min_left > 1
-        and rp[r, P_STABLE] > 0
+        and s.rp[r, P_STABLE] > 0
     ):
-        lazy = g[G_LAZY] != 0
+        lazy = s.g[G_LAZY] != 0
         # vLLM async, advanced eagerly (``until`` is this replica's next arrival): the run
         # may take the step after the arrival, which cannot see it yet
-        ahead = 1 if cfg[C_ASYNC] != 0 and not lazy else 0
+        ahead = 1 if s.cfg[C_ASYNC] != 0 and not lazy else 0
         k = _run_length(
-            cfg,
-            cost,
-            rq,
-            rp,
-            sched_q,
+            s.cfg,
+            s.cost,
+            s.rq,
+            s.rp,
+            s.sched_q,
             n,
             r,
             start,
@@ -403,15 +406,17 @@ def _step(s: State, kc: PrefixCaches, r: int, until: float) -> None:
             ahead,
         )
         if ahead and k > 1 and until < math.inf:
-            last = start + decode_run_s(cost, d, ctx, k - 1)  # start of its last step
+            last = start + decode_run_s(s.cost, d, ctx, k - 1)  # start of its last step
             if last >= until:  # arrivals up to it reach the next decision (see replay_loop)
-                rpf[r, Q_AHEAD] = last
+                s.rpf[r, Q_AHEAD] = last
         if lazy and k > 1:
-            last = start + decode_run_s(cost, d, ctx, k - 1)  # start of its last step
+            last = start + decode_run_s(s.cost, d, ctx, k - 1)  # start of its last step
             if last >= until:  # it reaches past the arrival: decide it when it is needed
-                if _defer(r, cfg, rq, rp, rpf, run, sched_q, n, n_ev, ctx, evicted0, last, k):
+                if _defer(
+                    r, s.cfg, s.rq, s.rp, s.rpf, s.run, s.sched_q, n, n_ev, ctx, evicted0, last, k
+                ):
                     return
-                k = _steps_before(cost, start, until, d, ctx, k)
+                k = _steps_before(s.cost, start, until, d, ctx, k)
     step = Step(start, n, n_pre, n_ev, p_tok, p_attn, n_pf, d, ctx, num_waiting, evicted0)
     _finish(s, kc, r, k, step)
 
@@ -419,95 +424,95 @@ def _step(s: State, kc: PrefixCaches, r: int, until: float) -> None:
 @njit(cache=True, error_model="numpy", inline="always")
 def _finish(s: State, kc: PrefixCaches, r: int, k: int, step: Step) -> None:
     """The rest of a step ``_step`` decided: repeat it k times, finish requests, write the row."""
-    cfg, cost, rq, rqf, rp, rpf, run, st = s.cfg, s.cost, s.rq, s.rqf, s.rp, s.rpf, s.run, s.st
-    stf, g, sched_q, ev = s.stf, s.g, s.sched_q, s.ev
     start, n, n_pre, n_ev = step.start, step.n, step.n_pre, step.n_ev
     p_tok, p_attn, n_pf, d, ctx = step.p_tok, step.p_attn, step.n_pf, step.d, step.ctx
     num_waiting, evicted0 = step.num_waiting, step.evicted0
     # vLLM async: steps 2..k are decided while the one before runs, so each caches a
     # decode's blocks only up to the token that one is sampling (policies/vllm.py)
-    lag = cfg[C_ASYNC]
+    lag = s.cfg[C_ASYNC]
     if k == 1:
-        duration = step_time(cost, p_tok, p_attn, float(n_pf + d), float(d), ctx)
+        duration = step_time(s.cost, p_tok, p_attn, float(n_pf + d), float(d), ctx)
     else:  # steps 2..k: the same decodes again
-        duration = decode_run_s(cost, d, ctx, k)
-        bs = cfg[C_BLOCK_SIZE]
+        duration = decode_run_s(s.cost, d, ctx, k)
+        bs = s.cfg[C_BLOCK_SIZE]
         # a policy that caches generated blocks commits them as they are computed (vLLM)
-        commits = cfg[C_CACHES_GENERATED] != 0 and cfg[C_CACHING] != 0
+        commits = s.cfg[C_CACHES_GENERATED] != 0 and s.cfg[C_CACHING] != 0
         settle = False  # some request settles a cache unit over steps 2..k
         total = 0
         for j in range(n):
-            i = uindex(sched_q[j])
-            c = rq[i, R_COMPUTED] + k - 1
-            need = blocks_needed(rq, i, c, bs)
+            i = uindex(s.sched_q[j])
+            c = s.rq[i, R_COMPUTED] + k - 1
+            need = blocks_needed(s.rq, i, c, bs)
             total += need
-            rq[i, R_HELD] += need
-            rq[i, R_COMPUTED] = c
-            gen = rq[i, R_GENERATED] + k - 1
-            rq[i, R_GENERATED] = gen
-            if gen >= rq[i, R_OUTPUT]:
-                ev[n_ev] = i
+            s.rq[i, R_HELD] += need
+            s.rq[i, R_COMPUTED] = c
+            gen = s.rq[i, R_GENERATED] + k - 1
+            s.rq[i, R_GENERATED] = gen
+            if gen >= s.rq[i, R_OUTPUT]:
+                s.ev[n_ev] = i
                 n_ev += 1
-            if commits and settles(rq, i, c - lag):
+            if commits and settles(s.rq, i, c - lag):
                 settle = True
         # evictions depend only on the blocks taken in total: nothing is released meanwhile
-        if total <= rp[r, P_FREE]:
-            rp[r, P_FREE] -= total
+        if total <= s.rp[r, P_FREE]:
+            s.rp[r, P_FREE] -= total
         else:
-            take(rp, r, total, kc)
+            take(s.rp, r, total, kc)
         if settle:  # what steps 2..k commit, once the blocks are taken
             for j in range(n):
-                i = sched_q[j]
-                if settles(rq, i, rq[i, R_COMPUTED] - lag):
-                    commit(rq, rp, i, r, rq[i, R_COMPUTED] - lag, False, kc)
-        dispatch.on_decode_run(s, r, k - 1)
+                i = s.sched_q[j]
+                if settles(s.rq, i, s.rq[i, R_COMPUTED] - lag):
+                    commit(s.rq, s.rp, i, r, s.rq[i, R_COMPUTED] - lag, False, kc)
+        if s.cfg[C_HOOKS] & HOOK_DECODE_RUN:  # the policy keeps per-step counts
+            dispatch.on_decode_run(s, r, k - 1)
     end = start + duration
     done = 0
     done_decoding = 0
-    on_finish = cfg[C_CACHING] != 0 and cfg[C_CACHES_ON_FINISH] != 0
+    on_finish = s.cfg[C_CACHING] != 0 and s.cfg[C_CACHES_ON_FINISH] != 0
     for e in range(n_ev):
-        i = ev[e]
-        if rq[i, R_GENERATED] == 1 and math.isnan(rqf[i, F_FIRST_TOKEN]):
-            rqf[i, F_FIRST_TOKEN] = end
-        if rq[i, R_GENERATED] >= rq[i, R_OUTPUT]:
-            rqf[i, F_FINISH] = end
-            rq[i, R_STATUS] = ST_FINISHED
+        i = s.ev[e]
+        if s.rq[i, R_GENERATED] == 1 and math.isnan(s.rqf[i, F_FIRST_TOKEN]):
+            s.rqf[i, F_FIRST_TOKEN] = end
+        if s.rq[i, R_GENERATED] >= s.rq[i, R_OUTPUT]:
+            s.rqf[i, F_FINISH] = end
+            s.rq[i, R_STATUS] = ST_FINISHED
             if on_finish:  # the policy caches a prompt when its request ends (TGI)
-                commit(rq, rp, i, r, rq[i, R_PROMPT], True, kc)
+                commit(s.rq, s.rp, i, r, s.rq[i, R_PROMPT], True, kc)
             if lag == 0:
-                release(rq, rp, r, i, kc)
+                release(s.rq, s.rp, r, i, kc)
             else:  # async: listed, and freed once the next step is decided (policies/vllm.py)
-                run[r, run.shape[1] // 2 + rp[r, P_PEND_FREE]] = i
-                rp[r, P_PEND_FREE] += 1
+                s.run[r, s.run.shape[1] // 2 + s.rp[r, P_PEND_FREE]] = i
+                s.rp[r, P_PEND_FREE] += 1
             done += 1
-            if rq[i, R_COMPUTED] > rq[i, R_PF_END]:  # its last token came from a decode
+            if s.rq[i, R_COMPUTED] > s.rq[i, R_PF_END]:  # its last token came from a decode
                 done_decoding += 1
     if done > 0 and lag == 0:
-        drop_finished(rq, rp, run, r)
-        dispatch.on_finished(s, r, done, done_decoding)
-    row = g[G_ROWS]
-    st[row, S_REPLICA] = r
-    st[row, S_STEP] = rp[r, P_STEP]
-    st[row, S_NUM_STEPS] = k
-    st[row, S_RUNNING] = n
-    st[row, S_WAITING] = num_waiting
-    st[row, S_PREFILL] = int(p_tok)
-    st[row, S_DECODE] = d
-    st[row, S_KV_USED] = cfg[C_NUM_BLOCKS] - rp[r, P_FREE] - rp[r, P_EVICTABLE]
-    st[row, S_PREEMPT] = n_pre
-    st[row, S_PQUERY] = rp[r, P_STEP_QUERY]
-    st[row, S_PHIT] = rp[r, P_STEP_HIT]
-    st[row, S_EVICTED] = rp[r, P_EVICTED] - evicted0
-    stf[row, SF_START] = start
-    stf[row, SF_DURATION] = duration
-    stf[row, SF_ATTN] = p_attn
-    stf[row, SF_CTX] = ctx
-    g[G_ROWS] = row + 1
-    rp[r, P_STEP] += k
-    rp[r, P_DONE] += done
-    rp[r, P_LAST_DONE] = done
-    rpf[r, Q_CLOCK] = end
-    rpf[r, Q_LAST_END] = end
+        drop_finished(s.rq, s.rp, s.run, r)
+        if s.cfg[C_HOOKS] & HOOK_FINISHED:
+            dispatch.on_finished(s, r, done, done_decoding)
+    row = s.g[G_ROWS]
+    s.st[row, S_REPLICA] = r
+    s.st[row, S_STEP] = s.rp[r, P_STEP]
+    s.st[row, S_NUM_STEPS] = k
+    s.st[row, S_RUNNING] = n
+    s.st[row, S_WAITING] = num_waiting
+    s.st[row, S_PREFILL] = int(p_tok)
+    s.st[row, S_DECODE] = d
+    s.st[row, S_KV_USED] = s.cfg[C_NUM_BLOCKS] - s.rp[r, P_FREE] - s.rp[r, P_EVICTABLE]
+    s.st[row, S_PREEMPT] = n_pre
+    s.st[row, S_PQUERY] = s.rp[r, P_STEP_QUERY]
+    s.st[row, S_PHIT] = s.rp[r, P_STEP_HIT]
+    s.st[row, S_EVICTED] = s.rp[r, P_EVICTED] - evicted0
+    s.stf[row, SF_START] = start
+    s.stf[row, SF_DURATION] = duration
+    s.stf[row, SF_ATTN] = p_attn
+    s.stf[row, SF_CTX] = ctx
+    s.g[G_ROWS] = row + 1
+    s.rp[r, P_STEP] += k
+    s.rp[r, P_DONE] += done
+    s.rp[r, P_LAST_DONE] = done
+    s.rpf[r, Q_CLOCK] = end
+    s.rpf[r, Q_LAST_END] = end
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -578,19 +583,20 @@ def _advance(s: State, kc: PrefixCaches, r: int, until: float) -> bool:
     reaches past it is left deferred (``_defer``) and applied once its last
     step starts before ``until``; otherwise it is cut at ``until``.
     """
-    rp, rpf, st, g = s.rp, s.rpf, s.st, s.g
     while True:
-        if g[G_ROWS] >= st.shape[0]:
+        if s.g[G_ROWS] >= s.st.shape[0]:
             return False
-        if rp[r, P_PEND_K] > 0:
-            if g[G_LAZY] != 0 and not rpf[r, Q_PEND_LAST] < until:
+        if s.rp[r, P_PEND_K] > 0:
+            if s.g[G_LAZY] != 0 and not s.rpf[r, Q_PEND_LAST] < until:
                 return True
             _resolve(s, kc, r, until, 0)
             continue
-        at = _next_start(s, r)
+        at = _next_start(s.rp, s.rpf, r)
+        if _asks_policy(s.cfg, s.rp, r):
+            at = dispatch.ready_at(s, r, at)
         if not at < until:
             return True
-        rpf[r, Q_CLOCK] = at
+        s.rpf[r, Q_CLOCK] = at
         _step(s, kc, r, until)
 
 
@@ -639,10 +645,12 @@ def _wake(s: State, r: int, t: float) -> float:
     last one, or its next one), or when its latest step's completions stop
     being outstanding (at their end time: just after the float before it).
     """
-    rp, rpf = s.rp, s.rpf
+    cfg, rp, rpf = s.cfg, s.rp, s.rpf
     if rp[r, P_PEND_K] > 0:
         return rpf[r, Q_PEND_LAST]
-    w = _next_start(s, r)
+    w = _next_start(rp, rpf, r)
+    if _asks_policy(cfg, rp, r):
+        w = dispatch.ready_at(s, r, w)
     if rp[r, P_LAST_DONE] > 0 and rpf[r, Q_LAST_END] > t:
         w = min(w, np.nextafter(rpf[r, Q_LAST_END], -math.inf))
     return w

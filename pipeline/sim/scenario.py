@@ -67,12 +67,14 @@ from pipeline.sim import cost_uncertainty
 from pipeline.sim.cost_model import OPTIONAL_COEFFICIENTS, StepCost
 from pipeline.sim.frontend import SCENARIO_KEYS as FRONTEND_KEYS
 from pipeline.sim.frontend import Frontend
-from pipeline.sim.policies import POLICIES, Memory
+from pipeline.sim.policies import MODULES, POLICIES, Memory
+from pipeline.sim.policies.dispatch import hooks_of
 from pipeline.sim.routing import ROUTER_PARAMS, ROUTERS
 from pipeline.sim.state import (
     C_BAL_ABS,
     C_BLOCK_SIZE,
     C_CACHING,
+    C_HOOKS,
     C_NUM_BLOCKS,
     C_POLICY,
     C_QUEUE,
@@ -237,6 +239,7 @@ class Scenario:
         cfgf[CF_BAL_REL] = float(rparams.get("balance_rel_threshold", 0.0))
         cfgf[CF_CACHE_THRESHOLD] = float(rparams.get("cache_threshold", 0.0))
         ints, floats = pol.pack(self.params, self.memory)
+        cfg[C_HOOKS] = hooks_of(next(m for m in MODULES if m.POLICY is pol))
         for k, iv in (pol.traits() | ints).items():
             cfg[k] = iv
         for k, fv in floats.items():

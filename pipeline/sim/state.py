@@ -42,9 +42,10 @@ class State(NamedTuple):
     """The compiled loop's state, one record: every kernel takes it as ``s``.
 
     numba compiles a ``NamedTuple`` of arrays to a struct whose fields are read
-    by name at compile time (``s.rq`` costs what passing ``rq`` did). ``replay_loop``
-    builds it once, from borrowed views (``borrow.py``); each kernel binds the
-    fields it uses to locals of the same names.
+    by name at compile time. ``replay_loop`` builds it once, from borrowed views
+    (``borrow.py``); each kernel binds the fields it uses to locals of the same
+    names. Binding the record takes a reference to every field (a call each), so
+    the small helpers a step calls many times take their few arrays instead.
     """
 
     cfg: npt.NDArray[np.int64]  # the engine configuration, C_*
@@ -203,7 +204,8 @@ C_RESERVES_UPFRONT = 22  # a request holds every block it needs from admission
 C_APPEND_SLOT = 23  # every decode needs a free block before it
 C_CACHES_GENERATED = 24  # full blocks of generated tokens are cached as computed
 C_CACHES_ON_FINISH = 25  # a prompt is cached when its request finishes
-NCFG = 26
+C_HOOKS = 26  # the optional hooks its module defines (policies/dispatch.py HOOK_*)
+NCFG = 27
 CF_MAX_WAIT_S = 0  # static: longest the oldest request waits for a batch to fill
 CF_RATIO_INIT = 1  # sglang: initial new_token_ratio
 CF_RATIO_MIN = 2  # sglang: its floor

@@ -26,6 +26,18 @@ from pipeline.sim.policies import base
 from pipeline.sim.state import C_POLICY
 
 HOOKS = ("schedule", "ready_at", "on_decode_run", "on_finished", "attention")
+# bits of cfg[C_HOOKS]: the loop calls these hooks only for a policy that defines them (a
+# call binds the state record, a reference per field, so a default that does nothing is
+# not called at all)
+HOOK_READY_AT = 1
+HOOK_DECODE_RUN = 2
+HOOK_FINISHED = 4
+_BITS = {"ready_at": HOOK_READY_AT, "on_decode_run": HOOK_DECODE_RUN, "on_finished": HOOK_FINISHED}
+
+
+def hooks_of(module: ModuleType) -> int:
+    """The ``cfg[C_HOOKS]`` bits of the optional hooks ``module`` defines."""
+    return sum(bit for hook, bit in _BITS.items() if _own(module, hook) is not None)
 
 
 def _own(module: ModuleType, hook: str) -> Any:

@@ -294,7 +294,21 @@ def _unlist_finished(rp: npt.NDArray[np.int64], run: npt.NDArray[np.int64], r: i
 
 @njit(cache=True, error_model="numpy")
 def _make_room(
-    s: State, kc: PrefixCaches, r: int, i: int, tokens: int, k: int, n: int, budget: int
+    cfg: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int32],
+    rqf: npt.NDArray[np.float64],
+    rp: npt.NDArray[np.int64],
+    run: npt.NDArray[np.int64],
+    wq: npt.NDArray[np.int32],
+    sched_q: npt.NDArray[np.int64],
+    sched_t: npt.NDArray[np.int64],
+    r: int,
+    i: int,
+    tokens: int,
+    k: int,
+    n: int,
+    budget: int,
+    kc: PrefixCaches,
 ) -> tuple[bool, int, int, int, int]:
     """Preempt until running request i (position k) gets blocks for ``tokens`` tokens.
 
@@ -303,8 +317,6 @@ def _make_room(
     Returns (scheduled, k, n, budget, preempted): scheduled is False when i itself
     was preempted; k, n and budget change when a victim was already scheduled.
     """
-    cfg, rq, rqf, rp, run, wq, sched_q = s.cfg, s.rq, s.rqf, s.rp, s.run, s.wq, s.sched_q
-    sched_t = s.sched_t
     bs = cfg[C_BLOCK_SIZE]
     by_priority = cfg[C_QUEUE] == Q_PRIORITY
     n_pre = 0
@@ -399,10 +411,19 @@ def _decodes(
 
 
 @njit(cache=True, error_model="numpy", inline="always")  # one call site: no call per step
-def _schedule_once(s: State, kc: PrefixCaches, r: int) -> tuple[int, int, int]:
+def _schedule_once(
+    r: int,
+    cfg: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int32],
+    rqf: npt.NDArray[np.float64],
+    rp: npt.NDArray[np.int64],
+    run: npt.NDArray[np.int64],
+    wq: npt.NDArray[np.int32],
+    sched_q: npt.NDArray[np.int64],
+    sched_t: npt.NDArray[np.int64],
+    kc: PrefixCaches,
+) -> tuple[int, int, int]:
     """One call of vLLM's ``Scheduler.schedule`` (the module docstring's rules)."""
-    cfg, rq, rqf, rp, run, wq, sched_q = s.cfg, s.rq, s.rqf, s.rp, s.run, s.wq, s.sched_q
-    sched_t = s.sched_t
     bs = cfg[C_BLOCK_SIZE]
     threshold = cfg[C_THRESHOLD]
     if rp[r, P_RUN_N] + rp[r, P_WQ_LEN] <= 1:  # a lone request: nobody to starve
@@ -439,14 +460,21 @@ def _schedule_once(s: State, kc: PrefixCaches, r: int) -> tuple[int, int, int]:
         if need > 0 and not grow(rq, rp, r, i, rq[i, R_COMPUTED] + new, bs, 0, kc):
             # the pool is short: preempt (a call, out of this loop's hot path)
             scheduled, k, n, budget, pre = _make_room(
-                s,
-                kc,
+                cfg,
+                rq,
+                rqf,
+                rp,
+                run,
+                wq,
+                sched_q,
+                sched_t,
                 r,
                 i,
                 rq[i, R_COMPUTED] + new,
                 k,
                 n,
                 budget,
+                kc,
             )
             n_pre += pre
         if not scheduled:
@@ -548,6 +576,7 @@ def schedule(s: State, kc: PrefixCaches, r: int, now: float) -> tuple[int, int, 
     ``now``: an empty batch takes no time).
     """
     cfg, rq, rqf, rp, rpf, run, wq = s.cfg, s.rq, s.rqf, s.rp, s.rpf, s.run, s.wq
+    sched_q, sched_t = s.sched_q, s.sched_t
     is_async = cfg[C_ASYNC] != 0
     pipelined = is_async and rp[r, P_STEP] > 0 and rpf[r, Q_LAST_END] == now
     pending = rp[r, P_PEND_FREE] > 0
@@ -559,7 +588,7 @@ def schedule(s: State, kc: PrefixCaches, r: int, now: float) -> tuple[int, int, 
                 inbox_take(cfg, wq, rp, rq, rqf, r, take)
             rp[r, P_PIPE] = 1 if pipelined else 0
             rp[r, P_QUEUED] = rp[r, P_WQ_LEN]  # the step's queue depth
-        n, n_pre, n_adm = _schedule_once(s, kc, r)
+        n, n_pre, n_adm = _schedule_once(r, cfg, rq, rqf, rp, run, wq, sched_q, sched_t, kc)
         if not is_async:
             return n, n_pre, n_adm
         rp[r, P_PIPE] = 0
