@@ -99,7 +99,7 @@ def open_source(path: Path) -> Opened:
             str(path), f"cannot read file ({exc.strerror}); check it exists and is readable"
         ) from exc
     if magic.startswith(GZIP_MAGIC):
-        return Opened(_GzipSource(fileobj=raw), "gzip", size)  # type: ignore[arg-type]
+        return Opened(_GzipSource(raw), "gzip", size)  # type: ignore[arg-type]
     if magic.startswith(ZSTD_MAGIC):
         return Opened(io.BufferedReader(ZstdFrames(raw), 1 << 20), "zstd", size)
     return Opened(raw, "none", size)
@@ -109,13 +109,15 @@ class _GzipSource(gzip.GzipFile):
     """``gzip.GzipFile`` that closes the file it reads too: given a ``fileobj``, the
     standard one leaves it open, so every gzip log an ingest read leaked its file."""
 
+    def __init__(self, raw: BinaryIO) -> None:
+        super().__init__(fileobj=raw)
+        self._raw = raw
+
     def close(self) -> None:
-        raw = self.fileobj  # None once closed
         try:
             super().close()
         finally:
-            if raw is not None:
-                raw.close()
+            self._raw.close()
 
 
 class ZstdFrames(io.RawIOBase):
