@@ -97,7 +97,7 @@ def test_the_loop_names_no_policy() -> None:
             "pipeline.sim.policies."
         ):
             imported.add(node.module or "")
-    assert imported <= {"by_code", "dispatch"}
+    assert imported <= {"dispatch", "pipeline.sim.policies.dispatch"}
     names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
     attrs = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
     assert "CODE" not in names | attrs

@@ -103,7 +103,7 @@ def schedule(s: State, kc: PrefixCaches, r: int, now: float) -> tuple[int, int, 
         if need > rp[r, P_FREE]:
             break  # it waits until enough requests finish
         reserve(rq, rp, r, i, need)
-        admit(s, r)
+        admit(cfg, rq, s.rqf, rp, run, wq, r)
         n = add_scheduled(s.sched_q, s.sched_t, n, i, rq[i, R_PROMPT] + rq[i, R_GENERATED])
         n_adm += 1
     return n, 0, n_adm
