@@ -9,6 +9,9 @@ day on ``--from`` (inclusive) and ``--to`` (exclusive when it has a time; a bare
 day on ``--to`` means the whole day). Arrival seconds are then counted from the
 first selected request, as for a whole day.
 
+``--busiest 1h`` then keeps the busiest hour of those requests, by arrivals or by
+prompt + output tokens, and the requests of a warm-up before it (``pipeline.busiest``).
+
 A predicate is checked when the filter is made (``pipeline.predicate``: one
 boolean expression over the requests columns, scalar functions of an
 allow-list, nothing that reads or writes) and runs on a sandboxed connection
@@ -30,6 +33,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline import sandbox
+from pipeline.busiest import Busiest
 from pipeline.contracts import REQUESTS
 from pipeline.errors import ConfigError
 from pipeline.predicate import check_predicate, quoted, statement
@@ -50,6 +54,7 @@ class RequestFilter:
     start: datetime | None = None  # arrival_time >= start (UTC)
     end: datetime | None = None  # arrival_time < end (UTC)
     where_origin: str = "--where"  # where the predicate came from: an option or a config key
+    busiest: Busiest | None = None  # then the busiest window of the rows kept (and its warm-up)
 
     def __post_init__(self) -> None:
         where = self.where
@@ -60,10 +65,20 @@ class RequestFilter:
         object.__setattr__(self, "where", where)
 
     @property
-    def active(self) -> bool:
+    def filters(self) -> bool:
+        """Whether the rows are filtered (``read``); ``busiest`` comes after."""
         return bool(self.models or self.tenants or self.where or self.start or self.end)
 
+    @property
+    def active(self) -> bool:
+        return self.filters or self.busiest is not None
+
     def describe(self) -> str:
+        chosen = self.describe_filters()
+        return f"{self.busiest.describe()} of {chosen}" if self.busiest else chosen
+
+    def describe_filters(self) -> str:
+        """The filters of ``read``, without ``busiest``."""
         parts = []
         if self.models:
             parts.append(f"model in ({', '.join(self.models)})")
@@ -119,7 +134,9 @@ class RequestFilter:
                     + cols
                 ) from None
             if table.num_rows == 0:
-                raise ConfigError(f"no request matches {self.describe()}; {_present(con, source)}")
+                raise ConfigError(
+                    f"no request matches {self.describe_filters()}; {_present(con, source)}"
+                )
         finally:
             con.close()
         return table

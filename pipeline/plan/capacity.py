@@ -53,8 +53,8 @@ from pipeline.progress import progress
 from pipeline.runs import write_run_row
 from pipeline.selection import RequestFilter
 from pipeline.sim.intervals import LEVEL
-from pipeline.sim.replay import load_loop
-from pipeline.sim.replay_input import prepare, read_requests, select_request_files
+from pipeline.sim.replay import load_loop, selection_record
+from pipeline.sim.replay_input import prepare, read_window, select_request_files
 from pipeline.sim.scenario import Scenario, build_scenario
 from pipeline.validation import finite_float
 from pipeline.warehouse import Warehouse, new_run_id
@@ -202,6 +202,7 @@ class CapacityResult:
     inputs: list[str]
     searches: list[SearchOutcome] = field(default_factory=list)
     wall_s: float = 0.0
+    selection: dict[str, Any] = field(default_factory=dict)  # ``replay.selection_record``
 
     @property
     def num_replays(self) -> int:
@@ -328,8 +329,11 @@ def run_capacity(
     files = select_request_files(
         wh, requests_file=requests_file, date_from=date_from, date_to=date_to
     )
-    frame = read_requests(files, selection)
-    base_rate = offered_rate(prepare(frame, base).inp.arrival_s)
+    frame, busy = read_window(files, selection)
+    chosen = selection_record(selection, busy)
+    prep = prepare(frame, base)
+    base_rate = offered_rate(prep.inp.arrival_s[prep.num_lead :])  # the window's, not its warm-up's
+    del prep
     plans = [_plan(spec, base, base_values, base_rate) for spec in specs]
     wh.init()
     load_loop(base.engine())
@@ -340,6 +344,7 @@ def run_capacity(
         base_rate=base_rate,
         num_requests_read=frame.height,
         inputs=[str(f) for f in files],
+        selection=chosen,
     )
     outcomes: list[TaskOutcome] = []
     status = "failed"
@@ -378,6 +383,7 @@ def run_capacity(
             rows_read=frame.height,
             rows_kept=sum(o.run.summary["num_requests"] for o in outcomes if o.run is not None),
             details={
+                "selection": chosen,
                 "base": base.to_dict(),
                 "slos": [str(s) for s in slos],
                 "searches": {s.spec.kind: s.brief() for s in result.searches},

@@ -31,6 +31,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
+from pipeline.busiest import WARMUP_COLUMN
 from pipeline.plan.intervals import slo_bootstrap
 from pipeline.plan.slo import Slo, evaluate
 from pipeline.plan.tasks import sim_metrics
@@ -66,7 +67,19 @@ def trace_window(arrival_s: npt.NDArray[np.float64]) -> int:
 def resample_trace(frame: pl.DataFrame, window: int, rng: np.random.Generator) -> pl.DataFrame:
     """The requests of ``frame`` (sorted by arrival_s) resampled in windows of ``window``
     consecutive requests, laid end to end (a request drawn twice keeps its id: replicates
-    are measured, never written)."""
+    are measured, never written). A busiest window's warm-up rows (leading) stay as they
+    are, ahead of the resampled window."""
+    if WARMUP_COLUMN in frame.columns:
+        lead = int(frame[WARMUP_COLUMN].sum())
+        if lead and lead < frame.height:
+            body = frame[lead:]
+            start = float(body["arrival_s"][0])
+            drawn = _resample(body, window, rng)
+            return pl.concat([frame[:lead], drawn.with_columns(pl.col("arrival_s") + start)])
+    return _resample(frame, window, rng)
+
+
+def _resample(frame: pl.DataFrame, window: int, rng: np.random.Generator) -> pl.DataFrame:
     t = frame["arrival_s"].to_numpy().astype(np.float64)
     n = len(t)
     starts = np.arange(0, n, window)

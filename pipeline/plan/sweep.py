@@ -18,7 +18,7 @@ row (status "partial"); the others are written as usual.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
@@ -37,8 +37,8 @@ from pipeline.plan.tasks import (
 from pipeline.progress import progress
 from pipeline.runs import write_run_row
 from pipeline.selection import RequestFilter
-from pipeline.sim.replay import ScenarioRun, load_loop
-from pipeline.sim.replay_input import Prepared, prepare, read_requests, select_request_files
+from pipeline.sim.replay import ScenarioRun, load_loop, selection_record
+from pipeline.sim.replay_input import Prepared, prepare, read_window, select_request_files
 from pipeline.warehouse import Warehouse, new_run_id
 
 # Up to this many prepared requests (over all scenarios) are kept from the checks
@@ -59,6 +59,7 @@ class SweepResult:
     jobs: int
     executor: str  # "this process", "N local processes" or "ray <address>"
     wall_s: float
+    selection: dict[str, Any] = field(default_factory=dict)  # ``replay.selection_record``
 
     @property
     def runs(self) -> list[ScenarioRun]:
@@ -113,7 +114,8 @@ def sweep(
     files = select_request_files(
         wh, requests_file=requests_file, date_from=date_from, date_to=date_to
     )
-    frame = read_requests(files, selection)
+    frame, window = read_window(files, selection)
+    chosen = selection_record(selection, window)
     scenarios = grid.scenarios
     prepared: list[Prepared] | None = [prepare(frame, sc) for sc in scenarios]
     if sum(len(p.inp) for p in prepared or []) > KEEP_PREPARED:
@@ -160,6 +162,7 @@ def sweep(
             rows_read=frame.height,
             rows_kept=sum(o.run.summary["num_requests"] for o in done if o.run is not None),
             details={
+                "selection": chosen,
                 "grid": grid.where,
                 "executor": executor,
                 "jobs": jobs,
@@ -178,6 +181,7 @@ def sweep(
         jobs=jobs,
         executor=executor,
         wall_s=time.perf_counter() - t0,
+        selection=chosen,
     )
 
 

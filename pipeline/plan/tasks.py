@@ -156,7 +156,7 @@ def run_task(task: ScenarioTask) -> TaskOutcome:
             name=name,
             run=run,
             slo=report,
-            offered_rate=offered_rate(task.prepared.inp.arrival_s),
+            offered_rate=offered_rate(task.prepared.inp.arrival_s[task.prepared.num_lead :]),
         )
         if task.warehouse is None:
             outcome.tables = tables

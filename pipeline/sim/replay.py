@@ -29,6 +29,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
+from pipeline.busiest import BusiestWindow
 from pipeline.contracts import SCENARIOS, SIM_REQUESTS, SIM_STEPS
 from pipeline.jit import compile_notice
 from pipeline.lock import with_warehouse_lock
@@ -36,7 +37,7 @@ from pipeline.progress import progress
 from pipeline.runs import write_run_row
 from pipeline.selection import RequestFilter
 from pipeline.sim import uncertainty
-from pipeline.sim.replay_input import Prepared, prepare, read_requests, select_request_files
+from pipeline.sim.replay_input import Prepared, prepare, read_window, select_request_files
 from pipeline.sim.replay_tables import (
     CHUNK_ROWS,
     sim_requests_table,
@@ -69,6 +70,7 @@ class ReplayResult:
     num_requests_read: int
     inputs: list[str]
     runs: list[ScenarioRun]
+    selection: dict[str, Any] = field(default_factory=dict)  # ``selection_record``
 
 
 def _simulate(
@@ -111,6 +113,7 @@ def _facts(prep: Prepared) -> dict[str, Any]:
     return {
         "num_dropped": prep.num_dropped,
         "num_warmup_requests": prep.num_warmup,
+        "num_busiest_warmup_requests": prep.num_lead,
         **prep.prefix_info,
     }
 
@@ -159,7 +162,8 @@ def replay(
     files = select_request_files(
         wh, requests_file=requests_file, date_from=date_from, date_to=date_to
     )
-    frame = read_requests(files, selection)
+    frame, window = read_window(files, selection)
+    chosen = selection_record(selection, window)
     # every check before any run; the groups (tenant, model) are only for SLOs
     prepared = [prepare(frame, sc, with_groups=False) for sc in scenarios]
     rows_read = frame.height
@@ -176,10 +180,26 @@ def replay(
         wh.write(SCENARIOS, _scenarios_table(runs), {"run_id": run_id}, "scenarios")
         status = "ok"
     finally:
-        _write_run_row(wh, run_id, started, status, files, rows_read, runs)
+        _write_run_row(wh, run_id, started, status, files, rows_read, runs, chosen)
     return ReplayResult(
-        run_id=run_id, num_requests_read=rows_read, inputs=[str(f) for f in files], runs=runs
+        run_id=run_id,
+        num_requests_read=rows_read,
+        inputs=[str(f) for f in files],
+        runs=runs,
+        selection=chosen,
     )
+
+
+def selection_record(
+    selection: RequestFilter | None, window: BusiestWindow | None
+) -> dict[str, Any]:
+    """What a run records of its selection (the runs row's ``details.selection``):
+    ``filter``, in words, and ``busiest``, the window picked (``BusiestWindow.to_dict``)
+    or None."""
+    return {
+        "filter": selection.describe() if selection is not None else "every request",
+        "busiest": window.to_dict() if window is not None else None,
+    }
 
 
 def load_loop(eng: EngineConfig, *, quiet: bool = False) -> None:
@@ -255,11 +275,13 @@ def _write_run_row(
     files: list[Path],
     rows_read: int,
     runs: list[ScenarioRun],
+    selection: dict[str, Any],
 ) -> None:
     details = {
+        "selection": selection,
         "scenarios": {
             r.scenario.name: {"config": r.scenario.to_dict(), "summary": r.summary} for r in runs
-        }
+        },
     }
     write_run_row(
         wh,

@@ -4,7 +4,9 @@ scenario's ``SimInput`` prepared from them.
     requests (warehouse or one file) ──▶ read_requests ──▶ prepare(scenario) ──▶ Prepared
 
 Arrival times are relative to the earliest selected request (``arrival_time``;
-``arrival_s`` is per source file). ``prepare`` applies a scenario's arrivals,
+``arrival_s`` is per source file); with ``--busiest``, to the first request of the
+window's warm-up, and the warm-up requests are replayed but left out of the result
+(``busiest``, ``simulate.LeadInput``). ``prepare`` applies a scenario's arrivals,
 length caps, memory checks, prefix keys and priorities, so that every scenario is
 checked before the first one runs.
 """
@@ -22,12 +24,15 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipeline import busiest
+from pipeline.busiest import WARMUP_COLUMN, BusiestWindow
 from pipeline.contracts import REQUESTS, check_file, with_optional_columns
 from pipeline.errors import ConfigError, ScenarioError
 from pipeline.selection import RequestFilter, check_request_columns
 from pipeline.sim.arrivals import make_arrivals
 from pipeline.sim.prefix import build_keys, describe
 from pipeline.sim.scenario import Scenario
+from pipeline.sim.simulate import LeadInput
 from pipeline.sim.state import PrefixKeys, SimInput
 from pipeline.sim.trace_prefix import trace_prefix_facts
 from pipeline.warehouse import Warehouse, iter_partitions
@@ -56,6 +61,7 @@ class Prepared:
     request_ids: pa.Array
     num_dropped: int
     num_warmup: int = 0  # leading requests that warmed the caches instead of running
+    num_lead: int = 0  # then requests replayed before the busiest window, not in the result
     prefix_info: dict[str, Any] = field(default_factory=dict)  # block-size bridging facts
     # per replayed request: tenant and model (object arrays), for SLOs with a scope
     groups: dict[str, Any] = field(default_factory=dict)
@@ -103,10 +109,31 @@ def select_request_files(
 def read_requests(files: list[Path], selection: RequestFilter | None = None) -> pl.DataFrame:
     """The requests of ``files``, sorted by arrival (ties by request id), with arrival_s.
 
-    ``selection`` keeps some of them (models, tenants, a predicate, a time window).
-    ``arrival_s`` is recomputed here: seconds from the earliest selected request.
+    ``selection`` keeps some of them (models, tenants, a predicate, a time window, the
+    busiest window: ``read_window``). ``arrival_s`` is recomputed here: seconds from the
+    earliest selected request.
     """
-    if selection is not None and selection.active:
+    return read_window(files, selection)[0]
+
+
+def read_window(
+    files: list[Path], selection: RequestFilter | None = None
+) -> tuple[pl.DataFrame, BusiestWindow | None]:
+    """``read_requests``, and the busiest window it kept when the selection asks for one
+    (None otherwise). The window's warm-up rows are flagged ``WARMUP_COLUMN``.
+
+    Raises:
+        ConfigError: no requests selected; a window longer than the selection.
+    """
+    frame = _read(files, selection)
+    spec = selection.busiest if selection is not None else None
+    if spec is None:
+        return frame, None
+    return busiest.cut(frame, spec)
+
+
+def _read(files: list[Path], selection: RequestFilter | None) -> pl.DataFrame:
+    if selection is not None and selection.filters:
         table = with_optional_columns(selection.read(files), REQUESTS)
         source = pl.from_arrow(table).lazy()  # type: ignore[union-attr]
     else:
@@ -157,6 +184,9 @@ def prepare(frame: pl.DataFrame, scenario: Scenario, *, with_groups: bool = True
     With ``prefix_warmup_requests`` = N, the first N requests (in arrival order,
     after the caps) are not replayed: their prompts fill every replica's prefix
     cache first, and the replay starts at the arrival of the next one (time 0).
+    The warm-up rows of a busiest window (``WARMUP_COLUMN``) that are left are
+    replayed first and left out of the result (``LeadInput.lead``): the ids and
+    groups are the window's requests'.
     ``with_groups``: also the tenant and model of each request (for SLOs with a
     scope; an object array per column, so left out where no SLO is judged).
 
@@ -165,7 +195,8 @@ def prepare(frame: pl.DataFrame, scenario: Scenario, *, with_groups: bool = True
 
     Raises:
         ScenarioError: see ``Scenario.cap_lengths`` and ``arrivals.make_arrivals``;
-            a warm-up that leaves nothing to replay.
+            a warm-up that leaves nothing to replay; drawn requests with a busiest
+            window's warm-up.
     """
     rng = np.random.default_rng(scenario.seed)
     idx, arrival = make_arrivals(scenario.arrivals, frame["arrival_s"].to_numpy(), rng)
@@ -227,34 +258,63 @@ def prepare(frame: pl.DataFrame, scenario: Scenario, *, with_groups: bool = True
         prefix = prefix.slice(warm, n)
         times = times[warm:] - times[warm]
         priority = None if priority is None else priority[warm:]
-    as_is = whole and keep_idx is None and not warm  # the replay is the frame, row for row
+    lead = _lead(frame, rows[warm:], scenario)
+    if lead and lead >= n - warm:
+        raise ScenarioError(
+            f"scenario {scenario.name!r}: the busiest window's warm-up ({lead:,} requests) "
+            f"leaves none of the {n - warm:,} requests to measure"
+        )
+    first = warm + lead  # the first measured row, in replay order
+    as_is = whole and keep_idx is None and not first  # the replay is the frame, row for row
     ids = frame["request_id"]
     if not as_is:
-        ids = ids.gather(rows[warm:])
+        ids = ids.gather(rows[first:])
         if not whole and _repeats(idx, frame.height):  # drawn with replacement: keep ids unique
             drawn = np.arange(len(idx)) if keep_idx is None else keep_idx
-            ids = ids + "#" + pl.Series(drawn[warm:]).cast(pl.String)
+            ids = ids + "#" + pl.Series(drawn[first:]).cast(pl.String)
     groups: dict[str, Any] = {}
     if with_groups:
         for c in ("tenant", "model"):
             if c in frame.columns:
                 values = frame[c].to_numpy()
-                groups[c] = values if as_is else values[rows[warm:]]
+                groups[c] = values if as_is else values[rows[first:]]
     return Prepared(
-        inp=SimInput(
+        inp=LeadInput(
             times,
             kept(prompt)[warm:],
             kept(output)[warm:],
             prefix=prefix,
             priority=priority,
             warmup=warmup,
+            lead=lead,
         ),
         request_ids=ids.to_arrow(),
         num_dropped=int(len(idx) - n),
         num_warmup=warm,
+        num_lead=lead,
         prefix_info=info,
         groups=groups,
     )
+
+
+def _lead(frame: pl.DataFrame, rows: npt.NDArray[np.int64], scenario: Scenario) -> int:
+    """How many of the replayed ``rows`` lead in: a busiest window's warm-up rows, which
+    must come first.
+
+    Raises:
+        ScenarioError: they do not (requests drawn from anywhere in the selection).
+    """
+    if WARMUP_COLUMN not in frame.columns:
+        return 0
+    flags = frame[WARMUP_COLUMN].to_numpy()[rows]
+    lead = int(flags.sum())
+    if lead and not flags[:lead].all():
+        raise ScenarioError(
+            f"scenario {scenario.name!r}: num_requests with arrivals = "
+            f"{scenario.arrivals.process!r} draws requests from the busiest window and its "
+            "warm-up alike; leave num_requests out, or give --busiest-warmup 0"
+        )
+    return lead
 
 
 def _has_hashes(frame: pl.DataFrame) -> bool:

@@ -5,11 +5,17 @@
 (``loop.replay_loop``) in chunks of arrivals, grows or hands out the step timeline
 as it fills, and returns the per-request outcomes. The loop itself, and what
 one step does, is ``loop.py``.
+
+A ``LeadInput`` replays its first ``lead`` requests (a busiest window's warm-up) like
+any other, then leaves them out of the result: its requests are the others, its step
+rows those that start at or after the first of them arrives, and every time is counted
+from that arrival.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
@@ -41,6 +47,7 @@ from pipeline.sim.state import (
     P_SLOT_FREE,
     Q_AHEAD,
     Q_RATIO,
+    SF_START,
     EngineConfig,
     PrefixKeys,
     SimInput,
@@ -54,6 +61,45 @@ from pipeline.sim.state import (
 from pipeline.sim.trees import new_trees
 
 StepSink = Callable[[npt.NDArray[np.int64], npt.NDArray[np.float64]], None]
+
+
+@dataclass(frozen=True)
+class LeadInput(SimInput):
+    """Requests whose first ``lead`` are replayed but left out of the result (see the
+    module docstring)."""
+
+    lead: int = 0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        assert 0 <= self.lead < max(len(self), 1), "lead must leave a request to measure"
+
+
+def _lead_of(inp: SimInput) -> tuple[int, float]:
+    """The requests that lead in, and the arrival the result's times count from."""
+    lead = inp.lead if isinstance(inp, LeadInput) else 0
+    return lead, float(inp.arrival_s[lead]) if lead else 0.0
+
+
+def _trimmed_sink(sink: StepSink, t0: float) -> StepSink:
+    """``sink`` handed the rows that start at or after ``t0``, their starts from ``t0``."""
+
+    def trimmed(st: npt.NDArray[np.int64], stf: npt.NDArray[np.float64]) -> None:
+        st, stf = _steps_from(st, stf, t0)
+        if len(st):
+            sink(st, stf)
+
+    return trimmed
+
+
+def _steps_from(
+    st: npt.NDArray[np.int64], stf: npt.NDArray[np.float64], t0: float
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+    """The step rows that start at or after ``t0`` (copies), their starts from ``t0``."""
+    keep = stf[:, SF_START] >= t0
+    st, stf = st[keep], stf[keep]
+    stf[:, SF_START] -= t0
+    return st, stf
 
 
 def simulate(
@@ -84,8 +130,12 @@ def simulate(
         step_rows: rows per chunk handed to ``on_steps``.
 
     Returns:
-        Per-request outcomes and the (compressed) step timeline.
+        Per-request outcomes and the (compressed) step timeline; of a ``LeadInput``,
+        those of the requests after its lead.
     """
+    lead, t0 = _lead_of(inp)
+    if lead and on_steps is not None:
+        on_steps = _trimmed_sink(on_steps, t0)
     n = len(inp)
     num_replicas = eng.get(C_REPLICAS)
     bs = eng.get(C_BLOCK_SIZE)
@@ -168,12 +218,16 @@ def simulate(
         rows = 0
         st = np.zeros((0, NST), dtype=st.dtype)
         stf = np.zeros((0, NSTF), dtype=stf.dtype)
+    st, stf = st[:rows], stf[:rows]  # views: the unused tail is never touched
+    if lead:
+        rq, rqf = rq[lead:], rqf[lead:] - t0  # NaN (never reached) stays NaN
+        st, stf = _steps_from(st, stf, t0)
     return SimResult(
         frontend=eng.frontend,
         rq=rq,
         rqf=rqf,
-        st=st[:rows],  # views: the unused tail is never touched, so costs no memory
-        stf=stf[:rows],
+        st=st,
+        stf=stf,
         num_kv_blocks=num_blocks,
     )
 
