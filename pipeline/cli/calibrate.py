@@ -136,7 +136,7 @@ def measurements_command(
 @calibrate.command(name="observed")
 @opt.warehouse
 @opt.config_file
-@opt.selection
+@opt.plain_selection
 @click.option(
     "--scenario",
     "scenario_file",

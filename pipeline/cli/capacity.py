@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from pipeline.busiest import selection_lines
 from pipeline.cli import options as opt
 from pipeline.cli.sweep import number, seconds
 from pipeline.config import load_config, warehouse_path
@@ -205,6 +206,7 @@ def result_dict(
         "base": result.base.to_dict(),
         "base_rate": result.base_rate,
         "num_requests_read": result.num_requests_read,
+        "selection": result.selection,
         "slos": [str(s) for s in result.slos],
         "num_replays": result.num_replays,
         "num_interval_replays": result.num_interval_replays,
@@ -417,6 +419,8 @@ def capacity_command(
     if as_json:
         click.echo(json.dumps(result_dict(result, wh, prices), indent=2))
         return
+    for line in selection_lines(result.selection):
+        click.echo(line)
     click.echo(format_capacity(result, prices))
     click.echo(
         f"run {result.run_id}: {result.num_replays} replays"

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
-import re
 from pathlib import Path
 from typing import Any
 
@@ -18,26 +16,6 @@ from pipeline.live.replay import ENGINES, MAX_WAIT_S, LiveRun, Selection, run_li
 
 # the --dtype values of the in-process engine (pipeline.live.model.resolve_dtype)
 ENGINE_DTYPES = ("auto", "float32", "bfloat16", "float16")
-
-_UNITS = {"ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
-
-
-class Seconds(click.ParamType):
-    """A duration: a number of seconds, or with a unit (300s, 5m, 1h, 500ms); inf: none."""
-
-    name = "duration"
-
-    def convert(self, value: Any, param: Any, ctx: Any) -> float:
-        if isinstance(value, int | float):
-            return float(value)
-        m = re.fullmatch(r"\s*([0-9.eE+-]+|inf)\s*(ms|s|min|m|h)?\s*", str(value))
-        try:
-            seconds = float(m.group(1)) * _UNITS[m.group(2) or "s"] if m else math.nan
-        except ValueError:
-            seconds = math.nan
-        if math.isnan(seconds) or seconds <= 0:
-            self.fail(f"{value!r}: expected a duration more than 0, e.g. 300s, 5m, 1h", param, ctx)
-        return seconds
 
 
 def _fmt(x: float | None, unit: str = "s", scale: float = 1.0, digits: int = 3) -> str:
@@ -72,7 +50,7 @@ def format_live(run: LiveRun) -> str:
 @click.command(name="live")
 @opt.warehouse
 @opt.config_file
-@opt.selection
+@opt.plain_selection
 @click.option(
     "--engine", type=click.Choice(ENGINES), required=True, help="In-process or over HTTP."
 )
@@ -96,7 +74,7 @@ def format_live(run: LiveRun) -> str:
     "--max-gap-s",
     "max_wait_s",
     deprecated=("--max-wait",),
-    type=Seconds(),
+    type=opt.Duration(inf=True),
     default=f"{MAX_WAIT_S:g}",
     show_default=True,
     metavar="SECONDS",

@@ -167,6 +167,25 @@ class MomentType(click.ParamType):
         )
 
 
+class Duration(click.ParamType):
+    """A duration: a number of seconds, or with a unit (500ms, 90s, 15m, 1h, 1d), as seconds
+    (``pipeline.busiest.parse_duration``): more than 0, or 0 too with ``zero``; ``inf``
+    (none) only with ``inf``."""
+
+    name = "DURATION"
+
+    def __init__(self, *, zero: bool = False, inf: bool = False) -> None:
+        self.zero, self.inf = zero, inf
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from pipeline.busiest import parse_duration
+
+        try:
+            return parse_duration(value, zero=self.zero, inf=self.inf)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
 class ScenarioNumber(click.ParamType):
     """A flag that sets one scenario key (``--time-scale``, ``--max-num-seqs``): checked as
     it is read with the scenario's own per-key checks (``pipeline.sim.scenario``: finite,
@@ -276,27 +295,58 @@ class Requests:
     models: tuple[str, ...] = ()
     tenants: tuple[str, ...] = ()
     where: str | None = None
+    busiest: Any = None  # a pipeline.busiest.Busiest: the busiest window of the rest
 
     def kwargs(self) -> dict[str, Any]:
         """requests_file, date_from, date_to and selection, as the library functions take
         them (``selection_kwargs``)."""
         chosen = selection_kwargs(
-            self.date_from, self.date_to, self.models, self.tenants, self.where
+            self.date_from, self.date_to, self.models, self.tenants, self.where, self.busiest
         )
         return {"requests_file": self.file, **chosen}
 
 
 _REQUESTS_KEYS = ("requests_file", "date_from", "date_to", "models", "tenants", "where")
+_BUSIEST_KEYS = ("busiest", "busiest_by", "busiest_warmup")
+
+
+def _busiest(ctx: click.Context, chosen: dict[str, Any]) -> Any:
+    """The ``Busiest`` of --busiest, --busiest-by and --busiest-warmup (None without
+    --busiest; the other two alone are refused)."""
+    from pipeline.busiest import Busiest
+
+    if chosen["busiest"] is None:
+        for key in ("busiest_by", "busiest_warmup"):
+            if ctx.get_parameter_source(key) is ParameterSource.COMMANDLINE:
+                flag = "--" + key.replace("_", "-")
+                raise click.UsageError(f"{flag} needs --busiest DURATION, e.g. --busiest 1h")
+        return None
+    return Busiest(chosen["busiest"], chosen["busiest_by"], chosen["busiest_warmup"])
 
 
 def selection(f: F) -> F:
     """--requests FILE, or --from/--to days (optionally with a time of day) of the warehouse,
-    and --model, --tenant, --where: which requests to read. The command gets them as one
-    argument, ``requests`` (a ``Requests``)."""
+    --model, --tenant, --where, and --busiest (with --busiest-by, --busiest-warmup): which
+    requests to read. The command gets them as one argument, ``requests`` (a
+    ``Requests``)."""
+    return _selection(f, busiest=True)
 
+
+def plain_selection(f: F) -> F:
+    """``selection`` without --busiest: for commands that replay or fit every selected
+    request alike (``calibrate observed``, ``live``)."""
+    return _selection(f, busiest=False)
+
+
+def _selection(f: F, *, busiest: bool) -> F:
     @functools.wraps(f)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         chosen = {key: kwargs.pop(key) for key in _REQUESTS_KEYS}
+        window = None
+        if busiest:
+            window = _busiest(
+                click.get_current_context(), {key: kwargs.pop(key) for key in _BUSIEST_KEYS}
+            )
         requests = Requests(
             chosen["requests_file"],
             chosen["date_from"],
@@ -304,10 +354,42 @@ def selection(f: F) -> F:
             tuple(chosen["models"]),
             tuple(chosen["tenants"]),
             chosen["where"],
+            window,
         )
         return f(*args, requests=requests, **kwargs)
 
     g: Any = wrapper
+    if busiest:
+        g = click.option(
+            "--busiest-warmup",
+            "busiest_warmup",
+            type=Duration(zero=True),
+            default="5m",
+            show_default=True,
+            metavar="DURATION",
+            help="With --busiest: also replay the requests of this span before the window, "
+            "so the engine is not empty at its start; they are left out of every figure "
+            "(0: none).",
+        )(g)
+        g = click.option(
+            "--busiest-by",
+            "busiest_by",
+            type=click.Choice(["arrivals", "tokens"]),
+            default="arrivals",
+            show_default=True,
+            help="With --busiest: the window with the most arrivals, or the most prompt + "
+            "output tokens.",
+        )(g)
+        g = click.option(
+            "--busiest",
+            "busiest",
+            type=Duration(),
+            default=None,
+            metavar="DURATION",
+            help="Only the busiest window of this length (15m, 1h, 90s) of the requests the "
+            "other filters select (and its warm-up); it starts at a request's arrival, the "
+            "earliest of equally busy ones.",
+        )(g)
     g = click.option(
         "--where",
         "where",
@@ -356,8 +438,10 @@ def selection_kwargs(
     models: tuple[str, ...] = (),
     tenants: tuple[str, ...] = (),
     where: str | None = None,
+    busiest: Any = None,
 ) -> dict[str, Any]:
-    """date_from, date_to (the days whose partitions are read) and selection (the rest)."""
+    """date_from, date_to (the days whose partitions are read) and selection (the rest;
+    ``busiest``: a ``pipeline.busiest.Busiest``)."""
     from pipeline.selection import RequestFilter
 
     start = date_from.at if date_from is not None and date_from.has_time else None
@@ -369,7 +453,9 @@ def selection_kwargs(
     last_day = date_to.at.date() if date_to is not None else None
     if end is not None and end.time() == datetime.min.time():  # up to midnight: the day before
         last_day = (end - timedelta(days=1)).date()
-    selection = RequestFilter(tuple(models), tuple(tenants), where or None, start, end)
+    selection = RequestFilter(
+        tuple(models), tuple(tenants), where or None, start, end, busiest=busiest
+    )
     return {
         "date_from": date_from.at.date() if date_from is not None else None,
         "date_to": last_day,

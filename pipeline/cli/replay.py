@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from pipeline.busiest import selection_lines
 from pipeline.cli import options as opt
 from pipeline.config import load_config, warehouse_path
 from pipeline.pricing import deployment_cost, format_cost, gpu_prices
@@ -141,6 +142,7 @@ def result_dict(
         "warehouse": str(warehouse),
         "num_requests_read": result.num_requests_read,
         "inputs": result.inputs,
+        "selection": result.selection,
         "scenarios": {
             r.scenario.name: {
                 "config": r.scenario.to_dict(),
@@ -218,6 +220,8 @@ def replay_command(
     if as_json:
         click.echo(json.dumps(result_dict(result, wh, prices), indent=2))
         return
+    for line in selection_lines(result.selection):
+        click.echo(line)
     for run in result.runs:
         click.echo(format_run(run, prices))
     click.echo(f"run {result.run_id}: {len(result.runs)} scenario(s) written to {wh}")

@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from pipeline.busiest import selection_lines
 from pipeline.cli import options as opt
 from pipeline.config import load_config, warehouse_path
 from pipeline.plan.grid import load_grid
@@ -76,6 +77,7 @@ def result_dict(result: SweepResult, warehouse: Path) -> dict[str, Any]:
         "warehouse": str(warehouse),
         "num_requests_read": result.num_requests_read,
         "inputs": result.inputs,
+        "selection": result.selection,
         "executor": result.executor,
         "jobs": result.jobs,
         "wall_s": result.wall_s,
@@ -174,6 +176,8 @@ def sweep_command(
     if as_json:
         click.echo(json.dumps(result_dict(result, wh), indent=2))
     else:
+        for line in selection_lines(result.selection):
+            click.echo(line)
         click.echo(format_sweep(result))
         for name, error in result.failures.items():
             click.echo(f"failed: {name}: {error}", err=True)

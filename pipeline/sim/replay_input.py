@@ -289,12 +289,20 @@ def prepare(frame: pl.DataFrame, scenario: Scenario, *, with_groups: bool = True
             lead=lead,
         ),
         request_ids=ids.to_arrow(),
-        num_dropped=int(len(idx) - n),
+        num_dropped=_dropped(frame, idx, keep),
         num_warmup=warm,
         num_lead=lead,
         prefix_info=info,
         groups=groups,
     )
+
+
+def _dropped(frame: pl.DataFrame, idx: npt.NDArray[np.int64], keep: npt.NDArray[np.bool_]) -> int:
+    """Requests left out for their length, a busiest window's warm-up's not counted."""
+    dropped = ~keep
+    if WARMUP_COLUMN in frame.columns:
+        dropped &= ~frame[WARMUP_COLUMN].to_numpy()[idx]
+    return int(dropped.sum())
 
 
 def _lead(frame: pl.DataFrame, rows: npt.NDArray[np.int64], scenario: Scenario) -> int:
