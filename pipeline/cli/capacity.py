@@ -140,13 +140,16 @@ def format_search(
         "rate": f"highest request rate that meets every SLO (within {search.spec.tolerance:.0%})",
         "replicas": f"fewest replicas that meet every SLO at {number(rate)} req/s",
     }[kind]
+    first = f"{kind}: {head}: {answer_text(search)}"
     met = [v for v, ok in search.result.probes if ok]
     if kind == "concurrency" and search.result.at_range_end and met:
-        head = (
-            f"every {search.knob} probed from {int(min(met)):,} to the top of the range meets "
-            f"every SLO at {number(rate)} req/s (no upper limit found; see the recommendation)"
+        # the top of the range is where the search stopped, not a limit: say what meets
+        first = (
+            f"{kind}: every {search.knob} probed from {int(min(met)):,} to the top of the range "
+            f"({int(search.hi):,}) meets every SLO at {number(rate)} req/s: no upper limit "
+            "found (what to deploy: the recommendation at the end)"
         )
-    lines = [f"{kind}: {head}: {answer_text(search)}", *interval_lines(search, slos)]
+    lines = [first, *interval_lines(search, slos)]
     at = search.answer_probe
     if at is not None and at.run is not None and at.slo is not None:
         s = at.run.summary

@@ -193,3 +193,19 @@ def test_engine_commands_use_the_engines_flag_names(
     for flag in flags:
         assert f" {flag}" in cmd + " ", (flag, cmd)
     assert engine_command(build_scenario({"policy": "static", "profile": PROFILE})) is None
+
+
+def test_a_range_that_meets_to_the_top_is_not_the_headline(searched: Any) -> None:
+    from pipeline.cli.capacity import format_search
+
+    _, result = searched
+    conc = result.searches[0]
+    # the fixture's traffic: every cap from some small one up meets at 4 replicas
+    assert conc.spec.kind == "concurrency" and conc.result.at_range_end
+    lowest = int(min(v for v, met in conc.result.probes if met))
+    first = format_search(conc, result.slos, result.base_rate).splitlines()[0]
+    assert first.startswith(
+        f"concurrency: every max_num_seqs probed from {lowest:,} to the top of the range (32) "
+        "meets every SLO"
+    )
+    assert "highest" not in first and "recommendation" in first
