@@ -379,8 +379,12 @@ def format_recommendation(rec: Recommendation) -> str:
     lines = [
         f"recommendation: {describe(c)} ({c.outcome.run.scenario.policy}, "
         f"{c.outcome.run.scenario.profile}; {cost}{c.gpus} GPU{'' if c.gpus == 1 else 's'}): "
-        f"the cheapest of {rec.num_ok} probes{at} that meet every SLO with a "
-        f"{rec.margin_pct:g}% margin"
+        + (
+            f"the one probe{at} that meets every SLO with a {rec.margin_pct:g}% margin"
+            if rec.num_ok == 1
+            else f"the cheapest of {rec.num_ok} probes{at} that meet every SLO with a "
+            f"{rec.margin_pct:g}% margin"
+        )
         + (" at the upper end of the 90% interval" if c.interval else ""),
         "  " + "; ".join(check_text(ch) for ch in c.checks),
     ]

@@ -143,7 +143,7 @@ def test_capacity_command_ends_with_the_recommendation(tmp_path: Path) -> None:
     r = CliRunner().invoke(cli, args)
     assert r.exit_code == 0, r.output
     tail = r.output[r.output.index("\nrecommendation: ") + 1 :].splitlines()
-    assert "the cheapest of" in tail[0] and "10% margin" in tail[0]
+    assert "every SLO with a 10% margin at the upper end of the 90% interval" in tail[0]
     assert tail[2].startswith("  deploy ") and "vllm serve MODEL --max-num-seqs 256" in tail[2]
     written = next((wh / "reports").glob("*/recommended.toml"))
     assert tail[3] == f"  scenario: {written} (tracereplay replay --scenario {written})"
