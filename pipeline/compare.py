@@ -3,7 +3,8 @@
 The figures come from ``sql/compare_runs.sql`` (the same query the report's
 comparison section draws): per scenario, throughput, TTFT and TPOT percentiles,
 preemptions and the prefix-cache hit rate, and each capacity search's answer.
-Scenarios pair by name; two runs of one scenario each pair whatever their names.
+Scenarios pair as ``pair_scenarios`` says (``--by name``, ``--by position``,
+``--pair A=B``), and the comparison says how it paired them.
 Each latency percentile's and capacity answer's change comes with its 90%
 interval (``pipeline.report.changes``: paired where both runs replayed the same
 requests) and is marked *within noise* when that interval holds zero.
@@ -11,8 +12,11 @@ requests) and is marked *within noise* when that interval holds zero.
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass, field
 from typing import Any
 
+import duckdb
 import polars as pl
 
 from pipeline.errors import PipelineError
@@ -54,13 +58,200 @@ def known_runs(wh: Warehouse) -> list[str]:
     return [r[0] for r in rows]
 
 
-def compare_runs(
-    wh: Warehouse, run_a: str, run_b: str, prices: dict[str, float] | None = None
-) -> pl.DataFrame:
-    """The rows of ``sql/compare_runs.sql`` for run A (baseline) against run B.
+PAIR_BY: tuple[str, ...] = ("name", "position")
+
+
+@dataclass(frozen=True)
+class Pairing:
+    """Which scenario of run A pairs with which of run B, and how that was decided."""
+
+    by: str  # name | position | mapping
+    pairs: list[tuple[str, str]]
+    a_only: list[str] = field(default_factory=list)
+    b_only: list[str] = field(default_factory=list)
+    note: str = ""  # why, where the pairing fell back from the one asked for
+
+    def describe(self) -> str:
+        """One line: how the scenarios were paired."""
+        n = len(self.pairs)
+        text = f"paired {n} scenario{'' if n == 1 else 's'} by {self.by}"
+        if self.note:
+            text += f" ({self.note})"
+        if self.a_only:
+            text += f"; only in A: {', '.join(self.a_only)}"
+        if self.b_only:
+            text += f"; only in B: {', '.join(self.b_only)}"
+        return text
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "by": self.by,
+            "pairs": [list(p) for p in self.pairs],
+            "a_only": self.a_only,
+            "b_only": self.b_only,
+            "note": self.note or None,
+        }
+
+    def pairs_json(self) -> str:
+        """The ``pairs_json`` parameter of ``sql/compare_runs.sql``."""
+        return json.dumps([list(p) for p in self.pairs])
+
+
+def parse_pairs(specs: tuple[str, ...] | list[str]) -> list[tuple[str, str]]:
+    """``--pair a=b`` values as (name in A, name in B).
 
     Raises:
-        PipelineError: no warehouse, or a run id it does not hold (the latest are named).
+        PipelineError: a value without ``=`` or with an empty side.
+    """
+    out = []
+    for spec in specs:
+        a, sep, b = spec.partition("=")
+        if not sep or not a.strip() or not b.strip():
+            raise PipelineError(
+                f"--pair {spec!r}: give SCENARIO_A=SCENARIO_B (a scenario of run A, one of run B)"
+            )
+        out.append((a.strip(), b.strip()))
+    return out
+
+
+def run_scenario_names(
+    con: duckdb.DuckDBPyConnection, run_a: str, run_b: str
+) -> tuple[list[str], list[str]]:
+    """Each run's scenario names, in the order the run replayed them."""
+    df = query(con, "compare_scenarios", run_id=run_a, compare_run_id=run_b)
+    names = {
+        rid: df.filter(pl.col("run_id") == rid).sort("position")["scenario"].to_list()
+        for rid in (run_a, run_b)
+    }
+    return names[run_a], names[run_b]
+
+
+def pair_scenarios(
+    names_a: list[str],
+    names_b: list[str],
+    *,
+    by: str = "name",
+    pairs: list[tuple[str, str]] | None = None,
+) -> Pairing:
+    """Pair run A's scenarios with run B's.
+
+    ``by="name"`` pairs equal names; when no name matches and both runs have as
+    many scenarios, it pairs by position and says so. ``by="position"`` pairs the
+    first with the first, and so on. ``pairs`` (``--pair a=b``) pairs those, and
+    the rest by name.
+
+    Raises:
+        PipelineError: a mapping naming a scenario a run does not have (its names are
+            listed), a scenario mapped twice, or (by name) no name in common and a
+            different number of scenarios.
+    """
+    if by not in PAIR_BY:
+        raise PipelineError(f"--by {by!r}: pair by one of {', '.join(PAIR_BY)}")
+    if pairs:
+        for side, names, picked in (
+            ("A", names_a, [a for a, _ in pairs]),
+            ("B", names_b, [b for _, b in pairs]),
+        ):
+            for name in picked:
+                if name not in names:
+                    raise PipelineError(
+                        f"--pair: run {side} has no scenario {name!r}; its scenarios: "
+                        f"{', '.join(names) or 'none'}"
+                    )
+            twice = sorted({n for n in picked if picked.count(n) > 1})
+            if twice:
+                raise PipelineError(
+                    f"--pair: run {side}'s scenario {twice[0]!r} is paired twice; "
+                    "pair each scenario once"
+                )
+        mapped_a, mapped_b = {a for a, _ in pairs}, {b for _, b in pairs}
+        rest = [n for n in names_a if n in names_b and n not in mapped_a and n not in mapped_b]
+        got = list(pairs) + [(n, n) for n in rest]
+        return _pairing("mapping", got, names_a, names_b)
+    if by == "position":
+        got = list(zip(names_a, names_b, strict=False))
+        return _pairing("position", got, names_a, names_b)
+    common = [n for n in names_a if n in names_b]
+    if common or not names_a or not names_b:
+        return _pairing("name", [(n, n) for n in common], names_a, names_b)
+    if len(names_a) == len(names_b):
+        return _pairing(
+            "position",
+            list(zip(names_a, names_b, strict=True)),
+            names_a,
+            names_b,
+            note="no scenario name is in both runs; both have "
+            f"{len(names_a)} scenario{'' if len(names_a) == 1 else 's'}",
+        )
+    raise PipelineError(
+        f"no scenario name is in both runs (A has {len(names_a)}: {_few(names_a)}; B has "
+        f"{len(names_b)}: {_few(names_b)}): pair them with --by position or "
+        "--pair SCENARIO_A=SCENARIO_B"
+    )
+
+
+def _few(names: list[str], n: int = 3) -> str:
+    return ", ".join(names[:n]) + (f", ... ({len(names) - n} more)" if len(names) > n else "")
+
+
+def _pairing(
+    by: str, pairs: list[tuple[str, str]], names_a: list[str], names_b: list[str], note: str = ""
+) -> Pairing:
+    in_a, in_b = {a for a, _ in pairs}, {b for _, b in pairs}
+    return Pairing(
+        by=by,
+        pairs=pairs,
+        a_only=[n for n in names_a if n not in in_a],
+        b_only=[n for n in names_b if n not in in_b],
+        note=note,
+    )
+
+
+def runs_pairing(
+    con: duckdb.DuckDBPyConnection,
+    run_a: str,
+    run_b: str,
+    *,
+    by: str = "name",
+    pairs: list[tuple[str, str]] | None = None,
+) -> Pairing:
+    """``pair_scenarios`` over the two runs' scenarios in the warehouse."""
+    names_a, names_b = run_scenario_names(con, run_a, run_b)
+    return pair_scenarios(names_a, names_b, by=by, pairs=pairs)
+
+
+def compare_runs(
+    wh: Warehouse,
+    run_a: str,
+    run_b: str,
+    prices: dict[str, float] | None = None,
+    *,
+    by: str = "name",
+    pairs: list[tuple[str, str]] | None = None,
+) -> pl.DataFrame:
+    """The rows of ``sql/compare_runs.sql`` for run A (baseline) against run B, the
+    scenarios paired as ``pair_scenarios`` says (``compare_paired`` gives the pairing too).
+
+    Raises:
+        PipelineError: as ``compare_paired``.
+    """
+    return compare_paired(wh, run_a, run_b, prices, by=by, pairs=pairs)[0]
+
+
+def compare_paired(
+    wh: Warehouse,
+    run_a: str,
+    run_b: str,
+    prices: dict[str, float] | None = None,
+    *,
+    by: str = "name",
+    pairs: list[tuple[str, str]] | None = None,
+) -> tuple[pl.DataFrame, Pairing]:
+    """``compare_runs``'s rows and how the scenarios were paired.
+
+    Raises:
+        PipelineError: no warehouse, a run id it does not hold (the latest are named), or
+            a pairing ``pair_scenarios`` refuses.
     """
     if not wh.root.is_dir():
         raise PipelineError(f"no warehouse at {wh.root}: run `tracereplay ingest` first")
@@ -73,14 +264,16 @@ def compare_runs(
 
     con = wh.connect()
     try:
+        pairing = runs_pairing(con, run_a, run_b, by=by, pairs=pairs)
         df = query(
             con,
             "compare_runs",
             run_id=run_a,
             compare_run_id=run_b,
             prices_json=prices_json(prices or {}),
+            pairs_json=pairing.pairs_json(),
         )
-        return with_intervals(con, df)
+        return with_intervals(con, df), pairing
     finally:
         con.close()
 
@@ -101,14 +294,16 @@ def _plain(x: float | None, scale: float, unit: str) -> str:
     return (f"{v:,.4g}" if abs(v) < 1e4 else f"{v:,.0f}") + unit
 
 
-def comparison_dict(df: pl.DataFrame) -> dict[str, Any]:
-    """The diff as JSON-able data: per scenario, per metric, a, b, change, relative change."""
+def comparison_dict(df: pl.DataFrame, pairing: Pairing | None = None) -> dict[str, Any]:
+    """The diff as JSON-able data: how the scenarios were paired, and per paired scenario
+    (and the capacity answers), per metric, a, b, change, relative change."""
     out: dict[str, Any] = {
         "run_a": df["run_a"][0] if df.height else None,
         "run_b": df["run_b"][0] if df.height else None,
+        "pairing": pairing.to_dict() if pairing is not None else None,
         "scenarios": {},
     }
-    for row in df.to_dicts():
+    for row in _paired_rows(df, pairing).to_dicts():
         entry = out["scenarios"].setdefault(
             row["scenario"], {"scenario_b": row["scenario_b"], "metrics": {}}
         )
@@ -125,15 +320,29 @@ def comparison_dict(df: pl.DataFrame) -> dict[str, Any]:
     return out
 
 
-def format_comparison(df: pl.DataFrame, *, notes: bool = True) -> str:
-    """A text table per scenario: metric, A, B, signed change and relative change; with
-    ``notes``, a closing note on what the intervals are."""
+def _paired_rows(df: pl.DataFrame, pairing: Pairing | None) -> pl.DataFrame:
+    """The rows of paired scenarios and capacity answers (those a pairing leaves alone are
+    named by it, not shown as tables of dashes)."""
+    if pairing is None or df.is_empty():
+        return df
+    paired_a = [a for a, _ in pairing.pairs] + ["(capacity)"]
+    return df.filter(pl.col("scenario").is_in(paired_a) & pl.col("value_a").is_not_null())
+
+
+def format_comparison(
+    df: pl.DataFrame, pairing: Pairing | None = None, *, notes: bool = True
+) -> str:
+    """A line on how the scenarios were paired, then a text table per paired scenario:
+    metric, A, B, signed change and relative change; with ``notes``, a closing note on
+    what the intervals are."""
     from pipeline.text import render_table
 
     if df.is_empty():
         return "nothing to compare: neither run has simulated requests or capacity searches"
     lines = [f"A = {df['run_a'][0]}", f"B = {df['run_b'][0]}"]
-    for (scenario,), part in df.group_by("scenario", maintain_order=True):
+    if pairing is not None:
+        lines.append(pairing.describe())
+    for (scenario,), part in _paired_rows(df, pairing).group_by("scenario", maintain_order=True):
         other = part["scenario_b"][0]
         head = str(scenario) if other in (None, scenario) else f"{scenario} (B: {other})"
         rows = []
@@ -180,4 +389,16 @@ def _interval(r: dict[str, Any], scale: float, unit: str) -> str:
     return f"{signed(lo, scale)} to {signed(hi, scale, unit)} ({r['interval']})"
 
 
-__all__ = ["METRICS", "compare_runs", "comparison_dict", "format_comparison", "known_runs"]
+__all__ = [
+    "METRICS",
+    "PAIR_BY",
+    "Pairing",
+    "compare_paired",
+    "compare_runs",
+    "comparison_dict",
+    "format_comparison",
+    "known_runs",
+    "pair_scenarios",
+    "parse_pairs",
+    "runs_pairing",
+]

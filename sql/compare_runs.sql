@@ -6,9 +6,13 @@
 --          compare_run_id  VARCHAR  run B (NULL: the latest run before run A)
 --          prices_json     VARCHAR  dollars per GPU-hour per GPU kind, as for cost.sql
 --                                   (NULL: no price, so no cost metrics)
--- Grain:   one row per scenario and metric; scenarios pair by name, and two runs of one
---          scenario each pair whatever their names; capacity answers come as scenario
---          '(capacity)' and metric capacity_<search>
+--          pairs_json      VARCHAR  which scenario of A pairs with which of B, as a JSON
+--                                   list of [name in A, name in B] (`compare` works it
+--                                   out: --by, --pair); NULL: by name, and two runs of one
+--                                   scenario each pair whatever their names
+-- Grain:   one row per scenario and metric; a scenario no pair names comes alone (the
+--          other run's values null); capacity answers come as scenario '(capacity)' and
+--          metric capacity_<search>
 -- Columns: run_a, run_b, scenario (name in A, else in B), scenario_b (its name in B),
 --          metric, value_a, value_b (null: the scenario or metric is missing from that
 --          run), change (B - A), relative_change ((B - A) / |A|; null when A is 0 or
@@ -89,9 +93,22 @@ single AS (
                AS yes
     FROM long WHERE scenario <> '(capacity)'
 ),
+given AS (
+    SELECT p[1] AS scenario_a, p[2] AS scenario_b
+    FROM (SELECT unnest(from_json(getvariable('pairs_json'), '[["VARCHAR"]]')) AS p)
+),
 keyed AS (
-    SELECT *, CASE WHEN scenario <> '(capacity)' AND (SELECT yes FROM single) THEN ''
-                   ELSE scenario END AS pair
+    SELECT *,
+        CASE
+            WHEN scenario = '(capacity)' THEN scenario
+            WHEN getvariable('pairs_json') IS NULL THEN
+                CASE WHEN (SELECT yes FROM single) THEN '' ELSE scenario END
+            WHEN run_id = (SELECT run_id FROM a) THEN
+                coalesce((SELECT any_value(scenario_a) FROM given WHERE scenario_a = scenario),
+                         'A only: ' || scenario)
+            ELSE coalesce((SELECT any_value(scenario_a) FROM given WHERE scenario_b = scenario),
+                          'B only: ' || scenario)
+        END AS pair
     FROM long
 ),
 la AS (SELECT * FROM keyed WHERE run_id = (SELECT run_id FROM a)),

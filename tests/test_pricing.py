@@ -85,7 +85,9 @@ def test_report_and_compare_show_costs(wh: Warehouse, tmp_path: Path) -> None:
     assert "123.5" in html  # static-4: $4/hour at 9 output tokens/s
     plain = build_report(wh, R2, output=tmp_path / "p.html").read_text()
     assert "No GPU price given" in plain
-    df = compare_runs(wh, R2, R1, {"*": 2.0})
+    # R1's one scenario pairs with vllm-2: static-4 is A's alone
+    pair = [("vllm-2", "old")]
+    df = compare_runs(wh, R2, R1, {"*": 2.0}, pairs=pair)
     row = df.filter((df["scenario"] == "static-4") & (df["metric"] == "usd_per_hour")).to_dicts()
     assert row[0]["value_a"] == 4.0 and row[0]["value_b"] is None
-    assert "usd_per_hour" not in set(compare_runs(wh, R2, R1)["metric"])
+    assert "usd_per_hour" not in set(compare_runs(wh, R2, R1, pairs=pair)["metric"])

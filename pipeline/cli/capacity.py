@@ -22,6 +22,14 @@ from pipeline.plan.capacity import (
     run_capacity,
 )
 from pipeline.plan.intervals import Spread
+from pipeline.plan.recommend import (
+    DEFAULT_MARGIN_PCT,
+    default_path,
+    format_recommendation,
+    recommend,
+    recommendation_dict,
+    write_recommendation,
+)
 from pipeline.plan.slo import Slo, format_seconds, parse_slos
 from pipeline.pricing import deployment_cost, format_cost, gpu_prices
 from pipeline.sim.intervals import LEVEL
@@ -133,7 +141,16 @@ def format_search(
         "rate": f"highest request rate that meets every SLO (within {search.spec.tolerance:.0%})",
         "replicas": f"fewest replicas that meet every SLO at {number(rate)} req/s",
     }[kind]
-    lines = [f"{kind}: {head}: {answer_text(search)}", *interval_lines(search, slos)]
+    first = f"{kind}: {head}: {answer_text(search)}"
+    met = [v for v, ok in search.result.probes if ok]
+    if kind == "concurrency" and search.result.at_range_end and met:
+        # the top of the range is where the search stopped, not a limit: say what meets
+        first = (
+            f"{kind}: every {search.knob} probed from {int(min(met)):,} to the top of the range "
+            f"({int(search.hi):,}) meets every SLO at {number(rate)} req/s: no upper limit "
+            "found (what to deploy: the recommendation at the end)"
+        )
+    lines = [first, *interval_lines(search, slos)]
     at = search.answer_probe
     if at is not None and at.run is not None and at.slo is not None:
         s = at.run.summary
@@ -216,7 +233,7 @@ def result_dict(
                 "knob": s.knob,
                 "range": [s.lo, s.hi],
                 "rate": s.spec.rate or (result.base_rate if s.spec.kind != "rate" else None),
-                "answer": s.answer,
+                "answer": _json_answer(s),
                 "interval": interval_dict(s),
                 "cost": answer_cost(s, prices or {}),
                 "monotone": s.result.monotone,
@@ -231,6 +248,13 @@ def result_dict(
             for s in result.searches
         },
     }
+
+
+def _json_answer(search: SearchOutcome) -> float | int | None:
+    """The answer as JSON: a whole number for caps and replicas, req/s for the rate."""
+    if search.answer is None or search.spec.kind == "rate":
+        return search.answer
+    return int(search.answer)
 
 
 def interval_dict(search: SearchOutcome) -> dict[str, Any] | None:
@@ -346,6 +370,23 @@ def _specs(
     is_flag=True,
     help="Write each probe's summary and the search, not its sim_requests and sim_steps.",
 )
+@click.option(
+    "--margin-pct",
+    type=opt.BoundedFloat(0.0, 99.0),
+    default=DEFAULT_MARGIN_PCT,
+    show_default=True,
+    metavar="PCT",
+    help="The recommendation must meet every SLO with this much to spare, at the upper "
+    "end of its 90% interval: statistic <= limit x (1 - PCT/100).",
+)
+@click.option(
+    "--recommend-out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    metavar="FILE",
+    help="Write the recommended scenario TOML here [default: "
+    "<warehouse>/reports/<run id>/recommended.toml].",
+)
 @opt.intervals
 @opt.gpu_hour_price
 @opt.output
@@ -364,6 +405,8 @@ def capacity_command(
     max_concurrency: int | None,
     max_replicas: int | None,
     summary_only: bool,
+    margin_pct: float,
+    recommend_out: Path | None,
     no_intervals: bool,
     gpu_hour_price: float | None,
     quiet: bool,
@@ -380,7 +423,10 @@ def capacity_command(
     Each answer comes with its 90% interval (replicates of the arrivals and the
     profile's error at the answer; --no-intervals leaves it out), says whether
     it is safe at that confidence, and flags probes that break the expected
-    shape beyond what the interval explains.
+    shape beyond what the interval explains. It ends with a recommendation:
+    the cheapest probe that meets every SLO with --margin-pct to spare at the
+    upper end of its interval, with the engine command to deploy it, written
+    as a scenario TOML that `replay --scenario` takes (--recommend-out).
     CAPACITY_FILE is optional TOML: [base], [slo], [search.<kind>] (see
     docs/capacity.md).
 
@@ -416,8 +462,13 @@ def capacity_command(
         intervals=not no_intervals,
     )
     prices = gpu_prices(cfg, gpu_hour_price)
+    rec = recommend(result, base, prices, margin_pct)
+    if rec.chosen is not None:
+        write_recommendation(rec, result.run_id, recommend_out or default_path(wh, result.run_id))
     if as_json:
-        click.echo(json.dumps(result_dict(result, wh, prices), indent=2))
+        out = result_dict(result, wh, prices)
+        out["recommendation"] = recommendation_dict(rec)
+        click.echo(json.dumps(out, indent=2))
         return
     for line in selection_lines(result.selection):
         click.echo(line)
@@ -432,6 +483,7 @@ def capacity_command(
         + f" in {result.wall_s:.1f} s, "
         f"written to {wh}"
     )
+    click.echo(format_recommendation(rec))
 
 
 capacity = capacity_command

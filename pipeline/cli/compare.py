@@ -18,6 +18,7 @@ from pipeline.warehouse import Warehouse
 @opt.warehouse
 @opt.config_file
 @opt.gpu_hour_price
+@opt.pairing
 @opt.output
 def compare(
     run_a: str,
@@ -25,16 +26,19 @@ def compare(
     warehouse: Path | None,
     config_file: Path | None,
     gpu_hour_price: float | None,
+    pair_by: str,
+    pairs: tuple[str, ...],
     quiet: bool,
     as_json: bool,
 ) -> None:
     """Compare RUN_B (and any further runs) against RUN_A, the baseline.
 
-    Per scenario (paired by name; two one-scenario runs pair whatever their
-    names): throughput, TTFT and TPOT percentiles, preemptions, the
-    prefix-cache hit rate, the cost ($/hour, $ per 1M tokens; with a price in
-    [gpu_prices] or --gpu-hour-price) and each capacity search's answer, with
-    the signed change B - A and the relative change. --quiet leaves out the
+    Per pair of scenarios (by name; --by position; --pair A=B; the first
+    line says how they paired, and --json's "pairing"): throughput, TTFT and
+    TPOT percentiles, preemptions, the prefix-cache hit rate, the cost
+    ($/hour, $ per 1M tokens; with a price in [gpu_prices] or
+    --gpu-hour-price) and each capacity search's answer, with the signed
+    change B - A and the relative change. --quiet leaves out the
     note on how the intervals were drawn.
 
     Example:
@@ -42,16 +46,19 @@ def compare(
     \b
         tracereplay compare 20240501T020000Z-1a2b 20240502T020000Z-3c4d
         tracereplay compare RUN_A RUN_B RUN_C --json
+        tracereplay compare SHARED PRIORITY --by position
+        tracereplay compare SHARED PRIORITY --pair shared-64=priority-64
     """
-    from pipeline.compare import compare_runs, comparison_dict, format_comparison
+    from pipeline.compare import compare_paired, comparison_dict, format_comparison, parse_pairs
     from pipeline.pricing import gpu_prices
 
     cfg = load_config(config_file)
     wh = Warehouse(warehouse_path(str(warehouse) if warehouse else None, cfg))
     prices = gpu_prices(cfg, gpu_hour_price)
-    frames = [compare_runs(wh, run_a, b, prices) for b in run_b]
+    mapping = parse_pairs(pairs)
+    done = [compare_paired(wh, run_a, b, prices, by=pair_by, pairs=mapping) for b in run_b]
     if as_json:
-        out = [comparison_dict(df) for df in frames]
+        out = [comparison_dict(df, pairing) for df, pairing in done]
         click.echo(json.dumps(out[0] if len(out) == 1 else out, indent=2))
         return
-    click.echo("\n\n".join(format_comparison(df, notes=not quiet) for df in frames))
+    click.echo("\n\n".join(format_comparison(df, pairing, notes=not quiet) for df, pairing in done))

@@ -635,6 +635,28 @@ def gpu_hour_price(f: F) -> F:
     )(f)
 
 
+def pairing(f: F) -> F:
+    """--by name|position and --pair A=B (``pair_by``, ``pairs``): how two runs' scenarios
+    pair (``pipeline.compare.pair_scenarios``)."""
+    f = click.option(
+        "--pair",
+        "pairs",
+        multiple=True,
+        metavar="SCENARIO_A=SCENARIO_B",
+        help="Pair this scenario of run A with this one of run B (repeatable; the rest "
+        "pair by name).",
+    )(f)
+    return click.option(
+        "--by",
+        "pair_by",
+        type=click.Choice(["name", "position"]),
+        default="name",
+        show_default=True,
+        help="Pair scenarios by name (when no name is in both runs and they have as many "
+        "scenarios: by position, said so) or by position (first with first, ...).",
+    )(f)
+
+
 def locked(f: F) -> F:
     """Run the command holding the warehouse lock (``pipeline.lock``); adds --lock-timeout-s.
 

@@ -68,6 +68,7 @@ def report_slos(
     metavar="RUN_B",
     help="Draw this run beside RUN_ID: a comparison section (metrics of both, signed changes).",
 )
+@opt.pairing
 @opt.gpu_hour_price
 @click.option(
     "--report",
@@ -86,6 +87,8 @@ def report(
     slo_items: tuple[str, ...],
     slo_ttft_ms: float | None,
     compare_run: str | None,
+    pair_by: str,
+    pairs: tuple[str, ...],
     gpu_hour_price: float | None,
     report_name: str,
     quiet: bool,
@@ -106,6 +109,7 @@ def report(
         tracereplay report 20240501T020000Z-1a2b -o review.html --png --slo ttft_p99=500ms
         tracereplay report RUN_A --compare RUN_B     # both runs, and what changed
     """
+    from pipeline.compare import parse_pairs
     from pipeline.pricing import gpu_prices
     from pipeline.storage import writing
 
@@ -129,6 +133,8 @@ def report(
             slo_ttft_s=slo_s,
             report=report_name,
             compare=compare_run,
+            pair_by=pair_by,
+            pairs=parse_pairs(pairs),
             gpu_prices=gpu_prices(cfg, gpu_hour_price),
             slos=slos or None,
         )

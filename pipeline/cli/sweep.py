@@ -16,6 +16,7 @@ from pipeline.plan.slo import parse_slos
 from pipeline.plan.sweep import SweepResult
 from pipeline.plan.sweep import sweep as run_sweep
 from pipeline.plan.tasks import TaskOutcome
+from pipeline.pricing import deployment_cost, gpu_prices
 from pipeline.text import render_table
 
 
@@ -50,7 +51,27 @@ def outcome_row(o: TaskOutcome, with_slo: bool) -> list[str]:
     return row
 
 
-def format_sweep(result: SweepResult) -> str:
+def outcome_cost(o: TaskOutcome, prices: dict[str, float]) -> dict[str, Any] | None:
+    """A scenario's cost ($/hour, $ per 1M tokens; ``pipeline.pricing``), None: no price."""
+    if o.run is None:
+        return None
+    sc = o.run.scenario
+    return deployment_cost(prices, sc.profile, sc.replicas, o.run.summary)
+
+
+def _usd(x: float | None) -> str:
+    return "-" if x is None else f"${x:,.2f}" if x >= 0.1 else f"${x:,.4f}"
+
+
+def cost_cells(o: TaskOutcome, prices: dict[str, float]) -> list[str]:
+    """$/hour and $ per 1M output tokens of one scenario (dashes: failed, or no price)."""
+    cost = outcome_cost(o, prices)
+    if cost is None:
+        return ["-", "-"]
+    return [_usd(cost["usd_per_hour"]), _usd(cost["usd_per_1m_output_tokens"])]
+
+
+def format_sweep(result: SweepResult, prices: dict[str, float] | None = None) -> str:
     with_slo = bool(result.slos)
     headers = [
         "scenario",
@@ -65,13 +86,19 @@ def format_sweep(result: SweepResult) -> str:
     ]
     if with_slo:
         headers += ["goodput", "SLOs met"]
-    text = render_table(headers, [outcome_row(o, with_slo) for o in result.outcomes])
+    rows = [outcome_row(o, with_slo) for o in result.outcomes]
+    if prices:
+        headers += ["$/hour", "$/1M out"]
+        rows = [row + cost_cells(o, prices) for row, o in zip(rows, result.outcomes, strict=True)]
+    text = render_table(headers, rows)
     if with_slo:
         text += "\nSLOs: " + ", ".join(str(s) for s in result.slos)
     return text
 
 
-def result_dict(result: SweepResult, warehouse: Path) -> dict[str, Any]:
+def result_dict(
+    result: SweepResult, warehouse: Path, prices: dict[str, float] | None = None
+) -> dict[str, Any]:
     return {
         "run_id": result.run_id,
         "warehouse": str(warehouse),
@@ -87,6 +114,7 @@ def result_dict(result: SweepResult, warehouse: Path) -> dict[str, Any]:
                 "axes": coords,
                 "config": o.run.scenario.to_dict() if o.run else None,
                 "summary": o.run.summary if o.run else None,
+                "cost": outcome_cost(o, prices or {}),
                 "error": o.error,
             }
             for o, coords in zip(result.outcomes, result.coords, strict=True)
@@ -124,6 +152,7 @@ def result_dict(result: SweepResult, warehouse: Path) -> dict[str, Any]:
     "the grid's [slo]).",
 )
 @click.option("--dry-run", is_flag=True, help="Expand and check the grid, list it, run nothing.")
+@opt.gpu_hour_price
 @opt.output
 @opt.locked
 def sweep_command(
@@ -135,6 +164,7 @@ def sweep_command(
     ray_address: str | None,
     slo_items: tuple[str, ...],
     dry_run: bool,
+    gpu_hour_price: float | None,
     quiet: bool,
     as_json: bool,
 ) -> None:
@@ -144,7 +174,8 @@ def sweep_command(
     is the grid (policy, concurrency, replicas, rate_scale, profile, or any
     scenario key; [axes.<policy>] for one policy's parameters) and optional
     [slo] objectives (see docs/capacity.md). The grid is checked before
-    anything runs. Prints one row per scenario; exits 1 when any scenario
+    anything runs. Prints one row per scenario (with a price in [gpu_prices]
+    or --gpu-hour-price, its $/hour and $ per 1M output tokens); exits 1 when any scenario
     failed (the others are still written).
 
     Example:
@@ -155,6 +186,7 @@ def sweep_command(
     """
     cfg = load_config(config_file)
     wh = warehouse_path(str(warehouse) if warehouse else None, cfg)
+    prices = gpu_prices(cfg, gpu_hour_price)
     grid = load_grid(
         grid_file,
         defaults=dict(cfg.sections.get("replay", {})),
@@ -174,11 +206,11 @@ def sweep_command(
         quiet=quiet,
     )
     if as_json:
-        click.echo(json.dumps(result_dict(result, wh), indent=2))
+        click.echo(json.dumps(result_dict(result, wh, prices), indent=2))
     else:
         for line in selection_lines(result.selection):
             click.echo(line)
-        click.echo(format_sweep(result))
+        click.echo(format_sweep(result, prices))
         for name, error in result.failures.items():
             click.echo(f"failed: {name}: {error}", err=True)
         click.echo(

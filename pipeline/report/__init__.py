@@ -264,6 +264,8 @@ def build_report(
     compare: str | None = None,
     gpu_prices: dict[str, float] | None = None,
     slos: list[str] | None = None,
+    pair_by: str = "name",
+    pairs: list[tuple[str, str]] | None = None,
 ) -> Path:
     """Write one self-contained HTML report of a replay run (and its trace).
 
@@ -279,6 +281,8 @@ def build_report(
             run's own SLOs; without one, ``DEFAULT_SLO_TTFT_S``.
         report: which ``reports/<report>.toml`` to build.
         compare: a second run to draw beside this one (the comparison section).
+        pair_by, pairs: how the two runs' scenarios pair, as for ``compare``
+            (``pipeline.compare.pair_scenarios``).
         gpu_prices: dollars per GPU-hour per GPU kind (``pipeline.pricing``): the costs.
         slos: the SLOs the sweep charts judge, as ``capacity`` writes them
             (``ttft_p99<=200ms``, ``ttft_p99@tenant=chat<=500ms``); None: the run's own
@@ -311,8 +315,14 @@ def build_report(
             raise PipelineError(f"--compare: no run {compare!r} in the warehouse; latest: {known}")
         if slo_ttft_s is None:
             slo_ttft_s = _ttft_objective(slos, run_row.get("slos"))
+        pairs_json = None
+        if compare is not None and run_id is not None:
+            from pipeline.compare import runs_pairing
+
+            pairs_json = runs_pairing(con, run_id, compare, by=pair_by, pairs=pairs).pairs_json()
         given = {
             "compare_run_id": compare,
+            "pairs_json": pairs_json,
             "prices_json": prices_json(gpu_prices or {}),
             "slos": json.dumps(slos) if slos else None,
         }

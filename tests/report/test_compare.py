@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from pipeline.cli import cli
-from pipeline.compare import compare_runs, comparison_dict, format_comparison
+from pipeline.compare import compare_paired, compare_runs, comparison_dict, format_comparison
 from pipeline.contracts import SCENARIOS, SIM_REQUESTS
 from pipeline.errors import PipelineError
 from pipeline.report import build_report
@@ -61,8 +61,9 @@ def test_scenarios_pair_by_name_and_a_run_against_itself_changes_nothing(
     assert _metric(df, "vllm-2", "p99_ttft_s")["value_a"] == pytest.approx(0.494)
     # vllm-4 served 400 of 1500 prompt tokens from cache
     assert _metric(df, "vllm-4", "prefix_hit_rate")["value_b"] == pytest.approx(400 / 1500)
-    missing = compare_runs(three_runs, R2, R1)
-    assert _metric(missing, "vllm-2", "p99_ttft_s")["value_b"] is None
+    # no name in common, 4 scenarios against 1: no pairing to guess, so it says how to pair
+    with pytest.raises(PipelineError, match="no scenario name is in both runs .*--by position"):
+        compare_runs(three_runs, R2, R1)
 
 
 def test_unknown_run_names_the_latest(three_runs: Warehouse) -> None:
@@ -80,10 +81,16 @@ def test_compare_command_text_and_json(three_runs: Warehouse) -> None:
     no_interval = {"change_lo": None, "change_hi": None, "interval": None, "within_noise": None}
     # four requests: too few for an interval
     assert p99 == {"a": 9.0, "b": 4.5, "change": -4.5, "relative_change": -0.5, **no_interval}
-    assert out == comparison_dict(compare_runs(three_runs, R1, R3))
+    assert out == comparison_dict(*compare_paired(three_runs, R1, R3))
+    assert out["pairing"]["by"] == "position" and out["pairing"]["pairs"] == [["old", "renamed"]]
     r = CliRunner().invoke(cli, ["compare", R1, R3, R2, *wh])
+    assert r.exit_code != 0 and "--by position" in r.output  # R2 shares no name with R1
+    r = CliRunner().invoke(cli, ["compare", R1, R3, R2, *wh, "--by", "position"])
     assert r.exit_code == 0, r.output
     assert r.output.count("A = " + R1) == 2 and f"B = {R2}" in r.output
+    # R2's first scenario pairs with R1's only one; the other three are named, not drawn
+    assert "old (B: static-4)" in r.output
+    assert "paired 1 scenario by position; only in B: vllm-2, vllm-4, vllm-4-fast" in r.output
 
 
 def test_report_draws_both_runs(three_runs: Warehouse, tmp_path: Path) -> None:

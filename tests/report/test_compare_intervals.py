@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from pipeline.cli import cli
-from pipeline.compare import compare_runs, comparison_dict, format_comparison
+from pipeline.compare import compare_paired, compare_runs, comparison_dict, format_comparison
 from pipeline.contracts import REQUESTS
 from pipeline.selection import RequestFilter
 from pipeline.sim.cost_model import StepCost
@@ -122,7 +122,7 @@ def test_the_json_carries_the_intervals(runs: dict[str, Any]) -> None:
     p99 = out["scenarios"]["v"]["metrics"]["p99_ttft_s"]
     assert {"change_lo", "change_hi", "interval", "within_noise"} <= set(p99)
     assert out == json.loads(
-        json.dumps(comparison_dict(compare_runs(wh, runs["base"], runs["faster"])))
+        json.dumps(comparison_dict(*compare_paired(wh, runs["base"], runs["faster"])))
     )
 
 

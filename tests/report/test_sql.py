@@ -61,6 +61,22 @@ CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any], Rows]] = {
         {"run_a": R2, "run_b": R1, "scenario_b": None, "value_a": 0.494, "value_b": None,
          "change": None, "relative_change": None, "metric_order": 6},
     ]),
+    # paired as `compare --pair vllm-2=old` says: R1's one request of 'old' took 9 s to its
+    # first token
+    "compare_runs_paired": ("compare_runs",
+                            {"run_id": R2, "compare_run_id": R1,
+                             "pairs_json": '[["vllm-2", "old"]]'},
+                            {"scenario": "vllm-2", "metric": "p99_ttft_s"}, [
+        {"scenario_b": "old", "value_a": 0.494, "value_b": 9.0, "change": 9.0 - 0.494},
+    ]),
+    # each run's scenarios in the order its scenarios file lists them
+    "compare_scenarios": ("compare_scenarios", {"run_id": R2, "compare_run_id": R1}, {}, [
+        {"run_id": R1, "scenario": "old", "position": 1},
+        {"run_id": R2, "scenario": "static-4", "position": 1},
+        {"run_id": R2, "scenario": "vllm-2", "position": 2},
+        {"run_id": R2, "scenario": "vllm-4", "position": 3},
+        {"run_id": R2, "scenario": "vllm-4-fast", "position": 4},
+    ]),
     # R1's one request of 'old' beside R2's: TTFT 9 s, E2E 10 s, TPOT 1 s over 9 tokens
     "compare_requests": ("compare_requests", {"run_id": R2, "compare_run_id": R1},
                          {"scenario": "old"}, [
