@@ -26,6 +26,7 @@ from pipeline.contracts import REQUESTS, check_file, with_optional_columns
 from pipeline.errors import ConfigError, ScenarioError
 from pipeline.selection import RequestFilter, check_request_columns
 from pipeline.sim.arrivals import make_arrivals
+from pipeline.sim.classes import ClassLabels, labels_of
 from pipeline.sim.prefix import build_keys, describe
 from pipeline.sim.scenario import Scenario
 from pipeline.sim.state import PrefixKeys, SimInput
@@ -59,6 +60,8 @@ class Prepared:
     prefix_info: dict[str, Any] = field(default_factory=dict)  # block-size bridging facts
     # per replayed request: tenant and model (object arrays), for SLOs with a scope
     groups: dict[str, Any] = field(default_factory=dict)
+    # per replayed request: its class of each kind (tenant, model), for per-class figures
+    classes: dict[str, ClassLabels] = field(default_factory=dict)
 
 
 def select_request_files(
@@ -234,6 +237,7 @@ def prepare(frame: pl.DataFrame, scenario: Scenario, *, with_groups: bool = True
         if not whole and _repeats(idx, frame.height):  # drawn with replacement: keep ids unique
             drawn = np.arange(len(idx)) if keep_idx is None else keep_idx
             ids = ids + "#" + pl.Series(drawn[warm:]).cast(pl.String)
+    classes = labels_of(frame, None if as_is else rows[warm:])  # 4 bytes a request and kind
     groups: dict[str, Any] = {}
     if with_groups:
         for c in ("tenant", "model"):
@@ -254,6 +258,7 @@ def prepare(frame: pl.DataFrame, scenario: Scenario, *, with_groups: bool = True
         num_warmup=warm,
         prefix_info=info,
         groups=groups,
+        classes=classes,
     )
 
 
