@@ -67,7 +67,15 @@ def format_sweep(result: SweepResult) -> str:
     text = render_table(headers, [outcome_row(o, with_slo) for o in result.outcomes])
     if with_slo:
         text += "\nSLOs: " + ", ".join(str(s) for s in result.slos)
-    return text
+    return text + _class_text(result)
+
+
+def _class_text(result: SweepResult) -> str:
+    """The per-class tables (tenants, models) of every scenario that ran."""
+    from pipeline.cli.classes import sweep_class_lines
+
+    lines = sweep_class_lines((o.name, o.run.summary) for o in result.outcomes if o.run)
+    return "\n".join(["", *lines]) if lines else ""
 
 
 def result_dict(result: SweepResult, warehouse: Path) -> dict[str, Any]:

@@ -3,15 +3,19 @@ against numpy, plan.slo.evaluate and the class_latency view over the same run.""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
 import pytest
+from click.testing import CliRunner
 
+from pipeline.cli import cli
 from pipeline.contracts import REQUESTS, SIM_REQUESTS, read_table
 from pipeline.plan.slo import evaluate, parse_slos
 from pipeline.sim import classes as cl
@@ -226,3 +230,102 @@ def test_class_latency_view_gives_the_summary_s_numbers(replayed: tuple[Warehous
         for key, value in entry.items():
             if key.endswith("_s"):
                 assert r[key] == pytest.approx(value, rel=1e-9), (r["class_name"], key)
+
+
+# --- the commands' output ----------------------------------------------------------
+
+
+def _cli_warehouse(tmp_path: Path, table: pa.Table) -> tuple[Path, Path]:
+    root = tmp_path / "wh"
+    Warehouse(root).write(REQUESTS, table, {"date": "2024-05-01"}, "src-test")
+    cost = "\n".join(f"{k} = {v!r}" for k, v in H100_8B_COST.items())
+    base = tmp_path / "base.toml"
+    base.write_text(
+        f'policy = "vllm"\nnum_gpu_blocks = 400\nmax_model_len = 4096\n[cost]\n{cost}\n'
+    )
+    return root, base
+
+
+def _run(*args: str) -> str:
+    r = CliRunner().invoke(cli, list(args))
+    assert r.exit_code == 0, r.output
+    return r.output
+
+
+def test_replay_prints_a_table_per_kind_with_several_classes(tmp_path: Path) -> None:
+    root, base = _cli_warehouse(tmp_path, _tenant_table())
+    slos = ["--slo", "ttft_p99=300ms", "--slo", "ttft_p90@tenant=chat=100ms"]
+    out = _run("replay", "--warehouse", str(root), "--scenario", str(base), "--no-intervals",
+               "-q", "--max-num-seqs", "8", *slos)  # fmt: skip
+    assert "  per tenant:" in out and "  per model:" in out
+    rows = {line.split()[0]: line for line in out.splitlines() if line.startswith("    ")}
+    assert {"(none)", "batch", "chat", "large", "small"} <= set(rows)
+    assert "ttft_p90@tenant=chat" in rows["chat"] and "ttft_p90@tenant=chat" not in rows["batch"]
+    assert "SLOs: ttft_p99 " in out and "goodput" in out
+    data = json.loads(
+        _run(
+            "replay",
+            "--warehouse",
+            str(root),
+            "--scenario",
+            str(base),
+            "--no-intervals",
+            "-q",
+            "--max-num-seqs",
+            "8",
+            "--json",
+            *slos,
+        )  # fmt: skip
+    )
+    (sc,) = data["scenarios"].values()
+    chat = sc["summary"]["classes"]["tenant"]["chat"]
+    assert set(chat) == {
+        "num_requests", "completed", "slo", "slo_met", "num_good", "goodput",
+        *(f"{m}_p{q}_s" for m in ("ttft", "tpot", "e2e", "queue") for q in (50, 90, 99)),
+    }  # fmt: skip
+    assert set(chat["slo"]) == {"ttft_p99", "ttft_p90@tenant=chat"}
+    assert set(chat["slo"]["ttft_p99"]) == {"limit_s", "measured_s", "met"}
+    assert set(sc["summary"]["slo"]) == {"ttft_p99", "ttft_p90@tenant=chat"}
+
+
+def test_one_tenant_and_one_model_print_no_class_table(tmp_path: Path) -> None:
+    table = _tenant_table()
+    table = table.set_column(table.schema.get_field_index("tenant"), "tenant",
+                             pa.array(["chat"] * table.num_rows, pa.string()))  # fmt: skip
+    table = table.set_column(table.schema.get_field_index("model"), "model",
+                             pa.array([None] * table.num_rows, pa.string()))  # fmt: skip
+    root, base = _cli_warehouse(tmp_path, table)
+    out = _run("replay", "--warehouse", str(root), "--scenario", str(base), "--no-intervals", "-q")
+    assert "per tenant" not in out and "per model" not in out
+    data = json.loads(_run("replay", "--warehouse", str(root), "--scenario", str(base),
+                           "--no-intervals", "-q", "--json"))  # fmt: skip
+    (sc,) = data["scenarios"].values()
+    assert list(sc["summary"]["classes"]["tenant"]) == ["chat"]  # still in the JSON
+    assert list(sc["summary"]["classes"]["model"]) == ["(none)"]
+
+
+def test_sweep_and_capacity_show_classes(tmp_path: Path) -> None:
+    root, base = _cli_warehouse(tmp_path, _tenant_table())
+    body = base.read_text().replace("[cost]", "[base.cost]")
+    slo = '[slo]\nttft_p99 = "3s"\n"ttft_p90@tenant=chat" = "2.5s"\n'
+    grid = tmp_path / "grid.toml"
+    grid.write_text(f"[base]\n{body}\n[axes]\nmax_num_seqs = [4, 16]\n{slo}")
+    out = _run("sweep", str(grid), "--warehouse", str(root), "-j", "1", "-q")
+    tenant_rows = [line.split()[:2] for line in out.split("per tenant:")[1].splitlines()[2:8]]
+    assert sorted(tenant_rows) == sorted(
+        [s, t] for s in ("max_num_seqs-4", "max_num_seqs-16") for t in ("chat", "batch", "(none)")
+    )
+    data = json.loads(_run("sweep", str(grid), "--warehouse", str(root), "-j", "1", "-q", "--json"))
+    for sc in data["scenarios"].values():
+        assert set(sc["summary"]["classes"]["tenant"]) == {"chat", "batch", "(none)"}
+    cap = tmp_path / "cap.toml"
+    cap.write_text(f"[base]\n{body}\n{slo}")
+    args = [str(cap), "--warehouse", str(root), "--search", "concurrency", "--max-concurrency",
+            "32", "--no-intervals", "-q"]  # fmt: skip
+    out = _run("capacity", *args)
+    assert "there, per class (" in out and "    per tenant:" in out
+    data = json.loads(_run("capacity", *args, "--json"))
+    search = data["searches"]["concurrency"]
+    answer = next(p for p in search["probes"] if p["value"] == search["answer"])
+    assert search["answer_classes"] == answer["summary"]["classes"]
+    assert search["answer_classes"]["tenant"]["chat"]["slo_met"] is True
