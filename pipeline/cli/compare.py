@@ -34,8 +34,10 @@ def compare(
     names): throughput, TTFT and TPOT percentiles, preemptions, the
     prefix-cache hit rate, the cost ($/hour, $ per 1M tokens; with a price in
     [gpu_prices] or --gpu-hour-price) and each capacity search's answer, with
-    the signed change B - A and the relative change. --quiet leaves out the
-    note on how the intervals were drawn.
+    the signed change B - A and the relative change; then per tenant and per
+    model (where there are several) requests and TTFT and TPOT percentiles
+    with their changes. --quiet leaves out the note on how the intervals
+    were drawn.
 
     Example:
 
@@ -43,15 +45,21 @@ def compare(
         tracereplay compare 20240501T020000Z-1a2b 20240502T020000Z-3c4d
         tracereplay compare RUN_A RUN_B RUN_C --json
     """
-    from pipeline.compare import compare_runs, comparison_dict, format_comparison
+    from pipeline.compare import class_changes, compare_runs, comparison_dict, format_comparison
     from pipeline.pricing import gpu_prices
 
     cfg = load_config(config_file)
     wh = Warehouse(warehouse_path(str(warehouse) if warehouse else None, cfg))
     prices = gpu_prices(cfg, gpu_hour_price)
     frames = [compare_runs(wh, run_a, b, prices) for b in run_b]
+    classes = [class_changes(wh, df) for df in frames]  # per tenant and model
     if as_json:
-        out = [comparison_dict(df) for df in frames]
+        out = [comparison_dict(df, c) for df, c in zip(frames, classes, strict=True)]
         click.echo(json.dumps(out[0] if len(out) == 1 else out, indent=2))
         return
-    click.echo("\n\n".join(format_comparison(df, notes=not quiet) for df in frames))
+    click.echo(
+        "\n\n".join(
+            format_comparison(df, notes=not quiet, classes=c)
+            for df, c in zip(frames, classes, strict=True)
+        )
+    )
