@@ -27,6 +27,7 @@ it to the mapping, and scope SLOs to it in ``plan.slo``; nothing here changes.
 from __future__ import annotations
 
 import re
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -96,16 +97,29 @@ def labels_of(
 ) -> dict[str, ClassLabels]:
     """The tenant and model classes of the requests ``frame`` (of its ``rows``, in that
     order; all of them by default). A column the frame lacks gives no kind."""
+    whole = _frame_labels(frame)
+    return whole if rows is None else {kind: lab.take(rows) for kind, lab in whole.items()}
+
+
+# the last frame's labels: a sweep prepares every scenario from one frame (a DataFrame is
+# never changed in place, so its identity names its contents while it lives)
+_last: list[tuple[weakref.ref[Any], dict[str, ClassLabels]]] = []
+
+
+def _frame_labels(frame: pl.DataFrame) -> dict[str, ClassLabels]:
     import polars as pl
 
+    if _last and _last[0][0]() is frame:
+        return _last[0][1]
     out = {}
     for kind in REQUEST_KINDS:
         if kind not in frame.columns:
             continue
         col = frame[kind].cast(pl.String).fill_null(NONE)
-        names = col.unique().sort()
-        codes = col.cast(pl.Enum(names.to_list())).to_physical().to_numpy().astype(np.int32)
-        out[kind] = ClassLabels(tuple(names.to_list()), codes if rows is None else codes[rows])
+        names = col.unique().sort().to_list()
+        codes = col.cast(pl.Enum(names)).to_physical().to_numpy().astype(np.int32)
+        out[kind] = ClassLabels(tuple(names), codes)
+    _last[:] = [(weakref.ref(frame, lambda _: _last.clear()), out)]  # let go with the frame
     return out
 
 
@@ -186,9 +200,11 @@ class _Kind:
         """One metric of the completed requests (in their order)."""
         by_class = values[self.order]
         metric = name.removesuffix("_s")
+        gaps = bool(np.isnan(by_class).any())  # TPOT of one-token outputs
         for i in range(len(self.names)):
             seg = by_class[self.bounds[i] : self.bounds[i + 1]]
-            seg = seg[~np.isnan(seg)]
+            if gaps:
+                seg = seg[~np.isnan(seg)]
             pct = np.percentile(seg, QUANTILES) if len(seg) else [None] * len(QUANTILES)
             for q, v in zip(QUANTILES, pct, strict=True):
                 self.stats[i][f"{metric}_p{q}_s"] = None if v is None else float(v)

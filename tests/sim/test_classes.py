@@ -329,3 +329,16 @@ def test_sweep_and_capacity_show_classes(tmp_path: Path) -> None:
     answer = next(p for p in search["probes"] if p["value"] == search["answer"])
     assert search["answer_classes"] == answer["summary"]["classes"]
     assert search["answer_classes"]["tenant"]["chat"]["slo_met"] is True
+
+
+def test_labels_of_one_frame_are_read_once_and_let_go_with_it() -> None:
+    import gc
+
+    frame = pl.DataFrame({"tenant": ["x", "y"], "model": ["m", None]})
+    first = labels_of(frame)
+    assert labels_of(frame) is first  # a sweep prepares every scenario from one frame
+    other = pl.DataFrame({"tenant": ["z"], "model": ["m"]})
+    assert labels_of(other)["tenant"].names == ("z",)
+    del frame, other
+    gc.collect()
+    assert not cl._last
