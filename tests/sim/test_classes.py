@@ -342,3 +342,15 @@ def test_labels_of_one_frame_are_read_once_and_let_go_with_it() -> None:
     del frame, other
     gc.collect()
     assert not cl._last
+
+
+def test_replay_bad_slo_is_one_line(tmp_path: Path) -> None:
+    root, base = _cli_warehouse(tmp_path, _tenant_table(12))
+    r = CliRunner().invoke(
+        cli, ["replay", "--warehouse", str(root), "--scenario", str(base), "--slo",
+              "ttft_p99@tenant=chat=200"],
+    )  # fmt: skip
+    assert r.exit_code == 1
+    assert "--slo" in r.output and "give a unit" in r.output
+    assert len(r.output.strip().splitlines()) == 1, r.output
+    assert not Warehouse(root).files(SIM_REQUESTS)  # checked before anything ran
