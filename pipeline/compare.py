@@ -278,6 +278,81 @@ def compare_paired(
         con.close()
 
 
+# the per-class rows (view class_latency): its column -> the compare_runs metric it reads as
+CLASS_METRICS = {
+    "requests": "num_requests",
+    "ttft_p50_s": "p50_ttft_s",
+    "ttft_p90_s": "p90_ttft_s",
+    "ttft_p99_s": "p99_ttft_s",
+    "tpot_p50_s": "p50_tpot_s",
+    "tpot_p99_s": "p99_tpot_s",
+}
+CLASS_COLUMNS = ("scenario", "scenario_b", "class_kind", "class_name", "metric", "value_a",
+                 "value_b", "change", "relative_change")  # fmt: skip
+
+
+def class_changes(wh: Warehouse, df: pl.DataFrame, pairing: Pairing | None = None) -> pl.DataFrame:
+    """Per tenant and per model of each scenario pair of ``df`` (``compare_runs``' rows, so
+    paired as they pair): requests and TTFT/TPOT percentiles in A and B, with the change
+    B - A and the relative change. Only kinds with more than one class in A or B; a class
+    found in one run only has the other's values null."""
+    empty = pl.DataFrame(schema={c: pl.Float64 if c.startswith(("value", "change", "relative"))
+                                 else pl.String for c in CLASS_COLUMNS})  # fmt: skip
+    if df.is_empty():
+        return empty
+    run_a, run_b = df["run_a"][0], df["run_b"][0]
+    pairs: list[tuple[str, str | None, str]] = []
+    if pairing is not None:  # as compare_paired paired the scenarios
+        pairs = [(a, a, b) for a, b in pairing.pairs]
+    else:
+        sims = df.filter(pl.col("scenario") != "(capacity)")
+        for (scenario, scenario_b), part in sims.group_by(
+            ["scenario", "scenario_b"], maintain_order=True
+        ):
+            in_a = part["value_a"].is_not_null().any()
+            pairs.append((scenario, scenario if in_a else None, scenario_b))
+    con = wh.connect()
+    try:
+        cols = ", ".join(CLASS_METRICS)
+        found = con.execute(
+            f"SELECT run_id, scenario, class_kind, class_name, {cols} FROM class_latency "
+            "WHERE run_id IN (?, ?)",
+            [run_a, run_b],
+        ).fetchall()
+    finally:
+        con.close()
+    names = ["run_id", "scenario", "class_kind", "class_name", *CLASS_METRICS]
+    by_key = {(r[0], r[1], r[2], r[3]): dict(zip(names, r, strict=True)) for r in found}
+    rows = []
+    for shown, a_name, b_name in pairs:
+        for kind in ("tenant", "model"):
+            a = {k[3]: v for k, v in by_key.items() if k[:3] == (run_a, a_name, kind)}
+            b = {k[3]: v for k, v in by_key.items() if k[:3] == (run_b, b_name, kind)}
+            if max(len(a), len(b)) < 2:  # one class is the whole traffic again
+                continue
+            order = sorted(
+                set(a) | set(b),
+                key=lambda n: (
+                    -max(
+                        (a.get(n) or {}).get("requests") or 0, (b.get(n) or {}).get("requests") or 0
+                    ),
+                    n,
+                ),
+            )
+            for name in order:
+                for column, metric in CLASS_METRICS.items():
+                    va = (a.get(name) or {}).get(column)
+                    vb = (b.get(name) or {}).get(column)
+                    va = None if va is None else float(va)
+                    vb = None if vb is None else float(vb)
+                    change = None if va is None or vb is None else vb - va
+                    rel = None if change is None or not va else change / abs(va)
+                    rows.append((shown, b_name, kind, name, metric, va, vb, change, rel))
+    if not rows:
+        return empty
+    return pl.DataFrame(rows, schema=empty.schema, orient="row")
+
+
 def signed(x: float | None, scale: float = 1.0, unit: str = "") -> str:
     """+12.5 ms, -3, 0: a change with its sign."""
     if x is None:
@@ -294,9 +369,12 @@ def _plain(x: float | None, scale: float, unit: str) -> str:
     return (f"{v:,.4g}" if abs(v) < 1e4 else f"{v:,.0f}") + unit
 
 
-def comparison_dict(df: pl.DataFrame, pairing: Pairing | None = None) -> dict[str, Any]:
+def comparison_dict(
+    df: pl.DataFrame, pairing: Pairing | None = None, classes: pl.DataFrame | None = None
+) -> dict[str, Any]:
     """The diff as JSON-able data: how the scenarios were paired, and per paired scenario
-    (and the capacity answers), per metric, a, b, change, relative change."""
+    (and the capacity answers), per metric, a, b, change, relative change; and per class
+    (``class_changes``) under ``classes``: ``{kind: {name: {metric: ...}}}``."""
     out: dict[str, Any] = {
         "run_a": df["run_a"][0] if df.height else None,
         "run_b": df["run_b"][0] if df.height else None,
@@ -305,7 +383,7 @@ def comparison_dict(df: pl.DataFrame, pairing: Pairing | None = None) -> dict[st
     }
     for row in _paired_rows(df, pairing).to_dicts():
         entry = out["scenarios"].setdefault(
-            row["scenario"], {"scenario_b": row["scenario_b"], "metrics": {}}
+            row["scenario"], {"scenario_b": row["scenario_b"], "metrics": {}, "classes": {}}
         )
         entry["metrics"][row["metric"]] = {
             "a": row["value_a"],
@@ -316,6 +394,17 @@ def comparison_dict(df: pl.DataFrame, pairing: Pairing | None = None) -> dict[st
             "change_hi": row.get("change_hi"),
             "interval": row.get("interval"),  # paired | unpaired
             "within_noise": row.get("within_noise"),  # the interval holds 0
+        }
+    for row in (classes if classes is not None else pl.DataFrame()).to_dicts():
+        entry = out["scenarios"].get(row["scenario"])
+        if entry is None:
+            continue
+        per_class = entry["classes"].setdefault(row["class_kind"], {})
+        per_class.setdefault(row["class_name"], {})[row["metric"]] = {
+            "a": row["value_a"],
+            "b": row["value_b"],
+            "change": row["change"],
+            "relative_change": row["relative_change"],
         }
     return out
 
@@ -330,11 +419,16 @@ def _paired_rows(df: pl.DataFrame, pairing: Pairing | None) -> pl.DataFrame:
 
 
 def format_comparison(
-    df: pl.DataFrame, pairing: Pairing | None = None, *, notes: bool = True
+    df: pl.DataFrame,
+    pairing: Pairing | None = None,
+    *,
+    notes: bool = True,
+    classes: pl.DataFrame | None = None,
 ) -> str:
     """A line on how the scenarios were paired, then a text table per paired scenario:
-    metric, A, B, signed change and relative change; with ``notes``, a closing note on
-    what the intervals are."""
+    metric, A, B, signed change and relative change; then, with ``classes``
+    (``class_changes``), a table per tenant and model kind; with ``notes``, a closing
+    note on what the intervals are."""
     from pipeline.text import render_table
 
     if df.is_empty():
@@ -371,6 +465,8 @@ def format_comparison(
         lines.append(head)
         table = render_table(["metric", "A", "B", "B - A", "90% interval", "change", ""], rows)
         lines += ["  " + line for line in table.splitlines()]
+        if classes is not None:
+            lines += class_change_lines(classes.filter(pl.col("scenario") == scenario))
     if notes and "interval" in df.columns and df["interval"].is_not_null().any():
         lines += [
             "",
@@ -379,6 +475,36 @@ def format_comparison(
             "each run's profile term. 'within noise': the interval holds 0.",
         ]
     return "\n".join(lines)
+
+
+def class_change_lines(classes: pl.DataFrame) -> list[str]:
+    """One scenario's per-class changes: a table per kind (class, metric, A, B, B - A,
+    change, better or worse)."""
+    from pipeline.text import render_table
+
+    lines: list[str] = []
+    for (kind,), part in classes.group_by("class_kind", maintain_order=True):
+        rows = []
+        for r in part.to_dicts():
+            label, scale, unit, better_up = METRICS[r["metric"]]
+            verdict = ""
+            if r["change"]:
+                verdict = "better" if (r["change"] > 0) == better_up else "worse"
+            rel = r["relative_change"]
+            rows.append(
+                [
+                    r["class_name"],
+                    label,
+                    _plain(r["value_a"], scale, unit),
+                    _plain(r["value_b"], scale, unit),
+                    signed(r["change"], scale, unit),
+                    "\u2014" if rel is None else f"{rel * 100:+.1f}%",
+                    verdict,
+                ]
+            )
+        table = render_table([str(kind), "metric", "A", "B", "B - A", "change", ""], rows)
+        lines += [f"  per {kind}:", *("    " + line for line in table.splitlines())]
+    return lines
 
 
 def _interval(r: dict[str, Any], scale: float, unit: str) -> str:
@@ -393,6 +519,7 @@ __all__ = [
     "METRICS",
     "PAIR_BY",
     "Pairing",
+    "class_changes",
     "compare_paired",
     "compare_runs",
     "comparison_dict",

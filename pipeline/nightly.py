@@ -47,6 +47,7 @@ class NightlyConfig:
     capacity_specs: list[Any] = field(default_factory=list)  # pipeline.plan.capacity.SearchSpec
     capacity_summary_only: bool = True
     thresholds: dict[str, float] = field(default_factory=dict)
+    slo_headroom_pct: float | None = None  # [drift] slo_headroom_pct: least headroom, % of limit
     keep_nights: int = DEFAULT_KEEP_NIGHTS
     report: bool = True
     warehouse: Path | None = None
@@ -63,7 +64,7 @@ def load_nightly_config(path: Path) -> NightlyConfig:
     """
     from pipeline import validation
     from pipeline.config import check_ingest_table, parse_trace_start
-    from pipeline.drift import thresholds
+    from pipeline.drift import HEADROOM_KEY, headroom_margin, thresholds
     from pipeline.errors import ConfigError, PipelineError
     from pipeline.plan.capacity import parse_specs
     from pipeline.plan.slo import parse_slos
@@ -155,6 +156,9 @@ def load_nightly_config(path: Path) -> NightlyConfig:
         raise ConfigError(f"{path}: scenario names must differ, got {', '.join(names)}")
 
     slos = parse_slos(table("slo"), where=f"{path} [slo]")
+    margin = headroom_margin(table("drift"), where=f"{path} [drift]")
+    if margin is not None and not slos:
+        raise ConfigError(f"{path}: [drift] {HEADROOM_KEY} needs the SLOs to watch: add [slo]")
     capacity_base = None
     specs: list[Any] = []
     summary_only = True
@@ -191,6 +195,7 @@ def load_nightly_config(path: Path) -> NightlyConfig:
         capacity_specs=specs,
         capacity_summary_only=summary_only,
         thresholds=thresholds(table("drift"), where=f"{path} [drift]"),
+        slo_headroom_pct=margin,
         keep_nights=keep,
         report=report,
         warehouse=(base_dir / warehouse) if warehouse else None,
@@ -243,6 +248,7 @@ def _figures(
     warehouse: Path, days: list[str], replayed: ReplayResult | None, capacity: Any
 ) -> dict[str, float | None]:
     """Tonight's figures (see ``pipeline.drift``)."""
+    from pipeline.drift import slo_figure
     from pipeline.report.sql import query
     from pipeline.warehouse import Warehouse
 
@@ -276,6 +282,8 @@ def _figures(
             obs = observed[metric]
             if sim is not None and obs:
                 out[f"sim_vs_observed.{metric}.{name}"] = sim / obs
+        for key, verdict in (run.summary.get("slo") or {}).items():
+            out[slo_figure(name, key)] = num(verdict["measured_s"])
     for search in capacity.searches if capacity else []:
         out[f"capacity.{capacity.base.name}.{search.spec.kind}"] = num(search.answer)
     return out
@@ -334,7 +342,7 @@ def run_nightly(
     from datetime import UTC, datetime
 
     from pipeline import __version__
-    from pipeline.drift import compare
+    from pipeline.drift import compare, headrooms
     from pipeline.errors import PipelineError
     from pipeline.inbox import expand, load_manifest, new_or_changed, save_manifest
     from pipeline.lock import DEFAULT_TIMEOUT_S, warehouse_lock
@@ -408,7 +416,14 @@ def run_nightly(
             m["days"] = days
             if days:
                 d0, d1 = date.fromisoformat(days[0]), date.fromisoformat(days[-1])
-                replayed = replay(warehouse, cfg.scenarios, date_from=d0, date_to=d1, quiet=quiet)
+                replayed = replay(
+                    warehouse,
+                    cfg.scenarios,
+                    date_from=d0,
+                    date_to=d1,
+                    quiet=quiet,
+                    slos=list(cfg.slos),
+                )
                 m["replay_run_id"] = replayed.run_id
                 m["scenarios"] = {r.scenario.name: r.summary for r in replayed.runs}
                 say(f"replay: run {replayed.run_id}, {len(replayed.runs)} scenario(s)")
@@ -433,6 +448,14 @@ def run_nightly(
                 m["previous_night"] = prev_id
                 m["changes"] = [c.to_dict() for c in changes]
                 m["drifts"] = [c.describe() for c in changes if c.drift]
+                watched = [
+                    (r.scenario.name, s.key, s.limit_s) for r in replayed.runs for s in cfg.slos
+                ]
+                heads = headrooms(prev, figures, watched, cfg.slo_headroom_pct)
+                m["slo_headroom"] = [h.to_dict() for h in heads]
+                for h in heads:
+                    say(f"slo: {h.describe()}")
+                m["drifts"] += [f"slo headroom: {h.describe()}" for h in heads if h.below_margin]
                 for line in m["drifts"]:
                     say(f"drift: {line}")
                 if cfg.report:

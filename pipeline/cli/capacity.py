@@ -128,6 +128,26 @@ def answer_cost(search: SearchOutcome, prices: dict[str, float]) -> dict[str, An
     return deployment_cost(prices, sc.profile, sc.replicas, at.run.summary)
 
 
+def answer_classes(search: SearchOutcome) -> dict[str, Any] | None:
+    """Per tenant and per model at the search's answer (None: no answer)."""
+    at = search.answer_probe
+    if at is None or at.run is None:
+        return None
+    classes: dict[str, Any] = at.run.summary.get("classes") or {}
+    return classes
+
+
+def answer_class_lines(search: SearchOutcome) -> list[str]:
+    """The per-class tables at the answer, where a kind has several classes."""
+    from pipeline.cli.classes import class_lines
+
+    classes, at = answer_classes(search), search.answer_probe
+    if not classes or at is None:
+        return []
+    lines = class_lines({"classes": classes}, indent="    ")
+    return [f"  there, per class ({at.name}):", *lines] if lines else []
+
+
 def format_search(
     search: SearchOutcome,
     slos: list[Slo],
@@ -162,6 +182,7 @@ def format_search(
         cost = format_cost(answer_cost(search, prices or {}))
         if cost:
             lines.append(f"  {cost}")
+    lines += answer_class_lines(search)
     if search.note:
         lines.append(f"  note: {search.note}")
     headers = ["probe", search.knob, *[s.key for s in slos], "met", "req/s", "goodput", "preempt"]
@@ -236,6 +257,7 @@ def result_dict(
                 "answer": _json_answer(s),
                 "interval": interval_dict(s),
                 "cost": answer_cost(s, prices or {}),
+                "answer_classes": answer_classes(s),
                 "monotone": s.result.monotone,
                 "note": s.note,
                 "probes": [

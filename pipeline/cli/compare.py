@@ -38,8 +38,10 @@ def compare(
     TPOT percentiles, preemptions, the prefix-cache hit rate, the cost
     ($/hour, $ per 1M tokens; with a price in [gpu_prices] or
     --gpu-hour-price) and each capacity search's answer, with the signed
-    change B - A and the relative change. --quiet leaves out the
-    note on how the intervals were drawn.
+    change B - A and the relative change; then per tenant and per model
+    (where there are several) requests and TTFT and TPOT percentiles with
+    their changes. --quiet leaves out the note on how the intervals were
+    drawn.
 
     Example:
 
@@ -49,7 +51,13 @@ def compare(
         tracereplay compare SHARED PRIORITY --by position
         tracereplay compare SHARED PRIORITY --pair shared-64=priority-64
     """
-    from pipeline.compare import compare_paired, comparison_dict, format_comparison, parse_pairs
+    from pipeline.compare import (
+        class_changes,
+        compare_paired,
+        comparison_dict,
+        format_comparison,
+        parse_pairs,
+    )
     from pipeline.pricing import gpu_prices
 
     cfg = load_config(config_file)
@@ -57,8 +65,16 @@ def compare(
     prices = gpu_prices(cfg, gpu_hour_price)
     mapping = parse_pairs(pairs)
     done = [compare_paired(wh, run_a, b, prices, by=pair_by, pairs=mapping) for b in run_b]
+    classes = [class_changes(wh, df, pairing) for df, pairing in done]  # per tenant, model
     if as_json:
-        out = [comparison_dict(df, pairing) for df, pairing in done]
+        out = [
+            comparison_dict(df, pairing, c) for (df, pairing), c in zip(done, classes, strict=True)
+        ]
         click.echo(json.dumps(out[0] if len(out) == 1 else out, indent=2))
         return
-    click.echo("\n\n".join(format_comparison(df, pairing, notes=not quiet) for df, pairing in done))
+    click.echo(
+        "\n\n".join(
+            format_comparison(df, pairing, notes=not quiet, classes=c)
+            for (df, pairing), c in zip(done, classes, strict=True)
+        )
+    )

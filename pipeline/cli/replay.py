@@ -10,7 +10,10 @@ import click
 
 from pipeline.busiest import selection_lines
 from pipeline.cli import options as opt
+from pipeline.cli.classes import class_lines
+from pipeline.cli.sweep import seconds
 from pipeline.config import load_config, warehouse_path
+from pipeline.plan.slo import parse_slos
 from pipeline.pricing import deployment_cost, format_cost, gpu_prices
 from pipeline.sim.policies import POLICIES
 from pipeline.sim.replay import ReplayResult, ScenarioRun
@@ -39,6 +42,8 @@ def format_run(run: ScenarioRun, prices: dict[str, float] | None = None) -> str:
             f"{_fmt(s['total_token_throughput'], 'total tok/s', digits=0)}",
             *_latency_lines(s),
             f"  latencies {_basis(s)}",
+            *_slo_lines(s),
+            *class_lines(s),
             f"  queue depth max {s['max_queue_depth']:,} mean {s['mean_queue_depth']:.1f}   "
             f"preemptions {s['num_preemptions']:,}   KV peak {s['kv_peak_usage']:.1%} "
             f"({s['kv_peak_blocks']:,} of {s['num_kv_blocks']:,} blocks)   "
@@ -51,6 +56,23 @@ def format_run(run: ScenarioRun, prices: dict[str, float] | None = None) -> str:
             ],
         ]
     )
+
+
+def _slo_lines(s: dict[str, Any]) -> list[str]:
+    """Each SLO's statistic against its limit, and the goodput (with --slo)."""
+    slo = s.get("slo")
+    if not slo:
+        return []
+    cells = [
+        f"{key} {seconds(v['measured_s'])} of {seconds(v['limit_s'])} "
+        + ("met" if v["met"] else "MISSED")
+        for key, v in slo.items()
+    ]
+    return [
+        f"  SLOs: {', '.join(cells)}",
+        f"  goodput {_fmt(s.get('goodput'), 'req/s', digits=2)} "
+        f"({s.get('num_good', 0):,} requests meet every SLO)",
+    ]
 
 
 def _basis(s: dict[str, Any]) -> str:
@@ -168,6 +190,14 @@ def result_dict(
     help="Scenario TOML file (repeatable); flags below override its values.",
 )
 @click.option("--name", default=None, help="Scenario name (names the output files).")
+@click.option(
+    "--slo",
+    "slo_items",
+    multiple=True,
+    metavar="KEY=LIMIT",
+    help="Objective for goodput and met/not met, whole traffic and per class, e.g. "
+    "ttft_p99=200ms or ttft_p99@tenant=chat=200ms (repeatable).",
+)
 @opt.scenario_flags
 @opt.intervals
 @opt.gpu_hour_price
@@ -179,6 +209,7 @@ def replay_command(
     requests: opt.Requests,
     scenario_files: tuple[Path, ...],
     name: str | None,
+    slo_items: tuple[str, ...],
     scenario_flags: dict[str, Any],
     sets: tuple[str, ...],
     no_intervals: bool,
@@ -194,7 +225,9 @@ def replay_command(
     Prints per scenario: throughput, TTFT, TPOT and E2E percentiles with their
     90% intervals (arrivals: a block bootstrap of the replayed requests;
     profile: two more replays at the step cost's error; --no-intervals leaves
-    them out), queue depth, preemptions and KV peak usage.
+    them out), queue depth, preemptions and KV peak usage; per tenant and per
+    model (where there are several) the same percentiles, and with --slo each
+    SLO's verdict and the goodput, whole traffic and per class.
 
     Example:
 
@@ -215,6 +248,7 @@ def replay_command(
         **requests.kwargs(),
         quiet=quiet,
         intervals=not no_intervals,
+        slos=parse_slos(slo_items),
     )
     prices = gpu_prices(cfg, gpu_hour_price)
     if as_json:

@@ -93,7 +93,15 @@ def format_sweep(result: SweepResult, prices: dict[str, float] | None = None) ->
     text = render_table(headers, rows)
     if with_slo:
         text += "\nSLOs: " + ", ".join(str(s) for s in result.slos)
-    return text
+    return text + _class_text(result)
+
+
+def _class_text(result: SweepResult) -> str:
+    """The per-class tables (tenants, models) of every scenario that ran."""
+    from pipeline.cli.classes import sweep_class_lines
+
+    lines = sweep_class_lines((o.name, o.run.summary) for o in result.outcomes if o.run)
+    return "\n".join(["", *lines]) if lines else ""
 
 
 def result_dict(

@@ -129,10 +129,10 @@ def run_task(task: ScenarioTask) -> TaskOutcome:
     try:
         tables: dict[str, pa.Table] = {}
         if task.tables:
-            run, requests, steps = run_prepared(task.scenario, writable(task.prepared))
+            run, requests, steps = run_prepared(task.scenario, writable(task.prepared), task.slos)
             tables = {SIM_REQUESTS.name: requests, SIM_STEPS.name: steps}
         else:
-            run, res = summarize_prepared(task.scenario, writable(task.prepared))
+            run, res = summarize_prepared(task.scenario, writable(task.prepared), task.slos)
         report = None
         if task.slos:
             if task.tables:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -37,7 +37,13 @@ from pipeline.progress import progress
 from pipeline.runs import write_run_row
 from pipeline.selection import RequestFilter
 from pipeline.sim import uncertainty
-from pipeline.sim.replay_input import Prepared, prepare, read_window, select_request_files
+from pipeline.sim.classes import Slo, class_summary, whole_traffic_slos
+from pipeline.sim.replay_input import (
+    Prepared,
+    prepare,
+    read_window,
+    select_request_files,
+)
 from pipeline.sim.replay_tables import (
     CHUNK_ROWS,
     sim_requests_table,
@@ -108,6 +114,14 @@ def _simulate(
     return res, steps, time.perf_counter() - t0 - kept_s
 
 
+def _with_classes(
+    summary: dict[str, Any], res: SimResult, prep: Prepared, slos: Sequence[Slo] = ()
+) -> dict[str, Any]:
+    """``summary`` with its per-class figures (``classes``), against ``slos`` if any."""
+    summary["classes"] = class_summary(res, prep.classes, slos, summary["duration_s"])
+    return summary
+
+
 def _facts(prep: Prepared) -> dict[str, Any]:
     """What a scenario's summary says of its preparation (dropped, warm-up, prefix facts)."""
     return {
@@ -131,6 +145,7 @@ def replay(
     selection: RequestFilter | None = None,
     chunk_rows: int = CHUNK_ROWS,
     intervals: bool = True,
+    slos: Sequence[Slo] = (),
 ) -> ReplayResult:
     """Replay the selected requests through every scenario and write the results.
 
@@ -148,6 +163,8 @@ def replay(
         intervals: give each summary's TTFT, TPOT and E2E percentiles their 90%
             intervals (``pipeline.sim.uncertainty``: a bootstrap, and two more
             replays for the profile term).
+        slos: objectives (``pipeline.plan.slo``): each summary gets each one's verdict
+            and the goodput, for the whole traffic and per class (``sim.classes``).
 
     Returns:
         The run id, the inputs and each scenario's summary and files.
@@ -174,7 +191,9 @@ def replay(
     try:
         if scenarios:
             load_loop(scenarios[0].engine(), quiet=quiet)
-        run_one = functools.partial(_run_one, quiet=quiet, rows=chunk_rows, intervals=intervals)
+        run_one = functools.partial(
+            _run_one, quiet=quiet, rows=chunk_rows, intervals=intervals, slos=slos
+        )
         for sc in scenarios:  # each scenario's inputs are let go once it has run
             runs.append(run_one(wh, run_id, sc, prepared.pop(0)))
         wh.write(SCENARIOS, _scenarios_table(runs), {"run_id": run_id}, "scenarios")
@@ -220,11 +239,13 @@ def _run_one(
     quiet: bool,
     rows: int,
     intervals: bool = False,
+    slos: Sequence[Slo] = (),
 ) -> ScenarioRun:
     """Run one scenario; its step rows are written as the loop hands them out."""
     # the profile term's replays run first, while the input is still held
     at_cost = uncertainty.profile_statistics(sc, prep.inp) if intervals else None
     n, inputs, ids, facts = len(prep.inp), [prep.inp], prep.request_ids, _facts(prep)
+    classes = prep.classes
     del prep  # the caller holds it no more: the loop frees the input once it has copied it
     part = {"run_id": run_id}
     with (
@@ -241,6 +262,9 @@ def _run_one(
             sc, inputs, steps_out.write, chunk_rows=rows, on_progress=on_progress
         )
     summary = {**summarize(res, steps), **facts}
+    if slos:
+        summary.update(whole_traffic_slos(res, classes, slos, summary["duration_s"]))
+    summary["classes"] = class_summary(res, classes, slos, summary["duration_s"])
     if intervals:
         summary["intervals"] = uncertainty.summary_intervals(sc, res, at_cost)
     paths = {
@@ -299,8 +323,12 @@ def _write_run_row(
 # --- Hooks for stages that run many scenarios (sweeps, capacity searches) ---
 
 
-def run_prepared(sc: Scenario, prep: Prepared) -> tuple[ScenarioRun, pa.Table, pa.Table]:
+def run_prepared(
+    sc: Scenario, prep: Prepared, slos: Sequence[Slo] = ()
+) -> tuple[ScenarioRun, pa.Table, pa.Table]:
     """Simulate one prepared scenario and return its run, sim_requests and sim_steps tables.
+
+    The summary holds the per-class figures, against ``slos`` (``sim.classes``).
 
     Writes nothing: the caller writes the tables, in bulk or from another process.
     Uses no polars, so it is safe in a forked worker process.
@@ -309,20 +337,23 @@ def run_prepared(sc: Scenario, prep: Prepared) -> tuple[ScenarioRun, pa.Table, p
     res, steps, sim_s = _simulate(sc, [prep.inp], chunks.append, chunk_rows=CHUNK_ROWS)
     blocks = res.num_kv_blocks
     steps_table = pa.concat_tables(chunks or [sim_steps_table(sc.name, res.st, res.stf, blocks)])
-    summary = {**summarize(res, steps), **_facts(prep)}
+    summary = _with_classes({**summarize(res, steps), **_facts(prep)}, res, prep, slos)
     run = ScenarioRun(scenario=sc, summary=summary, num_dropped=prep.num_dropped, sim_s=sim_s)
     return run, sim_requests_table(sc.name, prep.request_ids, res), steps_table
 
 
-def summarize_prepared(sc: Scenario, prep: Prepared) -> tuple[ScenarioRun, SimResult]:
-    """Simulate one prepared scenario for its summary only: no tables are built.
+def summarize_prepared(
+    sc: Scenario, prep: Prepared, slos: Sequence[Slo] = ()
+) -> tuple[ScenarioRun, SimResult]:
+    """Simulate one prepared scenario for its summary only: no tables are built. The
+    summary holds the per-class figures, against ``slos`` (``sim.classes``).
 
     Returns the run and the result (its step timeline kept whole, for the summary).
     """
     t0 = time.perf_counter()
     res = simulate(prep.inp, sc.engine())
     sim_s = time.perf_counter() - t0
-    summary = {**summarize(res), **_facts(prep)}
+    summary = _with_classes({**summarize(res), **_facts(prep)}, res, prep, slos)
     return ScenarioRun(scenario=sc, summary=summary, num_dropped=prep.num_dropped, sim_s=sim_s), res
 
 

@@ -30,6 +30,7 @@ from pipeline.contracts import REQUESTS, check_file, with_optional_columns
 from pipeline.errors import ConfigError, ScenarioError
 from pipeline.selection import RequestFilter, check_request_columns
 from pipeline.sim.arrivals import make_arrivals
+from pipeline.sim.classes import ClassLabels, labels_of
 from pipeline.sim.prefix import build_keys, describe
 from pipeline.sim.scenario import Scenario
 from pipeline.sim.simulate import LeadInput
@@ -65,6 +66,8 @@ class Prepared:
     prefix_info: dict[str, Any] = field(default_factory=dict)  # block-size bridging facts
     # per replayed request: tenant and model (object arrays), for SLOs with a scope
     groups: dict[str, Any] = field(default_factory=dict)
+    # per replayed request: its class of each kind (tenant, model), for per-class figures
+    classes: dict[str, ClassLabels] = field(default_factory=dict)
 
 
 def select_request_files(
@@ -272,6 +275,7 @@ def prepare(frame: pl.DataFrame, scenario: Scenario, *, with_groups: bool = True
         if not whole and _repeats(idx, frame.height):  # drawn with replacement: keep ids unique
             drawn = np.arange(len(idx)) if keep_idx is None else keep_idx
             ids = ids + "#" + pl.Series(drawn[first:]).cast(pl.String)
+    classes = labels_of(frame, None if as_is else rows[first:])  # 4 bytes a request and kind
     groups: dict[str, Any] = {}
     if with_groups:
         for c in ("tenant", "model"):
@@ -294,6 +298,7 @@ def prepare(frame: pl.DataFrame, scenario: Scenario, *, with_groups: bool = True
         num_lead=lead,
         prefix_info=info,
         groups=groups,
+        classes=classes,
     )
 
 

@@ -93,12 +93,12 @@ def test_parallel_equals_serial(
 def _fail_one(name: str, how: str) -> Callable[..., Any]:
     real = pipeline.plan.tasks.run_prepared
 
-    def run_prepared(sc: Any, prep: Any) -> Any:
+    def run_prepared(sc: Any, prep: Any, *slos: Any) -> Any:
         if sc.name == name:
             if how == "die":
                 os._exit(3)  # the worker process dies, as if killed
             raise RuntimeError("boom")
-        return real(sc, prep)
+        return real(sc, prep, *slos)
 
     return run_prepared
 
