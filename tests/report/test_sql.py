@@ -465,3 +465,31 @@ def test_bad_parameter_value_is_one_line(con: duckdb.DuckDBPyConnection) -> None
 def test_parameters_do_not_leak_between_queries(con: duckdb.DuckDBPyConnection) -> None:
     assert query(con, "run_scenarios", run_id=R1).height == 1
     assert query(con, "run_scenarios").height == 4
+
+
+def test_compare_requests_leaves_out_unfinished_requests_written_to_parquet(
+    tmp_path: Path,
+) -> None:
+    # pyarrow's Parquet statistics leave NaN out, and DuckDB folded `NOT isnan(x)` to true
+    # from them, so an unfinished request (finished_s NaN) reached the bootstrap
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    nan = float("nan")
+    table = pa.table({
+        "run_id": [R1] * 3,
+        "scenario": ["s"] * 3,
+        "request_id": ["r1", "r2", "r3"],
+        "arrival_s": [0.0, 1.0, 2.0],
+        "finished_s": [3.0, nan, 4.0],
+        "ttft_s": [1.0, nan, 1.5],
+        "tpot_s": [0.1, nan, 0.2],
+        "e2e_s": [3.0, nan, 2.0],
+    })  # fmt: skip
+    pq.write_table(table, tmp_path / "sim_requests.parquet")
+    con = duckdb.connect()
+    con.execute(f"CREATE VIEW sim_requests AS SELECT * FROM '{tmp_path / 'sim_requests.parquet'}'")
+    rows = query(con, "compare_requests", run_id=R1, compare_run_id=R1)
+    assert rows["request_id"].to_list() == ["r1", "r3"]
+    assert not np.isnan(rows["ttft_s"].to_numpy()).any()
