@@ -12,9 +12,10 @@ from pathlib import Path
 import click
 
 from pipeline.cli import options as opt
-from pipeline.cli.ingest import options_from, print_summary
+from pipeline.cli.ingest import print_summary
 from pipeline.cli.replay import format_run, result_dict
 from pipeline.config import load_config, warehouse_path
+from pipeline.ingest import IngestOptions
 from pipeline.job import run_job
 
 SAMPLES = Path(__file__).resolve().parents[2] / "traces"
@@ -89,7 +90,7 @@ def run(
         wh,
         scenario_files=list(scenario_files),
         replay_defaults=cfg.sections.get("replay"),
-        ingest_options=options_from(cfg, quiet=quiet),
+        ingest_options=IngestOptions.from_config(cfg, quiet=quiet),
         quiet=quiet,
     )
     if as_json:
