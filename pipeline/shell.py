@@ -17,7 +17,7 @@ the shell goes on. Dot commands, at the start of a statement only::
 (``history_path``) where Python has ``readline``; Ctrl-C drops the statement being
 typed, or cancels the one running. ``script`` reads a stream (stdin that is not a
 terminal) the same way, without prompts, runs a last statement that lacks its ``;``,
-and says whether every statement succeeded.
+stops at Ctrl-C, and says whether every statement succeeded.
 
 The connection is ``Warehouse.connect``'s: the shell adds no way to write.
 """
@@ -114,6 +114,7 @@ class Shell:
         self.mode = mode
         self.max_rows = max_rows
         self.failures = 0  # statements and commands that printed an error
+        self.interrupted = False  # Ctrl-C stopped a statement (a script stops there)
         self._lines: list[str] = []
 
     @property
@@ -161,10 +162,10 @@ class Shell:
                     self._error(str(exc))
                     return
             except KeyboardInterrupt:  # off the main thread, where no handler is set
-                self._error("interrupted (Ctrl-C)")
+                self._interrupted()
                 return
             if interrupted():
-                self._error("interrupted (Ctrl-C)")
+                self._interrupted()
 
     def command(self, line: str) -> bool:
         """A dot command; False for ``.quit`` and ``.exit``."""
@@ -241,6 +242,10 @@ class Shell:
         self.out.write(format_result(df, self.mode, self.max_rows))
         self.out.flush()
 
+    def _interrupted(self) -> None:
+        self.interrupted = True
+        self._error("interrupted (Ctrl-C)")
+
     def _error(self, message: str) -> None:
         self.failures += 1
         self.err.write(f"Error: {message}\n")
@@ -287,9 +292,9 @@ def _interrupting(con: duckdb.DuckDBPyConnection) -> Iterator[Callable[[], bool]
 
 def script(shell: Shell, lines: Iterable[str]) -> bool:
     """Run ``lines`` (a stream of SQL and dot commands) through ``shell``; True when
-    nothing failed."""
+    nothing failed. A failed statement does not stop it; Ctrl-C does."""
     for line in lines:
-        if not shell.feed(line.rstrip("\r\n")):
+        if not shell.feed(line.rstrip("\r\n")) or shell.interrupted:
             break
     else:
         shell.finish()

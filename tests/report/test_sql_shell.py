@@ -13,6 +13,7 @@ import os
 import pty
 import select
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -251,3 +252,37 @@ def test_run_prints_a_shell_command_that_works(tiny_warehouse: Warehouse) -> Non
     )
     assert (done.returncode, done.stderr) == (0, "")
     assert "│ 5   │" in done.stdout
+
+
+def test_ctrl_c_stops_a_script(tiny_warehouse: Warehouse, tmp_path: Path) -> None:
+    script = tmp_path / "long.sql"
+    script.write_text(
+        "SELECT 'started' AS s; SELECT sum(i) FROM range(9223372036854775807) t(i);\n"
+        "SELECT 'after' AS a;\n"
+    )
+    argv = [sys.executable, "-m", "pipeline", "sql", "--warehouse", str(tiny_warehouse.root)]
+    with script.open() as stdin:
+        child = subprocess.Popen(
+            argv,
+            stdin=stdin,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "120"},
+        )
+        try:
+            assert child.stdout is not None
+            seen = ""
+            while "started" not in seen:  # the endless sum runs once this is out
+                line = child.stdout.readline()
+                assert line, f"exited before 'started': {seen!r}"
+                seen += line
+            child.send_signal(signal.SIGINT)
+            out, err = child.communicate(timeout=120)
+        finally:
+            if child.poll() is None:
+                child.kill()
+    assert child.returncode == 1
+    assert err == "Error: interrupted (Ctrl-C)\n"
+    assert "after" not in out  # the script stopped there
