@@ -8,7 +8,7 @@ warehouse lock, and returns typed results and polars frames instead of
 printing. Nothing prints: progress bars are off unless ``progress=True``. A
 failure raises the error the command would print in one line, a
 ``pipeline.errors.PipelineError`` (``ConfigError``, ``ScenarioError``,
-``SourceError``, ``QueryError``, ...).
+``SourceError``, ...; bad SQL is ``pipeline.report.sql.QueryError``).
 
 ::
 
