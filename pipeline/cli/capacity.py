@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -17,8 +16,7 @@ from pipeline.plan.capacity import (
     SEARCHES,
     CapacityResult,
     SearchOutcome,
-    SearchSpec,
-    load_capacity_file,
+    capacity_inputs,
     run_capacity,
 )
 from pipeline.plan.intervals import Spread
@@ -30,10 +28,9 @@ from pipeline.plan.recommend import (
     recommendation_dict,
     write_recommendation,
 )
-from pipeline.plan.slo import Slo, format_seconds, parse_slos
+from pipeline.plan.slo import Slo, format_seconds
 from pipeline.pricing import deployment_cost, format_cost, gpu_prices
 from pipeline.sim.intervals import LEVEL
-from pipeline.sim.scenario import read_scenario_file
 from pipeline.text import render_table
 
 
@@ -315,28 +312,6 @@ def interval_dict(search: SearchOutcome) -> dict[str, Any] | None:
     }
 
 
-def _specs(
-    file_specs: list[SearchSpec],
-    kinds: tuple[str, ...],
-    target_rate: float | None,
-    max_concurrency: int | None,
-    max_replicas: int | None,
-) -> list[SearchSpec]:
-    by_kind = {s.kind: s for s in file_specs}
-    chosen = [by_kind.get(k, SearchSpec(k)) for k in kinds] if kinds else file_specs
-    out = []
-    for spec in chosen:
-        if spec.kind == "concurrency" and max_concurrency is not None:
-            spec = dataclasses.replace(spec, hi=float(max_concurrency))
-        if spec.kind == "replicas":
-            if max_replicas is not None:
-                spec = dataclasses.replace(spec, hi=float(max_replicas))
-            if target_rate is not None:
-                spec = dataclasses.replace(spec, rate=target_rate)
-        out.append(spec)
-    return out
-
-
 @click.command(name="capacity")
 @click.argument(
     "capacity_file", required=False, type=click.Path(dir_okay=False, exists=True, path_type=Path)
@@ -461,30 +436,29 @@ def capacity_command(
     """
     cfg = load_config(config_file)
     wh = warehouse_path(str(warehouse) if warehouse else None, cfg)
-    base: dict[str, Any] = dict(cfg.sections.get("replay", {}))
-    file_slos: list[Slo] = []
-    file_specs = [SearchSpec(k) for k in SEARCHES]
-    if capacity_file is not None:
-        file_base, file_slos, file_specs = load_capacity_file(capacity_file)
-        base.update(file_base)
-    if scenario_file is not None:
-        base.update(read_scenario_file(scenario_file))
-    flags = {**scenario_flags, **opt.parse_sets(sets)}
-    base.update({k: v for k, v in flags.items() if v is not None})
-    slos = {s.key: s for s in file_slos}
-    slos.update({s.key: s for s in parse_slos(slo_items)})
+    inputs = capacity_inputs(
+        capacity_file=capacity_file,
+        scenario=scenario_file,
+        overrides={**scenario_flags, **opt.parse_sets(sets)},
+        defaults=cfg.sections.get("replay", {}),
+        slos=slo_items,
+        searches=kinds,
+        target_rate=target_rate,
+        max_concurrency=max_concurrency,
+        max_replicas=max_replicas,
+    )
     result = run_capacity(
         wh,
-        base,
-        list(slos.values()),
-        _specs(file_specs, kinds, target_rate, max_concurrency, max_replicas),
+        inputs.base,
+        inputs.slos,
+        inputs.specs,
         **requests.kwargs(),
         summary_only=summary_only,
         quiet=quiet,
         intervals=not no_intervals,
     )
     prices = gpu_prices(cfg, gpu_hour_price)
-    rec = recommend(result, base, prices, margin_pct)
+    rec = recommend(result, inputs.base, prices, margin_pct)
     if rec.chosen is not None:
         write_recommendation(rec, result.run_id, recommend_out or default_path(wh, result.run_id))
     if as_json:

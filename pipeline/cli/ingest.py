@@ -3,27 +3,15 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
 from pathlib import Path
 
 import click
 
 from pipeline.cli import options as opt
-from pipeline.config import Config, load_config, warehouse_path
-from pipeline.errors import ConfigError
+from pipeline.config import load_config, warehouse_path
 from pipeline.ingest import IngestOptions, IngestResult, ingest_logs
 from pipeline.ingest.formats import FORMATS
 from pipeline.warehouse import Warehouse
-
-
-def parse_time(value: str, where: str) -> datetime:
-    try:
-        t = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError as exc:
-        raise ConfigError(
-            f"{where}: {value!r} is not an ISO-8601 time, e.g. 2024-05-01T00:00:00Z"
-        ) from exc
-    return t if t.tzinfo else t.replace(tzinfo=UTC)
 
 
 def print_summary(result: IngestResult, as_json: bool) -> None:
@@ -46,31 +34,6 @@ def print_summary(result: IngestResult, as_json: bool) -> None:
         f"+ duplicates {result.total('rows_duplicate'):,}  (run {result.run_id}, "
         f"warehouse {result.warehouse})"
     )
-
-
-def options_from(
-    cfg: Config,
-    *,
-    fmt: str | None = None,
-    block_size: int | None = None,
-    hash_salt: str | None = None,
-    tokenizer: Path | None = None,
-    trace_start: str | None = None,
-    quiet: bool = False,
-) -> IngestOptions:
-    """Ingest options from flags, falling back to the config file's [ingest] section."""
-    start = trace_start or cfg.get("ingest", "trace_start")
-    tok = tokenizer or cfg.get("ingest", "tokenizer")
-    opts = IngestOptions(
-        format=fmt,
-        block_size=block_size or cfg.get("ingest", "block_size"),
-        hash_salt=hash_salt if hash_salt is not None else cfg.get("ingest", "hash_salt", ""),
-        tokenizer=Path(tok) if tok else None,
-        quiet=quiet,
-    )
-    if start:
-        opts.trace_start = parse_time(start, "--trace-start")
-    return opts
 
 
 @click.command()
@@ -134,7 +97,7 @@ def ingest(
         tracereplay ingest logs/2024-05-*.jsonl.gz --warehouse /data/wh
     """
     cfg = load_config(config_file)
-    opts = options_from(
+    opts = IngestOptions.from_config(
         cfg,
         fmt=fmt,
         block_size=block_size,

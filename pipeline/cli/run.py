@@ -3,19 +3,47 @@
 from __future__ import annotations
 
 import json
+import os
+import shlex
+import shutil
+import sys
 from pathlib import Path
 
 import click
 
 from pipeline.cli import options as opt
-from pipeline.cli.ingest import options_from, print_summary
+from pipeline.cli.ingest import print_summary
 from pipeline.cli.replay import format_run, result_dict
 from pipeline.config import load_config, warehouse_path
+from pipeline.ingest import IngestOptions
 from pipeline.job import run_job
-from pipeline.warehouse import SQL_DIR
 
 SAMPLES = Path(__file__).resolve().parents[2] / "traces"
 DEFAULT_SAMPLE = "azure_conv.csv"
+
+
+def sql_shell_command(warehouse: Path) -> str:
+    """The command that opens the SQL shell over ``warehouse``, as this installation runs it:
+    ``tracereplay sql`` when that is the program on PATH, else this environment's
+    ``tracereplay`` by its path (``.venv/bin/tracereplay``), else ``python -m pipeline``."""
+    script = Path(sys.prefix) / "bin" / "tracereplay"
+    on_path = shutil.which("tracereplay")
+    if on_path is not None and script.exists() and Path(on_path).resolve() == script.resolve():
+        program = "tracereplay"
+    elif script.exists():
+        program = shlex.quote(_shortest(script))
+    else:
+        program = f"{shlex.quote(_shortest(Path(sys.executable)))} -m pipeline"
+    return f"{program} sql --warehouse {shlex.quote(_shortest(warehouse))}"
+
+
+def _shortest(path: Path) -> str:
+    """``path`` relative to the working directory when it lies under it, else absolute."""
+    absolute = Path(os.path.abspath(path))
+    try:
+        return str(absolute.relative_to(Path.cwd()))
+    except ValueError:
+        return str(absolute)
 
 
 @click.command()
@@ -62,7 +90,7 @@ def run(
         wh,
         scenario_files=list(scenario_files),
         replay_defaults=cfg.sections.get("replay"),
-        ingest_options=options_from(cfg, quiet=quiet),
+        ingest_options=IngestOptions.from_config(cfg, quiet=quiet),
         quiet=quiet,
     )
     if as_json:
@@ -82,6 +110,6 @@ def run(
         click.echo(f"results: {wh.resolve()}")
         if job.report:
             click.echo(f"report: {job.report.resolve()}")
-        click.echo(f'query them: cd {wh} && duckdb -cmd ".read {SQL_DIR / "views.sql"}"')
+        click.echo(f"query them: {sql_shell_command(wh)}")
     if not job.ok:
         raise SystemExit(1)

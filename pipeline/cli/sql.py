@@ -10,18 +10,15 @@ from typing import Any
 import click
 import polars as pl
 
+from pipeline import shell
 from pipeline.cli import options as opt
 from pipeline.config import load_config, warehouse_path
-from pipeline.errors import PipelineError
 from pipeline.report.sql import (
     QueryError,
-    flat_for_csv,
-    load_query,
-    parse_header,
-    run_read_only,
-    set_params,
-    split_statements,
-    variables_used,
+    connect_views,
+    format_result,
+    read_query_source,
+    run_sql,
 )
 from pipeline.warehouse import SQL_DIR, VIEWS_SQL, Warehouse, derived_views_sql
 
@@ -49,59 +46,30 @@ def _parse_params(pairs: tuple[str, ...]) -> dict[str, str]:
     return params
 
 
-def _auto_type(value: str) -> Any:
-    """A --param value for a query that declares no types: integer, float or text."""
-    for cast in (int, float):
-        try:
-            return cast(value)
-        except ValueError:
-            pass
-    return value
-
-
 def _read_sql(sql: str | None, file: str | None) -> tuple[str, str]:
     """(SQL text, where it came from)."""
     if sql is not None and file is not None:
         raise click.UsageError("give the SQL inline or with -f FILE, not both")
     if sql is not None:
         return sql, "inline SQL"
-    if file is None:
-        raise click.UsageError("give a query: inline, or -f FILE (or --views)")
+    assert file is not None
     if file == "-":
         return sys.stdin.read(), "stdin"
-    path = Path(file)
-    if not path.exists():
-        # -f throughput runs sql/throughput.sql
-        return load_query(file).text, f"sql/{Path(file).stem}.sql"
-    return path.read_text(), str(path)
+    return read_query_source(file)
 
 
 def _emit(df: pl.DataFrame, fmt: str, output: Path | None, max_rows: int) -> None:
-    if fmt == "table":
-        with pl.Config(
-            tbl_rows=max_rows,
-            tbl_cols=-1,
-            fmt_str_lengths=80,
-            tbl_hide_dataframe_shape=True,
-            tbl_width_chars=240,
-        ):
-            text = str(df)
-        if df.height > max_rows:
-            text += f"\n{df.height:,} rows ({max_rows} shown; --max-rows to see more)"
-        _write_text(text + "\n", output)
-    elif fmt == "csv":
-        _write_text(flat_for_csv(df).write_csv(), output)
-    elif fmt == "json":
-        _write_text(df.write_json() + "\n", output)
+    if fmt != "parquet":
+        _write_text(format_result(df, fmt, max_rows), output)
+        return
+    if output is None and sys.stdout.isatty():
+        raise click.UsageError("parquet is binary: pass -o FILE or redirect stdout")
+    buf = io.BytesIO()
+    df.write_parquet(buf)
+    if output is None:
+        sys.stdout.buffer.write(buf.getvalue())
     else:
-        if output is None and sys.stdout.isatty():
-            raise click.UsageError("parquet is binary: pass -o FILE or redirect stdout")
-        buf = io.BytesIO()
-        df.write_parquet(buf)
-        if output is None:
-            sys.stdout.buffer.write(buf.getvalue())
-        else:
-            _write_file(output, buf.getvalue())
+        _write_file(output, buf.getvalue())
 
 
 def _write_text(text: str, output: Path | None) -> None:
@@ -184,9 +152,18 @@ def sql(
     -o FILE inside the warehouse. --views prints the SQL that creates the views,
     for the duckdb shell.
 
+    With no query it opens a SQL shell over the views: statements end with ';'
+    and may span lines; .tables, .schema NAME, .mode table|csv|json, .help,
+    .quit (or Ctrl-D); history in $XDG_STATE_HOME/tracereplay/sql_history
+    (default ~/.local/state). When stdin is not a terminal it runs the SQL
+    and dot commands read from it, printing each result, and exits 1 if any
+    failed.
+
     Example:
 
     \b
+        tracereplay sql                                   # the shell
+        tracereplay sql < queries.sql                     # the same, scripted
         tracereplay sql "SELECT scenario, count(*) FROM sim_requests GROUP BY ALL"
         tracereplay sql -f sql/slo_capacity.sql --param slo_ttft_s=0.5
         tracereplay sql -f throughput --format csv -o throughput.csv   # says what it wrote
@@ -197,45 +174,27 @@ def sql(
     if views:
         click.echo(views_sql(root), nl=False)
         return
-    text, where = _read_sql(sql, file)
-    values = _parse_params(params)
-    header = parse_header(where, Path(where), text)
-    if header.params:
-        unknown = sorted(set(values) - set(header.params))
-        if unknown:
-            raise QueryError(
-                f"{where} has no parameter {', '.join(unknown)}; "
-                f"it takes: {', '.join(header.params)}"
-            )
     if as_json and fmt not in (None, "json"):
         raise QueryError(f"--json and --format {fmt} disagree: give one of them")
     if as_json:  # the deprecated spelling of --format json
         fmt = "json"
+    if sql is None and file is None:
+        _shell(root, fmt, output, max_rows, params)
+        return
+    text, where = _read_sql(sql, file)
+    values: dict[str, Any] = _parse_params(params)
     if fmt is None:
         suffix = output.suffix.lstrip(".").lower() if output else ""
         fmt = suffix if suffix in FORMATS else "table"
-    if not root.is_dir():
-        raise PipelineError(
-            f"no warehouse at {root}: run `tracereplay ingest` first or pass --warehouse"
-        )
     if output is not None and Warehouse(root).contains(output):
         raise QueryError(
             f"-o {output}: that is inside the warehouse {root}, whose files only the "
             "pipeline writes (a file there would join its views); write the result "
             "outside it, e.g. -o result.parquet"
         )
-    con = Warehouse(root).connect()
+    con = connect_views(root)
     try:
-        split_statements(con, text)  # a syntax error is reported before anything runs
-        declared = {n: p.sql_type for n, p in header.params.items()}
-        typed: dict[str, Any] = {
-            n: (v if n in declared else _auto_type(v)) for n, v in values.items()
-        }
-        # Unset declared parameters are NULL, hence their defaults.
-        for name in header.params or variables_used(text):
-            typed.setdefault(name, None)
-        set_params(con, typed, declared)
-        df = run_read_only(con, text)
+        df = run_sql(con, text, where, values, text_values=True)
     finally:
         con.close()
     if df is None:
@@ -244,3 +203,26 @@ def sql(
     _emit(df, fmt, output, max_rows)
     if output is not None and not quiet:
         click.echo(f"wrote {df.height:,} rows ({fmt}) to {output}")
+
+
+def _shell(
+    root: Path, fmt: str | None, output: Path | None, max_rows: int, params: tuple[str, ...]
+) -> None:
+    """No query: the SQL shell on a terminal, else the SQL (and dot commands) on stdin."""
+    if output is not None:
+        raise click.UsageError("-o FILE takes a query: give it inline or with -f FILE")
+    if fmt == "parquet":
+        raise click.UsageError("the shell prints table, csv or json; parquet takes a query and -o")
+    if params:
+        raise click.UsageError(
+            "--param takes a query; in the shell set one with SET VARIABLE name = value;"
+        )
+    con = connect_views(root)
+    try:
+        session = shell.Shell(con, sys.stdout, sys.stderr, mode=fmt or "table", max_rows=max_rows)
+        if sys.stdin.isatty():
+            shell.interactive(session)
+        elif not shell.script(session, sys.stdin):
+            raise SystemExit(1)
+    finally:
+        con.close()

@@ -42,8 +42,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline import __version__
+from pipeline.config import Config
 from pipeline.contracts import CHECKSUMS, QUARANTINE, REQUESTS, RUNS, conform
-from pipeline.errors import SourceError
+from pipeline.errors import ConfigError, SourceError
 from pipeline.ingest.formats import FORMATS, Block, LogFormat, ParseOptions, detect
 from pipeline.ingest.idset import IdSet
 from pipeline.ingest.reader import (
@@ -81,6 +82,48 @@ class IngestOptions:
     trace_start: datetime = datetime(1970, 1, 1, tzinfo=UTC)  # for relative-time logs
     block_bytes: int = BLOCK_BYTES
     quiet: bool = False
+
+    @classmethod
+    def from_config(
+        cls,
+        cfg: Config,
+        *,
+        fmt: str | None = None,
+        block_size: int | None = None,
+        hash_salt: str | None = None,
+        tokenizer: Path | None = None,
+        trace_start: str | None = None,
+        quiet: bool = False,
+    ) -> IngestOptions:
+        """Options from what was given (flags, arguments), falling back to the config
+        file's ``[ingest]`` section.
+
+        Raises:
+            ConfigError: ``trace_start`` is not an ISO-8601 time.
+        """
+        start = trace_start or cfg.get("ingest", "trace_start")
+        tok = tokenizer or cfg.get("ingest", "tokenizer")
+        opts = cls(
+            format=fmt,
+            block_size=block_size or cfg.get("ingest", "block_size"),
+            hash_salt=hash_salt if hash_salt is not None else cfg.get("ingest", "hash_salt", ""),
+            tokenizer=Path(tok) if tok else None,
+            quiet=quiet,
+        )
+        if start:
+            opts.trace_start = parse_time(start, "--trace-start")
+        return opts
+
+
+def parse_time(value: str, where: str) -> datetime:
+    """An ISO-8601 time (``Z`` for UTC); a time without a zone is UTC."""
+    try:
+        t = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise ConfigError(
+            f"{where}: {value!r} is not an ISO-8601 time, e.g. 2024-05-01T00:00:00Z"
+        ) from exc
+    return t if t.tzinfo else t.replace(tzinfo=UTC)
 
 
 @dataclass

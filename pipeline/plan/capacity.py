@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import time
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -55,7 +55,7 @@ from pipeline.selection import RequestFilter
 from pipeline.sim.intervals import LEVEL
 from pipeline.sim.replay import load_loop, selection_record
 from pipeline.sim.replay_input import prepare, read_window, select_request_files
-from pipeline.sim.scenario import Scenario, build_scenario
+from pipeline.sim.scenario import Scenario, build_scenario, read_scenario_file
 from pipeline.validation import finite_float
 from pipeline.warehouse import Warehouse, new_run_id
 
@@ -281,6 +281,76 @@ def _number(where: str, key: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
         raise ConfigError(f"{where}: {key} must be a number > 0, got {value!r}")
     return finite_float(value, key, where, lo=0.0, lo_open=True, hi=SPEC_MAX)
+
+
+@dataclass(frozen=True)
+class CapacityInputs:
+    """What a capacity run searches: the base scenario's keys, the SLOs, the searches."""
+
+    base: dict[str, Any]
+    slos: list[Slo]
+    specs: list[SearchSpec]
+
+
+def capacity_inputs(
+    *,
+    capacity_file: Path | None = None,
+    scenario: Path | dict[str, Any] | None = None,
+    overrides: dict[str, Any] | None = None,
+    defaults: dict[str, Any] | None = None,
+    slos: Iterable[str] | Mapping[str, Any] = (),
+    slo_origin: str = "--slo",
+    searches: Iterable[str] = (),
+    target_rate: float | None = None,
+    max_concurrency: int | None = None,
+    max_replicas: int | None = None,
+) -> CapacityInputs:
+    """The inputs of ``run_capacity`` from the layers ``tracereplay capacity`` takes.
+
+    The base scenario: ``defaults`` (the config file's ``[replay]``), under the
+    capacity file's ``[base]``, under ``scenario`` (a scenario file, or its keys),
+    under ``overrides`` (flags; None values are not given). The SLOs: the capacity
+    file's, then ``slos`` (``"ttft_p99=200ms"`` items, or a key -> limit mapping;
+    one key given twice keeps the later). The searches: those named in ``searches``
+    (each with the file's range where it has one), else the file's (all three
+    without a file), with ``max_concurrency``, ``max_replicas`` and ``target_rate``
+    (replicas) over their ranges.
+
+    Raises:
+        ConfigError: a bad capacity file, SLO or search name (``slo_origin`` names
+            where the SLOs came from).
+        ScenarioError: an unreadable scenario file.
+    """
+    base: dict[str, Any] = dict(defaults or {})
+    file_slos: list[Slo] = []
+    file_specs = [SearchSpec(k) for k in SEARCHES]
+    if capacity_file is not None:
+        file_base, file_slos, file_specs = load_capacity_file(capacity_file)
+        base.update(file_base)
+    if isinstance(scenario, dict):
+        base.update(scenario)
+    elif scenario is not None:
+        base.update(read_scenario_file(scenario))
+    base.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    by_key = {s.key: s for s in file_slos}
+    by_key.update({s.key: s for s in parse_slos(slos, where=slo_origin)})
+    by_kind = {s.kind: s for s in file_specs}
+    kinds = list(searches)
+    for kind in kinds:
+        if kind not in SEARCHES:
+            raise ConfigError(f"unknown search {kind!r}; allowed: {', '.join(SEARCHES)}")
+    chosen = [by_kind.get(k, SearchSpec(k)) for k in kinds] if kinds else file_specs
+    specs = []
+    for spec in chosen:
+        if spec.kind == "concurrency" and max_concurrency is not None:
+            spec = dataclasses.replace(spec, hi=float(max_concurrency))
+        if spec.kind == "replicas":
+            if max_replicas is not None:
+                spec = dataclasses.replace(spec, hi=float(max_replicas))
+            if target_rate is not None:
+                spec = dataclasses.replace(spec, rate=target_rate)
+        specs.append(spec)
+    return CapacityInputs(base, list(by_key.values()), specs)
 
 
 @with_warehouse_lock

@@ -21,6 +21,7 @@ runs the file, so values never leak from one query into the next.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -174,6 +175,22 @@ def query(con: duckdb.DuckDBPyConnection, name: str, **params: Any) -> pl.DataFr
         raise QueryError(f"{q.path.name}: {describe_error(exc, q.text)}") from exc
 
 
+def connect_views(root: Path) -> duckdb.DuckDBPyConnection:
+    """The read-only connection over the views of the warehouse at ``root``
+    (``Warehouse.connect``).
+
+    Raises:
+        PipelineError: no warehouse there.
+    """
+    from pipeline.warehouse import Warehouse
+
+    if not Path(root).is_dir():
+        raise PipelineError(
+            f"no warehouse at {root}: run `tracereplay ingest` first or pass --warehouse"
+        )
+    return Warehouse(Path(root)).connect()
+
+
 def one_line(message: str) -> str:
     """The first line of a DuckDB error, without its 'Xxx Error: ' prefix."""
     first = message.strip().splitlines()[0] if message.strip() else message
@@ -315,10 +332,15 @@ def _article(word: str) -> str:
     return "an" if word[:1] in "AEIOU" else "a"
 
 
-def run_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> pl.DataFrame | None:
-    """Run a SQL text of one or more statements read-only; the last result as a frame.
+def run_statements(
+    con: duckdb.DuckDBPyConnection, sql: str, *, every: bool = True
+) -> Iterator[pl.DataFrame | None]:
+    """Run a SQL text of one or more statements read-only, yielding each one's result.
 
-    Returns None when the last statement returns no rows (e.g. SET VARIABLE).
+    Every statement is parsed and checked (``check_read_only``) before the first
+    runs. A statement that returns no rows (e.g. SET VARIABLE) yields None. With
+    ``every=False`` only the last statement's result is fetched and yielded; the
+    others run unfetched.
 
     Raises:
         QueryError: a write, a syntax error or a failing statement, as one line.
@@ -329,15 +351,116 @@ def run_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> pl.DataFrame | No
     check_read_only(con, statements)
     for i, st in enumerate(statements):
         try:
-            if i < len(statements) - 1:
+            if not every and i < len(statements) - 1:
                 con.execute(st.text)
                 continue
             rel = con.sql(st.text)
-            return None if rel is None else rel.pl()
+            result = None if rel is None else rel.pl()
         except duckdb.Error as exc:
             where = f"statement {i + 1}: " if len(statements) > 1 else ""
             raise QueryError(where + describe_error(exc, st.text, st.line_offset)) from exc
-    return None
+        yield result
+
+
+def run_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> pl.DataFrame | None:
+    """Run a SQL text of one or more statements read-only; the last result as a frame.
+
+    Returns None when the last statement returns no rows (e.g. SET VARIABLE).
+
+    Raises:
+        QueryError: a write, a syntax error or a failing statement, as one line.
+    """
+    results = list(run_statements(con, sql, every=False))
+    return results[-1] if results else None
+
+
+def read_query_source(file: str) -> tuple[str, str]:
+    """(SQL text, where it came from) of a query file: a path, or a bare name of
+    ``sql/<name>.sql`` (``throughput`` runs sql/throughput.sql).
+
+    Raises:
+        UnknownQueryError: neither a file nor a query name; lists the names.
+        QueryError: the file cannot be read as text.
+    """
+    path = Path(file)
+    if not path.exists():
+        return load_query(file).text, f"sql/{path.stem}.sql"
+    try:
+        return path.read_text(), str(path)
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise QueryError(f"{file}: cannot read the SQL ({why}); give a SQL text file") from None
+
+
+def run_sql(
+    con: duckdb.DuckDBPyConnection,
+    text: str,
+    where: str,
+    params: dict[str, Any] | None = None,
+    *,
+    text_values: bool = False,
+) -> pl.DataFrame | None:
+    """Run a SQL text (inline, or a query file's) read-only with its parameters; the last
+    statement's result (None: it returns no rows).
+
+    A text whose header declares parameters (``-- Params:``) takes only those, cast to
+    their declared types; every parameter the text reads and is not given is set to
+    NULL, hence its default, so no value leaks in from an earlier query on ``con``.
+    ``text_values``: the values are text from a command line, and one the header does
+    not type is read as an integer or a float where it is one.
+
+    Raises:
+        QueryError: a parameter the header does not declare, a bad value, a write,
+            a syntax error or a failing statement; one line naming ``where``'s problem.
+    """
+    values = dict(params or {})
+    header = parse_header(where, Path(where), text)
+    if header.params:
+        unknown = sorted(set(values) - set(header.params))
+        if unknown:
+            raise QueryError(
+                f"{where} has no parameter {', '.join(unknown)}; "
+                f"it takes: {', '.join(header.params)}"
+            )
+    split_statements(con, text)  # a syntax error is reported before anything runs
+    if text_values:
+        values = {n: v if n in header.params else _number_or_text(v) for n, v in values.items()}
+    for name in header.params or variables_used(text):
+        values.setdefault(name, None)
+    set_params(con, values, {n: p.sql_type for n, p in header.params.items()})
+    return run_read_only(con, text)
+
+
+def _number_or_text(value: Any) -> Any:
+    """A command line's value for a parameter no header types: integer, float or text."""
+    for cast in (int, float):
+        try:
+            return cast(value)
+        except ValueError:
+            pass
+    return value
+
+
+def format_result(df: pl.DataFrame, fmt: str, max_rows: int = 50) -> str:
+    """A result as text: ``table`` (at most ``max_rows`` rows, and how many there were),
+    ``csv`` (nested columns as JSON, ``flat_for_csv``) or ``json`` (one array of rows)."""
+    if fmt == "table":
+        with pl.Config(
+            tbl_rows=max_rows,
+            tbl_cols=-1,
+            fmt_str_lengths=80,
+            tbl_hide_dataframe_shape=True,
+            tbl_width_chars=240,
+        ):
+            text = str(df)
+        if df.height > max_rows:
+            text += f"\n{df.height:,} rows ({max_rows} shown; --max-rows to see more)"
+        return text + "\n"
+    if fmt == "csv":
+        return flat_for_csv(df).write_csv()
+    if fmt == "json":
+        return df.write_json() + "\n"
+    raise ValueError(f"not a text format: {fmt}")
 
 
 def flat_for_csv(df: pl.DataFrame) -> pl.DataFrame:

@@ -703,14 +703,15 @@ def parse_value(text: str) -> Any:
 
 
 def resolve_scenarios(
-    files: list[Path],
+    files: list[Path] | list[Path | dict[str, Any]],
     flags: dict[str, Any],
     defaults: dict[str, Any] | None = None,
 ) -> list[Scenario]:
     """Scenarios from files and flags: one per file, or one from the flags alone.
 
     Flags override the values of every file; ``defaults`` (the config file's
-    ``[replay]`` section) fill what neither gives.
+    ``[replay]`` section) fill what neither gives. An item of ``files`` may also be
+    a dict of scenario keys, read as a file's keys would be (``pipeline.api``).
 
     Raises:
         ScenarioError: an invalid scenario, or two scenarios with the same name.
@@ -719,8 +720,11 @@ def resolve_scenarios(
     flags = {k: v for k, v in flags.items() if v is not None}
     layers: list[tuple[str, dict[str, Any]]] = []
     if files:
-        for path in files:
-            layers.append((str(path), {**defaults, **read_scenario_file(path), **flags}))
+        for i, item in enumerate(files, 1):
+            if isinstance(item, dict):
+                layers.append((f"scenario {i}", {**defaults, **item, **flags}))
+            else:
+                layers.append((str(item), {**defaults, **read_scenario_file(item), **flags}))
     else:
         layers.append(("flags", {**defaults, **flags}))
     scenarios = [build_scenario(values, where=where) for where, values in layers]
