@@ -112,14 +112,26 @@ def option(*param_decls: str, deprecated: tuple[str, ...] = (), **attrs: Any) ->
     return decorator
 
 
+class WarehouseLocation(click.ParamType):
+    """A warehouse directory, or an ``s3://bucket/prefix`` URI (kept as text: a Path would
+    fold its ``//``)."""
+
+    name = "directory"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and value.startswith("s3://"):
+            return value
+        return click.Path(file_okay=False, path_type=Path).convert(value, param, ctx)
+
+
 def warehouse(f: F) -> F:
     return click.option(
         "--warehouse",
         "warehouse",
-        type=click.Path(file_okay=False, path_type=Path),
+        type=WarehouseLocation(),
         default=None,
-        help="Warehouse directory [env TRACEREPLAY_WAREHOUSE; config warehouse.path; "
-        "default ./warehouse].",
+        help="Warehouse directory or s3://bucket/prefix [env TRACEREPLAY_WAREHOUSE; config "
+        "warehouse.path; default ./warehouse].",
     )(f)
 
 

@@ -10,6 +10,7 @@ import click
 
 from pipeline.cli import options as opt
 from pipeline.config import load_config, warehouse_path
+from pipeline.objectstore import display
 from pipeline.pricing import deployment_cost, format_cost, gpu_prices
 from pipeline.sim.policies import POLICIES
 from pipeline.sim.replay import ReplayResult, ScenarioRun
@@ -220,7 +221,7 @@ def replay_command(
         return
     for run in result.runs:
         click.echo(format_run(run, prices))
-    click.echo(f"run {result.run_id}: {len(result.runs)} scenario(s) written to {wh}")
+    click.echo(f"run {result.run_id}: {len(result.runs)} scenario(s) written to {display(wh)}")
 
 
 # the policies as the registry has them, so the help never leaves one out
