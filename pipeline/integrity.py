@@ -344,7 +344,7 @@ def _source_of(wh: Warehouse, stem: str) -> str | None:
             if row["command"] != "ingest":
                 continue
             for f in json.loads(row["details"]).get("files", []):
-                if source_key(Path(f["path"])) == key:
+                if source_key(f["path"]) == key:
                     return str(f["path"])
         except Exception:  # noqa: BLE001 - a hint only; the next source may say
             continue

@@ -182,7 +182,7 @@ def client() -> Any:
     if (endpoint, region) not in _clients:
         config = Config(connect_timeout=5, read_timeout=60, retries={"max_attempts": 3})
         _clients[(endpoint, region)] = boto3.client(
-            "s3", endpoint_url=endpoint, region_name=region or "us-east-1", config=config
+            "s3", endpoint_url=endpoint, region_name=region, config=config
         )
     return _clients[(endpoint, region)]
 

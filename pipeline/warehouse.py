@@ -55,15 +55,15 @@ def new_run_id(now: datetime | None = None) -> str:
     return now.strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(2)
 
 
-def source_key(path: Path) -> str:
+def source_key(path: Path | str) -> str:
     """Stable key of a source file: its resolved path (its URI, when it was fetched from
-    an object store), hashed (16 hex digits)."""
-    from pipeline.objectstore import source_name
+    an object store or is given as one), hashed (16 hex digits)."""
+    from pipeline.objectstore import is_remote, source_name
 
-    name = source_name(path)
-    return hashlib.sha1((name if name != str(path) else str(path.resolve())).encode()).hexdigest()[
-        :16
-    ]
+    name = str(path) if is_remote(path) else source_name(Path(path))
+    if name == str(path) and not is_remote(name):
+        name = str(Path(path).resolve())
+    return hashlib.sha1(name.encode()).hexdigest()[:16]
 
 
 class Warehouse:
