@@ -461,11 +461,15 @@ def collect(remote: Remote) -> list[str]:
         for info in data:
             key = info.path.split("/", 1)[1]
             if info.type == pafs.FileType.File and key not in named:
-                fs.delete_file(info.path)
                 removed.append(key)
-        for path in drop:
-            fs.delete_file(path)
-            removed.append(path.split("/", 1)[1])
+        removed += [path.split("/", 1)[1] for path in drop]
+        # by boto3, in batches: pyarrow's delete_file leaves a marker object for the
+        # "directory" it empties
+        for i in range(0, len(removed), 1000):
+            client().delete_objects(
+                Bucket=remote.bucket,
+                Delete={"Objects": [{"Key": k} for k in removed[i : i + 1000]], "Quiet": True},
+            )
     return removed
 
 
@@ -665,7 +669,9 @@ def session(
             except Exception as exc:  # noqa: BLE001 - the command's own error is what matters
                 print(f"warning: {uri}: could not commit what landed: {exc}", file=sys.stderr)
             raise
-        commit(remote, root, commit_id, lease)
+        if commit(remote, root, commit_id, lease) is not None:
+            with refusals(remote):
+                collect(remote)
     finally:
         lease.release()
 

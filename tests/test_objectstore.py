@@ -317,3 +317,47 @@ def test_refused_credentials_are_one_line(
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_a_lease_past_its_expiry_is_taken_over(s3: dict[str, str]) -> None:
+    stale = {"pid": 1, "host": "another-host", "command": "tracereplay ingest x", "since": "-",
+             "expires": time.time() - 1}  # fmt: skip
+    client().put_object(Bucket=s3["bucket"], Key="prod/_lock.json", Body=json.dumps(stale))
+    r = invoke("ingest", str(SAMPLE), "--warehouse", s3["uri"], "--lock-timeout-s", "0")
+    assert r.exit_code == 0, r.output
+    assert "prod/_lock.json" not in keys(s3["bucket"])  # released at the end
+
+
+def test_old_commits_and_what_only_they_name_are_removed(
+    s3: dict[str, str], tmp_path: Path
+) -> None:
+    from pipeline.objectstore import KEEP
+
+    log = tmp_path / "day.jsonl"
+    for n in range(KEEP + 2):  # each ingest rewrites the log's files: new objects each time
+        log.write_text(gateway_lines(range(100 + n)))
+        assert invoke("ingest", str(log), "--warehouse", s3["uri"], "--quiet").exit_code == 0
+    manifests = keys(s3["bucket"], "prod/_manifests/")
+    assert len(manifests) == KEEP
+    named = set()
+    for key in manifests:
+        body = client().get_object(Bucket=s3["bucket"], Key=key)["Body"].read()
+        named |= {e["key"] for e in json.loads(body)["files"].values()}
+    assert set(keys(s3["bucket"], "prod/_data/")) == named
+    assert scalar(s3["uri"], "SELECT count(*) FROM requests") == 100 + KEEP + 1
+
+
+def test_check_judges_the_last_commit(
+    s3: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert invoke("ingest", str(SAMPLE), "--warehouse", s3["uri"], "--quiet").exit_code == 0
+    # another machine's check: a mirror of its own, brought to the store's state first
+    monkeypatch.setenv("TRACEREPLAY_CACHE_DIR", str(tmp_path / "elsewhere"))
+    r = invoke("check", "--warehouse", s3["uri"], "--json")
+    assert r.exit_code == 0, r.output
+    local = tmp_path / "local"
+    assert invoke("ingest", str(SAMPLE), "--warehouse", str(local), "--quiet").exit_code == 0
+    assert (
+        json.loads(r.output)["checked"]
+        == json.loads(invoke("check", "--warehouse", str(local), "--json").output)["checked"]
+    )
