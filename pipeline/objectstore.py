@@ -158,8 +158,8 @@ def filesystem() -> pafs.S3FileSystem:
             "retry_strategy": pafs.AwsStandardS3RetryStrategy(max_attempts=3),
         }
         if endpoint:
-            scheme, _, host = endpoint.partition("://")
-            kwargs.update(endpoint_override=host.rstrip("/") or scheme, scheme=scheme or "https")
+            scheme, _, host = endpoint.rpartition("://")
+            kwargs.update(endpoint_override=host.rstrip("/"), scheme=scheme or "https")
         if region:
             kwargs["region"] = region
         _fs[(endpoint, region)] = pafs.S3FileSystem(**kwargs)
@@ -195,11 +195,8 @@ def explain(exc: BaseException, remote: Remote) -> ObjectStoreError | None:
         "check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) and that they may "
         f"read and write s3://{remote.bucket}"
     )
-    if code in ("NoSuchBucket",) or "NO_SUCH_BUCKET" in text:
-        return ObjectStoreError(
-            f"{uri}: bucket {remote.bucket!r} does not exist at "
-            f"{_endpoint() or 'AWS S3'}; create it, or fix the bucket name or AWS_ENDPOINT_URL"
-        )
+    if code == "NoSuchBucket" or "NO_SUCH_BUCKET" in text:
+        return _no_bucket(remote)
     if code in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "403") or any(
         s in text for s in ("ACCESS_DENIED", "InvalidAccessKeyId", "SignatureDoesNotMatch")
     ):
@@ -214,6 +211,13 @@ def explain(exc: BaseException, remote: Remote) -> ObjectStoreError | None:
             "network and AWS_ENDPOINT_URL (AWS_REGION for AWS itself)"
         )
     return None
+
+
+def _no_bucket(remote: Remote) -> ObjectStoreError:
+    return ObjectStoreError(
+        f"{remote.uri}: bucket {remote.bucket!r} does not exist at {_endpoint() or 'AWS S3'}; "
+        "create it, or fix the bucket name or AWS_ENDPOINT_URL"
+    )
 
 
 def _code(exc: BaseException) -> tuple[str, str]:
@@ -296,11 +300,7 @@ def latest(remote: Remote) -> Manifest:
     with refusals(remote):
         bucket = fs.get_file_info(remote.bucket)
         if bucket.type == pafs.FileType.NotFound:
-            raise ObjectStoreError(
-                f"{remote.uri}: bucket {remote.bucket!r} does not exist at "
-                f"{_endpoint() or 'AWS S3'}; create it, or fix the bucket name or "
-                "AWS_ENDPOINT_URL"
-            )
+            raise _no_bucket(remote)
         found = fs.get_file_info(
             pafs.FileSelector(remote.path(remote.key(MANIFESTS)), allow_not_found=True)
         )
@@ -767,11 +767,7 @@ def fetch(pattern: str, *, must_match: bool = True) -> list[Path]:
             keys = [glob_part]
         else:
             if fs.get_file_info(remote.bucket).type == pafs.FileType.NotFound:
-                raise ObjectStoreError(
-                    f"{remote.uri}: bucket {remote.bucket!r} does not exist at "
-                    f"{_endpoint() or 'AWS S3'}; create it, or fix the bucket name or "
-                    "AWS_ENDPOINT_URL"
-                )
+                raise _no_bucket(remote)
             listed = fs.get_file_info(
                 pafs.FileSelector(remote.path(base), recursive=True, allow_not_found=True)
             )
