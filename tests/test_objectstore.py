@@ -361,3 +361,11 @@ def test_check_judges_the_last_commit(
         json.loads(r.output)["checked"]
         == json.loads(invoke("check", "--warehouse", str(local), "--json").output)["checked"]
     )
+
+
+def test_an_unreachable_store_is_one_line(
+    s3: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{_free_port()}")  # nothing there
+    line = _one_line_error(invoke("sql", "SELECT 1", "--warehouse", s3["uri"]))
+    assert "cannot reach the object store" in line and "AWS_ENDPOINT_URL" in line
