@@ -132,6 +132,7 @@ def warehouse_lock(
             on_wait=on_wait,
             describe=_describe,
             timeout_error=LockTimeoutError,
+            clean=clean,
         ):
             with _local_lock(root, key, timeout_s, command, on_wait, clean):
                 yield

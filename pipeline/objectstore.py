@@ -627,10 +627,12 @@ def session(
     on_wait: Callable[[str], None],
     describe: Callable[[dict[str, Any] | None], str],
     timeout_error: type[PipelineError],
+    clean: bool = True,
 ) -> Iterator[None]:
     """Hold the store's lock for the block, with the mirror at ``root`` brought to the last
     commit first (and what killed writers left removed), and commit it when the block ends
-    (also when it fails: what landed whole stays, as in a local warehouse)."""
+    (also when it fails: what landed whole stays, as in a local warehouse). ``clean``:
+    remove the uploads of killed commands and the old commits (``collect``)."""
     from pipeline.warehouse import new_run_id
 
     lease = Lease(remote)
@@ -659,7 +661,8 @@ def session(
     try:
         with refusals(remote):
             sync(remote, root, latest(remote))
-            collect(remote)
+            if clean:
+                collect(remote)
         commit_id = new_run_id()
         try:
             yield
