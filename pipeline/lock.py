@@ -81,7 +81,8 @@ def holder(root: Path) -> dict[str, object] | None:
 def _describe(info: dict[str, object] | None) -> str:
     if not info:
         return "another command"
-    return f"pid {info.get('pid')} ({info.get('command')}, since {info.get('since')})"
+    host = f" on {info['host']}" if info.get("host") else ""  # a bucket's lease names it
+    return f"pid {info.get('pid')}{host} ({info.get('command')}, since {info.get('since')})"
 
 
 def _stderr(message: str) -> None:
