@@ -191,6 +191,19 @@ def test_log_sources_on_the_store_are_read_and_named_by_uri(
     # ingesting the same objects again replaces what they wrote: nothing doubles
     assert invoke("ingest", src, "--warehouse", s3["uri"], "--quiet").exit_code == 0
     assert scalar(s3["uri"], q) == local_scalar(local, q)
+    # a selection written from the bucket's warehouse, replayed from the bucket
+    picked = tmp_path / "day1.parquet"
+    r = invoke("sql", "SELECT * FROM requests WHERE source_file LIKE '%day1%'",
+               "--warehouse", s3["uri"], "--format", "parquet", "-o", str(picked))  # fmt: skip
+    assert r.exit_code == 0, r.output
+    client().upload_file(str(picked), s3["bucket"], "sel/day1.parquet")
+    other = tmp_path / "other"
+    r = invoke("replay", "--requests", f"s3://{s3['bucket']}/sel/day1.parquet", "--policy",
+               "vllm", "--no-intervals", "--warehouse", str(other), "--quiet")  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert local_scalar(other, "SELECT count(*) FROM sim_requests") == local_scalar(
+        local, "SELECT count(*) FROM requests WHERE source_file LIKE '%day1%'"
+    )
 
 
 def test_a_killed_write_stays_invisible_and_the_next_writer_removes_it(
