@@ -138,4 +138,8 @@ def parse_trace_start(text: str, key: str, where: str) -> Any:
 def warehouse_path(flag: str | None, config: Config) -> Path:
     """Resolve the warehouse directory: flag > $TRACEREPLAY_WAREHOUSE > config > ./warehouse."""
     value = flag or os.environ.get("TRACEREPLAY_WAREHOUSE") or config.get("warehouse", "path")
+    if value and str(value).startswith("s3://"):
+        from pipeline import objectstore
+
+        return objectstore.mirror(str(value))  # the local stand-in (pipeline.objectstore)
     return Path(value or DEFAULT_WAREHOUSE)

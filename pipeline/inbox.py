@@ -42,13 +42,21 @@ def content_hash(path: Path) -> str:
 def expand(globs: list[str], base: Path | None = None) -> list[Path]:
     """Every file the globs match (relative globs from ``base``), resolved, sorted, once.
 
+    A ``s3://bucket/key-glob`` names objects: they are downloaded for the night
+    (``pipeline.objectstore.fetch``) and known by their URI (``name``).
+
     Raises:
         ConfigError: a glob that is not a string.
     """
+    from pipeline import objectstore
+
     out: set[Path] = set()
     for pattern in globs:
         if not isinstance(pattern, str) or not pattern:
             raise ConfigError(f"inbox: {pattern!r} is not a glob; give strings like 'logs/*.gz'")
+        if objectstore.is_remote(pattern):  # fetched for this night, known by URI
+            out.update(p.resolve() for p in objectstore.fetch(pattern, must_match=False))
+            continue
         full = pattern if base is None or os.path.isabs(pattern) else str(base / pattern)
         for hit in glob.glob(os.path.expanduser(full), recursive=True):
             p = Path(hit)
@@ -80,13 +88,20 @@ def save_manifest(warehouse: Path, files: dict[str, str]) -> None:
     )
 
 
+def name(path: Path) -> str:
+    """How the manifest names an inbox file: its path, or the URI it was fetched from."""
+    from pipeline.objectstore import source_name
+
+    return source_name(path)
+
+
 def new_or_changed(paths: list[Path], manifest: dict[str, str]) -> tuple[list[InboxFile], int]:
     """(the files to ingest, how many were skipped as already ingested)."""
     todo: list[InboxFile] = []
     skipped = 0
     for p in paths:
         digest = content_hash(p)
-        if manifest.get(str(p)) == digest:
+        if manifest.get(name(p)) == digest:
             skipped += 1
         else:
             todo.append(InboxFile(p, digest, p.stat().st_size))

@@ -344,7 +344,7 @@ def _source_of(wh: Warehouse, stem: str) -> str | None:
             if row["command"] != "ingest":
                 continue
             for f in json.loads(row["details"]).get("files", []):
-                if source_key(Path(f["path"])) == key:
+                if source_key(f["path"]) == key:
                     return str(f["path"])
         except Exception:  # noqa: BLE001 - a hint only; the next source may say
             continue
@@ -541,10 +541,17 @@ def check(
     """Verify every file of the warehouse; with ``repair``, under the lock, set the damaged
     ones aside and remove what killed commands left. Without it, nothing changes (not even
     the verdicts). ``full``: read every file again, whatever the verdicts say."""
+    from pipeline.lock import holds, warehouse_lock
+    from pipeline.objectstore import remote_of
+
+    if not repair and remote_of(wh.root) is not None and not holds(wh.root):
+        # an s3:// warehouse: its mirror brought to the last commit (under the lock, which
+        # commits nothing when nothing changed), then judged like a directory
+        with warehouse_lock(wh.root, timeout_s=lock_timeout_s, clean=False):
+            return check(wh, full=full)
     if not repair:
         found = scan(wh, trust=not full, save=False)
         return CheckResult(found, [], _stale(wh), len(manifest(wh)))
-    from pipeline.lock import warehouse_lock
 
     with warehouse_lock(wh.root, timeout_s=lock_timeout_s, clean=False):
         earlier = len(manifest(wh))

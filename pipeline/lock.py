@@ -24,6 +24,10 @@ script calling them is safe beside the command line too.
 
 ``sql`` and ``report`` only read and take no lock: the views show only
 committed runs, and every file is replaced atomically.
+
+A warehouse at ``s3://...`` is locked by a lease object in the store, with the
+same waiting, messages and timeout (``pipeline.objectstore.session``); the local
+lock is then taken on its mirror as well.
 """
 
 from __future__ import annotations
@@ -77,7 +81,8 @@ def holder(root: Path) -> dict[str, object] | None:
 def _describe(info: dict[str, object] | None) -> str:
     if not info:
         return "another command"
-    return f"pid {info.get('pid')} ({info.get('command')}, since {info.get('since')})"
+    host = f" on {info['host']}" if info.get("host") else ""  # a bucket's lease names it
+    return f"pid {info.get('pid')}{host} ({info.get('command')}, since {info.get('since')})"
 
 
 def _stderr(message: str) -> None:
@@ -114,6 +119,39 @@ def warehouse_lock(
         finally:
             _held[key] -= 1
         return
+    from pipeline import objectstore
+
+    remote = objectstore.remote_of(root)
+    if remote is not None:
+        # an object-store warehouse: its lease object first, with the local mirror
+        # brought to the last commit; the block's changes are committed when it ends
+        with objectstore.session(
+            remote,
+            root,
+            timeout_s=timeout_s,
+            command=command or command_line(),
+            on_wait=on_wait,
+            describe=_describe,
+            timeout_error=LockTimeoutError,
+            clean=clean,
+        ):
+            with _local_lock(root, key, timeout_s, command, on_wait, clean):
+                yield
+        return
+    with _local_lock(root, key, timeout_s, command, on_wait, clean):
+        yield
+
+
+@contextmanager
+def _local_lock(
+    root: Path,
+    key: Path,
+    timeout_s: float,
+    command: str | None,
+    on_wait: Callable[[str], None],
+    clean: bool,
+) -> Iterator[None]:
+    """The ``flock`` of ``<root>/.lock`` (``warehouse_lock``)."""
     # A full disk, a read-only mount, a missing permission: one line naming the path
     # and the fix (pipeline.storage), and what the command wrote so far removed.
     with storage.writing(root, "point --warehouse elsewhere"):

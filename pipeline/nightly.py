@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.ingest import IngestOptions, ingest_logs
+from pipeline.objectstore import display, is_remote
 from pipeline.sim.replay import ReplayResult, replay
 from pipeline.sim.scenario import Scenario, build_scenario
 
@@ -50,7 +51,7 @@ class NightlyConfig:
     slo_headroom_pct: float | None = None  # [drift] slo_headroom_pct: least headroom, % of limit
     keep_nights: int = DEFAULT_KEEP_NIGHTS
     report: bool = True
-    warehouse: Path | None = None
+    warehouse: Path | str | None = None  # a directory, or an s3:// URI
     ingest: IngestOptions = field(default_factory=IngestOptions)
 
 
@@ -188,7 +189,10 @@ def load_nightly_config(path: Path) -> NightlyConfig:
         opts.trace_start = parse_trace_start(ing["trace_start"], "ingest.trace_start", where)
     return NightlyConfig(
         path=Path(path),
-        inbox=[str(g) if os.path.isabs(str(g)) else str(base_dir / str(g)) for g in inbox],
+        inbox=[
+            str(g) if os.path.isabs(str(g)) or is_remote(g) else str(base_dir / str(g))
+            for g in inbox
+        ],
         scenarios=scenarios,
         slos=slos,
         capacity_base=capacity_base,
@@ -198,7 +202,9 @@ def load_nightly_config(path: Path) -> NightlyConfig:
         slo_headroom_pct=margin,
         keep_nights=keep,
         report=report,
-        warehouse=(base_dir / warehouse) if warehouse else None,
+        warehouse=(warehouse if is_remote(warehouse) else base_dir / warehouse)
+        if warehouse
+        else None,
         ingest=opts,
     )
 
@@ -344,7 +350,7 @@ def run_nightly(
     from pipeline import __version__
     from pipeline.drift import compare, headrooms
     from pipeline.errors import PipelineError
-    from pipeline.inbox import expand, load_manifest, new_or_changed, save_manifest
+    from pipeline.inbox import expand, load_manifest, name, new_or_changed, save_manifest
     from pipeline.lock import DEFAULT_TIMEOUT_S, warehouse_lock
     from pipeline.plan.capacity import run_capacity
     from pipeline.storage import StorageError, storage_error
@@ -359,7 +365,7 @@ def run_nightly(
             "night_id": new_run_id(started),
             "started_at": started.isoformat(),
             "config": str(cfg.path),
-            "warehouse": str(Path(warehouse).resolve()),
+            "warehouse": display(Path(warehouse).resolve()),
             "version": __version__,
             "status": "running",
             "errors": [],
@@ -389,7 +395,7 @@ def run_nightly(
                 "matched": len(files),
                 "skipped_unchanged": skipped,
                 "new_or_changed": [
-                    {"path": str(f.path), "sha256": f.sha256, "bytes": f.size} for f in todo
+                    {"path": name(f.path), "sha256": f.sha256, "bytes": f.size} for f in todo
                 ],
             }
             say(f"inbox: {len(files)} file(s), {len(todo)} new or changed, {skipped} unchanged")
@@ -400,11 +406,14 @@ def run_nightly(
                     [str(f.path) for f in todo], Warehouse(warehouse), cfg.ingest
                 )
                 m["ingest"] = ingested.to_dict()
-                by_path = {str(Path(r.path).resolve()): r for r in ingested.files}
+                by_path = {
+                    r.path if is_remote(r.path) else str(Path(r.path).resolve()): r
+                    for r in ingested.files
+                }
                 for f in todo:
-                    r = by_path.get(str(f.path))
+                    r = by_path.get(name(f.path))
                     if r is not None and r.error is None:
-                        seen[str(f.path)] = f.sha256
+                        seen[name(f.path)] = f.sha256
                     elif r is not None:
                         errors.append(f"ingest: {r.error}")
                 days = sorted({d for r in ingested.files if r.error is None for d in r.dates})

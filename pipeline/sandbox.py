@@ -20,7 +20,7 @@ absolute paths (``allowed_path`` gives them).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import duckdb
@@ -32,13 +32,18 @@ def allowed_path(path: Path) -> str:
 
 
 def connect(
-    directories: Iterable[Path] = (), files: Iterable[Path] = ()
+    directories: Iterable[Path] = (),
+    files: Iterable[Path] = (),
+    datasets: Mapping[str, object] | None = None,
 ) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection that can open only ``directories`` and ``files``.
 
     Args:
         directories: open anything under these.
         files: open these files.
+        datasets: Arrow datasets (or tables) to register under these names before the
+            configuration is locked (an object-store warehouse's tables: Arrow reads them,
+            the connection itself still opens no file).
 
     "Open" is DuckDB's word: reading, and writing too, so SQL that must not write
     is kept to reading statements besides (``tracereplay sql`` by statement type,
@@ -50,6 +55,8 @@ def connect(
         config={"autoinstall_known_extensions": False, "autoload_known_extensions": False}
     )
     try:
+        for name, data in (datasets or {}).items():
+            con.register(name, data)
         con.execute("SET TimeZone = 'UTC'")
         con.execute("SET temp_directory = ''")
         con.execute(f"SET allowed_directories = {sql_list(dirs)}::VARCHAR[]")

@@ -32,7 +32,7 @@ import re
 import secrets
 import shutil
 import stat
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -57,9 +57,15 @@ def new_run_id(now: datetime | None = None) -> str:
     return now.strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(2)
 
 
-def source_key(path: Path) -> str:
-    """Stable key of a source file: its resolved path, hashed (16 hex digits)."""
-    return hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:16]
+def source_key(path: Path | str) -> str:
+    """Stable key of a source file: its resolved path (its URI, when it was fetched from
+    an object store or is given as one), hashed (16 hex digits)."""
+    from pipeline.objectstore import is_remote, source_name
+
+    name = str(path) if is_remote(path) else source_name(Path(path))
+    if name == str(path) and not is_remote(name):
+        name = str(Path(path).resolve())
+    return hashlib.sha1(name.encode()).hexdigest()[:16]
 
 
 class Warehouse:
@@ -192,7 +198,16 @@ class Warehouse:
 
         The views read only the files that passed verification (``pipeline.integrity``):
         a damaged file is left out (and named on stderr), never an error of the view.
+
+        An object-store warehouse (``pipeline.objectstore``) is read in place, as its
+        latest manifest names it, unless this process holds its lock: then the mirror it
+        works on is that state and its own writes.
         """
+        from pipeline import lock, objectstore
+
+        remote = objectstore.remote_of(self.root)
+        if remote is not None and not lock.holds(self.root):
+            return objectstore.connect(remote)
         self.init()
         served = integrity.serve(self)
         con = sandbox.connect(directories=[self.root])
@@ -244,16 +259,23 @@ def served_views(served: dict[str, list[Path]]) -> str:
     # their files absolutely. A table with no file left to serve (its schema file too
     # is damaged) reads as no rows of the contract's columns.
     """
-    text = load_sql(VIEWS_SQL)
 
-    def one(m: re.Match[str]) -> str:
-        table = m.group(1).split("/", 1)[0]
+    def one(table: str, options: str) -> str:
         files = served.get(table, [])
         if not files:
             return f"({_no_rows(CONTRACTS[table])})"
-        return (
-            f"read_parquet({sandbox.sql_list(sandbox.allowed_path(f) for f in files)}{m.group(2)})"
-        )
+        return f"read_parquet({sandbox.sql_list(sandbox.allowed_path(f) for f in files)}{options})"
+
+    return view_sources(load_sql(VIEWS_SQL), one)
+
+
+def view_sources(text: str, source: Callable[[str, str], str]) -> str:
+    """views.sql with each ``read_parquet('<table>/...', <options>)`` replaced by
+    ``source(table, options)``: the table's files, or the name of a registered Arrow
+    dataset (which needs no options)."""
+
+    def one(m: re.Match[str]) -> str:
+        return source(m.group(1).split("/", 1)[0], m.group(2))
 
     out, n = _READ_PARQUET.subn(one, text)
     assert n == text.count("read_parquet("), "views.sql: unexpected path form"

@@ -12,6 +12,7 @@ from pipeline.busiest import selection_lines
 from pipeline.cli import options as opt
 from pipeline.cli.sweep import number, seconds
 from pipeline.config import load_config, warehouse_path
+from pipeline.objectstore import display
 from pipeline.plan.capacity import (
     SEARCHES,
     CapacityResult,
@@ -477,7 +478,7 @@ def capacity_command(
             else ""
         )
         + f" in {result.wall_s:.1f} s, "
-        f"written to {wh}"
+        f"written to {display(wh)}"
     )
     click.echo(format_recommendation(rec))
 

@@ -112,14 +112,47 @@ def option(*param_decls: str, deprecated: tuple[str, ...] = (), **attrs: Any) ->
     return decorator
 
 
+class WarehouseLocation(click.ParamType):
+    """A warehouse directory, or an ``s3://bucket/prefix`` URI (kept as text: a Path would
+    fold its ``//``)."""
+
+    name = "directory"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and value.startswith("s3://"):
+            return value
+        return click.Path(file_okay=False, path_type=Path).convert(value, param, ctx)
+
+
+class RequestsFile(click.ParamType):
+    """A Parquet file of requests, or ``s3://bucket/key.parquet`` (fetched for the command,
+    ``pipeline.objectstore.fetch``)."""
+
+    name = "file"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and value.startswith("s3://"):
+            from pipeline import objectstore
+            from pipeline.errors import PipelineError
+
+            try:
+                found = objectstore.fetch(value)
+            except PipelineError as exc:
+                self.fail(str(exc), param, ctx)
+            if len(found) != 1:
+                self.fail(f"{value}: names {len(found)} objects; give one Parquet file", param, ctx)
+            return found[0]
+        return click.Path(dir_okay=False, exists=True, path_type=Path).convert(value, param, ctx)
+
+
 def warehouse(f: F) -> F:
     return click.option(
         "--warehouse",
         "warehouse",
-        type=click.Path(file_okay=False, path_type=Path),
+        type=WarehouseLocation(),
         default=None,
-        help="Warehouse directory [env TRACEREPLAY_WAREHOUSE; config warehouse.path; "
-        "default ./warehouse].",
+        help="Warehouse directory or s3://bucket/prefix [env TRACEREPLAY_WAREHOUSE; config "
+        "warehouse.path; default ./warehouse].",
     )(f)
 
 
@@ -424,9 +457,10 @@ def _selection(f: F, *, busiest: bool) -> F:
     g = click.option(
         "--requests",
         "requests_file",
-        type=click.Path(dir_okay=False, exists=True, path_type=Path),
+        type=RequestsFile(),
         default=None,
-        help="Replay one Parquet file with the requests columns instead of the warehouse "
+        help="Replay one Parquet file (or s3://bucket/key) with the requests columns instead "
+        "of the warehouse "
         "(e.g. written by `tracereplay sql --format parquet`).",
     )(g)
     return g  # type: ignore[no-any-return]

@@ -13,6 +13,7 @@ from pipeline.cli import options as opt
 from pipeline.cli.classes import class_lines
 from pipeline.cli.sweep import seconds
 from pipeline.config import load_config, warehouse_path
+from pipeline.objectstore import display
 from pipeline.plan.slo import parse_slos
 from pipeline.pricing import deployment_cost, format_cost, gpu_prices
 from pipeline.sim.policies import POLICIES
@@ -258,7 +259,7 @@ def replay_command(
         click.echo(line)
     for run in result.runs:
         click.echo(format_run(run, prices))
-    click.echo(f"run {result.run_id}: {len(result.runs)} scenario(s) written to {wh}")
+    click.echo(f"run {result.run_id}: {len(result.runs)} scenario(s) written to {display(wh)}")
 
 
 # the policies as the registry has them, so the help never leaves one out

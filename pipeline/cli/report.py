@@ -110,6 +110,7 @@ def report(
         tracereplay report RUN_A --compare RUN_B     # both runs, and what changed
     """
     from pipeline.compare import parse_pairs
+    from pipeline.objectstore import publish
     from pipeline.pricing import gpu_prices
     from pipeline.storage import writing
 
@@ -139,13 +140,19 @@ def report(
             slos=slos or None,
         )
     pngs = sorted(str(p) for p in png_dir(html).glob("*.png")) if png else []
+    # a report of an s3:// warehouse is written in its local mirror and uploaded beside it
+    uploaded = publish(wh.root, html) if output is None else None
     if as_json:
         out = {"html": str(html), "bytes": html.stat().st_size, "pngs": pngs}
+        if uploaded:
+            out["uploaded"] = uploaded
         click.echo(json.dumps(out, indent=2))
         return
     if quiet:
         click.echo(str(html))
         return
     click.echo(f"report: {html} ({html.stat().st_size / 1e6:.1f} MB)")
+    if uploaded:
+        click.echo(f"uploaded: {uploaded}")
     if png:
         click.echo(f"charts: {len(pngs)} PNG files in {png_dir(html)}")

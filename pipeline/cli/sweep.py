@@ -11,6 +11,7 @@ import click
 from pipeline.busiest import selection_lines
 from pipeline.cli import options as opt
 from pipeline.config import load_config, warehouse_path
+from pipeline.objectstore import display
 from pipeline.plan.grid import load_grid
 from pipeline.plan.slo import parse_slos
 from pipeline.plan.sweep import SweepResult
@@ -223,7 +224,7 @@ def sweep_command(
             click.echo(f"failed: {name}: {error}", err=True)
         click.echo(
             f"run {result.run_id}: {len(result.runs)} of {len(result.outcomes)} scenario(s) "
-            f"written to {wh} in {result.wall_s:.1f} s ({result.executor})"
+            f"written to {display(wh)} in {result.wall_s:.1f} s ({result.executor})"
         )
     if not result.ok:
         raise SystemExit(1)

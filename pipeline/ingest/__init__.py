@@ -60,6 +60,7 @@ from pipeline.ingest.reader import (
 )
 from pipeline.ingest.sink import RequestSink
 from pipeline.ingest.validate import content_keys, occurrence_ids, validate
+from pipeline.objectstore import display, source_name
 from pipeline.progress import progress
 from pipeline.warehouse import Warehouse, iter_partitions, new_run_id, replace_files, source_key
 
@@ -220,7 +221,7 @@ def ingest_logs(
     total_bytes = sum(p.stat().st_size for p in paths)
     with progress("ingest", total_bytes, quiet=opts.quiet) as bar:
         for path in paths:
-            res = FileResult(path=str(path))
+            res = FileResult(path=source_name(path))
             try:
                 _ingest_file(path, warehouse, opts, run_id, index, res, bar)
             except SourceError as exc:
@@ -233,7 +234,7 @@ def ingest_logs(
                 res.rows_read = res.rows_kept = res.rows_quarantined = res.rows_duplicate = 0
                 res.dates = []
             results.append(res)
-    result = IngestResult(run_id, str(warehouse.root), results)
+    result = IngestResult(run_id, display(warehouse.root), results)
     whole = sum(1 for r in results if r.error is None)
     try:
         _write_run(warehouse, result, sources, started, opts)
@@ -316,7 +317,7 @@ def _ingest_file(
     popts = ParseOptions(
         path=path, block_size=opts.block_size, hash_salt=opts.hash_salt, tokenizer=opts.tokenizer
     )
-    sink = RequestSink(warehouse, stem, run_id, fmt.name, str(path))
+    sink = RequestSink(warehouse, stem, run_id, fmt.name, source_name(path))
     rejects: list[pl.DataFrame] = []
     counts: dict[int, int] = {}
     opened = open_source(path)
@@ -517,7 +518,7 @@ def _commit(
     res: FileResult,
 ) -> None:
     """Swap the file's new partitions and quarantine in, replacing what it wrote before."""
-    src = str(path)
+    src = source_name(path)
     new = sink.close()
     old = [p for _, p in iter_partitions(warehouse.files(REQUESTS)) if p.stem == stem]
     q = (
@@ -541,7 +542,7 @@ def _commit(
         q_tmp = q_final.with_name(f".{q_final.name}.tmp-{run_id}")
         q_tmp.parent.mkdir(parents=True, exist_ok=True)
         try:
-            q_table = conform(q.to_arrow(), QUARANTINE, str(path))
+            q_table = conform(q.to_arrow(), QUARANTINE, source_name(path))
             pq.write_table(q_table, q_tmp, compression="zstd", **CHECKSUMS)
         except BaseException:
             q_tmp.unlink(missing_ok=True)

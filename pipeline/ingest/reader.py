@@ -42,13 +42,20 @@ BLOCK_BYTES = 16 * 1024 * 1024
 def expand_sources(patterns: list[str]) -> list[Path]:
     """Files named by paths, globs and directories (recursively), sorted, without repeats.
 
+    ``s3://bucket/key-glob`` names objects (``pipeline.objectstore.fetch``).
+
     Inside a directory, hidden files and Markdown/reST documents are skipped.
 
     Raises:
         SourceError: a pattern that matches nothing.
     """
+    from pipeline import objectstore
+
     found: list[Path] = []
     for pattern in patterns:
+        if objectstore.is_remote(pattern):  # downloaded for this command, named by URI
+            found.extend(objectstore.fetch(pattern))
+            continue
         p = Path(pattern)
         if p.is_dir():
             found.extend(sorted(q for q in p.rglob("*") if q.is_file() and not _hidden(q, p)))
