@@ -87,15 +87,23 @@ CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any], Rows]] = {
          "scenario_names": "static-4, vllm-2, vllm-4, vllm-4-fast"},
         {"run_id": R1, "num_scenarios": 1, "num_sim_requests": 1, "scenario_names": "old"},
     ]),
+    # the label: every key that varies across R2 (policy first), never a fixed set; the
+    # cap key static has and vllm lacks is unset, not None
     "run_scenarios_latest": ("run_scenarios", {}, {}, [
         {"run_id": R2, "scenario": "static-4", "policy": "static", "max_concurrency": 4,
-         "num_kv_blocks": 100, "block_size": 16, "num_requests": 4, "replicas": 2},
-        {"scenario": "vllm-2", "policy": "vllm", "max_concurrency": 2, "num_requests": 4},
+         "num_kv_blocks": 100, "block_size": 16, "num_requests": 4, "replicas": 2,
+         "label": "policy=static, enable_prefix_caching=false, max_batch_size=4, "
+                  "max_num_seqs unset, time_scale=1.0"},
+        {"scenario": "vllm-2", "policy": "vllm", "max_concurrency": 2, "num_requests": 4,
+         "label": "policy=vllm, enable_prefix_caching=true, max_batch_size unset, "
+                  "max_num_seqs=2, time_scale=1.0"},
         {"scenario": "vllm-4", "max_concurrency": 4},
-        {"scenario": "vllm-4-fast", "max_concurrency": 4},
+        {"scenario": "vllm-4-fast", "max_concurrency": 4,
+         "label": "policy=vllm, enable_prefix_caching=true, max_batch_size unset, "
+                  "max_num_seqs=4, time_scale=0.5"},
     ]),
     "run_scenarios_old": ("run_scenarios", {"run_id": R1}, {}, [
-        {"run_id": R1, "scenario": "old", "num_requests": 1},
+        {"run_id": R1, "scenario": "old", "num_requests": 1, "label": ""},
     ]),
     "trace_summary_of_run": ("trace_summary", {"run_id": R2}, {}, [
         {"num_requests": 4, "num_days": 1, "duration_s": 3.0, "mean_requests_per_s": 4 / 3,
@@ -188,6 +196,16 @@ CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any], Rows]] = {
     "throughput_tighter_slo": ("throughput", {"slo_ttft_s": 0.1}, {"scenario": "vllm-2"}, [
         {"goodput_per_s": 0.2},
     ]),
+    # vllm-2's TTFTs 0.1 0.2 0.3 0.5 over 5 s; r1 and r3 are tenant t1's: a limit on t1 alone
+    # rejects r3 only, the same limit on every request r2, r3 and r4
+    "throughput_scoped_slo": ("throughput", {"slos": json.dumps(["ttft_p99@tenant=t1<=150ms"])},
+                              {"scenario": "vllm-2"}, [{"num_good": 3, "goodput_per_s": 0.6}]),
+    "throughput_unscoped_slo": ("throughput", {"slos": json.dumps(["ttft_p99<=150ms"])},
+                                {"scenario": "vllm-2"}, [{"num_good": 1, "goodput_per_s": 0.2}]),
+    # every SLO that holds a request: r3 misses both, r4 the unscoped one
+    "throughput_both_slos": ("throughput",
+                             {"slos": json.dumps(["ttft_p99<=250ms", "ttft_p99@tenant=t1<=150ms"])},
+                             {"scenario": "vllm-2"}, [{"num_good": 2, "goodput_per_s": 0.4}]),
     "latency_percentiles": ("latency_percentiles", {}, {}, [
         {"scenario": "static-4", "num_requests": 4, "p50_ttft_s": 0.35, "p90_ttft_s": 0.47,
          "p99_ttft_s": 0.497, "max_queue_depth": 3, "num_preemptions": 0},
@@ -269,8 +287,10 @@ CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any], Rows]] = {
             {"dimension": "tenant", "group_name": "(other)", "prompt_tokens": 700},
         ]),
     "slo_capacity": ("slo_capacity", {}, {}, [
-        # vllm-2 / vllm-4 differ only in max_num_seqs; vllm-4 / vllm-4-fast only in time_scale
+        # vllm-2 / vllm-4 differ only in max_num_seqs; vllm-4 / vllm-4-fast only in time_scale.
+        # Held fixed: the keys that vary across R2 but the swept knob(s)
         {"sweep": "concurrency", "sweep_id": 1, "num_points": 2, "scenario": "vllm-2",
+         "sweep_label": "policy=vllm, enable_prefix_caching=true, time_scale=1.0",
          "value": 2.0, "slo": "ttft_p99", "slo_label": "ttft_p99 <= 200ms", "scope": None,
          "limit_s": 0.2, "scope_requests": 4, "measured_s": 0.494, "meets_slo": False,
          "meets_all": False, "slos_met": None, "slos_missed": "ttft_p99",
@@ -279,7 +299,8 @@ CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any], Rows]] = {
         {"sweep": "concurrency", "scenario": "vllm-4", "value": 4.0, "meets_slo": True,
          "meets_all": True, "slos_met": "ttft_p99", "is_capacity": True, "is_first": False},
         {"sweep": "rate", "scenario": "vllm-4", "value": 4 / 3, "capacity": 4 / 3,
-         "is_capacity": True},
+         "is_capacity": True, "sweep_label": "policy=vllm, enable_prefix_caching=true, "
+                                             "max_batch_size unset, max_num_seqs=4"},
         {"sweep": "rate", "scenario": "vllm-4-fast", "value": 4 / 1.5, "measured_s": 0.3,
          "meets_slo": False, "is_capacity": False},
     ]),
@@ -437,7 +458,7 @@ def test_unknown_query_lists_the_available_ones() -> None:
 
 
 def test_unknown_parameter_names_the_declared_ones(con: duckdb.DuckDBPyConnection) -> None:
-    with pytest.raises(QueryError, match="no parameter slo_s; it takes: run_id, slo_ttft_s"):
+    with pytest.raises(QueryError, match="no parameter slo_s; it takes: run_id, slos, slo_ttft_s"):
         query(con, "throughput", slo_s=0.1)
 
 

@@ -83,4 +83,12 @@ def spec(name: str, df: pl.DataFrame, opts: ChartOptions) -> dict[str, Any]:
     Vega-Lite schema instead.
     """
     with debug_mode(False):
-        return CHARTS[name](df, opts).to_dict(validate=False)
+        out = CHARTS[name](df, opts).to_dict(validate=False)
+    axis = out.setdefault("config", {}).setdefault("axis", {})
+    axis.update(AXIS_LABELS)
+    return out
+
+
+# Every axis of every chart: labels that would touch or overlap are dropped (greedily, so
+# 256, 512, 1,024 on a log axis never run together as "2565121,024"), at least 4 px apart.
+AXIS_LABELS: dict[str, Any] = {"labelOverlap": "greedy", "labelSeparation": 4}
