@@ -204,8 +204,11 @@ def test_labels_name_every_key_that_varies_and_only_those() -> None:
 
 
 def test_a_null_value_is_unset_in_every_legend_never_none() -> None:
-    configs = {f"c{c}-r{r}": {"name": f"c{c}-r{r}", "policy": "vllm", "max_num_seqs": c,
-                              "rate": r} for c in (8, 16, 32, 64, 128, 256) for r in (None, 2.0)}  # fmt: skip
+    configs = {
+        f"c{c}-r{r}": {"name": f"c{c}-r{r}", "policy": "vllm", "max_num_seqs": c, "rate": r}
+        for c in (8, 16, 32, 64, 128, 256)
+        for r in (None, 2.0)
+    }
     layout = build_layout(list(configs), configs, {n: "vllm" for n in configs})
     shown = [*layout.panels, *layout.series_names, *(layout.label(n) for n in configs)]
     assert not [s for s in shown if "None" in s]
