@@ -45,6 +45,8 @@ from pipeline.contracts import CONTRACTS, Contract, TableWriter, write_table
 
 SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
 VIEWS_SQL = "views.sql"
+# views over the table views (not over files), created after views.sql in this order
+DERIVED_VIEWS = ("class_latency.sql",)
 
 _EMPTY_PARTITION = {"date": "1970-01-01", "run_id": "_empty"}
 
@@ -255,7 +257,12 @@ def served_views(served: dict[str, list[Path]]) -> str:
 
     out, n = _READ_PARQUET.subn(one, text)
     assert n == text.count("read_parquet("), "views.sql: unexpected path form"
-    return out
+    return out + derived_views_sql()
+
+
+def derived_views_sql() -> str:
+    """The text of the ``DERIVED_VIEWS`` files, to run after views.sql."""
+    return "".join("\n" + load_sql(name) for name in DERIVED_VIEWS)
 
 
 _DUCKDB_TYPES = {

@@ -23,7 +23,7 @@ from pipeline.report.sql import (
     split_statements,
     variables_used,
 )
-from pipeline.warehouse import SQL_DIR, VIEWS_SQL, Warehouse
+from pipeline.warehouse import SQL_DIR, VIEWS_SQL, Warehouse, derived_views_sql
 
 FORMATS = ("table", "csv", "json", "parquet")
 
@@ -33,7 +33,9 @@ def views_sql(root: Path) -> str:
     path = str(root.resolve()).replace("'", "''")
     return (
         f"-- tracereplay views over the warehouse {root.resolve()}\n"
-        f"SET file_search_path = '{path}';\n" + (SQL_DIR / VIEWS_SQL).read_text()
+        f"SET file_search_path = '{path}';\n"
+        + (SQL_DIR / VIEWS_SQL).read_text()
+        + derived_views_sql()
     )
 
 

@@ -29,7 +29,7 @@ import duckdb
 import polars as pl
 
 from pipeline.errors import PipelineError, UnknownQueryError
-from pipeline.warehouse import SQL_DIR, VIEWS_SQL
+from pipeline.warehouse import DERIVED_VIEWS, SQL_DIR, VIEWS_SQL
 
 _PARAM_LINE = re.compile(r"^--\s+(?:Params:\s+)?([a-z_][a-z0-9_]*)\s+([A-Z]+)\s+(.*)$")
 _GETVARIABLE = re.compile(r"getvariable\('([a-z_][a-z0-9_]*)'\)")
@@ -64,8 +64,9 @@ class QueryFile:
 
 
 def available() -> list[str]:
-    """Names of the query files (without ``.sql``), the views file left out."""
-    return sorted(p.stem for p in SQL_DIR.glob("*.sql") if p.name != VIEWS_SQL)
+    """Names of the query files (without ``.sql``), the files of views left out."""
+    views = {VIEWS_SQL, *DERIVED_VIEWS}
+    return sorted(p.stem for p in SQL_DIR.glob("*.sql") if p.name not in views)
 
 
 def parse_header(name: str, path: Path, text: str) -> QueryFile:
@@ -107,6 +108,10 @@ def load_query(name: str) -> QueryFile:
     """
     stem = name.removesuffix(".sql")
     path = SQL_DIR / f"{stem}.sql"
+    if f"{stem}.sql" in DERIVED_VIEWS:
+        raise UnknownQueryError(
+            f"{stem} is a view, not a query: SELECT * FROM {stem} (its columns: sql/{stem}.sql)"
+        )
     if stem == Path(VIEWS_SQL).stem or not path.exists():
         raise UnknownQueryError(f"no query {name!r} in sql/; available: {', '.join(available())}")
     return parse_header(stem, path, path.read_text())
