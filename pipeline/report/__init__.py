@@ -66,6 +66,7 @@ _ITEM_KEYS = {
     "empty",
     "max_rows",
     "intervals",
+    "split_by",
 }
 # item key intervals: what adds intervals to the query's rows (computed where SQL cannot)
 _INTERVALS = {"changes"}
@@ -93,6 +94,8 @@ class Item:
     requires_param: str | None = None  # no data (and no query) unless this parameter is given
     # "changes": the compare_runs rows get each change's 90% interval (report/changes.py)
     intervals: str | None = None
+    # a table: one table per value of this column (in the query's order), titled with it
+    split_by: str | None = None
 
 
 @dataclass(frozen=True)
@@ -203,6 +206,7 @@ def _item(it: dict[str, Any], at: str) -> Item:
         max_rows=int(it.get("max_rows", 200)),
         requires_param=it.get("requires_param"),
         intervals=it.get("intervals"),
+        split_by=it.get("split_by"),
     )
 
 
@@ -460,10 +464,17 @@ def _render_item(
         assert item.chart is not None
         specs[element_id] = charts.spec(item.chart, df, opts)
         return out
-    shown = df.head(item.max_rows)
     out["labels"] = [label for _, label, _ in item.columns]
-    out["rows"] = [[_cell(row.get(c), f) for c, _, f in item.columns] for row in shown.to_dicts()]
-    out["more"] = df.height - shown.height
+    parts = (
+        [(str(k[0]), g) for k, g in df.group_by(item.split_by, maintain_order=True)]
+        if item.split_by and item.split_by in df.columns
+        else [(None, df)]
+    )
+    out["tables"] = []
+    for name, part in parts:
+        shown = part.head(item.max_rows)
+        rows = [[_cell(row.get(c), f) for c, _, f in item.columns] for row in shown.to_dicts()]
+        out["tables"].append({"name": name, "rows": rows, "more": part.height - shown.height})
     return out
 
 

@@ -117,3 +117,20 @@ def test_the_deprecated_objective_is_an_unscoped_p99_slo() -> None:
     slos = resolve(None, None, slo_ttft_s=0.25)
     assert slos == ReportSlos(slos.slos, "given")
     assert [x.label for x in slos.lines("ttft")] == ["ttft_p99 <= 250ms"]
+
+
+def test_per_class_tables_and_panels_judge_each_class_by_its_slos(
+    tiny_warehouse: Warehouse, tmp_path: Path
+) -> None:
+    page = build_report(tiny_warehouse, output=tmp_path / "c.html", slos=SCOPED).read_text()
+    section = page[page.index('<section id="classes">') :]
+    section = section[: section.index("</section>")]
+    # a table per class, each titled with it
+    for name in ("tenant=t1", "tenant=t2", "tenant=(none)", "model=m-a", "model=m-b"):
+        assert f"<b>{name}</b>" in section
+    # one panel per class; the scoped SLO's rule only in its own class's panel
+    rows = specs(page)["chart-classes-1"]["data"]["values"]
+    rules = {(r["class_label"], r["slo_label"]) for r in rows if r["layer"] == "rule"}
+    assert ("tenant=t1", "ttft_p99 of tenant=t1 <= 500ms") in rules
+    assert ("tenant=t2", "ttft_p99 <= 2s") in rules
+    assert not [r for r in rules if r[0] != "tenant=t1" and "tenant=t1" in r[1]]

@@ -18,7 +18,7 @@ import pytest
 from pipeline.contracts import CONTRACTS
 from pipeline.errors import UnknownQueryError
 from pipeline.report.sql import QueryError, available, load_query, query, variables_used
-from pipeline.warehouse import SQL_DIR, VIEWS_SQL, Warehouse, load_sql
+from pipeline.warehouse import DERIVED_VIEWS, SQL_DIR, VIEWS_SQL, Warehouse, load_sql
 from tests.helpers import R1, R2
 
 Rows = list[dict[str, Any]]
@@ -101,6 +101,28 @@ CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any], Rows]] = {
         {"scenario": "vllm-4-fast", "max_concurrency": 4,
          "label": "policy=vllm, enable_prefix_caching=true, max_batch_size unset, "
                   "max_num_seqs=4, time_scale=0.5"},
+    ]),
+    # vllm-2: tenant t1 = r1, r3 (TTFT 0.1, 0.3: p99 0.298), t2 = r2 (0.2), none = r4 (0.5),
+    # over 5 s; the scoped SLO judges t1 alone, the unscoped one every class
+    "class_slos_scoped": ("class_slos",
+                          {"slos": json.dumps(["ttft_p99<=250ms", "ttft_p99@tenant=t1<=150ms"])},
+                          {"scenario": "vllm-2", "class_kind": "tenant"}, [
+        {"class_label": "tenant=(none)", "requests": 1, "slo": "ttft_p99", "measured_s": 0.5,
+         "meets_slo": False, "num_good": 0, "goodput_per_s": 0.0, "is_first": True},
+        {"class_label": "tenant=t1", "completed": 2, "slo": "ttft_p99", "measured_s": 0.298,
+         "slos_missed": "ttft_p99, ttft_p99@tenant=t1", "meets_all": False, "num_good": 1,
+         "goodput_per_s": 0.2, "is_first": True},
+        {"class_label": "tenant=t1", "slo": "ttft_p99@tenant=t1",
+         "slo_label": "ttft_p99 of tenant=t1 <= 150ms", "limit_s": 0.15, "is_first": False},
+        {"class_label": "tenant=t2", "slo": "ttft_p99", "meets_slo": True, "meets_all": True,
+         "slos_met": "ttft_p99", "num_good": 1, "goodput_per_s": 0.2},
+    ]),
+    # no SLO (the tiny runs store none): one row per class, every completed request good
+    "class_slos_none": ("class_slos", {}, {"scenario": "vllm-2", "class_kind": "model"}, [
+        {"class_label": "model=(none)", "slo": None, "meets_all": True, "num_good": 1},
+        {"class_label": "model=m-a", "requests": 2, "ttft_p50_s": 0.15, "num_good": 2,
+         "goodput_per_s": 0.4},
+        {"class_label": "model=m-b", "slo": None, "num_good": 1},
     ]),
     "run_scenarios_old": ("run_scenarios", {"run_id": R1}, {}, [
         {"run_id": R1, "scenario": "old", "num_requests": 1, "label": ""},
@@ -419,7 +441,8 @@ def test_header_states_question_reads_params_grain_columns(
         assert "NULL" in p.doc, f"{name}: say what an unset {p.name} means"
     # Reads: exactly the views the SQL reads
     reads = {v.strip() for v in _section(q.text, "Reads").split(",")}
-    used = {c for c in CONTRACTS if re.search(rf"\b{c}\b", _body(q.text))}
+    views = [*CONTRACTS, *(Path(v).stem for v in DERIVED_VIEWS)]  # class_latency too
+    used = {c for c in views if re.search(rf"\b{c}\b", _body(q.text))}
     assert reads == used
     # Columns: the result's columns, in order
     assert _columns(q.text) == query(con, name).columns
@@ -435,10 +458,13 @@ def test_runs_on_an_empty_warehouse(tmp_path: Path, name: str) -> None:
 
 @pytest.mark.parametrize("name", available())
 def test_pastes_into_the_duckdb_shell_as_it_is(tiny_warehouse: Warehouse, name: str) -> None:
-    """What the shell does: read views.sql, then the file's text, no variables set."""
+    """What the shell does: read views.sql (and the files of the views over them, as the
+    queries that read those say), then the file's text, no variables set."""
     con = duckdb.connect()
     con.execute(f"SET file_search_path = '{tiny_warehouse.root.resolve()}'")
     con.execute(load_sql(VIEWS_SQL))
+    for view in DERIVED_VIEWS:
+        con.execute(load_sql(view))
     rows = con.execute((SQL_DIR / f"{name}.sql").read_text()).fetchall()
     assert rows == query(tiny_warehouse.connect(), name).rows()
 

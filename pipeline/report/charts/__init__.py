@@ -25,6 +25,7 @@ import polars as pl
 from altair.utils.schemapi import debug_mode
 
 from pipeline.report.charts.capacity import capacity_probes, slo_capacity
+from pipeline.report.charts.classes import class_panels
 from pipeline.report.charts.common import AnyChart, ChartOptions
 from pipeline.report.charts.compare import compare_runs
 from pipeline.report.charts.engine import engine_timeline
@@ -60,6 +61,7 @@ CHARTS: dict[str, Callable[[pl.DataFrame, ChartOptions], AnyChart]] = {
         ttft_vs_concurrency_cap,
         latency_intervals,
         latency_cdf,
+        class_panels,
         engine_timeline,
         prefix_hit_rate_overall,
         prefix_hit_rate_over_time,

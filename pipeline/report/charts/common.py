@@ -195,19 +195,22 @@ def slo_rules(lines: tuple[SloLine, ...], *, axis: Literal["x", "y"] = "y") -> l
         tip = alt.value(f"SLO: {line.label}")
         dash = [4, 3] if k % 2 == 0 else [8, 3, 2, 3]
         out.append(one.mark_rule(color=SLO_COLOR, strokeDash=dash).encode(**at, tooltip=tip))
-        # the label at the plot's right edge above a horizontal rule ("width": that edge),
-        # at its top beside a vertical one; a second SLO's label a line further
+        # the label above a horizontal rule, at the plot's right edge ("width") for the
+        # first SLO, its left edge for the second, and so on, so that two close limits do
+        # not print over each other; beside a vertical rule, a line lower for each
         if axis == "y":
+            right = k % 2 == 0
             mark = one.mark_text(
-                align="right",
+                align="right" if right else "left",
                 baseline="bottom",
-                dx=-2,
-                dy=-2 - 12 * k,
+                dx=-2 if right else 2,
+                dy=-2 - 12 * (k // 2),
                 color=SLO_COLOR,
                 fontSize=11,
                 text=line.label,
             )
-            out.append(mark.encode(y=alt.datum(line.limit_s), x=alt.value("width")))
+            edge = alt.value("width") if right else alt.value(0)
+            out.append(mark.encode(y=alt.datum(line.limit_s), x=edge))
         else:
             mark = one.mark_text(
                 align="left",
