@@ -101,10 +101,13 @@ def class_panels(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
         .encode(x=alt.X("limit_s:Q", scale=scale), y=alt.value(0), text="slo_label:N")
     )
     panels = natural_sorted(set(drawn["class_label"].to_list()))
-    step = 5 if many else 14
+    # room for the SLO labels under the panel's top even with one scenario
+    counts = rules.group_by("class_label").len()["len"].to_list()
+    per_panel = max(counts, default=0)
+    height = max(13 * per_panel + 40, len(names) * (5 if many else 14))
     return (
         alt.layer(dots, limit, label, data=values(drawn))
-        .properties(width=WIDTH // 2 - 70, height=alt.Step(step))
+        .properties(width=WIDTH // 2 - 70, height=height)
         .facet(
             facet=alt.Facet(
                 "class_label:N",
