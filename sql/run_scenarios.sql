@@ -7,7 +7,8 @@
 --          or max_batch_size for static batching), num_kv_blocks, block_size,
 --          num_requests, label (every configuration key whose value differs between the
 --          run's scenarios, with this scenario's value: 'max_num_batched_tokens=2048,
---          policy=vllm'; policy first, then by name; a null value as 'rate unset'; '' when
+--          policy=vllm'; policy first, then by name; a float to four significant digits; a null
+--          value as 'rate unset'; '' when
 --          the run has one scenario or none differ), config_json, summary_json
 -- The label leaves out the keys that name a scenario (name, description) and those derived
 -- from others (num_kv_blocks, the profile's cost and frontend tables,
@@ -26,7 +27,12 @@ config AS (
 ),
 -- every top-level key of every scenario's configuration, with its value as text
 kv AS (
-    SELECT c.scenario, k.key, c.config_json ->> k.key AS value
+    SELECT
+        c.scenario, k.key,
+        -- a float to four significant digits, as report/layout.py writes it (84.11, 1)
+        CASE WHEN json_type(c.config_json -> k.key) = 'DOUBLE'
+             THEN printf('%.4g', (c.config_json ->> k.key)::DOUBLE)
+             ELSE c.config_json ->> k.key END AS value
     FROM config AS c, unnest(json_keys(c.config_json)) AS k(key)
     WHERE k.key NOT IN ('name', 'description', 'num_kv_blocks', 'cost', 'frontend',
                         'cost_uncertainty_source')

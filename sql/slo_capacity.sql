@@ -191,7 +191,11 @@ points AS (
 -- the run's varying keys, as run_scenarios.sql finds them: every top-level configuration
 -- key whose value differs between the scenarios (or that one has and another lacks)
 kv AS (
-    SELECT p.scenario, k.key, p.config_json ->> k.key AS value
+    SELECT
+        p.scenario, k.key,
+        CASE WHEN json_type(p.config_json -> k.key) = 'DOUBLE'
+             THEN printf('%.4g', (p.config_json ->> k.key)::DOUBLE)
+             ELSE p.config_json ->> k.key END AS value
     FROM points AS p, unnest(json_keys(p.config_json)) AS k(key)
     WHERE k.key NOT IN ('name', 'description', 'num_kv_blocks', 'cost', 'frontend',
                         'cost_uncertainty_source')

@@ -73,12 +73,17 @@ class Layout:
 
 def _flat(config: dict[str, Any]) -> dict[str, str | None]:
     """The top-level keys that set a scenario, each value as its JSON text (a string as it
-    is, null as None), as DuckDB's ``->>`` reads them from config_json."""
-    return {
-        key: None if value is None else value if isinstance(value, str) else json.dumps(value)
-        for key, value in config.items()
-        if key not in _NOT_AXES
-    }
+    is, a float to four significant digits, null as None), as run_scenarios.sql reads them
+    from config_json."""
+    return {key: _text(value) for key, value in config.items() if key not in _NOT_AXES}
+
+
+def _text(value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return json.dumps(value)
 
 
 def sweep_axes(configs: dict[str, dict[str, Any]]) -> list[str]:

@@ -57,8 +57,8 @@ def test_thirty_scenarios_facet_by_policy_colour_by_the_other_axes() -> None:
     # ten series, each the same combination (so the same colour) in every panel
     assert len(layout.series_names) == 10
     assert layout.series["vllm-c16-r4.0"] == layout.series["tgi-c16-r4.0"]
-    assert layout.series["vllm-c16-r4.0"] == "max_num_seqs=16, rate=4.0"
-    assert layout.series_names[:2] == ["max_num_seqs=8, rate=1.0", "max_num_seqs=8, rate=4.0"]
+    assert layout.series["vllm-c16-r4.0"] == "max_num_seqs=16, rate=4"
+    assert layout.series_names[:2] == ["max_num_seqs=8, rate=1", "max_num_seqs=8, rate=4"]
 
 
 def test_one_policy_facets_by_the_coarsest_axis() -> None:
@@ -194,7 +194,7 @@ def test_labels_name_every_key_that_varies_and_only_those() -> None:
     configs["s2"] = {**configs["s2"], "num_kv_blocks": 90, "cost": {"fixed_s": 0.02}}
     layout = build_layout(list(configs), configs, {n: "vllm" for n in configs})
     assert layout.label("s0") == "max_num_batched_tokens=2048, max_num_seqs=16, rate unset"
-    assert layout.label("s3") == "max_num_batched_tokens=8192, max_num_seqs=64, rate=4.0"
+    assert layout.label("s3") == "max_num_batched_tokens=8192, max_num_seqs=64, rate=4"
     assert layout.label("s2", without=("max_num_seqs",)) == (
         "max_num_batched_tokens=8192, rate unset"
     )

@@ -134,3 +134,14 @@ def test_per_class_tables_and_panels_judge_each_class_by_its_slos(
     assert ("tenant=t1", "ttft_p99 of tenant=t1 <= 500ms") in rules
     assert ("tenant=t2", "ttft_p99 <= 2s") in rules
     assert not [r for r in rules if r[0] != "tenant=t1" and "tenant=t1" in r[1]]
+
+
+def test_legends_label_scenarios_as_run_scenarios_sql_does(tiny_warehouse: Warehouse) -> None:
+    from pipeline.report import _layout
+    from pipeline.report.sql import query
+
+    rows = query(tiny_warehouse.connect(), "run_scenarios")
+    layout = _layout(rows)
+    assert {r["scenario"]: r["label"] for r in rows.to_dicts()} == {
+        n: layout.label(n) for n in layout.scenarios
+    }

@@ -93,10 +93,10 @@ CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any], Rows]] = {
         {"run_id": R2, "scenario": "static-4", "policy": "static", "max_concurrency": 4,
          "num_kv_blocks": 100, "block_size": 16, "num_requests": 4, "replicas": 2,
          "label": "policy=static, enable_prefix_caching=false, max_batch_size=4, "
-                  "max_num_seqs unset, time_scale=1.0"},
+                  "max_num_seqs unset, time_scale=1"},
         {"scenario": "vllm-2", "policy": "vllm", "max_concurrency": 2, "num_requests": 4,
          "label": "policy=vllm, enable_prefix_caching=true, max_batch_size unset, "
-                  "max_num_seqs=2, time_scale=1.0"},
+                  "max_num_seqs=2, time_scale=1"},
         {"scenario": "vllm-4", "max_concurrency": 4},
         {"scenario": "vllm-4-fast", "max_concurrency": 4,
          "label": "policy=vllm, enable_prefix_caching=true, max_batch_size unset, "
@@ -312,7 +312,7 @@ CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any], Rows]] = {
         # vllm-2 / vllm-4 differ only in max_num_seqs; vllm-4 / vllm-4-fast only in time_scale.
         # Held fixed: the keys that vary across R2 but the swept knob(s)
         {"sweep": "concurrency", "sweep_id": 1, "num_points": 2, "scenario": "vllm-2",
-         "sweep_label": "policy=vllm, enable_prefix_caching=true, time_scale=1.0",
+         "sweep_label": "policy=vllm, enable_prefix_caching=true, time_scale=1",
          "value": 2.0, "slo": "ttft_p99", "slo_label": "ttft_p99 <= 200ms", "scope": None,
          "limit_s": 0.2, "scope_requests": 4, "measured_s": 0.494, "meets_slo": False,
          "meets_all": False, "slos_met": None, "slos_missed": "ttft_p99",
