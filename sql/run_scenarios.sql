@@ -6,7 +6,8 @@
 -- Columns: run_id, scenario, policy, replicas, profile, max_concurrency (max_num_seqs,
 --          or max_batch_size for static batching), num_kv_blocks, block_size,
 --          num_requests, label (every configuration key whose value differs between the
---          run's scenarios, with this scenario's value: 'max_num_batched_tokens=2048,
+--          run's scenarios that have it, with this scenario's value (a key it lacks, as
+--          another policy's, left out): 'max_num_batched_tokens=2048,
 --          policy=vllm'; policy first, then by name; a float to four significant digits; a null
 --          value as 'rate unset'; '' when
 --          the run has one scenario or none differ), config_json, summary_json
@@ -37,13 +38,13 @@ kv AS (
     WHERE k.key NOT IN ('name', 'description', 'num_kv_blocks', 'cost', 'frontend',
                         'cost_uncertainty_source')
 ),
--- a key varies when two scenarios differ in it, or one has it and another lacks it
+-- a key varies when two scenarios that have it differ in it (a key only some policies
+-- have, at one value, follows from the policy)
 varying AS (
     SELECT key
     FROM kv
     GROUP BY key
     HAVING count(DISTINCT value) + max(CASE WHEN value IS NULL THEN 1 ELSE 0 END) > 1
-        OR count(*) < (SELECT count(*) FROM config)
 ),
 labels AS (
     SELECT
@@ -53,7 +54,7 @@ labels AS (
             ', ' ORDER BY v.key <> 'policy', v.key), '') AS label
     FROM config AS c
     CROSS JOIN varying AS v
-    LEFT JOIN kv ON kv.scenario = c.scenario AND kv.key = v.key
+    JOIN kv ON kv.scenario = c.scenario AND kv.key = v.key
     GROUP BY c.scenario
 )
 SELECT

@@ -189,7 +189,7 @@ points AS (
     WHERE s.run_id = (SELECT run_id FROM run)
 ),
 -- the run's varying keys, as run_scenarios.sql finds them: every top-level configuration
--- key whose value differs between the scenarios (or that one has and another lacks)
+-- key whose value differs between the scenarios that have it
 kv AS (
     SELECT
         p.scenario, k.key,
@@ -205,7 +205,6 @@ varying AS (
     FROM kv
     GROUP BY key
     HAVING count(DISTINCT value) + max(CASE WHEN value IS NULL THEN 1 ELSE 0 END) > 1
-        OR count(*) < (SELECT count(*) FROM points)
 ),
 -- per scenario and sweep kind: the varying keys that kind of sweep holds fixed, at this
 -- scenario's values ('max_num_batched_tokens=2048, policy=vllm')
@@ -220,7 +219,7 @@ held AS (
     CROSS JOIN (VALUES ('concurrency', ['max_num_seqs', 'max_batch_size']),
                        ('rate', ['rate', 'time_scale', 'num_requests', 'seed'])) AS kind(sweep, knobs)
     CROSS JOIN varying AS v
-    LEFT JOIN kv ON kv.scenario = p.scenario AND kv.key = v.key
+    JOIN kv ON kv.scenario = p.scenario AND kv.key = v.key
     GROUP BY p.scenario, kind.sweep
 ),
 sweeps AS (

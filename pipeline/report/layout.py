@@ -87,13 +87,12 @@ def _text(value: Any) -> str | None:
 
 
 def sweep_axes(configs: dict[str, dict[str, Any]]) -> list[str]:
-    """The configuration keys whose values differ between the scenarios (or that one has
-    and another lacks), policy first, then by name."""
+    """The configuration keys whose values differ between the scenarios that have them,
+    policy first, then by name (a key only some policies have, at one value, follows from
+    the policy)."""
     flat = [_flat(cfg) for cfg in configs.values()]
     keys = {k for cfg in flat for k in cfg}
-    varying = [
-        k for k in keys if len({cfg.get(k) for cfg in flat}) > 1 or any(k not in c for c in flat)
-    ]
+    varying = [k for k in keys if len({cfg[k] for cfg in flat if k in cfg}) > 1]
     return sorted(varying, key=lambda k: (k != "policy", k))
 
 
@@ -113,7 +112,7 @@ def build_layout(
     }
     axes = sweep_axes(full) if len(names) > 1 else []
     flat = {n: _flat(full[n]) for n in names}
-    varying = {n: {k: flat[n].get(k) for k in axes} for n in names}
+    varying = {n: {k: flat[n][k] for k in axes if k in flat[n]} for n in names}
     if len(names) <= MAX_LINES or not axes:
         return Layout(scenarios=tuple(names), series={n: n for n in names}, varying=varying)
 

@@ -87,20 +87,17 @@ CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any], Rows]] = {
          "scenario_names": "static-4, vllm-2, vllm-4, vllm-4-fast"},
         {"run_id": R1, "num_scenarios": 1, "num_sim_requests": 1, "scenario_names": "old"},
     ]),
-    # the label: every key that varies across R2 (policy first), never a fixed set; the
-    # cap key static has and vllm lacks is unset, not None
+    # the label: every key that varies across R2 (policy first), never a fixed set; a key
+    # only one policy has, at one value (static's max_batch_size), follows from the policy
     "run_scenarios_latest": ("run_scenarios", {}, {}, [
         {"run_id": R2, "scenario": "static-4", "policy": "static", "max_concurrency": 4,
          "num_kv_blocks": 100, "block_size": 16, "num_requests": 4, "replicas": 2,
-         "label": "policy=static, enable_prefix_caching=false, max_batch_size=4, "
-                  "max_num_seqs unset, time_scale=1"},
+         "label": "policy=static, enable_prefix_caching=false, time_scale=1"},
         {"scenario": "vllm-2", "policy": "vllm", "max_concurrency": 2, "num_requests": 4,
-         "label": "policy=vllm, enable_prefix_caching=true, max_batch_size unset, "
-                  "max_num_seqs=2, time_scale=1"},
+         "label": "policy=vllm, enable_prefix_caching=true, max_num_seqs=2, time_scale=1"},
         {"scenario": "vllm-4", "max_concurrency": 4},
         {"scenario": "vllm-4-fast", "max_concurrency": 4,
-         "label": "policy=vllm, enable_prefix_caching=true, max_batch_size unset, "
-                  "max_num_seqs=4, time_scale=0.5"},
+         "label": "policy=vllm, enable_prefix_caching=true, max_num_seqs=4, time_scale=0.5"},
     ]),
     # vllm-2: tenant t1 = r1, r3 (TTFT 0.1, 0.3: p99 0.298), t2 = r2 (0.2), none = r4 (0.5),
     # over 5 s; the scoped SLO judges t1 alone, the unscoped one every class
@@ -322,7 +319,7 @@ CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any], Rows]] = {
          "meets_all": True, "slos_met": "ttft_p99", "is_capacity": True, "is_first": False},
         {"sweep": "rate", "scenario": "vllm-4", "value": 4 / 3, "capacity": 4 / 3,
          "is_capacity": True, "sweep_label": "policy=vllm, enable_prefix_caching=true, "
-                                             "max_batch_size unset, max_num_seqs=4"},
+                                             "max_num_seqs=4"},
         {"sweep": "rate", "scenario": "vllm-4-fast", "value": 4 / 1.5, "measured_s": 0.3,
          "meets_slo": False, "is_capacity": False},
     ]),
