@@ -4,7 +4,8 @@
 -- Reads:   capacity_search
 -- Params:  run_id  VARCHAR  the capacity run (NULL: the latest capacity run)
 --          slo     VARCHAR  only this SLO's rows, e.g. ttft_p99 (NULL: every SLO)
--- Grain:   one row per search, probe and SLO, ordered by search and knob value
+-- Grain:   one row per search, probe and SLO, ordered by search and probe: in the order
+--          each search ran them (the interval's probes last)
 -- Columns: search (concurrency | rate | replicas), knob (max_num_seqs, rate, replicas, ...),
 --          probe (order within the search, 0 first), value (the knob at this probe;
 --          requests/s for rate), scenario, slo (e.g. ttft_p99), limit_s, measured_s,
@@ -32,4 +33,4 @@ WHERE run_id = (SELECT run_id FROM run)
   AND (getvariable('slo') IS NULL OR slo = getvariable('slo')::VARCHAR)
 ORDER BY
     CASE search WHEN 'concurrency' THEN 1 WHEN 'rate' THEN 2 ELSE 3 END,
-    value, slo;
+    probe, slo;

@@ -18,7 +18,9 @@
 --          arrival rate (rate, time_scale, num_requests, seed) for a 'rate' sweep. The
 --          scenario name never counts.
 -- Columns: sweep (concurrency | rate), sweep_id (1, 2, ... within each kind), sweep_label
---          (what the sweep holds fixed), num_points (scenarios in the sweep), scenario,
+--          (what the sweep holds fixed: each configuration key that varies across the run,
+--          but the swept knob, at this sweep's value, as run_scenarios.sql's label:
+--          'max_num_batched_tokens=2048, policy=vllm'; 'no other key varies'), num_points (scenarios in the sweep), scenario,
 --          value (max_concurrency, or offered requests/s), num_requests, slo (its name,
 --          e.g. ttft_p99@tenant=chat), slo_label (e.g. 'ttft_p99 of tenant=chat <= 500ms'),
 --          scope (tenant=chat, model=..., prompt<=N, prompt>N; null: every request),
@@ -186,13 +188,45 @@ points AS (
     JOIN served AS v USING (scenario)
     WHERE s.run_id = (SELECT run_id FROM run)
 ),
+-- the run's varying keys, as run_scenarios.sql finds them: every top-level configuration
+-- key whose value differs between the scenarios that have it
+kv AS (
+    SELECT
+        p.scenario, k.key,
+        CASE WHEN json_type(p.config_json -> k.key) = 'DOUBLE'
+             THEN printf('%.4g', (p.config_json ->> k.key)::DOUBLE)
+             ELSE p.config_json ->> k.key END AS value
+    FROM points AS p, unnest(json_keys(p.config_json)) AS k(key)
+    WHERE k.key NOT IN ('name', 'description', 'num_kv_blocks', 'cost', 'frontend',
+                        'cost_uncertainty_source')
+),
+varying AS (
+    SELECT key
+    FROM kv
+    GROUP BY key
+    HAVING count(DISTINCT value) + max(CASE WHEN value IS NULL THEN 1 ELSE 0 END) > 1
+),
+-- per scenario and sweep kind: the varying keys that kind of sweep holds fixed, at this
+-- scenario's values ('max_num_batched_tokens=2048, policy=vllm')
+held AS (
+    SELECT
+        p.scenario, kind.sweep,
+        string_agg(
+            CASE WHEN kv.value IS NULL THEN v.key || ' unset' ELSE v.key || '=' || kv.value END,
+            ', ' ORDER BY v.key <> 'policy', v.key)
+            FILTER (WHERE NOT list_contains(kind.knobs, v.key)) AS label
+    FROM points AS p
+    CROSS JOIN (VALUES ('concurrency', ['max_num_seqs', 'max_batch_size']),
+                       ('rate', ['rate', 'time_scale', 'num_requests', 'seed'])) AS kind(sweep, knobs)
+    CROSS JOIN varying AS v
+    JOIN kv ON kv.scenario = p.scenario AND kv.key = v.key
+    GROUP BY p.scenario, kind.sweep
+),
 sweeps AS (
     SELECT
         'concurrency' AS sweep,
         json_merge_patch(config_json,
             '{"name": null, "max_num_seqs": null, "max_batch_size": null}')::VARCHAR AS base,
-        policy || ', ' || replicas || ' replica(s), ' || profile || ', '
-            || round(offered_requests_per_s, 2) || ' req/s' AS sweep_label,
         scenario, max_concurrency::DOUBLE AS value, num_requests
     FROM points
     WHERE max_concurrency IS NOT NULL
@@ -202,15 +236,18 @@ sweeps AS (
         json_merge_patch(config_json,
             '{"name": null, "rate": null, "time_scale": null, "num_requests": null, "seed": null}'
         )::VARCHAR AS base,
-        policy || ', ' || replicas || ' replica(s), ' || profile
-            || coalesce(', cap ' || max_concurrency, '') AS sweep_label,
         scenario, offered_requests_per_s AS value, num_requests
     FROM points
     WHERE offered_requests_per_s IS NOT NULL
 ),
+labelled AS (
+    SELECT w.*, coalesce(nullif(h.label, ''), 'no other key varies') AS sweep_label
+    FROM sweeps AS w
+    LEFT JOIN held AS h USING (scenario, sweep)
+),
 swept AS (
     SELECT *, count(DISTINCT value) OVER (PARTITION BY sweep, base) AS num_values
-    FROM sweeps
+    FROM labelled
 ),
 -- every sweep point with every SLO, and whether the point meets it
 point_slos AS (

@@ -601,6 +601,36 @@ def build_sweep(root: Path, logs: Path) -> tuple[Warehouse, str, str, str]:
     return wh, sweep_id, ok.run_id, none.run_id
 
 
+MANY_TOKENS = (2048, 4096, 8192, 16384)  # max_num_batched_tokens
+MANY_CAPS = (16, 64, 256, 512, 1024)
+MANY_SCALES = (1.0, 0.5, 0.25, 0.125, 0.0625)
+
+
+def build_many(root: Path, logs: Path, n: int = 60) -> tuple[Warehouse, str, str]:
+    """A short gateway log of two tenants replayed twice: through one scenario, and through
+    100 (vLLM at 4 max_num_batched_tokens x 5 caps up to 1,024 x 5 time scales).
+    Returns (warehouse, one-scenario run id, 100-scenario run id)."""
+    from pipeline.ingest import IngestOptions, ingest_logs
+    from pipeline.sim.replay import replay
+    from pipeline.sim.scenario import build_scenario
+
+    logs.mkdir(parents=True, exist_ok=True)
+    wh = Warehouse(root)
+    result = ingest_logs([str(gateway_log(logs / "gateway.jsonl", n=n, seed=5))], wh,
+                         IngestOptions(quiet=True))  # fmt: skip
+    assert result.ok
+    base = {"profile": "llama-3-8b_h100-80gb_tp1", "num_gpu_blocks": 4000, "drop_too_long": True}
+    one = replay(root, [build_scenario({**base, "policy": "vllm", "name": "vllm-64",
+                                        "max_num_seqs": 64})], quiet=True).run_id  # fmt: skip
+    scenarios = [
+        build_scenario({**base, "policy": "vllm", "name": f"vllm-t{t}-c{c}-x{int(1 / s)}",
+                        "max_num_batched_tokens": t, "max_num_seqs": c, "time_scale": s})
+        for t in MANY_TOKENS for c in MANY_CAPS for s in MANY_SCALES
+    ]  # fmt: skip
+    hundred = replay(root, scenarios, quiet=True).run_id
+    return wh, one, hundred
+
+
 def specs(html: str) -> dict[str, dict[str, Any]]:
     """The chart specs a report page embeds, by chart id."""
     m = re.search(r'<script type="application/json" id="chart-specs">(.*?)</script>', html, re.S)

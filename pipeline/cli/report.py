@@ -16,11 +16,10 @@ from pipeline.warehouse import Warehouse
 def report_slos(
     items: tuple[str, ...], slo_ttft_ms: float | None
 ) -> tuple[float | None, list[str]]:
-    """The report's p99 TTFT objective (goodput, the rule on TTFT charts) and the SLOs the
-    sweep charts judge, from --slo (capacity's syntax, scopes included) or the old flag.
-    The objective is None unless the old flag gives it: the report then takes the
-    unscoped ``ttft_p99`` of --slo when given, else of the run's own SLOs (``sweep``/
-    ``capacity --slo``, nightly [slo]); without one, its default."""
+    """The SLOs the report judges by, from --slo (capacity's syntax, scopes included) or the
+    deprecated --slo-ttft-ms (an unscoped p99 TTFT), as (that objective in seconds, the
+    --slo SLOs as runs store them). Both empty: the report takes the run's own SLOs
+    (``sweep``/``capacity --slo``, nightly [slo]), else says it has none."""
     from pipeline.errors import ConfigError
     from pipeline.plan.slo import parse_slos
 
@@ -28,7 +27,6 @@ def report_slos(
         if items:
             raise ConfigError("give --slo ttft_p99=... or the deprecated --slo-ttft-ms, not both")
         return slo_ttft_ms / 1000.0, []
-    # build_report takes the objective from these SLOs' unscoped ttft_p99
     return None, [str(s) for s in parse_slos(items, where="--slo")]
 
 
@@ -50,9 +48,9 @@ def report_slos(
     multiple=True,
     metavar="KEY=LIMIT",
     help="An SLO, as for capacity (repeatable; scoped too: 'ttft_p99@tenant=chat=500ms'). "
-    "ttft_p99 sets goodput and the rule on TTFT charts "
-    "[default: the run's own ttft_p99, else 200ms]; the sweep charts judge every SLO given "
-    "[default: the run's own].",
+    "The header lists them, TTFT charts draw a rule per TTFT SLO, goodput, the sweep charts "
+    "and the per-class tables judge them [default: the run's own SLOs; without any, the "
+    "report says so and draws p99 TTFT 200ms as an example].",
 )
 @click.option(
     "--slo-ttft-ms",

@@ -18,14 +18,12 @@ from pipeline.plan.sweep import SweepResult
 from pipeline.plan.sweep import sweep as run_sweep
 from pipeline.plan.tasks import TaskOutcome
 from pipeline.pricing import deployment_cost, gpu_prices
-from pipeline.text import render_table
+from pipeline.text import format_duration, render_table
 
 
 def seconds(x: float | None) -> str:
-    """0.183 s as '183 ms', 12.5 s as '12.5 s'; None as '-'."""
-    if x is None:
-        return "-"
-    return f"{x * 1e3:,.0f} ms" if x < 1 else f"{x:,.1f} s"
+    """0.183 s as '183 ms', 12.5 s as '12.5 s', 27,867 s as '7.7 h'; None as '-'."""
+    return "-" if x is None else format_duration(x)
 
 
 def number(x: float | None, digits: int = 2) -> str:

@@ -228,6 +228,18 @@ def stored_ttft_p99(texts: Iterable[str]) -> float | None:
     return None
 
 
+def parse_stored(text: str, where: str = "stored SLO") -> Slo:
+    """One SLO as runs store it and ``str(Slo)`` writes it (``ttft_p99@tenant=chat<=500ms``).
+
+    Raises:
+        ConfigError: no ``<=``, or a key or limit ``parse_slo`` refuses.
+    """
+    key, sep, limit = str(text).rpartition("<=")  # the limit follows the last '<='
+    if not sep or not key.strip():
+        raise ConfigError(f"{where}: {text!r}: expected KEY<=LIMIT, e.g. ttft_p99<=200ms")
+    return parse_slo(key, limit.strip(), where)
+
+
 def _stat(values: npt.NDArray[np.float64], slo: Slo) -> float | None:
     values = values[~np.isnan(values)]
     if not len(values):

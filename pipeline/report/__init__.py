@@ -26,6 +26,8 @@ from pipeline import __version__
 from pipeline.errors import ConfigError, PipelineError
 from pipeline.pricing import prices_json
 from pipeline.report.layout import Layout, build_layout
+from pipeline.report.slos import ReportSlos
+from pipeline.report.slos import resolve as resolve_slos
 
 if TYPE_CHECKING:
     from pipeline.report import charts, render
@@ -38,7 +40,6 @@ from pipeline.report.sql import load_query, query
 from pipeline.warehouse import Warehouse
 
 DEFAULT_REPORT = "review"
-DEFAULT_SLO_TTFT_S = 0.2  # p99 TTFT objective of the capacity search and goodput, seconds
 
 _SECTION_KEYS = {
     "id",
@@ -65,10 +66,11 @@ _ITEM_KEYS = {
     "empty",
     "max_rows",
     "intervals",
+    "split_by",
 }
 # item key intervals: what adds intervals to the query's rows (computed where SQL cannot)
 _INTERVALS = {"changes"}
-_FORMATS = {"text", "int", "float", "s", "ms", "pct", "time"}
+_FORMATS = {"text", "int", "float", "duration", "pct", "time"}
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,8 @@ class Item:
     requires_param: str | None = None  # no data (and no query) unless this parameter is given
     # "changes": the compare_runs rows get each change's 90% interval (report/changes.py)
     intervals: str | None = None
+    # a table: one table per value of this column (in the query's order), titled with it
+    split_by: str | None = None
 
 
 @dataclass(frozen=True)
@@ -202,6 +206,7 @@ def _item(it: dict[str, Any], at: str) -> Item:
         max_rows=int(it.get("max_rows", 200)),
         requires_param=it.get("requires_param"),
         intervals=it.get("intervals"),
+        split_by=it.get("split_by"),
     )
 
 
@@ -276,17 +281,18 @@ def build_report(
             sections saying there is no data.
         output: the HTML file to write; default ``default_output(...)``.
         png: also write one PNG per chart into ``png_dir(output)``.
-        slo_ttft_s: the p99 TTFT objective (goodput, the limit drawn on TTFT charts),
-            seconds; None: the unscoped ``ttft_p99`` of ``slos`` when given, else of the
-            run's own SLOs; without one, ``DEFAULT_SLO_TTFT_S``.
+        slo_ttft_s: deprecated: an unscoped p99 TTFT SLO in seconds, as ``slos`` would
+            give it (not with ``slos``).
         report: which ``reports/<report>.toml`` to build.
         compare: a second run to draw beside this one (the comparison section).
         pair_by, pairs: how the two runs' scenarios pair, as for ``compare``
             (``pipeline.compare.pair_scenarios``).
         gpu_prices: dollars per GPU-hour per GPU kind (``pipeline.pricing``): the costs.
-        slos: the SLOs the sweep charts judge, as ``capacity`` writes them
+        slos: the SLOs the report judges by (the header, the rules on the charts,
+            goodput, the sweep charts, the per-class tables), as ``capacity`` writes them
             (``ttft_p99<=200ms``, ``ttft_p99@tenant=chat<=500ms``); None: the run's own
-            (``sweep``/``capacity --slo``), else p99 TTFT <= ``slo_ttft_s``.
+            (``sweep``/``capacity --slo``, nightly [slo]); without any, the report says so
+            and uses p99 TTFT <= 200 ms as an example, named as one (``report/slos.py``).
 
     Returns:
         The path of the HTML file.
@@ -313,8 +319,7 @@ def build_report(
         if compare is not None and compare not in runs["run_id"].to_list():
             known = ", ".join(runs["run_id"].head(5).to_list()) or "none"
             raise PipelineError(f"--compare: no run {compare!r} in the warehouse; latest: {known}")
-        if slo_ttft_s is None:
-            slo_ttft_s = _ttft_objective(slos, run_row.get("slos"))
+        judged = resolve_slos(slos, run_row.get("slos"), slo_ttft_s)
         pairs_json = None
         if compare is not None and run_id is not None:
             from pipeline.compare import runs_pairing
@@ -324,7 +329,7 @@ def build_report(
             "compare_run_id": compare,
             "pairs_json": pairs_json,
             "prices_json": prices_json(gpu_prices or {}),
-            "slos": json.dumps(slos) if slos else None,
+            "slos": json.dumps(judged.texts()),
         }
 
         # The trace is what the run replayed; when none of its requests are in the
@@ -368,11 +373,7 @@ def build_report(
                 no_data = section.empty
             items = []
             for k, item in enumerate(section.items if no_data is None else ()):
-                scope = {
-                    "run_id": trace_run if section.scope == "trace" else run_id,
-                    "slo_ttft_s": slo_ttft_s,
-                    **given,
-                }
+                scope = {"run_id": trace_run if section.scope == "trace" else run_id, **given}
                 needed = item.requires
                 if item.requires_param and scope.get(item.requires_param) is None:
                     df = pl.DataFrame()
@@ -385,13 +386,14 @@ def build_report(
                 items.append(
                     _render_item(
                         item,
+                        judged,
                         df,
                         f"chart-{section.id}-{k + 1}",
                         specs,
                         charts.ChartOptions(
                             title=item.title,
                             scenarios=names,
-                            slo_ttft_s=slo_ttft_s,
+                            slos=judged,
                             extra=item.options,
                             layout=layout,
                         ),
@@ -401,7 +403,7 @@ def build_report(
                 {
                     "id": section.id,
                     "title": section.title,
-                    "how_to_read": section.how_to_read,
+                    "how_to_read": _with_slos(section.how_to_read, judged),
                     "no_data": no_data,
                     "items": items,
                 }
@@ -420,7 +422,9 @@ def build_report(
             "run_version": run_row.get("version"),
             "version": __version__,
             "generated_at": datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
-            "slo_ms": render.fmt(slo_ttft_s * 1000.0, "float")[0],
+            "slos_text": judged.describe(),
+            "slos_example": judged.is_example,
+            "goodput_basis": judged.goodput_basis(),
             "trace": trace,
             "scenarios": [_scenario_row(r) for r in _natural_rows(scenarios)] if run_id else [],
             "scenario_names": list(names),
@@ -436,23 +440,17 @@ def build_report(
     return output
 
 
-def _ttft_objective(slos: list[str] | None, run_slos: str | None) -> float:
-    """The report's p99 TTFT objective: the unscoped ``ttft_p99`` of the SLOs given, else
-    of those the run stored (its runs row, as JSON), else the default."""
-    from pipeline.plan.slo import stored_ttft_p99
-
-    texts = slos
-    if not texts and run_slos:
-        try:
-            texts = [str(t) for t in json.loads(run_slos)]
-        except (ValueError, TypeError):  # a runs row written by hand: fall back
-            texts = None
-    limit = stored_ttft_p99(texts or [])
-    return DEFAULT_SLO_TTFT_S if limit is None else limit
+def _with_slos(text: str | None, judged: ReportSlos) -> str | None:
+    """A definition's note or how-to-read with ``{slos}`` replaced by what goodput and the
+    sweep charts judge (the report's SLOs, or the example, named as one)."""
+    if text is None or "{slos}" not in text:
+        return text
+    return text.replace("{slos}", judged.goodput_basis())
 
 
 def _render_item(
     item: Item,
+    judged: ReportSlos,
     df: pl.DataFrame,
     element_id: str,
     specs: dict[str, dict[str, Any]],
@@ -464,7 +462,7 @@ def _render_item(
     out: dict[str, Any] = {
         "kind": item.kind,
         "title": item.title,
-        "note": item.note,
+        "note": _with_slos(item.note, judged),
         "no_data": None,
         "chart": item.chart,
         "element_id": element_id,
@@ -476,10 +474,17 @@ def _render_item(
         assert item.chart is not None
         specs[element_id] = charts.spec(item.chart, df, opts)
         return out
-    shown = df.head(item.max_rows)
     out["labels"] = [label for _, label, _ in item.columns]
-    out["rows"] = [[_cell(row.get(c), f) for c, _, f in item.columns] for row in shown.to_dicts()]
-    out["more"] = df.height - shown.height
+    parts = (
+        [(str(k[0]), g) for k, g in df.group_by(item.split_by, maintain_order=True)]
+        if item.split_by and item.split_by in df.columns
+        else [(None, df)]
+    )
+    out["tables"] = []
+    for name, part in parts:
+        shown = part.head(item.max_rows)
+        rows = [[_cell(row.get(c), f) for c, _, f in item.columns] for row in shown.to_dicts()]
+        out["tables"].append({"name": name, "rows": rows, "more": part.height - shown.height})
     return out
 
 
@@ -608,9 +613,10 @@ def _scenario_row(r: dict[str, Any]) -> dict[str, Any]:
     summary = pretty(r.get("summary_json"))
     return {
         **{
-            k: ("\u2014" if r.get(k) is None else r[k])
+            k: ("\u2014" if r.get(k) in (None, "") else r[k])
             for k in (
                 "scenario",
+                "label",
                 "policy",
                 "replicas",
                 "profile",

@@ -22,6 +22,8 @@ from typing import Any
 
 import jinja2
 
+from pipeline.text import DASH, format_count, format_duration, format_number
+
 REPORTS_DIR = Path(__file__).resolve().parents[2] / "reports"
 TEMPLATES_DIR = REPORTS_DIR / "templates"
 
@@ -77,19 +79,19 @@ def vega_bundle() -> tuple[str, str, str]:
 
 
 def fmt(value: Any, kind: str) -> tuple[str, bool]:
-    """A table cell as (text, is_numeric). Null is a dash."""
+    """A table cell as (text, is_numeric). Null is a dash. Kinds: ``int`` (a count: ``3``),
+    ``float`` (four significant digits, trailing zeros dropped), ``duration`` (seconds, in
+    the unit that reads: ``183 ms``, ``7.7 h``), ``pct``, ``time``, ``text``."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "\u2014", kind not in ("text", "json")
+        return DASH, kind not in ("text", "json")
     if isinstance(value, bool):
         return ("yes" if value else "no"), False
     if kind == "int":
-        return f"{int(value):,}", True
+        return format_count(value), True
     if kind == "float":
-        return _sig(float(value)), True
-    if kind == "s":
-        return _sig(float(value)), True
-    if kind == "ms":
-        return _sig(float(value) * 1000.0), True
+        return format_number(float(value)), True
+    if kind == "duration":
+        return format_duration(float(value)), True
     if kind == "pct":
         return f"{float(value) * 100:.1f}%", True
     if kind == "time":
@@ -98,14 +100,6 @@ def fmt(value: Any, kind: str) -> tuple[str, bool]:
         if isinstance(value, date):
             return value.isoformat(), False
     return str(value), False
-
-
-def _sig(x: float) -> str:
-    """Four significant digits, thousands separated, no exponent for everyday sizes."""
-    if x == 0 or not math.isfinite(x):
-        return f"{x:g}"
-    digits = max(0, 3 - int(math.floor(math.log10(abs(x)))))
-    return f"{x:,.{digits}f}"
 
 
 def render_page(template: str, context: dict[str, Any]) -> str:

@@ -1,13 +1,14 @@
 """The report tests' warehouses, built once a session: the tiny hand-written one (its
 rows and the figures they give are in tests/helpers.py's ``build``), the gateway log with
-hostile names replayed, and the sweep with its capacity runs."""
+hostile names replayed, the sweep with its capacity runs, and a run of one scenario beside one
+of 100."""
 
 from __future__ import annotations
 
 import pytest
 
 from pipeline.warehouse import Warehouse
-from tests.helpers import build, build_replayed, build_sweep
+from tests.helpers import build, build_many, build_replayed, build_sweep
 
 
 @pytest.fixture(scope="session")
@@ -25,3 +26,9 @@ def tiny_warehouse(tmp_path_factory: pytest.TempPathFactory) -> Warehouse:
 def sweep_warehouse(tmp_path_factory: pytest.TempPathFactory) -> tuple[Warehouse, str, str, str]:
     tmp = tmp_path_factory.mktemp("sweep")
     return build_sweep(tmp / "wh", tmp / "logs")
+
+
+@pytest.fixture(scope="session")
+def many_warehouse(tmp_path_factory: pytest.TempPathFactory) -> tuple[Warehouse, str, str]:
+    tmp = tmp_path_factory.mktemp("many")
+    return build_many(tmp / "wh", tmp / "logs")

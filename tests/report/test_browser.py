@@ -207,3 +207,94 @@ def test_a_30_scenario_sweep_and_capacity_report_in_chromium(
     assert slo_headers.count(f"tpot_p90 of tenant={EVIL_TENANT} <= 40ms") == 2
     assert "What each capacity search found" in cap_text
     assert "ttft_p99<=2s" in cap_text and "concurrency" in cap_text and "replicas" in cap_text
+
+
+# The label boxes of every axis of every chart, as the browser laid them out; the pairs that
+# overlap (a label Vega hid for overlap has opacity 0 and is left out).
+AXIS_LABEL_OVERLAPS = """() => {
+  const out = []; let n = 0;
+  for (const chart of document.querySelectorAll('div.chart')) {
+    for (const axis of chart.querySelectorAll('g.role-axis-label')) {
+      const boxes = [];
+      for (const t of axis.querySelectorAll('text')) {
+        if (parseFloat(t.getAttribute('opacity') ?? '1') === 0 || !t.textContent) continue;
+        const r = t.getBoundingClientRect();
+        if (r.width === 0 || r.height === 0) continue;
+        boxes.push({s: t.textContent, l: r.left, r: r.right, t: r.top, b: r.bottom});
+        n += 1;
+      }
+      for (let i = 0; i < boxes.length; i++) for (let j = i + 1; j < boxes.length; j++) {
+        const a = boxes[i], b = boxes[j];
+        if (a.l < b.r - 0.5 && b.l < a.r - 0.5 && a.t < b.b - 0.5 && b.t < a.b - 0.5)
+          out.push(chart.id + ': ' + a.s + ' / ' + b.s);
+      }
+    }
+  }
+  return {labels: n, overlaps: out};
+}"""
+# The table under the heading ``title``: whether it is wider than its box (a horizontal
+# scroll would hide its right-hand columns), and its column labels.
+TABLE_FITS = """(title) => {
+  const h = Array.from(document.querySelectorAll('h3')).find(e => e.textContent === title);
+  if (!h) return null;
+  const wrap = h.nextElementSibling;
+  return {fits: wrap.scrollWidth <= wrap.clientWidth + 1,
+          columns: Array.from(wrap.querySelectorAll('th')).map(th => th.textContent)};
+}"""
+
+
+def test_no_axis_label_overlaps_at_1_30_and_100_scenarios(
+    many_warehouse: tuple[Warehouse, str, str],
+    sweep_warehouse: tuple[Warehouse, str, str, str],
+    tmp_path: Path,
+) -> None:
+    """Every axis label box of every chart, at 1, 30 and 100 scenarios (two tenants, so the
+    per-class panels are drawn), is clear of the others; the capacity answers' table keeps
+    its cost columns in view; a full-page screenshot of each lands in out/test-artifacts/."""
+    from playwright.sync_api import sync_playwright
+
+    wh, one_id, hundred_id = many_warehouse
+    swh, sweep_id, cap_id, _ = sweep_warehouse
+    slos = ["ttft_p99<=2s", "ttft_p99@tenant=team-a<=1s"]
+    pages = {
+        "report_1_scenario": build_report(wh, one_id, output=tmp_path / "one.html", slos=slos),
+        "report_30_scenarios": build_report(swh, sweep_id, output=tmp_path / "s30.html",
+                                            slos=slos),
+        "report_100_scenarios": build_report(wh, hundred_id, output=tmp_path / "s100.html",
+                                             slos=slos),
+        "report_capacity": build_report(swh, cap_id, output=tmp_path / "cap.html",
+                                        gpu_prices={"h100-80gb": 2.49}),
+    }  # fmt: skip
+    urls = {p.resolve().as_uri() for p in pages.values()}
+    errors: list[str] = []
+    requests: list[str] = []
+    found: dict[str, dict] = {}  # type: ignore[type-arg]
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=FLAGS, headless=True)
+        try:
+            page = _offline_page(browser, urls, errors, requests)
+            for name, html in pages.items():
+                data = _open(page, html.resolve().as_uri())
+                found[name] = {
+                    "failed": data["chartsFailed"],
+                    "classes": page.locator("#chart-classes-1 svg.marks").count(),
+                    **page.evaluate(AXIS_LABEL_OVERLAPS),
+                    "answers": page.evaluate(TABLE_FITS, "What each capacity search found"),
+                }
+                page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+                if page.locator("#classes .chart").count():
+                    page.locator("#classes").screenshot(path=str(ARTIFACTS / f"{name}_classes.png"))
+        finally:
+            browser.close()
+
+    assert errors == [] and requests == []
+    for name, f in found.items():
+        assert f["failed"] == "0", name
+        assert f["labels"] > 50, name  # the check saw the axes
+        assert f["overlaps"] == [], name
+    # the capacity answers' table keeps its cost columns in view
+    answers = found["report_capacity"]["answers"]
+    assert answers["fits"] and "$ per hour there" in answers["columns"]
+    for name in ("report_1_scenario", "report_30_scenarios", "report_100_scenarios"):
+        assert found[name]["classes"] == 1, name  # two tenants: the per-class panels

@@ -104,7 +104,7 @@ def test_inline_parameter(tiny_warehouse: Warehouse) -> None:
 def test_unknown_parameter_of_a_file(tiny_warehouse: Warehouse) -> None:
     code, out = run(tiny_warehouse, "-f", "throughput", "-p", "slo=1")
     assert code == 1
-    assert "has no parameter slo; it takes: run_id, slo_ttft_s" in out
+    assert "has no parameter slo; it takes: run_id, slos, slo_ttft_s" in out
 
 
 def test_views_sql_works_in_a_fresh_duckdb(tiny_warehouse: Warehouse) -> None:
@@ -130,7 +130,7 @@ def test_report_command(tiny_warehouse: Warehouse, tmp_path: Path) -> None:
     assert r.exit_code == 0, r.output
     summary = json.loads(r.stdout)
     assert summary["html"] == str(out) and summary["bytes"] == out.stat().st_size
-    assert "500.0 ms (p99)" in out.read_text()
+    assert "ttft_p99 &lt;= 500ms (given to the report (--slo))" in out.read_text()
     r = CliRunner().invoke(cli, ["report", "nope", "--warehouse", str(tiny_warehouse.root)])
     assert r.exit_code == 1 and "no replay run 'nope'" in r.output
 
@@ -142,13 +142,16 @@ def test_report_slo_syntax_and_deprecated_flag(tiny_warehouse: Warehouse, tmp_pa
     assert r.exit_code == 0, r.output
     assert r.stdout.strip() == str(out)  # --quiet: the path alone
     assert "deprecated; use --slo ttft_p99=<N>ms" in r.stderr
-    assert "250.0 ms (p99)" in out.read_text()
-    # any SLO, scoped too: the sweep charts judge them; TTFT charts keep p99 TTFT's 200 ms
+    assert "ttft_p99 &lt;= 250ms (given to the report (--slo))" in out.read_text()
+    # any SLO, scoped too: the header lists them and nothing stands in for a p99 TTFT
     r = CliRunner().invoke(cli, [*base, "--slo", "tpot_p99=40ms", "--slo",
                                  "ttft_p50@tenant=t1=150ms"])  # fmt: skip
     assert r.exit_code == 0, r.output
     html = out.read_text()
-    assert "200.0 ms (p99)" in html
+    header = html[html.index('<dd id="slos"') :]
+    header = header[: header.index("</dd>")]
+    assert "tpot_p99 &lt;= 40ms; ttft_p50 of tenant=t1 &lt;= 150ms (given" in header
+    assert "200ms" not in html.split('id="chart-specs"')[0] and "example" not in header
     assert "tpot_p99 &lt;= 40ms" in html and "ttft_p50 of tenant=t1 &lt;= 150ms" in html
     r = CliRunner().invoke(cli, [*base, "--slo", "ttft_p99=200"])
     assert r.exit_code == 1 and "give a unit" in r.output

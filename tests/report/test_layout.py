@@ -57,8 +57,8 @@ def test_thirty_scenarios_facet_by_policy_colour_by_the_other_axes() -> None:
     # ten series, each the same combination (so the same colour) in every panel
     assert len(layout.series_names) == 10
     assert layout.series["vllm-c16-r4.0"] == layout.series["tgi-c16-r4.0"]
-    assert layout.series["vllm-c16-r4.0"] == "max_num_seqs=16, rate=4.0"
-    assert layout.series_names[:2] == ["max_num_seqs=8, rate=1.0", "max_num_seqs=8, rate=4.0"]
+    assert layout.series["vllm-c16-r4.0"] == "max_num_seqs=16, rate=4"
+    assert layout.series_names[:2] == ["max_num_seqs=8, rate=1", "max_num_seqs=8, rate=4"]
 
 
 def test_one_policy_facets_by_the_coarsest_axis() -> None:
@@ -84,7 +84,7 @@ def test_many_scenarios_become_small_multiples_with_a_legend_selection() -> None
     params = {p["name"]: p for p in spec["params"]}
     assert params[LEGEND_PICK]["bind"] == "legend"
     assert params[FOCUS]["value"] == ""
-    enc = spec["spec"]["encoding"]
+    enc = spec["spec"]["layer"][0]["encoding"]  # the lines; the SLO rules layered on them
     assert enc["color"]["scale"]["scheme"] == "tableau10"  # ten series: ten distinct colours
     assert enc["color"]["scale"]["domain"] == layout.series_names
     assert enc["opacity"]["value"] == FADED
@@ -95,7 +95,7 @@ def test_many_scenarios_become_small_multiples_with_a_legend_selection() -> None
 def test_narrow_values_get_a_linear_axis() -> None:
     df = _cdf(["a", "b"]).with_columns(pl.col("value_s") / 5.0 + 0.1)
     spec = latency_cdf(df, charts.ChartOptions(title="t", scenarios=("a", "b"))).to_dict()
-    assert spec["encoding"]["x"]["scale"]["type"] == "linear"
+    assert spec["layer"][0]["encoding"]["x"]["scale"]["type"] == "linear"
     assert "facet" not in spec
 
 
@@ -180,3 +180,58 @@ def test_booleans_read_yes_and_no_in_tables() -> None:
     from pipeline.report.render import fmt
 
     assert fmt(True, "text") == ("yes", False) and fmt(False, "text") == ("no", False)
+
+
+def test_labels_name_every_key_that_varies_and_only_those() -> None:
+    base = {"policy": "vllm", "block_size": 16, "profile": "p", "rate": None, "replicas": 2,
+            "num_kv_blocks": 100, "cost": {"fixed_s": 0.01}}  # fmt: skip
+    configs = {
+        f"s{i}": {**base, "name": f"s{i}", "max_num_seqs": cap, "max_num_batched_tokens": tok,
+                  **({"rate": 4.0} if i == 3 else {})}
+        for i, (cap, tok) in enumerate([(16, 2048), (64, 2048), (16, 8192), (64, 8192)])
+    }  # fmt: skip
+    # num_kv_blocks and the profile's cost table follow from other keys: never an axis
+    configs["s2"] = {**configs["s2"], "num_kv_blocks": 90, "cost": {"fixed_s": 0.02}}
+    layout = build_layout(list(configs), configs, {n: "vllm" for n in configs})
+    assert layout.label("s0") == "max_num_batched_tokens=2048, max_num_seqs=16, rate unset"
+    assert layout.label("s3") == "max_num_batched_tokens=8192, max_num_seqs=64, rate=4"
+    assert layout.label("s2", without=("max_num_seqs",)) == (
+        "max_num_batched_tokens=8192, rate unset"
+    )
+    # one scenario: nothing varies
+    one = build_layout(["s0"], {"s0": configs["s0"]}, {"s0": "vllm"})
+    assert one.label("s0") == ""
+
+
+def test_a_null_value_is_unset_in_every_legend_never_none() -> None:
+    configs = {
+        f"c{c}-r{r}": {"name": f"c{c}-r{r}", "policy": "vllm", "max_num_seqs": c, "rate": r}
+        for c in (8, 16, 32, 64, 128, 256)
+        for r in (None, 2.0)
+    }
+    layout = build_layout(list(configs), configs, {n: "vllm" for n in configs})
+    shown = [*layout.panels, *layout.series_names, *(layout.label(n) for n in configs)]
+    assert not [s for s in shown if "None" in s]
+    assert "rate unset" in layout.panels
+
+
+def test_the_cap_chart_joins_only_scenarios_equal_but_for_the_cap() -> None:
+    from pipeline.report.charts.queueing import ttft_vs_concurrency_cap
+
+    # two sweeps of the cap (max_num_batched_tokens 2048 and 8192) and three replica probes
+    # at one cap: five lines' worth of series, not one sawtooth
+    rows, configs = [], {}
+    for name, cap, tok, reps in [("a16", 16, 2048, 1), ("a64", 64, 2048, 1),
+                                 ("b16", 16, 8192, 1), ("b64", 64, 8192, 1),
+                                 ("r2", 256, 2048, 2), ("r3", 256, 2048, 3)]:  # fmt: skip
+        configs[name] = {"name": name, "policy": "vllm", "max_num_seqs": cap,
+                         "max_num_batched_tokens": tok, "replicas": reps}  # fmt: skip
+        rows.append({"scenario": name, "policy": "vllm", "max_concurrency": cap,
+                     "offered_requests_per_s": 2.0, "p99_ttft_s": 0.1 * cap ** 0.5})  # fmt: skip
+    layout = build_layout(list(configs), configs, {n: "vllm" for n in configs})
+    opts = charts.ChartOptions(title="t", scenarios=layout.scenarios, layout=layout)
+    spec = ttft_vs_concurrency_cap(pl.DataFrame(rows), opts).to_dict()
+    series = {r["scenario"]: r["series"] for r in spec["data"]["values"]}
+    assert series["a16"] == series["a64"] == "max_num_batched_tokens=2048, replicas=1"
+    assert series["b16"] == series["b64"] != series["a16"]
+    assert len({series["r2"], series["r3"], series["a16"]}) == 3

@@ -99,3 +99,30 @@ def test_a_run_without_intervals_still_reports(old_copy: Warehouse, tmp_path: Pa
     assert df.height and df["p99_ttft_lo_s"].null_count() == df.height
     html = build_report(old_copy, output=tmp_path / "o.html").read_text()
     assert "No scenario of this run carries intervals" in html
+
+
+def test_the_probe_table_is_in_the_order_each_search_ran_its_probes(
+    sweep_warehouse: tuple[Warehouse, str, str, str], tmp_path: Path
+) -> None:
+    import re
+
+    wh, _, cap_id, _ = sweep_warehouse
+    con = wh.connect()
+    try:
+        df = query(con, "capacity_search", run_id=cap_id)
+    finally:
+        con.close()
+    for search in ("concurrency", "rate", "replicas"):
+        probes = df.filter(df["search"] == search)["probe"].to_list()
+        assert probes == sorted(probes) and len(set(probes)) > 2, search
+    # the rate search bisects: the order it ran its probes in is not their values' order
+    values = df.filter((df["search"] == "rate") & (df["probe_role"] == "search"))
+    assert values["value"].to_list() != sorted(values["value"].to_list())
+    page = build_report(wh, cap_id, output=tmp_path / "cap.html").read_text()
+    table = page[page.index("Probes, in the order each search ran them") :]
+    table = table[: table.index("</table>")]
+    cells = [re.findall(r"<td[^>]*>([^<]*)</td>", row) for row in table.split("<tr>")[2:]]
+    shown = [(c[0], int(c[1])) for c in cells if c]
+    assert shown == sorted(
+        shown, key=lambda r: (("concurrency", "rate", "replicas").index(r[0]), r[1])
+    )

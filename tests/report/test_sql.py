@@ -18,7 +18,7 @@ import pytest
 from pipeline.contracts import CONTRACTS
 from pipeline.errors import UnknownQueryError
 from pipeline.report.sql import QueryError, available, load_query, query, variables_used
-from pipeline.warehouse import SQL_DIR, VIEWS_SQL, Warehouse, load_sql
+from pipeline.warehouse import DERIVED_VIEWS, SQL_DIR, VIEWS_SQL, Warehouse, load_sql
 from tests.helpers import R1, R2
 
 Rows = list[dict[str, Any]]
@@ -103,15 +103,42 @@ CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any], Rows]] = {
          "scenario_names": "static-4, vllm-2, vllm-4, vllm-4-fast"},
         {"run_id": R1, "num_scenarios": 1, "num_sim_requests": 1, "scenario_names": "old"},
     ]),
+    # the label: every key that varies across R2 (policy first), never a fixed set; a key
+    # only one policy has, at one value (static's max_batch_size), follows from the policy
     "run_scenarios_latest": ("run_scenarios", {}, {}, [
         {"run_id": R2, "scenario": "static-4", "policy": "static", "max_concurrency": 4,
-         "num_kv_blocks": 100, "block_size": 16, "num_requests": 4, "replicas": 2},
-        {"scenario": "vllm-2", "policy": "vllm", "max_concurrency": 2, "num_requests": 4},
+         "num_kv_blocks": 100, "block_size": 16, "num_requests": 4, "replicas": 2,
+         "label": "policy=static, enable_prefix_caching=false, time_scale=1"},
+        {"scenario": "vllm-2", "policy": "vllm", "max_concurrency": 2, "num_requests": 4,
+         "label": "policy=vllm, enable_prefix_caching=true, max_num_seqs=2, time_scale=1"},
         {"scenario": "vllm-4", "max_concurrency": 4},
-        {"scenario": "vllm-4-fast", "max_concurrency": 4},
+        {"scenario": "vllm-4-fast", "max_concurrency": 4,
+         "label": "policy=vllm, enable_prefix_caching=true, max_num_seqs=4, time_scale=0.5"},
+    ]),
+    # vllm-2: tenant t1 = r1, r3 (TTFT 0.1, 0.3: p99 0.298), t2 = r2 (0.2), none = r4 (0.5),
+    # over 5 s; the scoped SLO judges t1 alone, the unscoped one every class
+    "class_slos_scoped": ("class_slos",
+                          {"slos": json.dumps(["ttft_p99<=250ms", "ttft_p99@tenant=t1<=150ms"])},
+                          {"scenario": "vllm-2", "class_kind": "tenant"}, [
+        {"class_label": "tenant=(none)", "requests": 1, "slo": "ttft_p99", "measured_s": 0.5,
+         "meets_slo": False, "num_good": 0, "goodput_per_s": 0.0, "is_first": True},
+        {"class_label": "tenant=t1", "completed": 2, "slo": "ttft_p99", "measured_s": 0.298,
+         "slos_missed": "ttft_p99, ttft_p99@tenant=t1", "meets_all": False, "num_good": 1,
+         "goodput_per_s": 0.2, "is_first": True},
+        {"class_label": "tenant=t1", "slo": "ttft_p99@tenant=t1",
+         "slo_label": "ttft_p99 of tenant=t1 <= 150ms", "limit_s": 0.15, "is_first": False},
+        {"class_label": "tenant=t2", "slo": "ttft_p99", "meets_slo": True, "meets_all": True,
+         "slos_met": "ttft_p99", "num_good": 1, "goodput_per_s": 0.2},
+    ]),
+    # no SLO (the tiny runs store none): one row per class, every completed request good
+    "class_slos_none": ("class_slos", {}, {"scenario": "vllm-2", "class_kind": "model"}, [
+        {"class_label": "model=(none)", "slo": None, "meets_all": True, "num_good": 1},
+        {"class_label": "model=m-a", "requests": 2, "ttft_p50_s": 0.15, "num_good": 2,
+         "goodput_per_s": 0.4},
+        {"class_label": "model=m-b", "slo": None, "num_good": 1},
     ]),
     "run_scenarios_old": ("run_scenarios", {"run_id": R1}, {}, [
-        {"run_id": R1, "scenario": "old", "num_requests": 1},
+        {"run_id": R1, "scenario": "old", "num_requests": 1, "label": ""},
     ]),
     "trace_summary_of_run": ("trace_summary", {"run_id": R2}, {}, [
         {"num_requests": 4, "num_days": 1, "duration_s": 3.0, "mean_requests_per_s": 4 / 3,
@@ -204,6 +231,16 @@ CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any], Rows]] = {
     "throughput_tighter_slo": ("throughput", {"slo_ttft_s": 0.1}, {"scenario": "vllm-2"}, [
         {"goodput_per_s": 0.2},
     ]),
+    # vllm-2's TTFTs 0.1 0.2 0.3 0.5 over 5 s; r1 and r3 are tenant t1's: a limit on t1 alone
+    # rejects r3 only, the same limit on every request r2, r3 and r4
+    "throughput_scoped_slo": ("throughput", {"slos": json.dumps(["ttft_p99@tenant=t1<=150ms"])},
+                              {"scenario": "vllm-2"}, [{"num_good": 3, "goodput_per_s": 0.6}]),
+    "throughput_unscoped_slo": ("throughput", {"slos": json.dumps(["ttft_p99<=150ms"])},
+                                {"scenario": "vllm-2"}, [{"num_good": 1, "goodput_per_s": 0.2}]),
+    # every SLO that holds a request: r3 misses both, r4 the unscoped one
+    "throughput_both_slos": ("throughput",
+                             {"slos": json.dumps(["ttft_p99<=250ms", "ttft_p99@tenant=t1<=150ms"])},
+                             {"scenario": "vllm-2"}, [{"num_good": 2, "goodput_per_s": 0.4}]),
     "latency_percentiles": ("latency_percentiles", {}, {}, [
         {"scenario": "static-4", "num_requests": 4, "p50_ttft_s": 0.35, "p90_ttft_s": 0.47,
          "p99_ttft_s": 0.497, "max_queue_depth": 3, "num_preemptions": 0},
@@ -285,8 +322,10 @@ CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any], Rows]] = {
             {"dimension": "tenant", "group_name": "(other)", "prompt_tokens": 700},
         ]),
     "slo_capacity": ("slo_capacity", {}, {}, [
-        # vllm-2 / vllm-4 differ only in max_num_seqs; vllm-4 / vllm-4-fast only in time_scale
+        # vllm-2 / vllm-4 differ only in max_num_seqs; vllm-4 / vllm-4-fast only in time_scale.
+        # Held fixed: the keys that vary across R2 but the swept knob(s)
         {"sweep": "concurrency", "sweep_id": 1, "num_points": 2, "scenario": "vllm-2",
+         "sweep_label": "policy=vllm, enable_prefix_caching=true, time_scale=1",
          "value": 2.0, "slo": "ttft_p99", "slo_label": "ttft_p99 <= 200ms", "scope": None,
          "limit_s": 0.2, "scope_requests": 4, "measured_s": 0.494, "meets_slo": False,
          "meets_all": False, "slos_met": None, "slos_missed": "ttft_p99",
@@ -295,7 +334,8 @@ CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any], Rows]] = {
         {"sweep": "concurrency", "scenario": "vllm-4", "value": 4.0, "meets_slo": True,
          "meets_all": True, "slos_met": "ttft_p99", "is_capacity": True, "is_first": False},
         {"sweep": "rate", "scenario": "vllm-4", "value": 4 / 3, "capacity": 4 / 3,
-         "is_capacity": True},
+         "is_capacity": True, "sweep_label": "policy=vllm, enable_prefix_caching=true, "
+                                             "max_num_seqs=4"},
         {"sweep": "rate", "scenario": "vllm-4-fast", "value": 4 / 1.5, "measured_s": 0.3,
          "meets_slo": False, "is_capacity": False},
     ]),
@@ -414,7 +454,8 @@ def test_header_states_question_reads_params_grain_columns(
         assert "NULL" in p.doc, f"{name}: say what an unset {p.name} means"
     # Reads: exactly the views the SQL reads
     reads = {v.strip() for v in _section(q.text, "Reads").split(",")}
-    used = {c for c in CONTRACTS if re.search(rf"\b{c}\b", _body(q.text))}
+    views = [*CONTRACTS, *(Path(v).stem for v in DERIVED_VIEWS)]  # class_latency too
+    used = {c for c in views if re.search(rf"\b{c}\b", _body(q.text))}
     assert reads == used
     # Columns: the result's columns, in order
     assert _columns(q.text) == query(con, name).columns
@@ -430,10 +471,13 @@ def test_runs_on_an_empty_warehouse(tmp_path: Path, name: str) -> None:
 
 @pytest.mark.parametrize("name", available())
 def test_pastes_into_the_duckdb_shell_as_it_is(tiny_warehouse: Warehouse, name: str) -> None:
-    """What the shell does: read views.sql, then the file's text, no variables set."""
+    """What the shell does: read views.sql (and the files of the views over them, as the
+    queries that read those say), then the file's text, no variables set."""
     con = duckdb.connect()
     con.execute(f"SET file_search_path = '{tiny_warehouse.root.resolve()}'")
     con.execute(load_sql(VIEWS_SQL))
+    for view in DERIVED_VIEWS:
+        con.execute(load_sql(view))
     rows = con.execute((SQL_DIR / f"{name}.sql").read_text()).fetchall()
     assert rows == query(tiny_warehouse.connect(), name).rows()
 
@@ -453,7 +497,7 @@ def test_unknown_query_lists_the_available_ones() -> None:
 
 
 def test_unknown_parameter_names_the_declared_ones(con: duckdb.DuckDBPyConnection) -> None:
-    with pytest.raises(QueryError, match="no parameter slo_s; it takes: run_id, slo_ttft_s"):
+    with pytest.raises(QueryError, match="no parameter slo_s; it takes: run_id, slos, slo_ttft_s"):
         query(con, "throughput", slo_s=0.1)
 
 

@@ -160,30 +160,40 @@ def test_the_chart_draws_each_slo_against_its_scope(tiny_warehouse: Warehouse) -
 
 def _goodputs(html: str) -> list[str]:
     """The goodput column of the report's throughput table, as rendered."""
-    table = html[html.index("goodput (requests/s within SLO)") :]
+    table = html[html.index("goodput (requests/s meeting the SLOs)") :]
     table = table[: table.index("</tbody>")]
     return re.findall(r'<td class="num">([^<]*)</td></tr>', table)
 
 
-def _goodputs_at(wh: Warehouse, slo_ttft_s: float) -> list[str]:
+def _goodputs_at(wh: Warehouse, slos: list[str]) -> list[str]:
     con = wh.connect()
     try:
-        df = query(con, "throughput", slo_ttft_s=slo_ttft_s)
+        df = query(con, "throughput", slos=json.dumps(slos))
     finally:
         con.close()
     return [render.fmt(v, "float")[0] for v in df["goodput_per_s"].to_list()]
 
 
-def test_the_reports_ttft_objective_is_the_runs_unscoped_ttft_p99(tmp_path: Path) -> None:
-    # the scoped p99 comes first: only the unscoped one sets the report's TTFT objective
-    wh = _with_run_slos(tmp_path / "wh", ["ttft_p99@tenant=t1<=100ms", "ttft_p99<=450ms"])
+def _slos_line(html: str) -> str:
+    m = re.search(r'<dd id="slos"[^>]*>(.*?)</dd>', html, re.S)
+    assert m
+    return m.group(1)
+
+
+def test_the_report_judges_by_the_runs_slos_scoped_too(tmp_path: Path) -> None:
+    stored = ["ttft_p99@tenant=t1<=100ms", "ttft_p99<=450ms"]
+    wh = _with_run_slos(tmp_path / "wh", stored)
     own = build_report(wh, output=tmp_path / "own.html").read_text()
     given = build_report(wh, output=tmp_path / "given.html", slos=["ttft_p99<=300ms"])
     explicit = build_report(wh, output=tmp_path / "explicit.html", slo_ttft_s=0.25)
-    assert "<dd>450.0 ms (p99)</dd>" in own
-    assert "<dd>300.0 ms (p99)</dd>" in given.read_text()
-    assert "<dd>250.0 ms (p99)</dd>" in explicit.read_text()
-    # goodput is counted at that limit: 0.45 s and 0.2 s give different goodputs here
-    assert _goodputs(own) == _goodputs_at(wh, 0.45) != _goodputs_at(wh, 0.2)
-    plain = build(tmp_path / "plain")  # a replay without SLOs: the default
-    assert "<dd>200.0 ms (p99)</dd>" in build_report(plain, output=tmp_path / "p.html").read_text()
+    assert _slos_line(own) == (
+        "ttft_p99 of tenant=t1 &lt;= 100ms; ttft_p99 &lt;= 450ms "
+        "(the run&#39;s own (sweep --slo, capacity --slo or [slo]))"
+    )
+    assert _slos_line(given.read_text()).startswith("ttft_p99 &lt;= 300ms (given")
+    assert _slos_line(explicit.read_text()).startswith("ttft_p99 &lt;= 250ms (given")
+    # goodput is judged by both stored SLOs, the scoped one on its tenant's requests only
+    assert _goodputs(own) == _goodputs_at(wh, stored) != _goodputs_at(wh, ["ttft_p99<=450ms"])
+    plain = build(tmp_path / "plain")  # a replay without SLOs: none, and the example
+    line = _slos_line(build_report(plain, output=tmp_path / "p.html").read_text())
+    assert line.startswith("none given") and "ttft_p99 &lt;= 200ms as an example" in line

@@ -25,6 +25,7 @@ import polars as pl
 from altair.utils.schemapi import debug_mode
 
 from pipeline.report.charts.capacity import capacity_probes, slo_capacity
+from pipeline.report.charts.classes import class_panels
 from pipeline.report.charts.common import AnyChart, ChartOptions
 from pipeline.report.charts.compare import compare_runs
 from pipeline.report.charts.engine import engine_timeline
@@ -60,6 +61,7 @@ CHARTS: dict[str, Callable[[pl.DataFrame, ChartOptions], AnyChart]] = {
         ttft_vs_concurrency_cap,
         latency_intervals,
         latency_cdf,
+        class_panels,
         engine_timeline,
         prefix_hit_rate_overall,
         prefix_hit_rate_over_time,
@@ -83,4 +85,12 @@ def spec(name: str, df: pl.DataFrame, opts: ChartOptions) -> dict[str, Any]:
     Vega-Lite schema instead.
     """
     with debug_mode(False):
-        return CHARTS[name](df, opts).to_dict(validate=False)
+        out = CHARTS[name](df, opts).to_dict(validate=False)
+    axis = out.setdefault("config", {}).setdefault("axis", {})
+    axis.update(AXIS_LABELS)
+    return out
+
+
+# Every axis of every chart: labels that would touch or overlap are dropped (greedily, so
+# 256, 512, 1,024 on a log axis never run together as "2565121,024"), at least 4 px apart.
+AXIS_LABELS: dict[str, Any] = {"labelOverlap": "greedy", "labelSeparation": 4}

@@ -15,6 +15,7 @@ import altair as alt
 import polars as pl
 
 from pipeline.report.layout import Layout
+from pipeline.report.slos import ReportSlos, SloLine
 
 AnyChart = alt.Chart | alt.LayerChart | alt.HConcatChart | alt.VConcatChart | alt.FacetChart
 
@@ -28,7 +29,8 @@ class ChartOptions:
 
     title: str
     scenarios: tuple[str, ...] = ()  # every scenario of the run, for stable colours
-    slo_ttft_s: float = 0.2  # drawn as a rule on TTFT-against-something charts
+    # the report's SLOs: a rule per SLO on the charts of its metric (report/slos.py)
+    slos: ReportSlos = field(default_factory=ReportSlos)
     extra: dict[str, Any] = field(default_factory=dict)  # chart-specific settings
     layout: Layout | None = None  # panels and colours of many scenarios (layout.py)
 
@@ -174,16 +176,50 @@ def log2_x(field: str, title: str) -> alt.X:
     return alt.X(field, title=title, scale=alt.Scale(type="log", base=2))
 
 
-def slo_rule(opts: ChartOptions) -> alt.Chart:
-    return (
-        alt.Chart(alt.Data(values=[{"slo_ttft_s": opts.slo_ttft_s}]))
-        .mark_rule(color="#b00", strokeDash=[4, 3])
-        .encode(y=alt.Y("slo_ttft_s:Q"), tooltip=[alt.Tooltip("slo_ttft_s:Q", title="SLO (s)")])
-    )
+SLO_COLOR = "#b00"
 
 
-def slo_rule_datum(opts: ChartOptions) -> alt.Chart:
-    """The SLO as a rule in a layer that shares its chart's data (so it can be faceted)."""
-    return (
-        alt.Chart().mark_rule(color="#b00", strokeDash=[4, 3]).encode(y=alt.datum(opts.slo_ttft_s))
-    )
+def slo_limits(lines: tuple[SloLine, ...]) -> pl.Series:
+    """The limits of ``lines``, for scale_for (a chart's scale must reach its rules)."""
+    return pl.Series([line.limit_s for line in lines], dtype=pl.Float64)
+
+
+def slo_rules(lines: tuple[SloLine, ...], *, axis: Literal["x", "y"] = "y") -> list[alt.Chart]:
+    """A dashed rule and its label per SLO, in layers that share their chart's data (so the
+    chart can be faceted): aggregated to one row, so each rule and label is drawn once per
+    panel. ``axis``: the rule is horizontal at y = limit, or vertical at x = limit."""
+    out: list[alt.Chart] = []
+    for k, line in enumerate(lines):
+        one = alt.Chart().transform_aggregate(n="count()")
+        at = {axis: alt.datum(line.limit_s)}
+        tip = alt.value(f"SLO: {line.label}")
+        dash = [4, 3] if k % 2 == 0 else [8, 3, 2, 3]
+        out.append(one.mark_rule(color=SLO_COLOR, strokeDash=dash).encode(**at, tooltip=tip))
+        # the label above a horizontal rule, at the plot's right edge ("width") for the
+        # first SLO, its left edge for the second, and so on, so that two close limits do
+        # not print over each other; beside a vertical rule, a line lower for each
+        if axis == "y":
+            right = k % 2 == 0
+            mark = one.mark_text(
+                align="right" if right else "left",
+                baseline="bottom",
+                dx=-2 if right else 2,
+                dy=-2 - 12 * (k // 2),
+                color=SLO_COLOR,
+                fontSize=11,
+                text=line.label,
+            )
+            edge = alt.value("width") if right else alt.value(0)
+            out.append(mark.encode(y=alt.datum(line.limit_s), x=edge))
+        else:
+            mark = one.mark_text(
+                align="left",
+                baseline="top",
+                dx=3,
+                dy=2 + 12 * k,
+                color=SLO_COLOR,
+                fontSize=11,
+                text=line.label,
+            )
+            out.append(mark.encode(x=alt.datum(line.limit_s), y=alt.value(0)))
+    return out

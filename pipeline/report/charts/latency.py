@@ -17,6 +17,8 @@ from pipeline.report.charts.common import (
     scale_for,
     scale_title,
     series_color,
+    slo_limits,
+    slo_rules,
     values,
     with_layout,
 )
@@ -94,10 +96,12 @@ def latency_cdf(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
     metric = opts.extra.get("metric", "ttft_s")
     axis = opts.extra.get("axis", "time (s)")
     drawn = with_layout(df.filter(pl.col("metric") == metric), opts)
-    x_scale = scale_for(drawn["value_s"])
+    # a percentile SLO of this metric reads off the CDF where it crosses the limit
+    rules = tuple(r for r in opts.slos.lines(metric.removesuffix("_s")) if r.stat != "mean")
+    x_scale = scale_for(pl.concat([drawn["value_s"], slo_limits(rules)]))
     width, height = panel_size(opts)
-    chart = interactive(
-        alt.Chart(values(drawn))
+    lines = interactive(
+        alt.Chart()
         .mark_line()
         .encode(
             x=alt.X("value_s:Q", title=scale_title(axis, x_scale), scale=x_scale),
@@ -114,6 +118,8 @@ def latency_cdf(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
                 alt.Tooltip("num_requests:Q", title="requests", format=","),
             ],
         )
-        .properties(width=width, height=height)
+    )
+    chart = alt.layer(lines, *slo_rules(rules, axis="x"), data=values(drawn)).properties(
+        width=width, height=height
     )
     return faceted(chart, opts, opts.title)

@@ -19,11 +19,12 @@ from pipeline.report.charts.common import (
     scale_for,
     scale_title,
     series_color,
-    slo_rule_datum,
+    slo_limits,
+    slo_rules,
     values,
     with_layout,
 )
-from pipeline.report.layout import natural_key
+from pipeline.report.layout import CONCURRENCY_KNOBS, natural_key
 
 
 def ttft_by_queue_depth(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
@@ -49,7 +50,8 @@ def ttft_by_queue_depth(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
         )
         .with_columns(pl.col("percentile").replace({"p50_ttft_s": "p50", "p99_ttft_s": "p99"}))
     )
-    y_scale = scale_for(pl.concat([long["ttft_s"], pl.Series([opts.slo_ttft_s])]))
+    rules = opts.slos.lines("ttft", ("p50", "p99"))
+    y_scale = scale_for(pl.concat([long["ttft_s"], slo_limits(rules)]))
     width, height = panel_size(opts)
     lines = interactive(
         alt.Chart()
@@ -80,33 +82,29 @@ def ttft_by_queue_depth(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
             ],
         )
     )
-    chart = alt.layer(lines, slo_rule_datum(opts), data=values(long)).properties(
+    chart = alt.layer(lines, *slo_rules(rules), data=values(long)).properties(
         width=width, height=height
     )
     return faceted(chart, opts, opts.title)
 
 
 def ttft_vs_concurrency_cap(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
-    """p99 TTFT against the concurrency cap, one point per scenario, one line (and colour)
-    per policy and offered rate, so that a 1x and a 4x sweep never share a colour; a bar
-    through each point spans its 90% interval where the run has one.
+    """p99 TTFT against the concurrency cap, one point per scenario; a line (and colour)
+    joins only the scenarios equal in every other key that varies across the run (policy,
+    rate, replicas, max_num_batched_tokens, ...), so that neither two sweeps nor a capacity
+    run's replica probes at one cap draw one line; a bar through each point spans its 90%
+    interval where the run has one.
 
     Expects: scenario, policy, max_concurrency, offered_requests_per_s, p99_ttft_s, and
     optionally p99_ttft_lo_s, p99_ttft_hi_s.
     """
-    drawn = (
-        df.with_columns(
-            (
-                pl.col("policy")
-                + " at "
-                + pl.col("offered_requests_per_s").round_sig_figs(3).cast(pl.String)
-                + " req/s"
-            )
-            .fill_null(pl.col("policy"))
-            .alias("series")
-        )
-        if df.height
-        else df.with_columns(pl.lit("").alias("series"))
+    grid = opts.grid
+    fixed = {
+        n: grid.label(n, without=CONCURRENCY_KNOBS) or "no other key varies"
+        for n in df["scenario"].cast(pl.String).to_list()
+    }
+    drawn = df.with_columns(
+        pl.col("scenario").cast(pl.String).replace_strict(fixed, default="").alias("series")
     )
     if "p99_ttft_lo_s" not in drawn.columns:
         drawn = drawn.with_columns(
@@ -115,14 +113,22 @@ def ttft_vs_concurrency_cap(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
         )
     names = sorted(set(drawn["series"].to_list()), key=natural_key)
     shown = ["p99_ttft_s", "p99_ttft_lo_s", "p99_ttft_hi_s"]
-    y_scale = scale_for(pl.concat([*(drawn[c] for c in shown), pl.Series([opts.slo_ttft_s])]))
+    rules = opts.slos.lines("ttft", ("p99",))
+    y_scale = scale_for(pl.concat([*(drawn[c] for c in shown), slo_limits(rules)]))
     x = log2_x("max_concurrency:Q", "concurrency cap (max_num_seqs / max_batch_size)")
     color = alt.Color(
         "series:N",
-        title="policy at offered load",
+        title="held fixed (the keys that vary across the run)",
         sort=names,
         scale=alt.Scale(domain=names, scheme="tableau20" if len(names) > 10 else "tableau10"),
-        legend=alt.Legend(symbolLimit=0, labelLimit=320),
+        legend=alt.Legend(
+            symbolLimit=0,
+            labelLimit=480,
+            titleLimit=480,
+            orient="bottom",
+            direction="vertical",
+            columns=1 if len(names) <= 12 else 2,
+        ),
     )
     points = interactive(
         alt.Chart()
@@ -134,7 +140,7 @@ def ttft_vs_concurrency_cap(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
             opacity=highlight_opacity(),
             tooltip=[
                 alt.Tooltip("scenario:N"),
-                alt.Tooltip("policy:N"),
+                alt.Tooltip("series:N", title="held fixed"),
                 alt.Tooltip("max_concurrency:Q", title="concurrency cap"),
                 alt.Tooltip(
                     "offered_requests_per_s:Q", title="offered (requests/s)", format=".3~f"
@@ -158,5 +164,5 @@ def ttft_vs_concurrency_cap(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
         )
     )
     return alt.layer(
-        points, bars, slo_rule_datum(opts), data=values(drawn), title=opts.title
+        points, bars, *slo_rules(rules), data=values(drawn), title=opts.title
     ).properties(width=WIDTH, height=HEIGHT)
