@@ -78,7 +78,10 @@ START=$(date +%s)
 stamp() { echo "[$(( $(date +%s) - START ))s] $*"; }
 
 stamp "torch and transformers:"
-"$PY" -c "import torch, transformers; print('  torch', torch.__version__, '| transformers', transformers.__version__, '| cuda', torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else '')"
+# one import of torch for the versions and whether CUDA is there (the first line)
+INFO=$("$PY" -c "import torch, transformers; print(int(torch.cuda.is_available())); print('  torch', torch.__version__, '| transformers', transformers.__version__, '| cuda', torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else '')")
+CUDA=$(head -n 1 <<<"$INFO")
+tail -n +2 <<<"$INFO"
 if ! "$PY" -c "import polars, pyarrow, duckdb, numba, scipy, click, rich, altair, zstandard, jinja2" 2>/dev/null; then
     if [ -z "$WHEELS" ]; then
         echo "gpu_calibrate.sh: tracereplay's dependencies are missing; pass --wheelhouse DIR (see the header)" >&2
@@ -88,7 +91,6 @@ if ! "$PY" -c "import polars, pyarrow, duckdb, numba, scipy, click, rich, altair
     "$PY" -m pip install --no-index --find-links "$WHEELS" --quiet \
         polars pyarrow duckdb altair click numpy numba rich zstandard jinja2 scipy
 fi
-CUDA=$("$PY" -c "import torch; print(int(torch.cuda.is_available()))")
 if [ "$CUDA" = 1 ]; then
     DESIGN="${DESIGN:-gpu}"; NUM_BLOCKS="${NUM_BLOCKS:-2048}"; MAX_BATCH_TOKENS="${MAX_BATCH_TOKENS:-2048}"
 else

@@ -26,3 +26,8 @@ fi
 .venv/bin/ruff format --check .
 .venv/bin/mypy
 .venv/bin/python -m pytest "$@"
+# the heavy variants (tests/conftest.py), which a plain `pytest` skips, when no arguments
+# narrowed the run
+if [ "$#" -eq 0 ]; then
+    .venv/bin/python -m pytest -m heavy
+fi

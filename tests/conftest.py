@@ -27,6 +27,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--update-golden", action="store_true", help="Rewrite tests/golden files.")
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``heavy`` tests run only when asked for (``pytest -m heavy``; scripts/test.sh does,
+    after the rest): each is the end-to-end variant of a claim a fast test of the default
+    set also checks, and costs minutes (a full compile of the simulator)."""
+    if "heavy" in (config.option.markexpr or ""):
+        return
+    skip = pytest.mark.skip(reason="a heavy variant: pytest -m heavy")
+    for item in items:
+        if "heavy" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture
 def traces_raw() -> Path:
     if not TRACES_RAW.exists():

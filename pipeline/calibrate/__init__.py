@@ -3,6 +3,7 @@
     measurements.py  the measured step-times file (CSV or Parquet): schema and checks
     features.py      measured rows -> the cost model's step features (P, A, N, D, C)
     fit.py           the vectorised cost model and the robust, bounded fit
+    fit_error.py     the one error figure of a profile on measured steps, and its rows
     profile.py       the --like profile in, the calibrated profile (with provenance) out
     measured.py      ``calibrate measurements`` and ``profile check`` as library calls
     observed.py      ``calibrate observed``: scale a profile until replayed production

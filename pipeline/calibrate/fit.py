@@ -70,6 +70,13 @@ import numpy as np
 import numpy.typing as npt
 
 from pipeline.calibrate.features import StepFeatures
+from pipeline.calibrate.fit_error import (
+    ALL_MEASURED,
+    FitError,
+    PhaseError,
+    held_out,
+    phase_errors,
+)
 from pipeline.calibrate.measurements import Measurements
 
 F64 = npt.NDArray[np.float64]
@@ -208,31 +215,6 @@ def jacobian(c: F64, f: StepFeatures) -> F64:
     return j
 
 
-@dataclass(frozen=True)
-class PhaseError:
-    """|predicted / measured - 1| over one phase's rows."""
-
-    rows: int
-    median: float | None
-    p90: float | None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"rows": self.rows, "median": self.median, "p90": self.p90}
-
-
-def phase_errors(
-    pred_s: F64, measured_s: F64, is_prefill: npt.NDArray[np.bool_]
-) -> dict[str, PhaseError]:
-    """Median and p90 of the relative error per phase (prefill, decode; only those present)."""
-    err = np.abs(pred_s / measured_s - 1.0)
-    out = {}
-    for phase, mask in (("prefill", is_prefill), ("decode", ~is_prefill)):
-        e = err[mask]
-        if len(e):
-            out[phase] = PhaseError(len(e), float(np.median(e)), float(np.percentile(e, 90)))
-    return out
-
-
 @dataclass
 class FitResult:
     """Fitted coefficients and how well they reproduce the measurements."""
@@ -248,12 +230,20 @@ class FitResult:
     iterations: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
+    def errors(self) -> dict[str, FitError]:
+        """The figures with the rows behind them (fit_error.py): like, fit[, K-fold cv]."""
+        out = {"like": FitError(self.like_error, ALL_MEASURED)}
+        out["fit"] = FitError(self.fit_error, ALL_MEASURED)
+        if self.cv_error is not None and self.cv_folds is not None:
+            out[f"{self.cv_folds}-fold cv"] = FitError(self.cv_error, held_out(self.cv_folds))
+        return out
+
     def error_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {p: e.to_dict() for p, e in self.fit_error.items()}
-        if self.cv_error is not None:
+        out: dict[str, Any] = FitError(self.fit_error, ALL_MEASURED).to_dict()
+        if self.cv_error is not None and self.cv_folds is not None:
             out["cross_validated"] = {
                 "folds": self.cv_folds,
-                **{p: e.to_dict() for p, e in self.cv_error.items()},
+                **FitError(self.cv_error, held_out(self.cv_folds)).to_dict(),
             }
         return out
 

@@ -18,7 +18,9 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from pipeline.calibrate.features import mixed_features, packed_features
+from pipeline.calibrate.features import StepFeatures, mixed_features
+from pipeline.calibrate.fit_error import MIXED, PACKED
+from pipeline.calibrate.measurements import Measurements
 from pipeline.calibrate.probe_design import DESIGNS, ProbeDesign
 from pipeline.calibrate.probes import device_name, run_probes
 from pipeline.errors import PipelineError
@@ -78,6 +80,9 @@ def start_profile(loaded: Any, rows: pl.DataFrame, *, name: str) -> dict[str, An
     return {
         "name": name,
         "cost_model_version": 2,
+        # A counts (query, key) pairs over the packed batch: a profile for the transformers
+        # policy (the fit, its error and profile check count them so: fit_error.py)
+        "provenance": {"attention": PACKED},
         "model": {
             "name": loaded.name,
             "num_layers": layers,
@@ -110,7 +115,8 @@ class LiveCalibration:
     output: Path
     rows: pl.DataFrame
     mixed: pl.DataFrame
-    fit: Any  # fit.FitResult
+    fit: Any  # fit.FitResult, its figures over the rows of measurements_path
+    mixed_error: Any  # fit_error.FitError over the mixed rows, or None
 
 
 def calibrate_live(
@@ -130,9 +136,7 @@ def calibrate_live(
     import torch
     import transformers
 
-    from pipeline.calibrate.features import StepFeatures
-    from pipeline.calibrate.fit import as_vector, calibrate, phase_errors, predict
-    from pipeline.calibrate.measurements import Measurements, read_measurements
+    from pipeline.calibrate.measurements import read_measurements
     from pipeline.calibrate.profile import calibrated_profile, write_profile
     from pipeline.live.model import load_model
 
@@ -153,35 +157,13 @@ def calibrate_live(
     mixed.write_csv(mixed_path)
     m = read_measurements(mpath)
     like = start_profile(loaded, rows, name=f"{output.stem}.start")
-    fm = mixed_features(mixed)
-    tm = mixed["time_ms"].to_numpy() / 1000.0
-    both = Measurements(
-        path=m.path,
-        sha256=m.sha256,
-        is_prefill=np.concatenate([m.is_prefill, np.ones(len(tm), dtype=bool)]),
-        batch_size=np.concatenate([m.batch_size, fm.N]),
-        prompt_tokens=np.concatenate([m.prompt_tokens, fm.P]),
-        context_tokens=np.concatenate([m.context_tokens, np.zeros(len(tm))]),
-        time_s=np.concatenate([m.time_s, tm]),
-    )
-    pure = packed_features(m)
-    features = StepFeatures(
-        *(np.concatenate([getattr(pure, k), getattr(fm, k)]) for k in ("P", "A", "N", "D", "C"))
-    )
-    result = calibrate(both, features, like["coefficients"], cv=None)
-    coeffs = as_vector(result.coefficients)
-    result.fit_error = phase_errors(predict(coeffs, pure), m.time_s, m.is_prefill)
-    result.like_error = phase_errors(
-        predict(as_vector(like["coefficients"]), pure), m.time_s, m.is_prefill
-    )
-    if len(tm):
-        mixed_err = phase_errors(predict(coeffs, fm), tm, np.ones(len(tm), dtype=bool))
-        result.fit_error["mixed"] = mixed_err["prefill"]
+    result, mixed_error = fit_probes(m, mixed, like)
     profile = calibrated_profile(like, like["name"], output.stem, result, m)
     profile["provenance"]["method"] = "in-process engine probes (engine steps), fitted"
     profile["provenance"]["mixed_source_file"] = str(mixed_path)
-    # A counts (query, key) pairs over the packed batch: a profile for the transformers policy
-    profile["provenance"]["attention"] = "packed (policy transformers)"
+    if mixed_error is not None:
+        mixed_rows = mixed_error.phases["mixed"].to_dict()
+        profile["provenance"]["fit_error"]["mixed"] = {"which": MIXED, **mixed_rows}
     profile["provenance"]["engine"] = {
         "engine": "inprocess",
         "transformers": transformers.__version__,
@@ -202,4 +184,47 @@ def calibrate_live(
         },
     }
     write_profile(profile, output)
-    return LiveCalibration(profile, mpath, output, rows, mixed, result)
+    return LiveCalibration(profile, mpath, output, rows, mixed, result, mixed_error)
+
+
+def fit_probes(m: Measurements, mixed: pl.DataFrame, like: dict[str, Any]) -> tuple[Any, Any]:
+    """(the fit of ``like``'s coefficients to the pure probe rows ``m`` and the mixed rows,
+    the fitted profile's error on the mixed rows or None).
+
+    The fit takes both; the figures (fit_error.py) are over the rows of ``m``, the
+    measurements file, as ``profile check`` computes them with the written profile on that
+    file, and, apart, over the mixed rows, which that file's schema cannot hold.
+    """
+    from pipeline.calibrate.fit import as_vector, calibrate, predict
+    from pipeline.calibrate.fit_error import (
+        ALL_MEASURED,
+        FitError,
+        features_for,
+        phase_errors,
+        profile_error,
+    )
+
+    fm = mixed_features(mixed)
+    tm = mixed["time_ms"].to_numpy() / 1000.0
+    both = Measurements(
+        path=m.path,
+        sha256=m.sha256,
+        is_prefill=np.concatenate([m.is_prefill, np.ones(len(tm), dtype=bool)]),
+        batch_size=np.concatenate([m.batch_size, fm.N]),
+        prompt_tokens=np.concatenate([m.prompt_tokens, fm.P]),
+        context_tokens=np.concatenate([m.context_tokens, np.zeros(len(tm))]),
+        time_s=np.concatenate([m.time_s, tm]),
+    )
+    pure = features_for(like, m)
+    features = StepFeatures(
+        *(np.concatenate([getattr(pure, k), getattr(fm, k)]) for k in ("P", "A", "N", "D", "C"))
+    )
+    result = calibrate(both, features, like["coefficients"], cv=None)
+    fitted = {**like, "coefficients": result.coefficients}
+    result.fit_error = profile_error(fitted, m, ALL_MEASURED)[0].phases
+    result.like_error = profile_error(like, m, ALL_MEASURED)[0].phases
+    if not len(tm):
+        return result, None
+    mixed_pred = predict(as_vector(result.coefficients), fm)
+    per = phase_errors(mixed_pred, tm, np.ones(len(tm), dtype=bool))
+    return result, FitError({"mixed": per["prefill"]}, MIXED)

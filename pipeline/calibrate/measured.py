@@ -9,15 +9,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from pipeline.calibrate.features import step_features
-from pipeline.calibrate.fit import (
-    FitResult,
-    PhaseError,
-    as_vector,
-    calibrate,
-    phase_errors,
-    predict,
-)
+from pipeline.calibrate.fit import FitResult, calibrate
+from pipeline.calibrate.fit_error import FitError, features_for, profile_error
 from pipeline.calibrate.measurements import Measurements, read_measurements
 from pipeline.calibrate.profile import (
     calibrated_profile,
@@ -51,7 +44,7 @@ def calibrate_measurements(
     like_json, like_name = read_profile_json(like)
     m = read_measurements(path)
     check_matches(m, like_json, like_name)
-    result = calibrate(m, step_features(m), like_json["coefficients"], cv=cv)
+    result = calibrate(m, features_for(like_json, m), like_json["coefficients"], cv=cv)
     profile = calibrated_profile(like_json, like_name, Path(output).stem, result, m)
     write_profile(profile, Path(output))
     return Calibration(result, profile, like_name, Path(output), m)
@@ -64,7 +57,11 @@ class ProfileCheck:
     profile_name: str
     measurements: Measurements
     predicted_s: npt.NDArray[np.float64]
-    errors: dict[str, PhaseError]
+    error: FitError  # over every row of the file (fit_error.py)
+
+    @property
+    def errors(self) -> dict[str, Any]:
+        return self.error.phases
 
     def rows(self) -> list[dict[str, Any]]:
         m = self.measurements
@@ -85,9 +82,10 @@ class ProfileCheck:
 
 
 def check_profile(profile: str, path: Path) -> ProfileCheck:
-    """How far ``profile``'s step times are from the measured ones in ``path``."""
+    """How far ``profile``'s step times are from the measured ones in ``path``: the same
+    figure over the same rows as ``calibrate measurements`` and ``calibrate live`` print."""
     data, name = read_profile_json(profile)
     m = read_measurements(path)
     check_matches(m, data, name)
-    pred = predict(as_vector(data["coefficients"]), step_features(m))
-    return ProfileCheck(name, m, pred, phase_errors(pred, m.time_s, m.is_prefill))
+    error, pred = profile_error(data, m)
+    return ProfileCheck(name, m, pred, error)

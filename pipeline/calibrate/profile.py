@@ -127,8 +127,11 @@ def calibrated_profile(
         "tool_version": __version__,
         "like_profile": like_name,
         "fit_error": result.error_dict(),
-        "like_error": {p: e.to_dict() for p, e in result.like_error.items()},
+        "like_error": result.errors()["like"].to_dict(),
     }
+    attention = (like.get("provenance") or {}).get("attention")
+    if attention is not None:  # how its features count attention (fit_error.py)
+        provenance["attention"] = attention
     return derived_profile(like, name, provenance, result.coefficients)
 
 

@@ -4,12 +4,13 @@ latencies (docs/calibration.md)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import click
 
-from pipeline.calibrate.fit import COEFFICIENTS, PhaseError
+from pipeline.calibrate.fit import COEFFICIENTS
+from pipeline.calibrate.fit_error import FitError, describe
 from pipeline.cli import options as opt
 from pipeline.text import render_table
 
@@ -18,21 +19,26 @@ def pct(x: float | None) -> str:
     return "-" if x is None else f"{x:.1%}"
 
 
-def error_table(columns: dict[str, dict[str, PhaseError]]) -> str:
-    """Per phase: rows, then median and p90 |pred/measured - 1| of each named fit."""
-    phases = [p for p in ("prefill", "decode") if any(p in c for c in columns.values())]
+def error_table(columns: Mapping[str, FitError], source: object) -> str:
+    """The line naming the rows of each figure (fit_error.describe), then per phase: rows,
+    and the median and p90 of |predicted / measured - 1| of each labelled figure.
+
+    ``calibrate measurements``, ``calibrate live`` and ``profile check`` print their error
+    with it, so that one profile on one file reads the same in each.
+    """
+    phases = [p for p in ("prefill", "decode") if any(p in c.phases for c in columns.values())]
     headers = ["phase", "rows"]
     for label in columns:
         headers += [f"{label} median", f"{label} p90"]
     rows = []
     for phase in phases:
-        first = next(c[phase] for c in columns.values() if phase in c)
+        first = next(c.phases[phase] for c in columns.values() if phase in c.phases)
         cells = [phase, f"{first.rows:,}"]
         for errs in columns.values():
-            e = errs.get(phase)
+            e = errs.phases.get(phase)
             cells += [pct(e.median if e else None), pct(e.p90 if e else None)]
         rows.append(cells)
-    return render_table(headers, rows)
+    return describe(columns, str(source)) + ":\n" + render_table(headers, rows)
 
 
 def coefficient_table(start: dict[str, float], fitted: dict[str, float]) -> str:
@@ -124,11 +130,7 @@ def measurements_command(
             f"calibrated {cal.like_name} on {r.rows:,} rows of {file} "
             f"({r.iterations} solver evaluations)"
         )
-        columns: dict[str, Any] = {"like": r.like_error, "fit": r.fit_error}
-        if r.cv_error is not None:
-            columns[f"{r.cv_folds}-fold cv"] = r.cv_error
-        click.echo("|predicted / measured - 1|:")
-        click.echo(error_table(columns))
+        click.echo(error_table(r.errors(), file))
         click.echo(coefficient_table(r.start, r.coefficients))
     click.echo(f"wrote {cal.output}")
 

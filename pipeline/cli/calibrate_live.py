@@ -104,11 +104,17 @@ def live_command(
     click.echo(
         f"probed {cal.rows.height} shapes on {loaded.name} ({loaded.device}, {loaded.dtype})"
     )
-    for phase, e in errors.items():
-        if isinstance(e, dict) and "median" in e:
-            click.echo(
-                f"  {phase}: {e['rows']} rows, median error {e['median']:.1%}, p90 {e['p90']:.1%}"
-            )
+    from pipeline.cli.calibrate import error_table, pct
+
+    figures = cal.fit.errors()  # over the rows of the measurements file, as profile check
+    columns = {"start": figures["like"], "fit": figures["fit"]}
+    click.echo(error_table(columns, cal.measurements_path))
+    if cal.mixed_error is not None:
+        e = cal.mixed_error.phases["mixed"]
+        click.echo(
+            f"fit on the {e.rows} mixed steps of {cal.profile['provenance']['mixed_source_file']}"
+            f": median {pct(e.median)}, p90 {pct(e.p90)}"
+        )
     click.echo(f"measurements: {cal.measurements_path}")
     click.echo(f"profile written to {output}")
 

@@ -40,7 +40,7 @@ def check_command(profile: str, file: Path, as_json: bool) -> None:
         out = {
             "profile": chk.profile_name,
             "file": str(file),
-            "errors": {p: e.to_dict() for p, e in chk.errors.items()},
+            "errors": chk.error.to_dict(),
             "rows": rows,
         }
         click.echo(json.dumps(out, indent=2))
@@ -61,5 +61,4 @@ def check_command(profile: str, file: Path, as_json: bool) -> None:
     ]
     headers = ["row", "phase", "batch", "prompt", "context", "measured ms", "predicted ms", "error"]
     click.echo(render_table(headers, table))
-    click.echo("|predicted / measured - 1|:")
-    click.echo(error_table({"profile": chk.errors}))
+    click.echo(error_table({"profile": chk.error}, file))

@@ -44,22 +44,37 @@ def server_records(url: str) -> dict:  # type: ignore[type-arg]
     return httpx.get(url + "/stats").json()  # type: ignore[no-any-return]
 
 
+# Timing on a shared machine: the client's and the server's processes wait for a CPU for
+# milliseconds at a time (8 ms median lateness measured with 7 jobs on 2 cores), so the
+# timing test uses a server of its own whose tokens are GAP apart, as are the arrivals,
+# and bounds what load can move by GAP: a client that sent a request only after an
+# earlier one was answered, or timed a token when the next one came, is off by a GAP or
+# more. What load cannot move (never early, order, causality) is asserted exactly.
+GAP = 0.05
+
+
+@pytest.fixture(scope="module")
+def gap_server() -> Iterator[str]:
+    with token_server(GAP, GAP) as url:
+        yield url
+
+
 @pytest.mark.parametrize("client", ["asyncio", "httpx"])
-def test_open_loop_sends_at_arrival_times_and_times_tokens(server: str, client: str) -> None:
+def test_open_loop_sends_at_arrival_times_and_times_tokens(gap_server: str, client: str) -> None:
+    server = gap_server
     before = len(server_records(server)["records"])
-    # 20 requests 20 ms apart, each open ~90 ms: later ones go while earlier ones stream
-    b = batch([0.02 * i for i in range(20)])
+    # 20 requests GAP apart, each open ~5 GAP: later ones go while earlier ones stream
+    b = batch([GAP * i for i in range(20)])
     opts = HttpOptions(server, server_kind="vllm", metrics_interval_s=0.05, client=client)
     res = run_http(b, opts)
     assert res.engine_info["client"] == client
     assert res.error == [None] * 20
     assert (res.output_tokens_received == 5).all()
+    # the client's own record: never before its arrival time, in arrival order, and late
+    # by the machine's scheduling, not by waiting for earlier requests (module note)
     late = res.sent_s - b.arrival_s
-    assert (late >= 0).all() and np.median(late) < 0.005, late
-    ttft = res.first_token_s - b.arrival_s
-    assert (ttft >= TTFT).all() and np.median(ttft) < TTFT + 0.02, ttft
-    # the client's times against the server's own record of when it wrote each token
-    # (a busy machine delays the server's writes too: compare with what it did)
+    assert (late >= 0).all() and (np.diff(res.sent_s) >= 0).all(), late
+    assert np.median(late) < GAP, late
     stats = server_records(server)
     assert len(stats["records"]) - before == 20
     by_head = {tuple(r["prompt_head"]): r for r in stats["records"][before:]}
@@ -67,10 +82,17 @@ def test_open_loop_sends_at_arrival_times_and_times_tokens(server: str, client: 
     rec = [by_head[tuple(token_prompt(i, 8)[:4])] for i in range(20)]
     first_lag = t0 + res.first_token_s - [r["first_written"] for r in rec]
     last_lag = t0 + res.finished_s - [r["last_token_written"] for r in rec]
-    assert np.median(np.abs(first_lag)) < 0.005 and np.median(np.abs(last_lag)) < 0.005
+    # causality on one clock (perf_counter is the machine's monotonic clock): sent before
+    # the server read it, each token read after the server's time for it (less 1 ms: its
+    # timers may fire up to the clock's resolution early); and not a token late
+    received = np.array([r["received"] for r in rec]) - t0
+    assert (res.sent_s <= received).all()
+    assert (res.first_token_s >= received + GAP - 1e-3).all()
+    assert (res.finished_s >= received + 5 * GAP - 1e-3).all()  # 5 tokens, GAP apart
+    assert np.median(np.abs(first_lag)) < GAP and np.median(np.abs(last_lag)) < GAP
     server_span = np.array([r["last_token_written"] - r["first_written"] for r in rec])
     assert np.allclose(res.itl_mean_s * 4, res.finished_s - res.first_token_s)  # 4 gaps
-    assert np.median(np.abs(res.itl_mean_s * 4 - server_span)) < 0.005
+    assert np.median(np.abs(res.itl_mean_s * 4 - server_span)) < GAP
     assert (res.itl_max_s >= res.itl_mean_s).all()
     assert stats["max_open"] >= 3  # open loop: never waited for the earlier ones
     # the scraper found vLLM-style /metrics and sampled the server's running count

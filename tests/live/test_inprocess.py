@@ -38,9 +38,12 @@ def test_every_request_generates_exactly_its_output_length(tiny) -> None:  # typ
     res = run_inprocess(batch, loaded=tiny, num_blocks=48, block_size=16, max_batch_tokens=64)
     assert res.error == [None] * 10
     np.testing.assert_array_equal(res.output_tokens_received, batch.output_tokens)
-    # open loop: sent at (not before) its arrival; then scheduled, first token, finished
-    assert np.all(res.sent_s >= batch.arrival_s - 1e-6)
-    assert np.all(res.sent_s - batch.arrival_s < 0.2)
+    # open loop: sent at (not before) its arrival, in order; then scheduled, first token,
+    # finished. How late is the machine's load (a stalled thread moves a single send), so
+    # the bound is on the median and at a third of the arrivals' span: a feeder that
+    # waited for results would fall behind by the generation of every earlier request.
+    assert np.all(res.sent_s >= batch.arrival_s - 1e-6) and np.all(np.diff(res.sent_s) >= 0)
+    assert np.median(res.sent_s - batch.arrival_s) < 0.1
     assert np.all(res.first_scheduled_s >= res.sent_s)
     assert np.all(res.first_token_s >= res.first_scheduled_s)
     assert np.all(res.finished_s >= res.first_token_s)

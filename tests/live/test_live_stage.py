@@ -5,6 +5,7 @@ the token server (a real local HTTP server)."""
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -225,14 +226,21 @@ def test_live_command_end_to_end_over_http(tmp_path: Path) -> None:
         assert r.exit_code == 0, r.output
         assert "live http (vllm at http://127.0.0.1:" in r.output
         assert "10 requests, 10 completed, 0 failed" in r.output
-        assert "TTFT p50 0.0" in r.output
+        assert re.search(r"TTFT p50 \d\.\d{3} s", r.output)
         js = CliRunner().invoke(cli, [*args, "--json"])
     assert js.exit_code == 0, js.output
     out = json.loads(js.output)
     s = out["summary"]
-    assert s["completed"] == 10 and s["ttft_p50_s"] >= 0.03 and s["ttft_p50_s"] < 0.08
-    assert s["tpot_p50_s"] == pytest.approx(0.005, abs=0.004)
+    # the summary is the stored requests' percentiles; TTFT no less than the server's 30 ms
+    # (an upper bound would be the machine's load: tests/live/test_http.py times the client)
+    assert s["completed"] == 10 and s["ttft_p50_s"] >= 0.03
     con = Warehouse(wh).connect()
+    (stored,) = con.sql(
+        "SELECT quantile_cont(ttft_s, 0.5), quantile_cont(tpot_s, 0.5), min(tpot_s) "
+        f"FROM live_requests WHERE run_id = '{out['run_id']}'"
+    ).fetchall()
+    assert stored[2] > 0
+    assert (s["ttft_p50_s"], s["tpot_p50_s"]) == pytest.approx(stored[:2], rel=1e-9)
     rows = con.sql(
         "SELECT request_id, arrival_s, output_tokens, output_tokens_received, ok "
         f"FROM live_requests WHERE run_id = '{out['run_id']}' ORDER BY arrival_s"

@@ -8,6 +8,7 @@ a probe calibration, validate through the CLI, and the SQL against the stored fi
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -200,7 +201,18 @@ def test_validate_end_to_end_on_the_in_process_engine(tmp_path: Path) -> None:
     prof = json.loads(profile.read_text())
     assert prof["provenance"]["engine"]["engine"] == "inprocess"
     assert prof["provenance"]["engine"]["dtype"] == "float32"
-    assert (tmp_path / "tiny.measurements.csv").is_file()
+    # profile check of that profile on its measurements file: the figure calibrate live
+    # printed and recorded, over the same rows (docs/calibration.md, "the error figure")
+    mfile = tmp_path / "tiny.measurements.csv"
+    r_check = runner.invoke(cli, ["profile", "check", str(profile), str(mfile), "--json"])
+    assert r_check.exit_code == 0, r_check.output
+    checked = json.loads(r_check.output)["errors"]
+    for phase in ("prefill", "decode"):
+        e = checked[phase]
+        assert prof["provenance"]["fit_error"][phase] == pytest.approx(e, rel=1e-12)
+        cells = rf"{phase}\s+{e['rows']}\s+[\d.]+%\s+[\d.]+%\s+{e['median']:.1%}\s+{e['p90']:.1%}"
+        assert re.search(cells, r.output), r.output
+    assert f"rows of {mfile} (start, fit: all measured):" in r.output
     r = runner.invoke(
         cli, ["validate", live_run, "--warehouse", str(wh), "--profile", str(profile), "--json"]
     )
