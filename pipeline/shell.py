@@ -253,6 +253,53 @@ class Shell:
 
 
 @contextmanager
+def _ctrl_c_reaches_the_prompt() -> Iterator[None]:
+    """While the body waits at the prompt, a Ctrl-C that another thread took is passed on
+    to the main thread, so the line being read is dropped (KeyboardInterrupt).
+
+    # NOTE: the kernel hands a terminal's SIGINT to any thread that does not block it,
+    # and DuckDB's and polars' worker threads do not; readline blocks it in the main
+    # thread while it redraws the line. A Ctrl-C then was noted by Python, but nothing
+    # woke readline's select() on the terminal: the shell sat there until the next key.
+    # Python's C handler writes to the wakeup fd from whichever thread it runs on.
+    """
+    if threading.current_thread() is not threading.main_thread() or not hasattr(
+        signal, "pthread_kill"
+    ):
+        yield
+        return
+    main = threading.main_thread().ident
+    assert main is not None
+    handled = threading.Event()  # the main thread's handler ran
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        handled.set()
+        raise KeyboardInterrupt
+
+    def forward(wakeups: int) -> None:
+        while data := os.read(wakeups, 512):  # b"": the body ended
+            if signal.SIGINT in data and not handled.wait(0.2):
+                signal.pthread_kill(main, signal.SIGINT)
+            handled.clear()
+
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    previous = signal.signal(signal.SIGINT, handler)
+    previous_fd = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+    worker = threading.Thread(target=forward, args=(read_end,), name="sql-shell-ctrl-c")
+    worker.daemon = True
+    worker.start()
+    try:
+        yield
+    finally:
+        signal.set_wakeup_fd(previous_fd)
+        signal.signal(signal.SIGINT, previous)
+        os.close(write_end)
+        worker.join()
+        os.close(read_end)
+
+
+@contextmanager
 def _interrupting(con: duckdb.DuckDBPyConnection) -> Iterator[Callable[[], bool]]:
     """While the body runs, Ctrl-C interrupts ``con``'s query instead of raising in Python;
     yields whether it came. Off the main thread no handler can be set: Ctrl-C raises.
@@ -320,7 +367,8 @@ def interactive(
     try:
         while True:
             try:
-                line = read(CONTINUE if shell.pending else PROMPT)
+                with _ctrl_c_reaches_the_prompt():
+                    line = read(CONTINUE if shell.pending else PROMPT)
             except EOFError:
                 shell.out.write("\n")
                 break
