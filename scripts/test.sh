@@ -25,7 +25,9 @@ fi
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy
-.venv/bin/python -m pytest "$@"
+# one worker per core: the tests share no state beyond the numba cache (written
+# atomically) and their own temporary directories
+.venv/bin/python -m pytest -n auto "$@"
 # the heavy variants (tests/conftest.py), which a plain `pytest` skips, when no arguments
 # narrowed the run
 if [ "$#" -eq 0 ]; then

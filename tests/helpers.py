@@ -498,6 +498,7 @@ def build(root: Path) -> Warehouse:
         meta.append({"scenario": name, "policy": policy, "replicas": 2, "profile": "tiny",
                      "config_json": cfg, "summary_json": "{}"})  # fmt: skip
     wh.write(SCENARIOS, table(SCENARIOS, meta), {"run_id": R2}, "scenarios")
+    wh.init()  # every table's directory, as a command leaves it: a test run alone finds them
     return wh
 
 
