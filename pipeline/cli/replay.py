@@ -21,7 +21,7 @@ from pipeline.sim.replay import ReplayResult, ScenarioRun
 from pipeline.sim.replay import replay as replay_requests
 from pipeline.sim.scenario import resolve_scenarios
 from pipeline.sim.trace_prefix import no_hashes_warning, observed_line
-from pipeline.text import render_table
+from pipeline.text import format_duration, render_table
 
 
 def _fmt(x: float | None, unit: str = "s", scale: float = 1.0, digits: int = 3) -> str:
@@ -37,7 +37,7 @@ def format_run(run: ScenarioRun, prices: dict[str, float] | None = None) -> str:
         [
             f"{sc.name} ({sc.policy}, {replicas}, {sc.profile}): "
             f"{s['num_requests']:,} requests{dropped}",
-            f"  completed {s['completed']:,} in {_fmt(s['duration_s'], digits=1)}: "
+            f"  completed {s['completed']:,} in {format_duration(s['duration_s'])}: "
             f"{_fmt(s['request_throughput'], 'req/s', digits=2)}, "
             f"{_fmt(s['output_token_throughput'], 'output tok/s', digits=0)}, "
             f"{_fmt(s['total_token_throughput'], 'total tok/s', digits=0)}",
@@ -83,16 +83,13 @@ def _basis(s: dict[str, Any]) -> str:
         return "at the engine core (the profile has no front end)"
     return (
         f"as a client sees them (the profile's front end included); engine TTFT p50 "
-        f"{_fmt(s.get('engine_ttft_p50_s'))} p99 {_fmt(s.get('engine_ttft_p99_s'))}"
+        f"{format_duration(s.get('engine_ttft_p50_s'))} "
+        f"p99 {format_duration(s.get('engine_ttft_p99_s'))}"
     )
 
 
-# rows of the latency table: label, summary key prefix, scale, digits
-_LATENCY_ROWS = (
-    ("TTFT (s)", "ttft", 1.0, 3),
-    ("TPOT (ms)", "tpot", 1e3, 1),
-    ("E2E (s)", "e2e", 1.0, 2),
-)
+# rows of the latency table: label, summary key prefix (each cell in the unit that reads)
+_LATENCY_ROWS = (("TTFT", "ttft"), ("TPOT", "tpot"), ("E2E", "e2e"))
 
 
 def _latency_lines(s: dict[str, Any]) -> list[str]:
@@ -101,20 +98,20 @@ def _latency_lines(s: dict[str, Any]) -> list[str]:
     iv = s.get("intervals")
     if not iv:
         return [
-            f"  TTFT p50 {_fmt(s['ttft_p50_s'])}  p90 {_fmt(s['ttft_p90_s'])}  "
-            f"p99 {_fmt(s['ttft_p99_s'])}   TPOT p50 {_fmt(s['tpot_p50_s'], 'ms', 1e3, 1)}  "
-            f"p99 {_fmt(s['tpot_p99_s'], 'ms', 1e3, 1)}"
+            f"  TTFT p50 {format_duration(s['ttft_p50_s'])}  "
+            f"p90 {format_duration(s['ttft_p90_s'])}  p99 {format_duration(s['ttft_p99_s'])}   "
+            f"TPOT p50 {format_duration(s['tpot_p50_s'])}  p99 {format_duration(s['tpot_p99_s'])}"
         ]
     stats = iv.get("stats", {})
     rows = []
-    for label, metric, scale, digits in _LATENCY_ROWS:
+    for label, metric in _LATENCY_ROWS:
         cells = [label]
         for q in (50, 90, 99):
             value = s.get(f"{metric}_p{q}_s")
-            cell = "n/a" if value is None else f"{value * scale:,.{digits}f}"
+            cell = format_duration(value)
             bounds = stats.get(f"{metric}_p{q}_s")
             if bounds:
-                cell += f" ({bounds['lo'] * scale:,.{digits}f}-{bounds['hi'] * scale:,.{digits}f})"
+                cell += f" ({format_duration(bounds['lo'])} to {format_duration(bounds['hi'])})"
             cells.append(cell)
         rows.append(cells)
     level = f"{iv['level']:.0%}"

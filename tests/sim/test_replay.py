@@ -161,9 +161,9 @@ def test_cli_prints_a_summary_per_scenario(
     assert "st (static" in r.output
     for word in (
         "req/s",
-        "TTFT (s)",
-        "TPOT (ms)",
-        "E2E (s)",
+        "TTFT",
+        "TPOT",
+        "E2E",
         "p50",
         "p90",
         "p99",
