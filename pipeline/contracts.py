@@ -270,6 +270,7 @@ SIM_REQUESTS = _contract(
         _c("run_id", pa.string(), "replay run (partition)"),
         _c("scenario", pa.string(), "scenario name"),
         _c("request_id", pa.string(), "requests.request_id"),
+        _c("pool", pa.string(), "the fleet's pool that served it (null: one pool)"),
         _c("replica", pa.int32(), "replica the router sent it to", COUNT),
         _c("arrival_s", pa.float64(), "simulated arrival, seconds from replay start", TIME_S),
         _c("prompt_tokens", pa.int32(), "prompt tokens", TOKENS),
@@ -313,9 +314,9 @@ SIM_REQUESTS = _contract(
             COUNT,
         ),
     ],
-    # engine_*: added with cost model v3 (files written before lack them)
-    nullable={"tpot_s", "engine_ttft_s", "engine_e2e_s"},
-    optional={"engine_ttft_s", "engine_e2e_s"},
+    # engine_*: added with cost model v3, pool with fleets (files written before lack them)
+    nullable={"tpot_s", "engine_ttft_s", "engine_e2e_s", "pool"},
+    optional={"engine_ttft_s", "engine_e2e_s", "pool"},
     primary_key=("scenario", "request_id"),
     partition_by=("run_id",),
 )
@@ -327,7 +328,8 @@ SIM_STEPS = _contract(
     [
         _c("run_id", pa.string(), "replay run (partition)"),
         _c("scenario", pa.string(), "scenario name"),
-        _c("replica", pa.int32(), "replica index", COUNT),
+        _c("pool", pa.string(), "the fleet's pool of the replica (null: one pool)"),
+        _c("replica", pa.int32(), "replica index (a fleet numbers its pools' in order)", COUNT),
         _c("step", pa.int64(), "index of the first step in the row", COUNT),
         _c("num_steps", pa.int64(), "steps the row covers (>1 for a skipped decode run)", COUNT),
         _c("start_s", pa.float64(), "start of the first step", SIM_TIME_S),
@@ -353,9 +355,9 @@ SIM_STEPS = _contract(
         _c("num_prefix_query_tokens", pa.int64(), "prompt tokens looked up in the prefix cache"),
         _c("num_prefix_hit_tokens", pa.int64(), "of which found"),
     ],
-    # added with cost model v3 (files written before lack them)
-    nullable={"prefill_attn_pairs", "decode_context_tokens"},
-    optional={"prefill_attn_pairs", "decode_context_tokens"},
+    # added with cost model v3, pool with fleets (files written before lack them)
+    nullable={"prefill_attn_pairs", "decode_context_tokens", "pool"},
+    optional={"prefill_attn_pairs", "decode_context_tokens", "pool"},
     primary_key=("scenario", "replica", "step"),
     partition_by=("run_id",),
 )

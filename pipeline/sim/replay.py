@@ -38,6 +38,14 @@ from pipeline.runs import write_run_row
 from pipeline.selection import RequestFilter
 from pipeline.sim import uncertainty
 from pipeline.sim.classes import Slo, class_summary, whole_traffic_slos
+from pipeline.sim.fleet import (
+    FleetPrepared,
+    FleetResult,
+    PoolOutcome,
+    fleet_summary,
+    pool_names,
+    simulate_fleet,
+)
 from pipeline.sim.replay_input import (
     Prepared,
     prepare,
@@ -242,6 +250,10 @@ def _run_one(
     slos: Sequence[Slo] = (),
 ) -> ScenarioRun:
     """Run one scenario; its step rows are written as the loop hands them out."""
+    if isinstance(prep, FleetPrepared):
+        return _run_fleet(
+            wh, run_id, sc, prep, quiet=quiet, rows=rows, intervals=intervals, slos=slos
+        )
     # the profile term's replays run first, while the input is still held
     at_cost = uncertainty.profile_statistics(sc, prep.inp) if intervals else None
     n, inputs, ids, facts = len(prep.inp), [prep.inp], prep.request_ids, _facts(prep)
@@ -275,6 +287,81 @@ def _run_one(
     }
     return ScenarioRun(
         scenario=sc, summary=summary, num_dropped=facts["num_dropped"], sim_s=sim_s, paths=paths
+    )
+
+
+def _fleet_facts(fp: FleetPrepared) -> dict[str, Any]:
+    return {
+        "num_dropped": fp.num_dropped,
+        "num_warmup_requests": fp.num_warmup,
+        "num_busiest_warmup_requests": fp.num_pool_lead,
+    }
+
+
+def _pool_intervals(intervals: bool) -> Callable[[PoolOutcome], dict[str, Any]] | None:
+    """Each pool's intervals (its own scenario's profile term and bootstrap), if asked."""
+    if not intervals:
+        return None
+
+    def extra(o: PoolOutcome) -> dict[str, Any]:
+        assert o.result is not None and o.prep is not None
+        at_cost = uncertainty.profile_statistics(o.pool.scenario, o.prep.inp)
+        return {"intervals": uncertainty.summary_intervals(o.pool.scenario, o.result, at_cost)}
+
+    return extra
+
+
+def _run_fleet(
+    wh: Warehouse,
+    run_id: str,
+    sc: Scenario,
+    fp: FleetPrepared,
+    *,
+    quiet: bool,
+    rows: int,
+    intervals: bool = False,
+    slos: Sequence[Slo] = (),
+) -> ScenarioRun:
+    """Run a fleet's pools; their step rows are written as the loop hands them out."""
+    part = {"run_id": run_id}
+    names = [p.name for p in fp.pools]
+    blocks = [p.scenario.num_kv_blocks for p in fp.pools]
+    t0 = time.perf_counter()
+    kept_s = 0.0
+    with (
+        progress(f"replay {sc.name}", total=fp.num_requests, quiet=quiet) as bar,
+        wh.writer(SIM_STEPS, part, sc.name) as steps_out,
+    ):
+        seen = [0]
+
+        def on_progress(k: int) -> None:
+            bar.advance(k - seen[0])
+            seen[0] = k
+
+        def on_steps(k: int, st: npt.NDArray[np.int64], stf: npt.NDArray[np.float64]) -> None:
+            nonlocal kept_s
+            t = time.perf_counter()
+            steps_out.write(sim_steps_table(sc.name, st, stf, blocks[k], pool=names[k]))
+            kept_s += time.perf_counter() - t
+
+        fr = simulate_fleet(sc, fp, on_steps=on_steps, on_progress=on_progress, step_rows=rows)
+    sim_s = time.perf_counter() - t0 - kept_s
+    summary = fleet_summary(sc, fr, fp, _fleet_facts(fp), slos, _pool_intervals(intervals))
+    if intervals:
+        summary["intervals"] = uncertainty.summary_intervals(sc, fr.result, None)
+    paths = {
+        "sim_steps": steps_out.path,
+        "sim_requests": write_sim_requests(
+            wh.writer(SIM_REQUESTS, part, sc.name),
+            sc.name,
+            fp.request_ids,
+            fr.result,
+            rows,
+            pools=pool_names(fp),
+        ),
+    }
+    return ScenarioRun(
+        scenario=sc, summary=summary, num_dropped=fp.num_dropped, sim_s=sim_s, paths=paths
     )
 
 
@@ -333,6 +420,19 @@ def run_prepared(
     Writes nothing: the caller writes the tables, in bulk or from another process.
     Uses no polars, so it is safe in a forked worker process.
     """
+    if isinstance(prep, FleetPrepared):
+        fr, sim_s = _timed_fleet(sc, prep)
+        summary = fleet_summary(sc, fr, prep, _fleet_facts(prep), slos)
+        run = ScenarioRun(scenario=sc, summary=summary, num_dropped=prep.num_dropped, sim_s=sim_s)
+        steps_tables = [
+            sim_steps_table(
+                sc.name, o.result.st, o.result.stf, o.result.num_kv_blocks, pool=o.pool.name
+            )
+            for o in fr.pools
+            if o.result is not None
+        ]
+        requests = sim_requests_table(sc.name, prep.request_ids, fr.result, pools=pool_names(prep))
+        return run, requests, pa.concat_tables(steps_tables)
     chunks: list[pa.Table] = []
     res, steps, sim_s = _simulate(sc, [prep.inp], chunks.append, chunk_rows=CHUNK_ROWS)
     blocks = res.num_kv_blocks
@@ -350,11 +450,22 @@ def summarize_prepared(
 
     Returns the run and the result (its step timeline kept whole, for the summary).
     """
+    if isinstance(prep, FleetPrepared):
+        fr, sim_s = _timed_fleet(sc, prep)
+        summary = fleet_summary(sc, fr, prep, _fleet_facts(prep), slos)
+        run = ScenarioRun(scenario=sc, summary=summary, num_dropped=prep.num_dropped, sim_s=sim_s)
+        return run, fr.result
     t0 = time.perf_counter()
     res = simulate(prep.inp, sc.engine())
     sim_s = time.perf_counter() - t0
     summary = _with_classes({**summarize(res), **_facts(prep)}, res, prep, slos)
     return ScenarioRun(scenario=sc, summary=summary, num_dropped=prep.num_dropped, sim_s=sim_s), res
+
+
+def _timed_fleet(sc: Scenario, fp: FleetPrepared) -> tuple[FleetResult, float]:
+    t0 = time.perf_counter()
+    fr = simulate_fleet(sc, fp)
+    return fr, time.perf_counter() - t0
 
 
 def scenarios_table(runs: list[ScenarioRun]) -> pa.Table:

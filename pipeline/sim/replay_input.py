@@ -182,7 +182,8 @@ def _in_order(us: npt.NDArray[np.int64], request_id: pl.Series) -> bool:
 
 
 def prepare(frame: pl.DataFrame, scenario: Scenario, *, with_groups: bool = True) -> Prepared:
-    """Arrivals, length caps, memory checks, prefix keys and priorities of one scenario.
+    """Arrivals, length caps, memory checks, prefix keys and priorities of one scenario
+    (of a fleet, a ``fleet.FleetPrepared``: each pool's share prepared so).
 
     With ``prefix_warmup_requests`` = N, the first N requests (in arrival order,
     after the caps) are not replayed: their prompts fill every replica's prefix
@@ -201,6 +202,10 @@ def prepare(frame: pl.DataFrame, scenario: Scenario, *, with_groups: bool = True
             a warm-up that leaves nothing to replay; drawn requests with a busiest
             window's warm-up.
     """
+    if scenario.pools:
+        from pipeline.sim.fleet import prepare_fleet  # a fleet splits, then comes back here
+
+        return prepare_fleet(frame, scenario, with_groups=with_groups)
     rng = np.random.default_rng(scenario.seed)
     idx, arrival = make_arrivals(scenario.arrivals, frame["arrival_s"].to_numpy(), rng)
     whole = _is_whole(idx, frame.height)  # idx is every row, in order

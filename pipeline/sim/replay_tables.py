@@ -58,15 +58,22 @@ def _constant_strings(value: str, n: int) -> pa.Array:
 
 
 def sim_requests_table(
-    name: str, ids: pa.Array, res: SimResult, rows: slice = slice(None)
+    name: str,
+    ids: pa.Array,
+    res: SimResult,
+    rows: slice = slice(None),
+    *,
+    pools: pa.Array | None = None,
 ) -> pa.Table:
-    """The sim_requests rows of one scenario (of its requests ``rows``)."""
+    """The sim_requests rows of one scenario (of its requests ``rows``); ``pools``: each
+    request's pool, in a fleet (null otherwise)."""
     rq, rqf = res.rq[rows], res.rqf[rows]
     n = len(rq)
     m = request_metrics(res, rows, engine=True)
     i32 = np.int32
     return pa.table(
         {
+            "pool": pools[rows] if pools is not None else pa.nulls(n, pa.string()),
             "scenario": _constant_strings(name, n),
             "request_id": ids[rows],
             "replica": rq[:, R_REPLICA].astype(i32),
@@ -91,7 +98,13 @@ def sim_requests_table(
 
 
 def write_sim_requests(
-    out: TableWriter, name: str, ids: pa.Array, res: SimResult, rows_per_group: int = CHUNK_ROWS
+    out: TableWriter,
+    name: str,
+    ids: pa.Array,
+    res: SimResult,
+    rows_per_group: int = CHUNK_ROWS,
+    *,
+    pools: pa.Array | None = None,
 ) -> Path:
     """Write the sim_requests rows of one scenario through ``out``, a row group at a time.
 
@@ -99,7 +112,7 @@ def write_sim_requests(
     """
     with out:
         for a in range(0, res.num_requests, rows_per_group):
-            out.write(sim_requests_table(name, ids, res, slice(a, a + rows_per_group)))
+            out.write(sim_requests_table(name, ids, res, slice(a, a + rows_per_group), pools=pools))
     return out.path
 
 
@@ -108,9 +121,11 @@ def sim_steps_table(
     st: npt.NDArray[np.int64],
     stf: npt.NDArray[np.float64],
     num_kv_blocks: int,
+    *,
+    pool: str | None = None,
 ) -> pa.Table:
     """The sim_steps rows of timeline rows ``st``/``stf`` of one scenario (runs of
-    identical decode steps are one row).
+    identical decode steps are one row); ``pool``: the fleet's pool they are of.
 
     The table owns its memory: the columns of ``st``/``stf`` are strided views,
     which pyarrow copies, so the loop may refill a chunk's arrays afterwards.
@@ -120,6 +135,7 @@ def sim_steps_table(
     return pa.table(
         {
             "scenario": _constant_strings(name, n),
+            "pool": _constant_strings(pool, n) if pool is not None else pa.nulls(n, pa.string()),
             "replica": st[:, S_REPLICA].astype(i32),
             "step": st[:, S_STEP],
             "num_steps": st[:, S_NUM_STEPS],

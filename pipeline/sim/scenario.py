@@ -54,7 +54,7 @@ from __future__ import annotations
 import math
 import re
 import tomllib
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +69,7 @@ from pipeline.sim.frontend import SCENARIO_KEYS as FRONTEND_KEYS
 from pipeline.sim.frontend import Frontend
 from pipeline.sim.policies import MODULES, POLICIES, Memory
 from pipeline.sim.policies.dispatch import hooks_of
+from pipeline.sim.pools import MATCH_KEYS, Pool, check_pool_tables, parse_match, replicas_of
 from pipeline.sim.routing import ROUTER_PARAMS, ROUTERS
 from pipeline.sim.state import (
     C_BAL_ABS,
@@ -210,6 +211,13 @@ class Scenario:
     frontend: Frontend = Frontend()  # what a client sees on top of the engine (frontend.py)
     # the profile term of intervals: sd of log step time and where it came from
     cost_uncertainty: cost_uncertainty.CostUncertainty = cost_uncertainty.DEFAULT
+    # a fleet's pools (``pools.py``): each with its match and its replicas' scenario;
+    # empty for one pool of identical replicas (this scenario's own settings)
+    pools: tuple[Pool, ...] = ()
+
+    @property
+    def is_fleet(self) -> bool:
+        return bool(self.pools)
 
     @property
     def num_kv_blocks(self) -> int:
@@ -279,6 +287,7 @@ class Scenario:
             **(self.router_params or {}),
             "cost_uncertainty": self.cost_uncertainty.log_sd,
             "cost_uncertainty_source": self.cost_uncertainty.source,
+            **({"pools": [p.to_dict() for p in self.pools]} if self.pools else {}),
         }
 
     def cap_lengths(
@@ -444,6 +453,8 @@ def build_scenario(values: dict[str, Any], *, where: str = "scenario") -> Scenar
         ScenarioError: naming the key and the allowed values.
     """
     values = {k: v for k, v in values.items() if v is not None}
+    if "pool" in values:
+        return _build_fleet(values, where)
     policy = _convert("policy", values.get("policy", COMMON["policy"][1]), str, where)
     _choice("policy", policy, POLICIES, where)
     pol = POLICIES[policy]
@@ -555,6 +566,30 @@ def build_scenario(values: dict[str, Any], *, where: str = "scenario") -> Scenar
         frontend=frontend,
         cost_uncertainty=uncertainty,
     )
+
+
+def _build_fleet(values: dict[str, Any], where: str) -> Scenario:
+    """A scenario with ``[[pool]]`` tables: the fleet's own keys, and each pool's scenario
+    (the fleet's keys overridden by the pool's; see ``pools.py``)."""
+    tables = check_pool_tables(values["pool"], where)
+    top = {k: v for k, v in values.items() if k != "pool"}
+    fleet = build_scenario(top, where=where)
+    top_policy = fleet.policy
+    pools: list[Pool] = []
+    for table in tables:
+        pname = table["name"]
+        pwhere = f"{where} [pool {pname}]"
+        match = parse_match(table, pwhere)
+        own = {k: v for k, v in table.items() if k not in MATCH_KEYS and k != "name"}
+        policy = own.get("policy", top_policy)
+        inherited = top
+        if policy != top_policy:  # the fleet's policy parameters are not this pool's
+            theirs = set(POLICIES[top_policy].param_help()) if top_policy in POLICIES else set()
+            inherited = {k: v for k, v in top.items() if k not in theirs}
+        psc = build_scenario({**inherited, **own, "name": f"{fleet.name}.{pname}"}, where=pwhere)
+        # the client sees the fleet's front end, whichever GPU serves it
+        pools.append(Pool(pname, match, replace(psc, frontend=fleet.frontend)))
+    return replace(fleet, pools=tuple(pools), replicas=replicas_of(pools))
 
 
 def _frontend_overrides(fe: Frontend, got: dict[str, Any], where: str) -> Frontend:

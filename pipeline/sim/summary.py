@@ -131,6 +131,19 @@ class StepTotals:
         self._busy = _exact_sum(self._busy, dur)
         self._waiting_s = _exact_sum(self._waiting_s, waiting * dur)
 
+    def merge(self, other: StepTotals) -> None:
+        """Add another timeline's totals (another pool's, in a fleet)."""
+        self.rows += other.rows
+        self.steps += other.steps
+        self.preemptions += other.preemptions
+        self.prefix_query_tokens += other.prefix_query_tokens
+        self.prefix_hit_tokens += other.prefix_hit_tokens
+        self.evicted_blocks += other.evicted_blocks
+        self.max_waiting = max(self.max_waiting, other.max_waiting)
+        self.max_kv_used = max(self.max_kv_used, other.max_kv_used)
+        self._busy += other._busy
+        self._waiting_s += other._waiting_s
+
     @property
     def mean_waiting(self) -> float:
         """Waiting requests at the start of each step, weighted by step duration."""
