@@ -36,6 +36,13 @@ PROFILE_MATRIX: tuple[tuple[str, tuple[int, ...]], ...] = (
     ("qwen2.5-32b", (1, 2)),
 )
 
+# Profiles of single models on other GPUs: a fleet's cheaper pool (an L40S serving an
+# 8B model at tp1; 48 GB does not hold the larger models at the degrees above).
+PROFILE_EXTRA: tuple[tuple[str, str, int], ...] = (
+    ("llama-3-8b", "l40s", 1),
+    ("mistral-7b", "l40s", 1),
+)
+
 
 def build_profile(model_name: str, gpu_name: str, tp: int) -> dict[str, Any]:
     """A shipped profile: a model of _models.json on a GPU of _gpus.json."""
@@ -55,13 +62,17 @@ def build_profile(model_name: str, gpu_name: str, tp: int) -> dict[str, Any]:
 
 
 def expected_profiles() -> dict[str, dict[str, Any]]:
-    """Every profile of PROFILE_MATRIX on every GPU, by name."""
+    """Every profile of PROFILE_MATRIX on every GPU, and of PROFILE_EXTRA, by name."""
     out = {}
-    for gpu_name in PROFILE_GPUS:
-        for model_name, tps in PROFILE_MATRIX:
-            for tp in tps:
-                profile = build_profile(model_name, gpu_name, tp)
-                out[profile["name"]] = profile
+    wanted = [
+        (model_name, gpu_name, tp)
+        for gpu_name in PROFILE_GPUS
+        for model_name, tps in PROFILE_MATRIX
+        for tp in tps
+    ]
+    for model_name, gpu_name, tp in wanted + list(PROFILE_EXTRA):
+        profile = build_profile(model_name, gpu_name, tp)
+        out[profile["name"]] = profile
     return out
 
 

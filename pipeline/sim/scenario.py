@@ -44,6 +44,19 @@ flag > scenario file > ``[replay]`` in the config file > default::
     fixed_s = 0.004               # (every StepCost field; the v2 and v3 ones default to 0;
                                   #  needs num_gpu_blocks)
 
+A scenario with ``[[pool]]`` tables is a fleet: each pool takes the traffic its
+match keys select and runs on replicas of its own, its keys overriding the
+fleet's (``pools.py``)::
+
+    [[pool]]
+    name = "chat"
+    tenants = ["chat"]            # or models, priorities, min/max_prompt_tokens, where
+    replicas = 4
+    [[pool]]
+    name = "batch"                # no match keys: the rest
+    profile = "llama-3-8b_a100-80gb_tp1"
+    replicas = 2
+
 Every key is checked: an unknown key, a parameter of another policy, a bad
 value or an impossible memory configuration raises ScenarioError naming the
 key and the allowed values.

@@ -22,6 +22,7 @@ from pipeline.sim.hardware import load_efficiencies, load_gpus, load_models
 from pipeline.sim.profiles import (
     DEFAULT_PROFILE,
     PROFILE_DIR,
+    PROFILE_EXTRA,
     PROFILE_GPUS,
     PROFILE_MATRIX,
     expected_profiles,
@@ -242,6 +243,7 @@ def test_profile_json_round_trip(tmp_path: Path) -> None:
 
 def test_every_matrix_entry_is_shipped_on_every_gpu() -> None:
     expected = {f"{m}_{g}_tp{tp}" for m, tps in PROFILE_MATRIX for tp in tps for g in GPUS}
+    expected |= {f"{m}_{g}_tp{tp}" for m, g, tp in PROFILE_EXTRA}
     assert set(list_profiles()) == expected
     assert DEFAULT_PROFILE in expected
 
