@@ -224,12 +224,12 @@ class ReferenceLoop(EngineSchedulers):
             if need + idle + keep_free > rep.cache.capacity:
                 break
             self.use_hits(rep, req, hits)
-            req.computed = hit
-            assert self.grow(rep, req, hit + new)
+            req.computed += hit  # (a remote prefill's KV came with it: computed > 0, no hits)
+            assert self.grow(rep, req, req.computed + new)
             if looked:
                 self.count_lookup(rep, req, len(hits))
             if self.caching:
-                self.commit(rep, req, hit + new, False)
+                self.commit(rep, req, req.computed + new, False)
             rep.running.append(self.start(rep))
             scheduled.append((req, new))
             budget -= new
@@ -454,6 +454,8 @@ class ReferenceLoop(EngineSchedulers):
         for k, req in enumerate(reqs):
             if inp.priority is not None:
                 req.priority = int(inp.priority[k])
+            if inp.remote_tokens is not None:  # their KV arrives with them (remote prefill)
+                req.computed = int(inp.remote_tokens[k])
             keys = [int(x) for x in self.prefix.keys[off[k] : off[k + 1]]]
             unit = int(self.prefix.unit_tokens[k])
             if unit:

@@ -78,6 +78,7 @@ from pipeline import validation
 from pipeline.errors import PipelineError, ScenarioError
 from pipeline.sim import cost_uncertainty
 from pipeline.sim.cost_model import OPTIONAL_COEFFICIENTS, StepCost
+from pipeline.sim.disagg import DECODE_ROUTERS, DEFAULT_LINK, LINKS, Disagg, policy_error
 from pipeline.sim.frontend import SCENARIO_KEYS as FRONTEND_KEYS
 from pipeline.sim.frontend import Frontend
 from pipeline.sim.policies import MODULES, POLICIES, Memory
@@ -154,7 +155,18 @@ COMMON: dict[str, tuple[type, Any, str]] = {
         "sd of log step time the intervals assume; default: the profile's (cost_uncertainty.py)",
     ),
     **{k: (float if isinstance(d, float) else int, None, h) for k, (d, h) in ROUTER_PARAMS.items()},
+    # disaggregated prefill and decode (disagg.py): all of them need prefill_replicas
+    "prefill_replicas": (int, 0, "prefill workers (vllm; with decode_replicas); 0 = aggregated"),
+    "decode_replicas": (int, 0, "decode workers, fed over the KV link by the prefill workers"),
+    "kv_link": (str, None, "KV link preset: " + " | ".join(LINKS) + f"; default {DEFAULT_LINK}"),
+    "kv_link_gbps": (float, None, "KV link bandwidth, Gb/s one way; default: the preset's"),
+    "kv_link_latency_s": (float, None, "KV link latency per transfer, s; default: the preset's"),
+    "kv_bytes_per_token": (int, None, "KV bytes per token sent; default: the profile's"),
+    "decode_router": (str, None, "decode worker router: " + " | ".join(DECODE_ROUTERS)),
+    "prefill_num_gpu_blocks": (int, None, "KV blocks per prefill worker; default num_gpu_blocks"),
+    "decode_num_gpu_blocks": (int, None, "KV blocks per decode worker; default num_gpu_blocks"),
 }
+DISAGG_KEYS = tuple(k for k in COMMON if k.startswith(("prefill_", "decode_", "kv_")))
 
 # The documented range of every number (checked after the usual mistakes, zero or a
 # negative, get their own words): rates and scales a replay can finish in a sane span,
@@ -170,6 +182,8 @@ FLOAT_RANGES: dict[str, tuple[float, float]] = {
     "cost_uncertainty": (0.0, 10.0),
     "cache_threshold": (0.0, 1.0),
     "balance_rel_threshold": (1.0, 1e6),
+    "kv_link_gbps": (1e-3, 1e6),
+    "kv_link_latency_s": (0.0, 1e3),
 }
 INT_RANGES: dict[str, tuple[int, int]] = {
     "replicas": (1, 4096),
@@ -181,6 +195,11 @@ INT_RANGES: dict[str, tuple[int, int]] = {
     "num_gpu_blocks": (0, MAX_COUNT),
     "prefix_warmup_requests": (0, MAX_COUNT),
     "balance_abs_threshold": (0, MAX_COUNT),
+    "prefill_replicas": (0, 4096),
+    "decode_replicas": (0, 4096),
+    "kv_bytes_per_token": (1, 1 << 40),
+    "prefill_num_gpu_blocks": (2, MAX_COUNT),
+    "decode_num_gpu_blocks": (2, MAX_COUNT),
 }
 POLICY_FLOAT_RANGE = (-1e6, 1e6)  # the policy's own check() says which sign it takes
 COST_SECONDS_MAX = 1e3  # [cost] coefficients in seconds; token counts up to MAX_COUNT
@@ -227,6 +246,8 @@ class Scenario:
     # a fleet's pools (``pools.py``): each with its match and its replicas' scenario;
     # empty for one pool of identical replicas (this scenario's own settings)
     pools: tuple[Pool, ...] = ()
+    # disaggregated prefill and decode (disagg.py; replicas is then their sum); None: aggregated
+    disagg: Disagg | None = None
 
     @property
     def is_fleet(self) -> bool:
@@ -301,6 +322,7 @@ class Scenario:
             "cost_uncertainty": self.cost_uncertainty.log_sd,
             "cost_uncertainty_source": self.cost_uncertainty.source,
             **({"pools": [p.to_dict() for p in self.pools]} if self.pools else {}),
+            **(self.disagg.to_dict() if self.disagg is not None else {}),
         }
 
     def cap_lengths(
@@ -548,6 +570,9 @@ def build_scenario(values: dict[str, Any], *, where: str = "scenario") -> Scenar
     if pol.num_blocks(memory, params) < 1:
         raise ScenarioError(f"{where}: num_gpu_blocks ({num_gpu_blocks}) leaves no usable block")
     caching, router_params = _check_caching_and_routing(got, policy, params, where)
+    disagg = _resolve_disagg(got, values, policy, where)
+    if disagg is not None:  # the prefill workers, then the decode workers
+        got["replicas"] = disagg.prefill_replicas + disagg.decode_replicas
     uncertainty = cost_uncertainty.resolve(
         got["cost_uncertainty"], got["profile"], custom="cost" in values, where=where
     )
@@ -578,6 +603,69 @@ def build_scenario(values: dict[str, Any], *, where: str = "scenario") -> Scenar
         router_params=router_params,
         frontend=frontend,
         cost_uncertainty=uncertainty,
+        disagg=disagg,
+    )
+
+
+def _resolve_disagg(
+    got: dict[str, Any], values: dict[str, Any], policy: str, where: str
+) -> Disagg | None:
+    """The scenario's disaggregation (disagg.py) after checking its keys; None: aggregated."""
+    x, y = got["prefill_replicas"], got["decode_replicas"]
+    if not x and not y:
+        given = [
+            k
+            for k in DISAGG_KEYS
+            if got[k] is not None and k not in ("prefill_replicas", "decode_replicas")
+        ]
+        if given:
+            raise ScenarioError(
+                f"{where}: {', '.join(given)} applies to a disaggregated scenario; set "
+                "prefill_replicas and decode_replicas (both >= 1)"
+            )
+        return None
+    if x < 1 or y < 1:
+        raise ScenarioError(
+            f"{where}: prefill_replicas and decode_replicas must both be >= 1 to disaggregate "
+            f"(both 0: aggregated), got {x} and {y}"
+        )
+    if policy != "vllm":
+        raise ScenarioError(f"{where}: {policy_error(policy)}")
+    if "replicas" in values:
+        raise ScenarioError(
+            f"{where}: replicas: give replicas (aggregated) or prefill_replicas and "
+            "decode_replicas (disaggregated), not both"
+        )
+    link = got["kv_link"] or DEFAULT_LINK
+    _choice("kv_link", link, LINKS, where)
+    decode_router = got["decode_router"] or "round_robin"
+    _choice("decode_router", decode_router, DECODE_ROUTERS, where)
+    kv_bytes = got["kv_bytes_per_token"]
+    if kv_bytes is None:
+        if "cost" in values:
+            raise ScenarioError(
+                f"{where}: kv_bytes_per_token is required with a [cost] table and "
+                "prefill_replicas (there is no model to derive it from)"
+            )
+        from pipeline.sim import profiles
+
+        kv_bytes = profiles.load_profile(
+            got["profile"] or profiles.DEFAULT_PROFILE
+        ).kv_bytes_per_token
+    return Disagg(
+        prefill_replicas=x,
+        decode_replicas=y,
+        link=link,
+        link_gbps=got["kv_link_gbps"] if got["kv_link_gbps"] is not None else LINKS[link].gbps,
+        link_latency_s=(
+            got["kv_link_latency_s"]
+            if got["kv_link_latency_s"] is not None
+            else LINKS[link].latency_s
+        ),
+        kv_bytes_per_token=int(kv_bytes),
+        decode_router=decode_router,
+        prefill_num_gpu_blocks=got["prefill_num_gpu_blocks"] or 0,
+        decode_num_gpu_blocks=got["decode_num_gpu_blocks"] or 0,
     )
 
 
@@ -600,6 +688,11 @@ def _build_fleet(values: dict[str, Any], where: str) -> Scenario:
             theirs = set(POLICIES[top_policy].param_help()) if top_policy in POLICIES else set()
             inherited = {k: v for k, v in top.items() if k not in theirs}
         psc = build_scenario({**inherited, **own, "name": f"{fleet.name}.{pname}"}, where=pwhere)
+        if psc.disagg is not None:  # (disagg.py replays one scenario's two sides, no fleet)
+            raise ScenarioError(
+                f"{pwhere}: prefill_replicas: a fleet's pools cannot be disaggregated; "
+                "replay the disaggregated scenario without [[pool]] tables"
+            )
         # the client sees the fleet's front end, whichever GPU serves it
         pools.append(Pool(pname, match, replace(psc, frontend=fleet.frontend)))
     return replace(fleet, pools=tuple(pools), replicas=replicas_of(pools))

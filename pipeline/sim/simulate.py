@@ -48,6 +48,7 @@ from pipeline.sim.state import (
     Q_AHEAD,
     Q_RATIO,
     SF_START,
+    W_TOTAL,
     EngineConfig,
     PrefixKeys,
     SimInput,
@@ -57,6 +58,7 @@ from pipeline.sim.state import (
     request_state,
     request_times,
     request_totals,
+    wide,
 )
 from pipeline.sim.trees import new_trees
 
@@ -159,6 +161,7 @@ def simulate(
         index = min(num_replicas * distinct, len(pk.keys) + len(warmup.keys))
     kc = empty_caches(num_replicas, slots, pk.keys, index=index, num_keys=distinct)
     rqf = request_times(np.require(inp.arrival_s, np.float64, "C"))
+    remote = inp.remote_tokens  # tokens it starts with but did not compute here
     del inp  # copied into rq/rqf: a caller that let go of it frees it while the loop runs
     rp = np.zeros((num_replicas, NRP), dtype=np.int64)
     rp[:, P_FREE] = num_blocks
@@ -211,6 +214,8 @@ def simulate(
     if on_progress is not None:
         on_progress(n)
     request_totals(rq)
+    if remote is not None:
+        wide(rq)[:, W_TOTAL] -= remote
     rows = int(g[G_ROWS])
     if on_steps is not None:
         if rows:

@@ -512,6 +512,10 @@ class SimInput:
     prefix: PrefixKeys | None = None  # their prefix-cache keys (None: no caching)
     priority: npt.NDArray[np.int64] | None = None  # lower first (None: all 0)
     warmup: PrefixKeys | None = None  # prompts put in every replica's cache before the replay
+    # leading prompt tokens whose KV arrives with the request, computed elsewhere (a KV
+    # connector's remote prefill, ``disagg.py``): it starts with them computed, in
+    # [0, prompt - 1] (None: all 0). vllm policy only: the others ignore what it computed
+    remote_tokens: npt.NDArray[np.int64] | None = None
 
     def __post_init__(self) -> None:
         n = len(self.arrival_s)
@@ -519,6 +523,12 @@ class SimInput:
         assert n == 0 or bool(np.all(np.diff(self.arrival_s) >= 0)), "arrivals must be sorted"
         assert self.prefix is None or len(self.prefix) == n
         assert self.priority is None or len(self.priority) == n
+        if self.remote_tokens is not None:
+            assert len(self.remote_tokens) == n
+            assert bool(np.all(self.remote_tokens >= 0)), "remote_tokens must be >= 0"
+            assert bool(np.all(self.remote_tokens < self.prompt_tokens)), (
+                "remote_tokens must leave a prompt token to compute (vLLM recomputes the last)"
+            )
 
     def __len__(self) -> int:
         return len(self.arrival_s)
@@ -561,6 +571,8 @@ def request_state(inp: SimInput, keys: PrefixKeys | None, block_size: int) -> np
         )
     if inp.priority is not None:
         rq[:, R_PRIORITY] = priority_column(inp.priority)
+    if inp.remote_tokens is not None:  # their KV is there on arrival: computed, not in prefill
+        rq[:, R_COMPUTED] = inp.remote_tokens
     return rq
 
 

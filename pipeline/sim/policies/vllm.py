@@ -526,10 +526,12 @@ def _schedule_once(
             rp[r, P_FREE] -= need
             rq[i, R_HELD] += need
         else:
-            grow(rq, rp, r, i, hit + new, bs, 0, kc)
+            grow(rq, rp, r, i, rq[i, R_COMPUTED] + new, bs, 0, kc)
         if looked:
             count_lookup(rq, rp, r, i, h)
-            commit(rq, rp, i, r, hit + new, False, kc)
+            commit(rq, rp, i, r, rq[i, R_COMPUTED] + new, False, kc)
+        elif caching and rq[i, R_COMPUTED] > 0:  # its KV came with it (remote prefill):
+            commit(rq, rp, i, r, rq[i, R_COMPUTED] + new, False, kc)  # cached on receipt
         admit(cfg, rq, rqf, rp, run, wq, r)
         n = add_scheduled(sched_q, sched_t, n, i, new)
         budget -= new
