@@ -297,8 +297,9 @@ def _model_dir(max_model_len: int) -> str:
     return d
 
 
-def build_scheduler(cfg: Config) -> Any:
-    """vLLM's own synchronous V1 scheduler for ``cfg``, on CPU, no model, no hub."""
+def build_scheduler(cfg: Config, kv_transfer_config: Any = None) -> Any:
+    """vLLM's own synchronous V1 scheduler for ``cfg``, on CPU, no model, no hub; with a
+    KV connector when given its ``KVTransferConfig`` (test_vllm_disagg_conformance.py)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("PYTHONHASHSEED", "0")  # vLLM's NONE_HASH seed, as our hashing
     import torch
@@ -332,6 +333,8 @@ def build_scheduler(cfg: Config) -> Any:
         scheduler_reserve_full_isl=cfg.scheduler_reserve_full_isl,
         async_scheduling=cfg.async_scheduling,
         is_encoder_decoder=False,
+        # a connector that does not declare hybrid-allocator support needs it off
+        disable_hybrid_kv_cache_manager=True if kv_transfer_config is not None else None,
     )
     cache = CacheConfig(block_size=BLOCK, enable_prefix_caching=cfg.enable_prefix_caching)
     vllm_config = VllmConfig(
@@ -339,6 +342,7 @@ def build_scheduler(cfg: Config) -> Any:
         scheduler_config=sched,
         cache_config=cache,
         device_config=DeviceConfig("cpu"),
+        kv_transfer_config=kv_transfer_config,
     )
     spec = FullAttentionSpec(block_size=BLOCK, num_kv_heads=1, head_size=1, dtype=torch.float32)
     kv = KVCacheConfig(
