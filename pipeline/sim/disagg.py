@@ -303,10 +303,17 @@ def simulate_disaggregated(
             loop (``simulate.simulate`` on ``sc.engine()``); tests pass the reference loop.
 
     Raises:
-        ScenarioError: ``sc`` is not disaggregated or not vllm, or a request does not fit
-            a worker's KV cache on its own.
+        ScenarioError: ``sc`` is not disaggregated or not vllm, a request does not fit a
+            worker's KV cache on its own, or ``inp`` is a ``LeadInput`` with a lead.
     """
+    from pipeline.sim.simulate import LeadInput
+
     d = check_disagg(sc)
+    if isinstance(inp, LeadInput) and inp.lead:
+        raise ScenarioError(
+            f"scenario {sc.name!r}: a busiest window's warm-up lead is not replayed with "
+            "prefill_replicas; replay the whole selection instead"
+        )
     if simulate_side is None:
         simulate_side = _fast
     n = len(inp)

@@ -38,6 +38,7 @@ from pipeline.runs import write_run_row
 from pipeline.selection import RequestFilter
 from pipeline.sim import uncertainty
 from pipeline.sim.classes import Slo, class_summary, whole_traffic_slos
+from pipeline.sim.disagg import simulate_disaggregated
 from pipeline.sim.fleet import (
     FleetPrepared,
     FleetResult,
@@ -103,6 +104,10 @@ def _simulate(
     Returns the result (its timeline empty), the timeline's totals, and the
     seconds spent in the loop (not in converting and keeping the chunks).
     """
+    if sc.disagg is not None:
+        return _simulate_disaggregated(
+            sc, inputs, keep, chunk_rows=chunk_rows, on_progress=on_progress
+        )
     eng = sc.engine()
     blocks = eng.get(C_NUM_BLOCKS)
     steps = StepTotals()
@@ -120,6 +125,29 @@ def _simulate(
         inputs.pop(), eng, on_progress=on_progress, on_steps=on_steps, step_rows=chunk_rows
     )
     return res, steps, time.perf_counter() - t0 - kept_s
+
+
+def _simulate_disaggregated(
+    sc: Scenario,
+    inputs: list[SimInput],
+    keep: Callable[[pa.Table], None],
+    *,
+    chunk_rows: int,
+    on_progress: Callable[[int], None] | None = None,
+) -> tuple[SimResult, StepTotals, float]:
+    """``_simulate`` of a disaggregated scenario (``disagg.py``): both sides' step rows,
+    the client-facing requests; its timeline is kept whole while it is handed out."""
+    t0 = time.perf_counter()
+    half = None if on_progress is None else (lambda k: on_progress(k // 2))
+    res = simulate_disaggregated(inputs.pop(), sc, on_progress=half).result
+    sim_s = time.perf_counter() - t0
+    steps = StepTotals()
+    steps.add(res.st, res.stf)
+    for lo in range(0, len(res.st), chunk_rows):
+        hi = lo + chunk_rows
+        keep(sim_steps_table(sc.name, res.st[lo:hi], res.stf[lo:hi], res.num_kv_blocks))
+    res.st, res.stf = res.st[:0], res.stf[:0]  # as _simulate's: the timeline handed out
+    return res, steps, sim_s
 
 
 def _with_classes(
@@ -456,7 +484,10 @@ def summarize_prepared(
         run = ScenarioRun(scenario=sc, summary=summary, num_dropped=prep.num_dropped, sim_s=sim_s)
         return run, fr.result
     t0 = time.perf_counter()
-    res = simulate(prep.inp, sc.engine())
+    if sc.disagg is not None:
+        res = simulate_disaggregated(prep.inp, sc).result
+    else:
+        res = simulate(prep.inp, sc.engine())
     sim_s = time.perf_counter() - t0
     summary = _with_classes({**summarize(res), **_facts(prep)}, res, prep, slos)
     return ScenarioRun(scenario=sc, summary=summary, num_dropped=prep.num_dropped, sim_s=sim_s), res

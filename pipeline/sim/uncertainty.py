@@ -27,6 +27,7 @@ import numpy.typing as npt
 
 from pipeline.sim import intervals as iv
 from pipeline.sim.cost_uncertainty import cost_factors, scaled_cost
+from pipeline.sim.disagg import simulate_disaggregated
 from pipeline.sim.scenario import Scenario
 from pipeline.sim.simulate import simulate
 from pipeline.sim.state import F_FINISH, SimInput, SimResult
@@ -77,8 +78,11 @@ def profile_statistics(
     low, high = cost_factors(sd, iv.Z)
     out = []
     for factor in (low, high):
-        eng = dataclasses.replace(sc, cost=scaled_cost(sc.cost, factor)).engine()
-        out.append(statistics(simulate(inp, eng, on_steps=_drop)))
+        scaled = dataclasses.replace(sc, cost=scaled_cost(sc.cost, factor))
+        if scaled.disagg is not None:  # both sides at the scaled cost
+            out.append(statistics(simulate_disaggregated(inp, scaled).result))
+            continue
+        out.append(statistics(simulate(inp, scaled.engine(), on_steps=_drop)))
     return out[0], out[1]
 
 

@@ -9,13 +9,19 @@ p / 1,000 s.
 from __future__ import annotations
 
 import dataclasses
+import json
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow.compute as pc
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pipeline.contracts import SCENARIOS, SIM_REQUESTS, SIM_STEPS, read_table
 from pipeline.errors import ScenarioError
 from pipeline.sim.disagg import (
     LINKS,
@@ -27,6 +33,7 @@ from pipeline.sim.disagg import (
     take_keys,
 )
 from pipeline.sim.reference import simulate_reference
+from pipeline.sim.replay import replay
 from pipeline.sim.scenario import Scenario, build_scenario
 from pipeline.sim.simulate import simulate
 from pipeline.sim.state import (
@@ -53,7 +60,8 @@ from pipeline.sim.state import (
     SimInput,
     SimResult,
 )
-from tests.helpers import UNIT_COST, make_input, make_scenario
+from pipeline.warehouse import Warehouse
+from tests.helpers import H100_8B_COST, UNIT_COST, make_input, make_scenario, requests_table
 from tests.sim.test_differential import cases, expand
 
 SLOW_LINK = {"kv_link_gbps": 8e-3, "kv_link_latency_s": 0.05, "kv_bytes_per_token": 1000}
@@ -287,3 +295,41 @@ def test_cost_table_needs_kv_bytes() -> None:
 def test_not_vllm_or_not_disaggregated_cannot_replay() -> None:
     with pytest.raises(ScenarioError, match="not disaggregated"):
         simulate_disaggregated(make_input([0.0], [4], [2]), make_scenario("vllm"))
+
+
+# --- through replay ----------------------------------------------------------------------
+
+
+def test_replay_writes_both_sides(warehouse_with: Callable[..., Path]) -> None:
+    """``replay`` of a disaggregated scenario: client-facing requests, both sides' steps
+    (prefill workers 0, 1; decode workers 2, 3, 4), its keys in the scenarios table."""
+    n = 40
+    rng = np.random.default_rng(3)
+    table = requests_table(
+        rng.integers(10, 400, n),
+        rng.integers(1, 50, n),
+        rng.exponential(0.05, n),
+        start=datetime(2024, 5, 1, 12, tzinfo=UTC),
+    )
+    root = warehouse_with(table)
+    sc = make_scenario(
+        "vllm", H100_8B_COST, name="pd", prefill_replicas=2, decode_replicas=3, **SLOW_LINK
+    )
+    agg = make_scenario("vllm", H100_8B_COST, name="agg", replicas=5)
+    result = replay(root, [sc, agg], quiet=True)
+    pd_run, agg_run = result.runs
+    sim = read_table(pd_run.paths["sim_requests"], SIM_REQUESTS)
+    steps = read_table(pd_run.paths["sim_steps"], SIM_STEPS)
+    assert sim.num_rows == n == pd_run.summary["completed"]
+    assert set(steps["replica"].to_pylist()) <= {0, 1, 2, 3, 4}
+    assert {0, 2} <= set(steps["replica"].to_pylist())
+    assert pc.sum(steps["num_steps"]).as_py() == pd_run.summary["num_steps"]
+    # the slow link (1e6 bytes/s) adds prompt / 1000 s to every first token
+    ttft = sim["ttft_s"].to_numpy()
+    agg_ttft = read_table(agg_run.paths["sim_requests"], SIM_REQUESTS)["ttft_s"].to_numpy()
+    prompt = sim["prompt_tokens"].to_numpy()
+    assert (ttft >= prompt / 1000.0 + SLOW_LINK["kv_link_latency_s"]).all()
+    assert np.median(ttft) > np.median(agg_ttft)
+    (scen_file,) = [p for p in Warehouse(root).files(SCENARIOS) if result.run_id in str(p)]
+    config = json.loads(read_table(scen_file, SCENARIOS).to_pylist()[0]["config_json"])
+    assert config["prefill_replicas"] == 2 and config["kv_link_gbps"] == 8e-3
