@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from pipeline.contracts import SCENARIOS, SIM_REQUESTS, SIM_STEPS, read_table
 from pipeline.errors import ScenarioError
 from pipeline.sim.disagg import (
+    DECODE_ROUTERS,
     LINKS,
     ROLE_DECODE,
     ROLE_PREFILL,
@@ -217,6 +218,26 @@ def test_disaggregated_fast_equals_reference() -> None:
     assert_same(fast.decode, ref.decode)
     assert np.array_equal(fast.result.rq, ref.result.rq)
     assert np.allclose(fast.transfer_s, ref.transfer_s)
+
+
+@settings(max_examples=25, deadline=None)
+@given(cases("vllm"), st.integers(1, 3), st.integers(1, 3), st.sampled_from(DECODE_ROUTERS))
+def test_disaggregated_replay_fast_equals_reference(
+    case: tuple[SimInput, Scenario], x: int, y: int, decode_router: str
+) -> None:
+    """Generated vLLM cases (any prefill router, prefix caching, KV pressure, async or
+    not) replayed disaggregated: both sides of the fast loop give the reference's."""
+    inp, sc = case
+    d = Disagg(x, y, "ib_ndr", 8e-3, 0.01, 1000, decode_router=decode_router)
+    sc = dataclasses.replace(sc, replicas=x + y, disagg=d)
+    fast = simulate_disaggregated(inp, sc)
+    ref = simulate_disaggregated(inp, sc, simulate_side=reference_side)
+    assert_same(fast.prefill, ref.prefill)
+    assert_same(fast.decode, ref.decode)
+    assert (fast.result.rq[:, R_STATUS] == ST_FINISHED).all()
+    rqf = fast.result.rqf
+    assert (rqf[:, F_FIRST_TOKEN] > fast.decode_arrival_s).all()
+    assert (fast.decode_arrival_s >= fast.prefill_done_s + d.link_latency_s).all()
 
 
 def test_fewer_decode_blocks_preempt_on_the_decode_side() -> None:
