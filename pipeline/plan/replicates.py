@@ -36,6 +36,7 @@ from pipeline.plan.intervals import slo_bootstrap
 from pipeline.plan.slo import Slo, evaluate
 from pipeline.plan.tasks import sim_metrics
 from pipeline.sim import intervals as iv
+from pipeline.sim.disagg import simulate_disaggregated
 from pipeline.sim.replay_input import Prepared, prepare
 from pipeline.sim.scenario import Scenario
 from pipeline.sim.simulate import simulate
@@ -119,7 +120,10 @@ def measure_with_bootstrap(
 ) -> tuple[dict[str, float | None], dict[str, tuple[float, float] | None]]:
     """``measure``, and the block bootstrap interval of each statistic over the replay's
     own requests (seeded by the scenario's seed)."""
-    res = simulate(prep.inp, sc.engine(), on_steps=_drop)
+    if sc.disagg is not None:  # prefill workers, KV link, decode workers (sim/disagg.py)
+        res = simulate_disaggregated(prep.inp, sc).result
+    else:
+        res = simulate(prep.inp, sc.engine(), on_steps=_drop)
     metrics, groups = sim_metrics(res, prep.groups)
     measured = evaluate(slos, metrics, 1.0, groups).measured_s
     return measured, slo_bootstrap(slos, metrics, groups, sc.seed) if bootstrap else {}
