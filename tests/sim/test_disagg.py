@@ -354,3 +354,9 @@ def test_replay_writes_both_sides(warehouse_with: Callable[..., Path]) -> None:
     (scen_file,) = [p for p in Warehouse(root).files(SCENARIOS) if result.run_id in str(p)]
     config = json.loads(read_table(scen_file, SCENARIOS).to_pylist()[0]["config_json"])
     assert config["prefill_replicas"] == 2 and config["kv_link_gbps"] == 8e-3
+
+
+def test_a_fleet_cannot_be_disaggregated() -> None:
+    pools = [{"name": "chat", "tenants": ["a"]}, {"name": "rest"}]
+    with pytest.raises(ScenarioError, match="pools cannot be disaggregated"):
+        build_scenario({"prefill_replicas": 1, "decode_replicas": 1, "pool": pools})
