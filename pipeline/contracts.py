@@ -313,10 +313,17 @@ SIM_REQUESTS = _contract(
             "requests waiting on its replica when it came",
             COUNT,
         ),
+        _c(
+            "kv_transfer_s",
+            pa.float64(),
+            "disaggregated: prefill done to its KV landed on the decode worker (null: not)",
+            SIM_TIME_S,
+        ),
     ],
-    # engine_*: added with cost model v3, pool with fleets (files written before lack them)
-    nullable={"tpot_s", "engine_ttft_s", "engine_e2e_s", "pool"},
-    optional={"engine_ttft_s", "engine_e2e_s", "pool"},
+    # engine_*: added with cost model v3, pool with fleets, kv_transfer_s with
+    # disaggregation (files written before lack them)
+    nullable={"tpot_s", "engine_ttft_s", "engine_e2e_s", "pool", "kv_transfer_s"},
+    optional={"engine_ttft_s", "engine_e2e_s", "pool", "kv_transfer_s"},
     primary_key=("scenario", "request_id"),
     partition_by=("run_id",),
 )
@@ -354,10 +361,12 @@ SIM_STEPS = _contract(
         _c("num_preemptions", pa.int32(), "requests preempted in the row", COUNT),
         _c("num_prefix_query_tokens", pa.int64(), "prompt tokens looked up in the prefix cache"),
         _c("num_prefix_hit_tokens", pa.int64(), "of which found"),
+        _c("role", pa.string(), "disaggregated: the worker's role, prefill or decode (null: not)"),
     ],
-    # added with cost model v3, pool with fleets (files written before lack them)
-    nullable={"prefill_attn_pairs", "decode_context_tokens", "pool"},
-    optional={"prefill_attn_pairs", "decode_context_tokens", "pool"},
+    # added with cost model v3, pool with fleets, role with disaggregation (files
+    # written before lack them)
+    nullable={"prefill_attn_pairs", "decode_context_tokens", "pool", "role"},
+    optional={"prefill_attn_pairs", "decode_context_tokens", "pool", "role"},
     primary_key=("scenario", "replica", "step"),
     partition_by=("run_id",),
 )

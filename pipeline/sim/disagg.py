@@ -40,7 +40,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -50,6 +50,7 @@ from pipeline.errors import ScenarioError
 from pipeline.sim.policies import POLICIES
 from pipeline.sim.state import (
     F_ARRIVAL,
+    F_FINISH,
     F_FIRST_SCHED,
     F_FIRST_TOKEN,
     R_CACHED,
@@ -369,6 +370,8 @@ def simulate_disaggregated(
         )
     )
     result.st, result.stf = result.st[rows], result.stf[rows]
+    result.disagg_times = np.column_stack([done, land])
+    result.step_role = role[rows]
     return DisaggResult(
         result=result,
         prefill=pre,
@@ -411,3 +414,28 @@ def _combine(inp: SimInput, d: Disagg, pre: SimResult, dec: SimResult) -> SimRes
         num_kv_blocks=dec.num_kv_blocks,
         frontend=dec.frontend,
     )
+
+
+ROLE_NAMES = ("prefill", "decode")  # by ROLE_*: sim_steps' role column
+
+
+def disagg_summary(res: SimResult) -> dict[str, Any]:
+    """The ``disagg`` entry of a summary: a disaggregated replay's TTFT split into its
+    parts (percentiles over the completed requests that were disaggregated): ``prefill``
+    (arrival to the end of the prefill step), ``kv_transfer`` (queueing on the link and
+    the wire), ``decode_wait`` (KV landed to the decode worker's first token)."""
+    times = res.disagg_times
+    assert times is not None
+    done = ~np.isnan(res.rqf[:, F_FINISH]) & ~np.isnan(times[:, 1])
+    arrival = res.rqf[done, F_ARRIVAL]
+    parts = {
+        "prefill": times[done, 0] - arrival,
+        "kv_transfer": times[done, 1] - times[done, 0],
+        "decode_wait": res.rqf[done, F_FIRST_TOKEN] - times[done, 1],
+    }
+    out: dict[str, Any] = {"num_requests": int(done.sum())}
+    for name, v in parts.items():
+        for q in (50, 99):
+            out[f"{name}_p{q}_s"] = float(np.percentile(v, q)) if len(v) else None
+        out[f"{name}_mean_s"] = float(v.mean()) if len(v) else None
+    return out

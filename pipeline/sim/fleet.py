@@ -28,6 +28,7 @@ import pyarrow as pa
 from pipeline.errors import ScenarioError
 from pipeline.sim.arrivals import make_arrivals
 from pipeline.sim.classes import Slo, class_summary, labels_of, whole_traffic_slos
+from pipeline.sim.disagg import simulate_disaggregated
 from pipeline.sim.pools import Pool, assign, pool_replicas
 from pipeline.sim.replay_input import Prepared, prepare
 from pipeline.sim.scenario import ArrivalSpec, Scenario
@@ -45,9 +46,12 @@ from pipeline.sim.state import (
 )
 from pipeline.sim.summary import StepTotals, summarize
 
-# a step sink of one pool: (pool index, st, stf), the rows already on the fleet's clock
-# and replica numbering
-PoolSink = Callable[[int, npt.NDArray[np.int64], npt.NDArray[np.float64]], None]
+# a step sink of one pool: (pool index, st, stf, role per row or None, KV blocks per
+# replica), the rows already on the fleet's clock and replica numbering
+PoolSink = Callable[
+    [int, npt.NDArray[np.int64], npt.NDArray[np.float64], npt.NDArray[np.int8] | None, int],
+    None,
+]
 _TRACE = ArrivalSpec(process="trace", time_scale=1.0, rate=None, burstiness=1.0, num_requests=None)
 
 
@@ -184,7 +188,8 @@ def _shift(res: SimResult, dt: float, base: int) -> SimResult:
     st, stf = res.st.copy(), res.stf.copy()
     st[:, S_REPLICA] += base
     stf[:, SF_START] += dt
-    return dataclasses.replace(res, rq=rq, rqf=res.rqf + dt, st=st, stf=stf)
+    times = None if res.disagg_times is None else res.disagg_times + dt
+    return dataclasses.replace(res, rq=rq, rqf=res.rqf + dt, st=st, stf=stf, disagg_times=times)
 
 
 def simulate_fleet(
@@ -219,6 +224,7 @@ def simulate_fleet(
         t_first = 0.0 if lead else float(inp.arrival_s[0])
         dt = fp.first_arrival[k] - t_first
         sink = None
+        blocks = pool.scenario.num_kv_blocks
         if on_steps is not None:
             kk, b = k, base
 
@@ -229,12 +235,13 @@ def simulate_fleet(
                 b: int = b,
                 dt: float = dt,
                 steps: StepTotals = steps,
+                blocks: int = blocks,
             ) -> None:
                 st, stf = st.copy(), stf.copy()
                 st[:, S_REPLICA] += b
                 stf[:, SF_START] += dt
                 steps.add(st, stf)
-                on_steps(kk, st, stf)
+                on_steps(kk, st, stf, None, blocks)
 
         progress = None
         if on_progress is not None:
@@ -243,12 +250,29 @@ def simulate_fleet(
             def progress(n: int, start: int = start) -> None:
                 on_progress(start + n)
 
-        res = simulate(
-            inp, pool.scenario.engine(), on_steps=sink, on_progress=progress, step_rows=step_rows
-        )
-        res = _shift(res, dt, base)
-        if on_steps is None:
+        if pool.scenario.disagg is not None:  # both sides, the timeline whole
+            half = None if progress is None else (lambda n, p=progress: p(n // 2))
+            res = _shift(
+                simulate_disaggregated(inp, pool.scenario, on_progress=half).result, dt, base
+            )
             steps.add(res.st, res.stf)
+            if on_steps is not None:
+                for lo in range(0, len(res.st), step_rows):
+                    hi = lo + step_rows
+                    role = None if res.step_role is None else res.step_role[lo:hi]
+                    on_steps(k, res.st[lo:hi], res.stf[lo:hi], role, res.num_kv_blocks)
+                res.st, res.stf, res.step_role = res.st[:0], res.stf[:0], None
+        else:
+            res = simulate(
+                inp,
+                pool.scenario.engine(),
+                on_steps=sink,
+                on_progress=progress,
+                step_rows=step_rows,
+            )
+            res = _shift(res, dt, base)
+            if on_steps is None:
+                steps.add(res.st, res.stf)
         outcomes.append(PoolOutcome(pool, res, steps, base, prep))
         base += pool_replicas(pool.scenario)
         done += res.num_requests
@@ -264,12 +288,20 @@ def merge_results(
     results: Sequence[SimResult | None], order: npt.NDArray[np.int64], sc: Scenario
 ) -> SimResult:
     """The pools' results as one: requests concatenated then put in ``order``; step rows
-    concatenated; the fleet's front end; the largest pool's KV blocks per replica."""
+    concatenated; the fleet's front end; the largest pool's KV blocks per replica; the
+    disaggregated pools' per-request times."""
     got = [r for r in results if r is not None]
     rq = np.concatenate([r.rq for r in got]) if got else np.zeros((0, NRQ), dtype=np.int32)
     rqf = np.concatenate([r.rqf for r in got]) if got else np.zeros((0, NRQF))
     st = np.concatenate([r.st for r in got]) if got else np.zeros((0, NST), dtype=np.int64)
     stf = np.concatenate([r.stf for r in got]) if got else np.zeros((0, NSTF))
+    times = None  # per request [prefill done, KV landed]: NaN in the aggregated pools
+    if any(r.disagg_times is not None for r in got):
+        parts = [
+            r.disagg_times if r.disagg_times is not None else np.full((len(r.rq), 2), np.nan)
+            for r in got
+        ]
+        times = np.concatenate(parts)[order]
     return SimResult(
         rq=np.ascontiguousarray(rq[order]),
         rqf=np.ascontiguousarray(rqf[order]),
@@ -277,6 +309,7 @@ def merge_results(
         stf=stf,
         num_kv_blocks=max((r.num_kv_blocks for r in got), default=0),
         frontend=sc.frontend.as_array(),
+        disagg_times=times,  # (the step rows' roles stay with each pool's result)
     )
 
 

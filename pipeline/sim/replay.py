@@ -145,7 +145,8 @@ def _simulate_disaggregated(
     steps.add(res.st, res.stf)
     for lo in range(0, len(res.st), chunk_rows):
         hi = lo + chunk_rows
-        keep(sim_steps_table(sc.name, res.st[lo:hi], res.stf[lo:hi], res.num_kv_blocks))
+        role = None if res.step_role is None else res.step_role[lo:hi]
+        keep(sim_steps_table(sc.name, res.st[lo:hi], res.stf[lo:hi], res.num_kv_blocks, role=role))
     res.st, res.stf = res.st[:0], res.stf[:0]  # as _simulate's: the timeline handed out
     return res, steps, sim_s
 
@@ -353,7 +354,6 @@ def _run_fleet(
     """Run a fleet's pools; their step rows are written as the loop hands them out."""
     part = {"run_id": run_id}
     names = [p.name for p in fp.pools]
-    blocks = [p.scenario.num_kv_blocks for p in fp.pools]
     t0 = time.perf_counter()
     kept_s = 0.0
     with (
@@ -366,10 +366,16 @@ def _run_fleet(
             bar.advance(k - seen[0])
             seen[0] = k
 
-        def on_steps(k: int, st: npt.NDArray[np.int64], stf: npt.NDArray[np.float64]) -> None:
+        def on_steps(
+            k: int,
+            st: npt.NDArray[np.int64],
+            stf: npt.NDArray[np.float64],
+            role: npt.NDArray[np.int8] | None,
+            blocks: int,
+        ) -> None:
             nonlocal kept_s
             t = time.perf_counter()
-            steps_out.write(sim_steps_table(sc.name, st, stf, blocks[k], pool=names[k]))
+            steps_out.write(sim_steps_table(sc.name, st, stf, blocks, pool=names[k], role=role))
             kept_s += time.perf_counter() - t
 
         fr = simulate_fleet(sc, fp, on_steps=on_steps, on_progress=on_progress, step_rows=rows)
@@ -454,7 +460,12 @@ def run_prepared(
         run = ScenarioRun(scenario=sc, summary=summary, num_dropped=prep.num_dropped, sim_s=sim_s)
         steps_tables = [
             sim_steps_table(
-                sc.name, o.result.st, o.result.stf, o.result.num_kv_blocks, pool=o.pool.name
+                sc.name,
+                o.result.st,
+                o.result.stf,
+                o.result.num_kv_blocks,
+                pool=o.pool.name,
+                role=o.result.step_role,
             )
             for o in fr.pools
             if o.result is not None

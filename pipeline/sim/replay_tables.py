@@ -93,8 +93,18 @@ def sim_requests_table(
             "num_prefill_chunks": rq[:, R_CHUNKS].astype(i32),
             "cached_tokens": rq[:, R_CACHED].astype(i32),
             "queue_depth_at_arrival": rq[:, R_QDEPTH].astype(i32),
+            "kv_transfer_s": _transfer(res, rows, n),
         }
     )
+
+
+def _transfer(res: SimResult, rows: slice, n: int) -> pa.Array:
+    """Each request's KV transfer, prefill done to KV landed (null: not disaggregated)."""
+    if res.disagg_times is None:
+        return pa.nulls(n, pa.float64())
+    t = res.disagg_times[rows]
+    s = t[:, 1] - t[:, 0]
+    return pa.array(s, mask=np.isnan(s))
 
 
 def write_sim_requests(
@@ -123,9 +133,11 @@ def sim_steps_table(
     num_kv_blocks: int,
     *,
     pool: str | None = None,
+    role: npt.NDArray[np.int8] | None = None,
 ) -> pa.Table:
     """The sim_steps rows of timeline rows ``st``/``stf`` of one scenario (runs of
-    identical decode steps are one row); ``pool``: the fleet's pool they are of.
+    identical decode steps are one row); ``pool``: the fleet's pool they are of;
+    ``role``: per row, its worker's role when disaggregated (``disagg.ROLE_*``).
 
     The table owns its memory: the columns of ``st``/``stf`` are strided views,
     which pyarrow copies, so the loop may refill a chunk's arrays afterwards.
@@ -152,5 +164,15 @@ def sim_steps_table(
             "num_preemptions": st[:, S_PREEMPT].astype(i32),
             "num_prefix_query_tokens": st[:, S_PQUERY],
             "num_prefix_hit_tokens": st[:, S_PHIT],
+            "role": _roles(role, n),
         }
     )
+
+
+_ROLES = pa.array(["prefill", "decode"])  # by disagg.ROLE_*
+
+
+def _roles(role: npt.NDArray[np.int8] | None, n: int) -> pa.Array:
+    if role is None:
+        return pa.nulls(n, pa.string())
+    return pa.DictionaryArray.from_arrays(pa.array(role.astype(np.int32)), _ROLES).cast(pa.string())

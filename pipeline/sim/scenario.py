@@ -688,11 +688,6 @@ def _build_fleet(values: dict[str, Any], where: str) -> Scenario:
             theirs = set(POLICIES[top_policy].param_help()) if top_policy in POLICIES else set()
             inherited = {k: v for k, v in top.items() if k not in theirs}
         psc = build_scenario({**inherited, **own, "name": f"{fleet.name}.{pname}"}, where=pwhere)
-        if psc.disagg is not None:  # (disagg.py replays one scenario's two sides, no fleet)
-            raise ScenarioError(
-                f"{pwhere}: prefill_replicas: a fleet's pools cannot be disaggregated; "
-                "replay the disaggregated scenario without [[pool]] tables"
-            )
         # the client sees the fleet's front end, whichever GPU serves it
         pools.append(Pool(pname, match, replace(psc, frontend=fleet.frontend)))
     return replace(fleet, pools=tuple(pools), replicas=replicas_of(pools))

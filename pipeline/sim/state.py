@@ -678,6 +678,10 @@ class SimResult:
     num_kv_blocks: int  # usable blocks per replica
     # Frontend.as_array() of the scenario: client latencies are the engine's plus these
     frontend: npt.NDArray[np.float64] = field(default_factory=lambda: np.zeros(3))
+    # disaggregated prefill and decode (disagg.py): per request [prefill done, KV landed]
+    # (NaN where it was served aggregated, in a fleet), and per step row its worker's role
+    disagg_times: npt.NDArray[np.float64] | None = None
+    step_role: npt.NDArray[np.int8] | None = None
 
     @property
     def rqw(self) -> npt.NDArray[np.int64]:

@@ -274,7 +274,14 @@ def summarize(res: SimResult, steps: StepTotals | None = None) -> dict[str, Any]
         "num_steps": steps.steps,
         "num_step_rows": steps.rows,
         **prefix_summary(res, steps),
+        **({"disagg": _disagg(res)} if res.disagg_times is not None else {}),
     }
+
+
+def _disagg(res: SimResult) -> dict[str, Any]:
+    from pipeline.sim.disagg import disagg_summary  # (disagg imports the loop's modules)
+
+    return disagg_summary(res)
 
 
 def prefix_summary(res: SimResult, steps: StepTotals | None = None) -> dict[str, Any]:

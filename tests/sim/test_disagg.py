@@ -356,7 +356,33 @@ def test_replay_writes_both_sides(warehouse_with: Callable[..., Path]) -> None:
     assert config["prefill_replicas"] == 2 and config["kv_link_gbps"] == 8e-3
 
 
-def test_a_fleet_cannot_be_disaggregated() -> None:
-    pools = [{"name": "chat", "tenants": ["a"]}, {"name": "rest"}]
-    with pytest.raises(ScenarioError, match="pools cannot be disaggregated"):
-        build_scenario({"prefill_replicas": 1, "decode_replicas": 1, "pool": pools})
+def test_a_fleets_disaggregated_pool_is_the_disaggregated_replay_of_its_share() -> None:
+    from pipeline.sim.fleet import prepare_fleet, simulate_fleet
+    from pipeline.sim.summary import summarize
+    from tests.sim.test_pools import _frame
+
+    base = {"cost": UNIT_COST, "num_gpu_blocks": 900, "max_model_len": 4096, "name": "f"}
+    pools = [
+        {"name": "chat", "tenants": ["chat"], "replicas": 2},
+        {"name": "rest", "prefill_replicas": 1, "decode_replicas": 2, "kv_bytes_per_token": 1024},
+    ]
+    fleet = build_scenario({**base, "pool": pools, "rate": 20.0, "arrivals": "poisson"})
+    assert fleet.replicas == 5
+    fp = prepare_fleet(_frame(200, 5), fleet)
+    fr = simulate_fleet(fleet, fp)
+    k = 1
+    prep = fp.prepared[k]
+    assert prep is not None
+    mine = np.flatnonzero(fp.pool_of == k)
+    arrival = fr.result.rqf[mine, F_ARRIVAL]
+    own = dataclasses.replace(prep.inp, arrival_s=arrival - arrival[0])
+    want = simulate_disaggregated(own, fleet.pools[k].scenario).result
+    np.testing.assert_allclose(
+        fr.result.rqf[mine, F_FIRST_TOKEN] - arrival[0], want.rqf[:, F_FIRST_TOKEN], atol=1e-9
+    )
+    np.testing.assert_array_equal(fr.result.rq[mine, R_REPLICA] - 2, want.rq[:, R_REPLICA])
+    times = fr.result.disagg_times
+    assert times is not None
+    assert np.isnan(times[fp.pool_of == 0]).all() and not np.isnan(times[mine]).any()
+    summary = summarize(fr.result)
+    assert summary["disagg"]["num_requests"] == len(mine)
