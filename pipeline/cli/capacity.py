@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -470,6 +471,9 @@ def capacity_command(
     )
     prices = gpu_prices(cfg, gpu_hour_price)
     if "pool" in inputs.base:
+        if not kinds:  # the default searches: a fleet's is the replicas one
+            specs = [s for s in inputs.specs if s.kind == "replicas"] or inputs.specs
+            inputs = dataclasses.replace(inputs, specs=specs)
         _fleet(wh, inputs, requests, summary_only, quiet, no_intervals, compare_split,
                shared_like, prices, margin_pct, recommend_out, as_json)  # fmt: skip
         return
@@ -546,6 +550,7 @@ def _fleet(
         intervals=not no_intervals,
         compare_split=compare_split,
         shared_like=shared_like,
+        prices=prices,
     )
     rec = recommend_fleet(result, prices, margin_pct)
     if rec.pools:

@@ -389,6 +389,7 @@ def run_fleet_capacity(
     intervals: bool = True,
     compare_split: bool = False,
     shared_like: str | None = None,
+    prices: dict[str, float] | None = None,
 ) -> FleetCapacityResult:
     """The fewest replicas of each pool of a fleet that meet every SLO (module docstring),
     and with ``compare_split`` the shared alternative's; every probe written as
@@ -400,6 +401,7 @@ def run_fleet_capacity(
             are left out with a note.
         compare_split: also search one pool of all the traffic with the settings of
             ``shared_like`` (default: the first pool).
+        prices: GPU prices (``pricing.gpu_prices``), for the costs the runs row records.
 
     Raises:
         ConfigError: no SLO, not a fleet, an unknown pool for ``shared_like``, no
@@ -567,7 +569,7 @@ def run_fleet_capacity(
                 "base": fleet.to_dict(),
                 "slos": [str(s) for s in slos],
                 "searches": {},
-                "fleet": fleet_record(result),
+                "fleet": fleet_record(result, prices),
                 "num_replays": len(outcomes),
             },
         )
