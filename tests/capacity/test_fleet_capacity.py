@@ -348,3 +348,38 @@ def test_the_fleet_check_steps_up_the_pool_furthest_over_the_failing_slo() -> No
     plans[1].replicas = 8  # at the top of the range: it cannot grow
     grow = _pool_to_grow(FleetPlan("split", plans), out, slos)  # type: ignore[arg-type]
     assert grow is not None and grow[0].name == "chat"
+
+
+def test_the_single_pool_search_refuses_a_fleet(wh: Path) -> None:
+    with pytest.raises(ConfigError) as exc:
+        run_capacity(wh, _fleet_values(), parse_slos(SLOS), [SearchSpec("replicas")], quiet=True)
+    assert "run_fleet_capacity" in str(exc.value) and "\n" not in str(exc.value)
+
+
+@pytest.mark.parametrize(
+    "pools",
+    [
+        [{"name": "a", "tenants": ["chat"], "policy": "sglang"}, {"name": "b"}],
+        [{"name": "a", "tenants": ["chat"], "profile": "llama-3-8b_a100-80gb_tp1"}, {"name": "b"}],
+    ],
+)
+def test_a_pool_searched_alone_is_the_fleets_pool(pools: list[dict[str, Any]]) -> None:
+    from pipeline.plan.fleet import _check_same
+
+    values = {"name": "f", "max_num_batched_tokens": 4096, "rate": 9.0, "pool": pools}
+    fleet = build_scenario(values)
+    for pool in fleet.pools:
+        alone = build_scenario(pool_values(values, fleet, pool.name))
+        _check_same(alone, pool)  # raises when a key differs
+        assert alone.name == f"f.{pool.name}" and alone.arrivals.rate is None
+
+
+def test_each_pools_answer_has_its_interval(wh: Path, searched: Any) -> None:
+    result = run_fleet_capacity(
+        wh, _fleet_values(), parse_slos(SLOS), [SearchSpec("replicas", hi=16)], quiet=True
+    )
+    for plan, plain in zip(result.split.pools, searched.split.pools, strict=True):
+        assert plan.search is not None and plan.search.interval is not None
+        assert plan.minimum == plain.minimum  # intervals do not move the answer
+        assert plan.search.interval.lo <= plan.minimum
+    assert result.num_interval_replays > 0
