@@ -383,3 +383,33 @@ def test_each_pools_answer_has_its_interval(wh: Path, searched: Any) -> None:
         assert plan.minimum == plain.minimum  # intervals do not move the answer
         assert plan.search.interval.lo <= plan.minimum
     assert result.num_interval_replays > 0
+
+
+def test_a_pool_no_request_goes_to_gets_the_least_count(wh: Path) -> None:
+    values = _fleet_values()
+    values["pool"].insert(0, {"name": "ops", "tenants": ["ops"]})
+    result = run_fleet_capacity(
+        wh, values, parse_slos(SLOS), [SearchSpec("replicas", lo=1, hi=8)], quiet=True,
+        intervals=False,
+    )  # fmt: skip
+    ops = result.split.pools[0]
+    assert ops.num_requests == 0 and ops.search is None and ops.replicas == 1
+    assert any("pool ops: no request goes to it" in n for n in result.split.notes)
+    assert result.split.found  # the fleet check ran with the empty pool in it
+    from pipeline.cli.fleet_capacity import format_fleet_capacity
+
+    text = format_fleet_capacity(result, {"*": 1.0})
+    assert "pool ops (tenant in (ops); 0 requests" in text and "1 replica, 1 GPU, $1.00/h" in text
+
+
+def test_a_target_rate_scales_the_whole_fleet_before_the_split(wh: Path) -> None:
+    result = run_fleet_capacity(
+        wh, _fleet_values(), parse_slos(SLOS), [SearchSpec("replicas", hi=16, rate=12.0)],
+        quiet=True, intervals=False,
+    )  # fmt: skip
+    assert result.rate == 12.0 and result.base.arrivals.rate == 12.0
+    chat, batch = result.split.pools
+    # the shares keep the trace's mix: their requests add up, their rates to about the target
+    assert chat.num_requests + batch.num_requests == result.num_requests_read
+    assert chat.share_rate + batch.share_rate == pytest.approx(12.0, rel=0.1)
+    assert chat.scenario.arrivals.process == "trace"
