@@ -200,22 +200,25 @@ def test_cost_counts_each_pools_gpus_at_its_own_kind() -> None:
             "name": "mixed",
             "pool": [
                 {"name": "chat", "tenants": ["chat"], "profile": "llama-3-8b_h100-80gb_tp1"},
-                {"name": "batch", "profile": "llama-3-70b_a100-80gb_tp4"},
+                {"name": "batch", "tenants": ["batch"], "profile": "llama-3-8b_l40s_tp1"},
+                {"name": "big", "profile": "llama-3-70b_a100-80gb_tp4"},
             ],
         }
     )
     plans = [
         PoolPlan(p.name, "", p.scenario, {}, 10, 1.0, 1, 8, replicas=r)
-        for p, r in zip(fleet.pools, (2, 3), strict=True)
+        for p, r in zip(fleet.pools, (2, 3, 2), strict=True)
     ]
     plan = FleetPlan("split", plans)
-    prices = {"h100-80gb": 2.5, "a100-80gb": 1.5}
-    assert [p.gpus for p in plans] == [2, 12]
-    assert plan.total_gpus == 14
+    prices = {"h100-80gb": 2.5, "l40s": 1.0, "a100-80gb": 1.5}
+    assert [p.gpu for p in plans] == ["h100-80gb", "l40s", "a100-80gb"]
+    assert [p.gpus for p in plans] == [2, 3, 8]  # tensor parallel 4: 4 GPUs a replica
+    assert plan.total_gpus == 13
     costs = plan.costs(prices)
     assert costs["chat"]["usd_per_hour"] == pytest.approx(2 * 2.5)
-    assert costs["batch"]["usd_per_hour"] == pytest.approx(12 * 1.5)
-    assert plan.usd_per_hour(prices) == pytest.approx(5.0 + 18.0)
+    assert costs["batch"]["usd_per_hour"] == pytest.approx(3 * 1.0)
+    assert costs["big"]["usd_per_hour"] == pytest.approx(8 * 1.5)
+    assert plan.usd_per_hour(prices) == pytest.approx(5.0 + 3.0 + 12.0)
     assert plan.usd_per_hour({"h100-80gb": 2.5}) is None  # a pool without a price
 
 
