@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ from pipeline.busiest import selection_lines
 from pipeline.cli import options as opt
 from pipeline.cli.sweep import number, seconds
 from pipeline.config import load_config, warehouse_path
+from pipeline.errors import ConfigError
 from pipeline.objectstore import display
 from pipeline.plan.capacity import (
     SEARCHES,
@@ -385,6 +387,19 @@ def interval_dict(search: SearchOutcome) -> dict[str, Any] | None:
     help="Write the recommended scenario TOML here [default: "
     "<warehouse>/reports/<run id>/recommended.toml].",
 )
+@click.option(
+    "--compare-split",
+    is_flag=True,
+    help="For a fleet (a scenario with [[pool]] tables): also search one shared pool of all "
+    "the traffic and print shared against split (replicas, GPUs, $/hour, p99 per class).",
+)
+@click.option(
+    "--shared-like",
+    metavar="POOL",
+    default=None,
+    help="The pool whose settings the shared alternative of --compare-split takes "
+    "[default: the first pool].",
+)
 @opt.intervals
 @opt.gpu_hour_price
 @opt.output
@@ -405,6 +420,8 @@ def capacity_command(
     summary_only: bool,
     margin_pct: float,
     recommend_out: Path | None,
+    compare_split: bool,
+    shared_like: str | None,
     no_intervals: bool,
     gpu_hour_price: float | None,
     quiet: bool,
@@ -426,7 +443,9 @@ def capacity_command(
     upper end of its interval, with the engine command to deploy it, written
     as a scenario TOML that `replay --scenario` takes (--recommend-out).
     CAPACITY_FILE is optional TOML: [base], [slo], [search.<kind>] (see
-    docs/capacity.md).
+    docs/capacity.md). For a fleet (a scenario with [[pool]] tables) it finds
+    the fewest replicas of each pool, its cost, and with --compare-split
+    whether one shared pool would be cheaper.
 
     Example:
 
@@ -434,6 +453,8 @@ def capacity_command(
         tracereplay capacity --slo ttft_p99=200ms --slo tpot_p99=50ms \\
             --scenario examples/scenarios/vllm.toml
         tracereplay capacity examples/seed_lab/capacity.toml --search rate
+        tracereplay capacity --slo ttft_p99=500ms --compare-split \\
+            --scenario examples/scenarios/fleet.toml
     """
     cfg = load_config(config_file)
     wh = warehouse_path(str(warehouse) if warehouse else None, cfg)
@@ -448,6 +469,20 @@ def capacity_command(
         max_concurrency=max_concurrency,
         max_replicas=max_replicas,
     )
+    prices = gpu_prices(cfg, gpu_hour_price)
+    if "pool" in inputs.base:
+        if not kinds:  # the default searches: a fleet's is the replicas one
+            specs = [s for s in inputs.specs if s.kind == "replicas"] or inputs.specs
+            inputs = dataclasses.replace(inputs, specs=specs)
+        _fleet(wh, inputs, requests, summary_only, quiet, no_intervals, compare_split,
+               shared_like, prices, margin_pct, recommend_out, as_json)  # fmt: skip
+        return
+    if compare_split or shared_like is not None:
+        flag = "--compare-split" if compare_split else "--shared-like"
+        raise ConfigError(
+            f"{flag} compares a fleet's pools with one shared pool, but the base scenario has no "
+            "[[pool]] tables; give a fleet scenario (docs/capacity.md, Fleets)"
+        )
     result = run_capacity(
         wh,
         inputs.base,
@@ -458,7 +493,6 @@ def capacity_command(
         quiet=quiet,
         intervals=not no_intervals,
     )
-    prices = gpu_prices(cfg, gpu_hour_price)
     rec = recommend(result, inputs.base, prices, margin_pct)
     if rec.chosen is not None:
         write_recommendation(rec, result.run_id, recommend_out or default_path(wh, result.run_id))
@@ -481,6 +515,64 @@ def capacity_command(
         f"written to {display(wh)}"
     )
     click.echo(format_recommendation(rec))
+
+
+def _fleet(
+    wh: Path,
+    inputs: Any,
+    requests: opt.Requests,
+    summary_only: bool,
+    quiet: bool,
+    no_intervals: bool,
+    compare_split: bool,
+    shared_like: str | None,
+    prices: dict[str, float],
+    margin_pct: float,
+    recommend_out: Path | None,
+    as_json: bool,
+) -> None:
+    """``capacity`` for a fleet: each pool's fewest replicas, the total, shared vs split."""
+    from pipeline.cli.fleet_capacity import (
+        fleet_result_dict,
+        format_fleet_capacity,
+        format_fleet_recommendation,
+    )
+    from pipeline.plan.fleet import recommend_fleet, run_fleet_capacity, write_fleet_recommendation
+
+    result = run_fleet_capacity(
+        wh,
+        inputs.base,
+        inputs.slos,
+        inputs.specs,
+        **requests.kwargs(),
+        summary_only=summary_only,
+        quiet=quiet,
+        intervals=not no_intervals,
+        compare_split=compare_split,
+        shared_like=shared_like,
+        prices=prices,
+    )
+    rec = recommend_fleet(result, prices, margin_pct)
+    if rec.pools:
+        write_fleet_recommendation(
+            rec, result.run_id, recommend_out or default_path(wh, result.run_id)
+        )
+    if as_json:
+        click.echo(json.dumps(fleet_result_dict(result, wh, prices, rec), indent=2, default=str))
+        return
+    for line in selection_lines(result.selection):
+        click.echo(line)
+    click.echo(format_fleet_capacity(result, prices))
+    click.echo(
+        f"run {result.run_id}: {result.num_replays} replays"
+        + (
+            f" (and {result.num_interval_replays} for the intervals)"
+            if result.num_interval_replays
+            else ""
+        )
+        + f" in {result.wall_s:.1f} s, written to {display(wh)}"
+    )
+    click.echo(format_fleet_recommendation(rec))
 
 
 capacity = capacity_command

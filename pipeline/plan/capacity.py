@@ -385,7 +385,7 @@ def run_capacity(
             the profile term at the answer, then the searches for the interval's ends).
 
     Raises:
-        ConfigError: no SLO, an empty range, no requests selected.
+        ConfigError: no SLO, an empty range, no requests selected, a fleet (``fleet.py``).
         ScenarioError: the base scenario (or one at a range end) is invalid, or a
             probe fails; checked before the first probe where possible.
     """
@@ -394,6 +394,11 @@ def run_capacity(
     if not slos:
         raise ConfigError("give at least one SLO, e.g. --slo ttft_p99=200ms")
     base = build_scenario(base_values, where="base scenario")
+    if base.is_fleet:  # a top-level replicas would turn every pool's at once
+        raise ConfigError(
+            "the base scenario is a fleet ([[pool]] tables): its pools are searched one by one "
+            "by plan.fleet.run_fleet_capacity (what tracereplay capacity runs for a fleet)"
+        )
     wh = Warehouse(warehouse)
     run_id = run_id or new_run_id(started)
     files = select_request_files(

@@ -65,6 +65,8 @@ class ProbeContext:
     outcomes: list[TaskOutcome]  # every probe of the run, in order (its scenarios)
     bar: Any  # the progress bar
     trace_window: int | None = None  # requests per window when replicates resample the trace
+    # the knob leaves the requests' preparation alone (replicas): prepare them once
+    prepare_once: bool = False
 
 
 @dataclass
@@ -76,6 +78,15 @@ class Prober:
     knob: str
     done: dict[float, TaskOutcome] = field(default_factory=dict)
     role: dict[float, str] = field(default_factory=dict)  # "search" | "interval"
+    _prep: Prepared | None = None  # with ctx.prepare_once: the requests, prepared once
+
+    def prepared(self, sc: Scenario) -> Prepared:
+        """The requests prepared for ``sc`` (once per search where the knob allows)."""
+        if not self.ctx.prepare_once:
+            return prepare(self.ctx.frame, sc)
+        if self._prep is None:
+            self._prep = prepare(self.ctx.frame, sc)
+        return self._prep
 
     def scenario(self, value: float) -> Scenario:
         c = self.ctx
@@ -92,7 +103,7 @@ class Prober:
         # a probe only the interval needed is summarized, not written: no tables to build
         write = role == "search" and not c.summary_only
         task = ScenarioTask(
-            len(c.outcomes), sc, prepare(c.frame, sc), tuple(c.slos), c.run_id, tables=write
+            len(c.outcomes), sc, self.prepared(sc), tuple(c.slos), c.run_id, tables=write
         )
         out = run_task(task)
         if out.error is not None or out.slo is None:
@@ -130,7 +141,7 @@ class Prober:
         unc = sc.cost_uncertainty
         if unc.log_sd <= 0:
             return []
-        prep = prep or prepare(self.ctx.frame, sc)
+        prep = prep or self.prepared(sc)
         return [
             replicates.measure(
                 dataclasses.replace(sc, cost=scaled_cost(sc.cost, factor)), prep, self.ctx.slos
@@ -153,7 +164,7 @@ class Prober:
         profile term measured again at each end found, and the ends found again."""
         c, slos = self.ctx, self.ctx.slos
         sc = self.scenario(answer)
-        prep = prepare(c.frame, sc)
+        prep = self.prepared(sc)
         main, bootstrap = replicates.measure_with_bootstrap(sc, prep, slos)
         c.bar.describe(f"capacity search: {self.spec.kind} interval at {fmt_value(answer)}")
         reps = [

@@ -239,6 +239,9 @@ def _toml_value(v: Any) -> str:
     raise TypeError(f"no TOML value for {v!r}")
 
 
+toml_value = _toml_value  # a TOML value's text (public: the fleet's writer uses it)
+
+
 def toml_text(values: dict[str, Any], header: list[str]) -> str:
     """A scenario TOML of ``values`` (tables last), with ``header`` as comments on top."""
     lines = [f"# {h}" if h else "#" for h in header]
