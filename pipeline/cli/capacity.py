@@ -470,6 +470,11 @@ def capacity_command(
         max_replicas=max_replicas,
     )
     prices = gpu_prices(cfg, gpu_hour_price)
+    if "pool" not in inputs.base and _disaggregated(inputs.base):
+        # its knob is the (prefill, decode) pair: searched as a fleet of one pool
+        name = str(inputs.base.get("name") or "pd")
+        base = {**inputs.base, "pool": [{"name": name}]}
+        inputs = dataclasses.replace(inputs, base=base)
     if "pool" in inputs.base:
         if not kinds:  # the default searches: a fleet's is the replicas one
             specs = [s for s in inputs.specs if s.kind == "replicas"] or inputs.specs
@@ -515,6 +520,11 @@ def capacity_command(
         f"written to {display(wh)}"
     )
     click.echo(format_recommendation(rec))
+
+
+def _disaggregated(values: dict[str, Any]) -> bool:
+    """Whether the base scenario's keys make it disaggregated (prefill and decode workers)."""
+    return any(values.get(k) for k in ("prefill_replicas", "decode_replicas"))
 
 
 def _fleet(

@@ -57,6 +57,7 @@ from pipeline.plan.capacity import (
     _why_none,
     capacity_table,
 )
+from pipeline.plan.disagg_plan import DisaggPlan, plan_disaggregation
 from pipeline.plan.intervals import END_TOLERANCE, Knob
 from pipeline.plan.prober import ProbeContext, Prober
 from pipeline.plan.recommend import Recommendation, recommend, toml_text, toml_value
@@ -78,36 +79,39 @@ from pipeline.sim.scenario import Scenario, build_scenario
 from pipeline.warehouse import Warehouse, new_run_id
 
 SHARED = "shared"  # the name of the shared alternative's one pool
+DISAGG_KNOB = "prefill:decode"  # a disaggregated pool's knob: its two worker counts
 MAX_STEP_UPS = 64  # fleet checks after the first, at most
 # keys a pool's share is searched without: the fleet's arrivals are already made
 _ARRIVAL_KEYS = ("time_scale", "rate", "burstiness", "num_requests")
 
 
 def search_knob(pool: Pool) -> str:
-    """The knob a pool's capacity search turns: its ``replicas``.
+    """The knob a pool's capacity search turns: its ``replicas``, or for a disaggregated
+    pool its ``prefill:decode`` workers (``plan.disagg_plan``).
 
-    The one place that says which pools capacity can search: a disaggregated pool's
-    knob would be its (prefill, decode) pair, an autoscaled pool's count is the
-    autoscaler's.
+    The one place that says which pools capacity can search: an autoscaled pool's count
+    is the autoscaler's.
 
     Raises:
-        ScenarioError: the pool is disaggregated or autoscaled.
+        ScenarioError: the pool is autoscaled.
     """
     sc = pool.scenario
-    if getattr(sc, "disagg", None) is not None:
-        raise ScenarioError(
-            f"pool {pool.name!r} is disaggregated: capacity does not search (prefill, decode) "
-            "pairs yet; search it with plain replicas (drop its disaggregation keys)"
-        )
     if getattr(sc, "autoscale", None) is not None:
         raise ScenarioError(
             f"pool {pool.name!r} is autoscaled: capacity searches a fixed count of replicas; "
             "drop its autoscale keys to search it"
         )
+    if getattr(sc, "disagg", None) is not None:
+        return DISAGG_KNOB
     return "replicas"
 
 
 _search_knob = search_knob  # the name the brief gave it
+
+
+def search_knob_of(p: PoolPlan) -> str:
+    """``search_knob`` of a pool as searched (the shared alternative has no Pool)."""
+    return DISAGG_KNOB if p.scenario.disagg is not None else "replicas"
 
 
 def fleet_frame(frame: pl.DataFrame, fleet: Scenario) -> tuple[pl.DataFrame, npt.NDArray[np.int64]]:
@@ -175,13 +179,25 @@ def shared_values(values: dict[str, Any], fleet: Scenario, like: str) -> dict[st
     return {**pool_values(values, fleet, like), "name": f"{fleet.name}-{SHARED}"}
 
 
-def fleet_values_at(values: dict[str, Any], counts: dict[str, int], name: str) -> dict[str, Any]:
-    """The fleet ``values`` with each pool's replicas set from ``counts``, named ``name``."""
-    pools = [
-        {**t, "replicas": int(counts[t["name"]])} if t.get("name") in counts else dict(t)
-        for t in values["pool"]
-    ]
-    return {**values, "pool": pools, "name": name}
+def fleet_values_at(
+    values: dict[str, Any], counts: dict[str, int | tuple[int, int]], name: str
+) -> dict[str, Any]:
+    """The fleet ``values`` with each pool's replicas set from ``counts`` (a disaggregated
+    pool's as its (prefill, decode) workers), named ``name``."""
+
+    def at(t: dict[str, Any]) -> dict[str, Any]:
+        if t.get("name") not in counts:
+            return dict(t)
+        n = counts[t["name"]]
+        if isinstance(n, tuple):
+            return {**t, "prefill_replicas": int(n[0]), "decode_replicas": int(n[1])}
+        return {**t, "replicas": int(n)}
+
+    return {**values, "pool": [at(t) for t in values["pool"]], "name": name}
+
+
+def _count_label(n: int | tuple[int, int]) -> str:
+    return f"{n[0]}p{n[1]}d" if isinstance(n, tuple) else str(n)
 
 
 def _check_same(built: Scenario, pool: Pool) -> None:
@@ -208,10 +224,20 @@ class PoolPlan:
     slos: list[Slo] = field(default_factory=list)  # those that judge some of its requests
     search: SearchOutcome | None = None  # None: no request goes to it, or no SLO judges it
     replicas: int | None = None  # to deploy: the answer, stepped up by the fleet check
+    # a disaggregated pool: its prefill:decode search, and the (prefill, decode) to deploy
+    disagg: DisaggPlan | None = None
+    split: tuple[int, int] | None = None
+
+    @property
+    def count(self) -> int | tuple[int, int]:
+        """What the fleet check deploys: replicas, or (prefill, decode) workers."""
+        return self.split if self.split is not None else int(self.replicas or 0)
 
     @property
     def minimum(self) -> int | None:
-        """The fewest replicas that meet every SLO on the pool's own requests."""
+        """The fewest replicas (workers) that meet every SLO on the pool's own requests."""
+        if self.disagg is not None:
+            return None if self.disagg.best is None else self.disagg.best.workers
         if self.search is None:
             return self.lo
         return None if self.search.answer is None else int(self.search.answer)
@@ -464,7 +490,7 @@ def run_fleet_capacity(
         sc = build_scenario(vals, where=f"pool {pool_name}")
         if pool is not None:
             _check_same(sc, pool)
-        for end in (lo, hi):
+        for end in (lo, hi) if sc.disagg is None else ():
             build_scenario({**vals, "replicas": end}, where=f"pool {pool_name} at {end} replicas")
         return PoolPlan(
             name=pool_name,
@@ -521,6 +547,20 @@ def run_fleet_capacity(
                         plan.notes.append(
                             f"pool {p.name}: {reason}; {lo} replica(s), the range's least"
                         )
+                        continue
+                    if search_knob_of(p) == DISAGG_KNOB:
+                        bar.describe(f"capacity search: {p.name} prefill:decode")
+                        p.disagg = plan_disaggregation(
+                            p.scenario, prepare(share, p.scenario), p.slos, max_workers=max(hi, 2)
+                        )
+                        best = p.disagg.best
+                        if best is not None:
+                            p.split, p.replicas = (best.prefill, best.decode), best.workers
+                        else:
+                            plan.notes.append(
+                                f"pool {p.name}: no prefill:decode split of up to {max(hi, 2)} "
+                                "workers meets every SLO"
+                            )
                         continue
                     window = trace_window(share["arrival_s"].to_numpy()) if intervals else None
                     ctx = ProbeContext(
@@ -598,8 +638,8 @@ def _check_fleet(
         )
         return
     for _ in range(MAX_STEP_UPS + 1):
-        counts = {p.name: int(p.replicas or 0) for p in plan.pools}
-        name = f"{fleet.name}-fleet-" + "-".join(f"{k}{v}" for k, v in counts.items())
+        counts = {p.name: p.count for p in plan.pools}
+        name = f"{fleet.name}-fleet-" + "-".join(f"{k}{_count_label(v)}" for k, v in counts.items())
         sc = build_scenario(fleet_values_at(values, counts, name), where="fleet check")
         bar.describe(f"capacity search: fleet check {name}")
         task = ScenarioTask(
@@ -625,6 +665,12 @@ def _check_fleet(
             )
             return
         p, why = grow
+        if p.split is not None:  # TTFT: one more prefill worker; else one more decode worker
+            x, y = p.split
+            p.split = (x + 1, y) if why.startswith("ttft") else (x, y + 1)
+            plan.step_ups.append(f"{p.name} {x}p{y}d -> {_count_label(p.split)}: {why}")
+            p.replicas = sum(p.split)
+            continue
         plan.step_ups.append(f"{p.name} {p.replicas} -> {int(p.replicas or 0) + 1}: {why}")
         p.replicas = int(p.replicas or 0) + 1
     plan.notes.append(f"the fleet check stopped after {MAX_STEP_UPS} step-ups")
@@ -693,6 +739,8 @@ def plan_record(plan: FleetPlan, prices: dict[str, float] | None = None) -> dict
                 "gpus": p.gpus,
                 "cost": costs[p.name],
                 "search": p.search.brief() if p.search is not None else None,
+                "prefill_decode": list(p.split) if p.split is not None else None,
+                "disagg_search": p.disagg.to_dict() if p.disagg is not None else None,
                 "slo": plan.pool_summary(p.name).get("slo"),
                 "classes": plan.pool_summary(p.name).get("classes"),
             }
@@ -735,7 +783,8 @@ class FleetRecommendation:
 
     margin_pct: float
     pools: dict[str, Recommendation]  # per searched pool
-    replicas: dict[str, int]  # per pool: its recommendation's, else the count found
+    replicas: dict[str, int | tuple[int, int]]  # per pool: its recommendation's, else the count
+    # found; a disaggregated pool's (prefill, decode) workers
     values: dict[str, Any]  # the fleet's keys with those counts
     path: Path | None = None
 
@@ -753,8 +802,11 @@ def recommend_fleet(
     Cheap: no replay; each pool's candidates are its search's probes. The fleet as a
     whole is judged at the counts found (``check``), not at these."""
     recs: dict[str, Recommendation] = {}
-    counts: dict[str, int] = {}
+    counts: dict[str, int | tuple[int, int]] = {}
     for p in result.split.pools:
+        if p.split is not None:  # a disaggregated pool: the split its search found
+            counts[p.name] = p.split
+            continue
         if p.search is not None:
             rec = recommend(result.pool_result(p), p.values, prices, margin_pct)
             recs[p.name] = rec

@@ -305,15 +305,46 @@ def test_bad_fleet_input_is_refused_in_one_line(wh: Path, kwargs: dict, words: s
     assert "\n" not in str(exc.value)
 
 
-@pytest.mark.parametrize(
-    ("attr", "words"), [("disagg", "disaggregated"), ("autoscale", "autoscaled")]
-)
-def test_disaggregated_and_autoscaled_pools_are_not_searched_yet(attr: str, words: str) -> None:
-    pool = SimpleNamespace(name="p", scenario=SimpleNamespace(**{attr: object()}))
+def test_an_autoscaled_pool_is_not_searched_and_a_disaggregated_one_searches_its_split() -> None:
+    pool = SimpleNamespace(name="p", scenario=SimpleNamespace(autoscale=object()))
     with pytest.raises(ScenarioError) as exc:
         search_knob(pool)  # type: ignore[arg-type]
-    assert words in str(exc.value) and "'p'" in str(exc.value)
+    assert "autoscaled" in str(exc.value) and "'p'" in str(exc.value)
+    disagg = SimpleNamespace(name="d", scenario=SimpleNamespace(disagg=object()))
+    assert search_knob(disagg) == "prefill:decode"  # type: ignore[arg-type]
     assert search_knob(SimpleNamespace(name="q", scenario=SimpleNamespace())) == "replicas"  # type: ignore[arg-type]
+
+
+def test_a_disaggregated_pool_gets_the_split_its_own_search_finds(wh: Path) -> None:
+    from pipeline.plan.disagg_plan import plan_disaggregation
+
+    pd = {"prefill_replicas": 1, "decode_replicas": 1, "kv_bytes_per_token": 131072}
+    values = _fleet_values()
+    values["pool"][1].update(pd)
+    slos = parse_slos(SLOS)
+    result = run_fleet_capacity(
+        wh, values, slos, [SearchSpec("replicas", hi=6)], quiet=True, intervals=False
+    )
+    batch = next(p for p in result.split.pools if p.name == "batch")
+    assert batch.disagg is not None and batch.split is not None
+    # by hand: the batch share, its pool's scenario, the same search
+    fleet = build_scenario(values)
+    frame, which = fleet_frame(pl.from_arrow(_two_tenants()), fleet)  # type: ignore[arg-type]
+    share = frame[np.flatnonzero(which == 1)]
+    own = plan_disaggregation(
+        batch.scenario, prepare(share, batch.scenario), batch.slos, max_workers=6
+    )
+    assert own.best is not None and batch.disagg.best is not None
+    assert (batch.disagg.best.prefill, batch.disagg.best.decode) == (
+        own.best.prefill,
+        own.best.decode,
+    )
+    assert batch.disagg.best.goodput == pytest.approx(own.best.goodput, rel=1e-3)
+    assert batch.minimum == own.best.workers and batch.gpus == sum(batch.split)
+    assert result.split.found
+    check = result.split.check
+    assert check is not None and check.run is not None
+    assert check.run.scenario.pools[1].scenario.disagg is not None
 
 
 def test_the_verdict_follows_the_numbers(searched: Any) -> None:
