@@ -314,7 +314,7 @@ def replay(
         ScenarioError: an invalid scenario (nothing is replayed).
         ConfigError: no requests selected, a bad selection.
     """
-    from pipeline.pricing import deployment_cost, gpu_prices
+    from pipeline.pricing import gpu_prices, scenario_cost
     from pipeline.sim.replay import replay as replay_requests
     from pipeline.sim.scenario import resolve_scenarios
 
@@ -336,7 +336,7 @@ def replay(
                 name=r.scenario.name,
                 config=r.scenario.to_dict(),
                 summary=ReplaySummary.of(r.summary),
-                cost=deployment_cost(prices, r.scenario.profile, r.scenario.replicas, r.summary),
+                cost=scenario_cost(prices, r.scenario, r.summary),
                 run_id=result.run_id,
                 warehouse=root,
             )

@@ -25,9 +25,12 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipeline.config import Config
+
+if TYPE_CHECKING:
+    from pipeline.sim.scenario import Scenario
 from pipeline.errors import ConfigError
 
 ANY_GPU = "*"  # the key --gpu-hour-price sets: every kind
@@ -94,6 +97,42 @@ def deployment_cost(
     }
 
 
+def scenario_cost(
+    prices: dict[str, float], sc: Scenario, summary: dict[str, Any]
+) -> dict[str, Any] | None:
+    """``deployment_cost`` of a scenario; of a fleet, the sum of its pools' (each at its
+    own GPU kind and replicas, ``pools`` per pool), None when a pool has no price."""
+    if not sc.pools:
+        return deployment_cost(prices, sc.profile, sc.replicas, summary)
+    from pipeline.sim.pools import pool_replicas
+
+    per_pool: dict[str, dict[str, Any]] = {}
+    for p in sc.pools:
+        mine = (summary.get("pools") or {}).get(p.name) or {}
+        cost = deployment_cost(prices, p.scenario.profile, pool_replicas(p.scenario), mine)
+        if cost is None:
+            return None
+        per_pool[p.name] = cost
+    kinds = sorted({str(c["gpu"]) for c in per_pool.values()})
+    gpus = sum(int(c["gpus"]) for c in per_pool.values())
+    per_hour = sum(float(c["usd_per_hour"]) for c in per_pool.values())
+
+    def per_million(tokens_per_s: float | None) -> float | None:
+        if not tokens_per_s or not math.isfinite(tokens_per_s):
+            return None
+        return per_hour / (tokens_per_s * 3600.0) * 1e6
+
+    return {
+        "gpu": kinds[0] if len(kinds) == 1 else " + ".join(kinds),
+        "gpus": gpus,
+        "usd_per_gpu_hour": per_hour / gpus if gpus else None,  # the fleet's mean
+        "usd_per_hour": per_hour,
+        "usd_per_1m_output_tokens": per_million(summary.get("output_token_throughput")),
+        "usd_per_1m_total_tokens": per_million(summary.get("total_token_throughput")),
+        "pools": per_pool,
+    }
+
+
 def format_cost(cost: dict[str, Any] | None) -> str | None:
     """'cost: $4.98/hour (2 x h100-80gb at $2.49), $1.23 per 1M output tokens, ...'."""
     if cost is None:
@@ -102,9 +141,17 @@ def format_cost(cost: dict[str, Any] | None) -> str | None:
     def usd(x: float | None) -> str:
         return "\u2014" if x is None else f"${x:,.4g}" if x < 1000 else f"${x:,.0f}"
 
+    pools = cost.get("pools")
+    if pools:  # a fleet: each pool's GPUs at its price
+        gpus = ", ".join(
+            f"{n}: {c['gpus']} x {c['gpu'] or 'GPU'} at {usd(c['usd_per_gpu_hour'])}"
+            for n, c in pools.items()
+        )
+    else:
+        gpus = f"{cost['gpus']} x {cost['gpu'] or 'GPU'} at {usd(cost['usd_per_gpu_hour'])}"
     return (
-        f"cost: {usd(cost['usd_per_hour'])}/hour ({cost['gpus']} x {cost['gpu'] or 'GPU'} at "
-        f"{usd(cost['usd_per_gpu_hour'])}), {usd(cost['usd_per_1m_output_tokens'])} per 1M "
+        f"cost: {usd(cost['usd_per_hour'])}/hour ({gpus}), "
+        f"{usd(cost['usd_per_1m_output_tokens'])} per 1M "
         f"output tokens, {usd(cost['usd_per_1m_total_tokens'])} per 1M total tokens"
     )
 
@@ -114,4 +161,12 @@ def prices_json(prices: dict[str, float]) -> str | None:
     return json.dumps(prices, sort_keys=True) if prices else None
 
 
-__all__ = ["deployment_cost", "format_cost", "gpu_kind", "gpu_prices", "price_of", "prices_json"]
+__all__ = [
+    "deployment_cost",
+    "format_cost",
+    "scenario_cost",
+    "gpu_kind",
+    "gpu_prices",
+    "price_of",
+    "prices_json",
+]

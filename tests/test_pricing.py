@@ -91,3 +91,27 @@ def test_report_and_compare_show_costs(wh: Warehouse, tmp_path: Path) -> None:
     row = df.filter((df["scenario"] == "static-4") & (df["metric"] == "usd_per_hour")).to_dicts()
     assert row[0]["value_a"] == 4.0 and row[0]["value_b"] is None
     assert "usd_per_hour" not in set(compare_runs(wh, R2, R1, pairs=pair)["metric"])
+
+
+def test_a_fleet_is_priced_pool_by_pool_at_each_gpu_kind() -> None:
+    from pipeline.pricing import format_cost, scenario_cost
+    from pipeline.sim.scenario import build_scenario
+
+    sc = build_scenario(
+        {
+            "name": "mixed",
+            "pool": [
+                {"name": "chat", "tenants": ["chat"], "replicas": 3},
+                {"name": "batch", "replicas": 2, "profile": "llama-3-8b_l40s_tp1"},
+            ],
+        }
+    )
+    prices = {"h100-80gb": 2.0, "l40s": 1.0}
+    summary = {"output_token_throughput": 1000.0, "pools": {"chat": {}, "batch": {}}}
+    cost = scenario_cost(prices, sc, summary)
+    assert cost is not None
+    assert cost["gpus"] == 5 and cost["usd_per_hour"] == 3 * 2.0 + 2 * 1.0
+    assert cost["usd_per_1m_output_tokens"] == 8.0 / 3600 / 1000 * 1e6
+    assert cost["pools"]["batch"]["gpu"] == "l40s"
+    assert "batch: 2 x l40s" in (format_cost(cost) or "")
+    assert scenario_cost({"h100-80gb": 2.0}, sc, summary) is None  # an L40S without a price

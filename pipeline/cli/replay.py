@@ -15,7 +15,7 @@ from pipeline.cli.sweep import seconds
 from pipeline.config import load_config, warehouse_path
 from pipeline.objectstore import display
 from pipeline.plan.slo import parse_slos
-from pipeline.pricing import deployment_cost, format_cost, gpu_prices
+from pipeline.pricing import format_cost, gpu_prices, scenario_cost
 from pipeline.sim.policies import POLICIES
 from pipeline.sim.replay import ReplayResult, ScenarioRun
 from pipeline.sim.replay import replay as replay_requests
@@ -30,7 +30,7 @@ def _fmt(x: float | None, unit: str = "s", scale: float = 1.0, digits: int = 3) 
 
 def format_run(run: ScenarioRun, prices: dict[str, float] | None = None) -> str:
     sc, s = run.scenario, run.summary
-    cost = format_cost(deployment_cost(prices or {}, sc.profile, sc.replicas, s))
+    cost = format_cost(scenario_cost(prices or {}, sc, s))
     replicas = f"{sc.replicas} replica" + ("s" if sc.replicas > 1 else "")
     dropped = f", {run.num_dropped:,} dropped (too long)" if run.num_dropped else ""
     return "\n".join(
@@ -167,9 +167,7 @@ def result_dict(
             r.scenario.name: {
                 "config": r.scenario.to_dict(),
                 "summary": r.summary,
-                "cost": deployment_cost(
-                    prices or {}, r.scenario.profile, r.scenario.replicas, r.summary
-                ),
+                "cost": scenario_cost(prices or {}, r.scenario, r.summary),
             }
             for r in result.runs
         },

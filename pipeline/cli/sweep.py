@@ -17,7 +17,7 @@ from pipeline.plan.slo import parse_slos
 from pipeline.plan.sweep import SweepResult
 from pipeline.plan.sweep import sweep as run_sweep
 from pipeline.plan.tasks import TaskOutcome
-from pipeline.pricing import deployment_cost, gpu_prices
+from pipeline.pricing import gpu_prices, scenario_cost
 from pipeline.text import format_duration, render_table
 
 
@@ -55,7 +55,7 @@ def outcome_cost(o: TaskOutcome, prices: dict[str, float]) -> dict[str, Any] | N
     if o.run is None:
         return None
     sc = o.run.scenario
-    return deployment_cost(prices, sc.profile, sc.replicas, o.run.summary)
+    return scenario_cost(prices, sc, o.run.summary)
 
 
 def _usd(x: float | None) -> str:
