@@ -11,6 +11,7 @@ import click
 from pipeline.busiest import selection_lines
 from pipeline.cli import options as opt
 from pipeline.cli.classes import class_lines
+from pipeline.cli.pools import pool_lines
 from pipeline.cli.sweep import seconds
 from pipeline.config import load_config, warehouse_path
 from pipeline.objectstore import display
@@ -44,6 +45,7 @@ def format_run(run: ScenarioRun, prices: dict[str, float] | None = None) -> str:
             *_latency_lines(s),
             f"  latencies {_basis(s)}",
             *_slo_lines(s),
+            *pool_lines(s),
             *class_lines(s),
             f"  queue depth max {s['max_queue_depth']:,} mean {s['mean_queue_depth']:.1f}   "
             f"preemptions {s['num_preemptions']:,}   KV peak {s['kv_peak_usage']:.1%} "
@@ -225,7 +227,9 @@ def replay_command(
     profile: two more replays at the step cost's error; --no-intervals leaves
     them out), queue depth, preemptions and KV peak usage; per tenant and per
     model (where there are several) the same percentiles, and with --slo each
-    SLO's verdict and the goodput, whole traffic and per class.
+    SLO's verdict and the goodput, whole traffic and per class; for a fleet
+    ([[pool]] tables), one row per pool: its replicas, policy, profile, TTFT
+    and TPOT (and its SLOs met).
 
     Example:
 
