@@ -10,17 +10,17 @@
 --                           completed requests per second)
 -- Grain:   one row per fleet scenario, pool and unscoped SLO (a pool with no SLO to judge
 --          it has one row, its SLO columns null); a run without fleets has no row
--- Columns: scenario, pool, pool_label ('pool=long'), pool_order, policy, profile,
---          replicas, requests, completed, ttft_p50_s, ttft_p90_s, ttft_p99_s, tpot_p50_s,
---          tpot_p90_s, tpot_p99_s, e2e_p50_s, e2e_p90_s, e2e_p99_s, requests_per_s
---          (pool_latency's), slo (e.g. ttft_p99), slo_label ('ttft_p99 <= 300ms'), metric
+-- Columns: scenario, pool, pool_order, policy, profile, replicas, requests, completed,
+--          ttft_p50_s, ttft_p90_s, ttft_p99_s, tpot_p50_s, tpot_p90_s, tpot_p99_s,
+--          e2e_p50_s, e2e_p90_s, e2e_p99_s, requests_per_s (pool_latency's), pool_label
+--          ('pool=long'), slo (e.g. ttft_p99), slo_label ('ttft_p99 <= 300ms'), metric
 --          (ttft | tpot | e2e | queue), stat (p99, mean, ...), limit_s, measured_s (the
 --          SLO's statistic over the pool's completed requests; null when none has the
---          metric), meets_slo (an SLO with nothing to judge is met), slos_met, slos_missed
---          (names, comma-separated), meets_all, num_good (completed requests meeting every
---          SLO on their own), goodput_per_s (num_good per second of the pool's span, first
---          arrival to last completion, as pool_latency's throughput), is_first (the pool's
---          first row)
+--          metric), meets_slo (an SLO with nothing to judge is met), num_good (completed
+--          requests meeting every SLO on their own), goodput_per_s (num_good per second of
+--          the pool's span, first arrival to last completion, as pool_latency's
+--          throughput), slos_met, slos_missed (names, comma-separated), meets_all,
+--          is_first (the pool's first row)
 -- Which SLOs judge a pool: the unscoped ones (the per-class section judges the scoped
 -- ones, and the replay summary's pools entry judges those too). Statistics as in
 -- `capacity` (linear percentiles, TPOT without one-token outputs).
@@ -110,15 +110,16 @@ bad AS (
 ),
 rows AS (
     SELECT
-        c.*,
+        c.* EXCLUDE (run_id, duration_s, output_tokens_per_s, total_tokens_per_s),
         'pool=' || c.pool AS pool_label,
-        j.slo, j.metric, j.stat, j.limit_s, m.measured_s,
-        CASE WHEN j.slo IS NULL THEN NULL ELSE coalesce(m.measured_s <= j.limit_s, true) END
-            AS meets_slo,
+        j.slo,
         j.slo || ' <= '
             || CASE WHEN j.limit_s >= 1 THEN printf('%gs', j.limit_s)
                     WHEN j.limit_s >= 1e-3 THEN printf('%gms', j.limit_s * 1e3)
                     ELSE printf('%gus', j.limit_s * 1e6) END AS slo_label,
+        j.metric, j.stat, j.limit_s, m.measured_s,
+        CASE WHEN j.slo IS NULL THEN NULL ELSE coalesce(m.measured_s <= j.limit_s, true) END
+            AS meets_slo,
         c.completed - coalesce(b.num_bad, 0) AS num_good,
         (c.completed - coalesce(b.num_bad, 0)) / nullif(c.duration_s, 0) AS goodput_per_s
     FROM pools AS c
@@ -126,15 +127,13 @@ rows AS (
     LEFT JOIN measured AS m USING (scenario, pool, slo)
     LEFT JOIN bad AS b USING (scenario, pool)
 )
+-- NOTE: the pool's columns by * (one of them is named as a table is, which the header's
+-- Reads line would take for one)
 SELECT
-    scenario, pool, pool_label, pool_order, policy, profile, replicas, requests, completed,
-    ttft_p50_s, ttft_p90_s, ttft_p99_s, tpot_p50_s, tpot_p90_s, tpot_p99_s,
-    e2e_p50_s, e2e_p90_s, e2e_p99_s, requests_per_s,
-    slo, slo_label, metric, stat, limit_s, measured_s, meets_slo,
+    *,
     string_agg(slo, ', ' ORDER BY slo) FILTER (WHERE meets_slo) OVER c AS slos_met,
     string_agg(slo, ', ' ORDER BY slo) FILTER (WHERE NOT meets_slo) OVER c AS slos_missed,
     coalesce(bool_and(meets_slo) OVER c, true) AS meets_all,
-    num_good, goodput_per_s,
     row_number() OVER (c ORDER BY slo NULLS FIRST) = 1 AS is_first
 FROM rows
 WINDOW c AS (PARTITION BY scenario, pool)

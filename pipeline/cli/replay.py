@@ -20,7 +20,7 @@ from pipeline.pricing import deployment_cost, format_cost, gpu_prices
 from pipeline.sim.policies import POLICIES
 from pipeline.sim.replay import ReplayResult, ScenarioRun
 from pipeline.sim.replay import replay as replay_requests
-from pipeline.sim.scenario import resolve_scenarios
+from pipeline.sim.scenario import Scenario, resolve_scenarios
 from pipeline.sim.trace_prefix import no_hashes_warning, observed_line
 from pipeline.text import format_duration, render_table
 
@@ -36,8 +36,7 @@ def format_run(run: ScenarioRun, prices: dict[str, float] | None = None) -> str:
     dropped = f", {run.num_dropped:,} dropped (too long)" if run.num_dropped else ""
     return "\n".join(
         [
-            f"{sc.name} ({sc.policy}, {replicas}, {sc.profile}): "
-            f"{s['num_requests']:,} requests{dropped}",
+            f"{sc.name} ({_engines(sc, replicas)}): {s['num_requests']:,} requests{dropped}",
             f"  completed {s['completed']:,} in {format_duration(s['duration_s'])}: "
             f"{_fmt(s['request_throughput'], 'req/s', digits=2)}, "
             f"{_fmt(s['output_token_throughput'], 'output tok/s', digits=0)}, "
@@ -58,6 +57,19 @@ def format_run(run: ScenarioRun, prices: dict[str, float] | None = None) -> str:
                 if x
             ],
         ]
+    )
+
+
+def _engines(sc: Scenario, replicas: str) -> str:
+    """``vllm, 4 replicas, <profile>``; a fleet's pools' policies and profiles, each once
+    (``fleet of 2 pools: vllm, 3 replicas, <profile a> + <profile b>``)."""
+    if not sc.pools:
+        return f"{sc.policy}, {replicas}, {sc.profile}"
+    policies = list(dict.fromkeys(p.scenario.policy for p in sc.pools))
+    profiles = list(dict.fromkeys(p.scenario.profile for p in sc.pools))
+    return (
+        f"fleet of {len(sc.pools)} pools: {' + '.join(policies)}, {replicas}, "
+        f"{' + '.join(profiles)}"
     )
 
 
