@@ -77,6 +77,9 @@ def test_the_report_shows_a_table_and_a_panel_per_pool(
     points = [r for r in rows if r["layer"] == "point"]
     assert {r["pool_label"] for r in points} == {"pool=short", "pool=long"}
     assert {r["scenario"] for r in points} == {"split"}
+    # the panels in the fleet's order of its pools, not by name
+    chart = specs(page)["chart-pools-1"]
+    assert chart["facet"]["sort"] == ["pool=short", "pool=long"]
     rules = {(r["pool_label"], r["slo_label"]) for r in rows if r["layer"] == "rule"}
     assert rules == {("pool=short", "ttft_p99 <= 2s"), ("pool=long", "ttft_p99 <= 2s")}
 

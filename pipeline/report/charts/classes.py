@@ -32,10 +32,17 @@ def class_panels(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
     return panels(df, opts, "class_label", "class")
 
 
-def panels(df: pl.DataFrame, opts: ChartOptions, label: str, noun: str) -> AnyChart:
+def panels(
+    df: pl.DataFrame,
+    opts: ChartOptions,
+    label: str,
+    noun: str,
+    order: list[str] | None = None,
+) -> AnyChart:
     """One panel per value of column ``label`` (a class, a pool): each scenario's p50, p90
     and p99 TTFT over its requests, and a red rule per TTFT percentile SLO in its rows;
-    ``noun`` names what a panel is in the axis title and tooltips."""
+    ``noun`` names what a panel is in the axis title and tooltips; the panels in
+    ``order`` (default: natural order of their labels)."""
     firsts = df.filter(pl.col("is_first"))
     points = (
         firsts.unpivot(
@@ -107,7 +114,7 @@ def panels(df: pl.DataFrame, opts: ChartOptions, label: str, noun: str) -> AnyCh
         )
         .encode(x=alt.X("limit_s:Q", scale=scale), y=alt.value(0), text="slo_label:N")
     )
-    names_of_panels = natural_sorted(set(drawn[label].to_list()))
+    names_of_panels = order or natural_sorted(set(drawn[label].to_list()))
     # room for the SLO labels under the panel's top even with one scenario
     counts = rules.group_by(label).len()["len"].to_list()
     per_panel = max(counts, default=0)
