@@ -18,7 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from pipeline.cli import cli
-from pipeline.cli.pools import pool_lines
+from pipeline.cli.pools import pool_lines, sweep_pool_lines
 from pipeline.cli.sweep import seconds
 from pipeline.compare import compare_paired, compare_runs, format_comparison, pool_changes
 from pipeline.drift import headrooms, slo_figure
@@ -247,3 +247,24 @@ def test_each_pool_s_headroom_by_hand() -> None:
     # a scenario without pools: only its own headroom, as before
     (one,) = headrooms(prev, cur, [("prod", "ttft_p99", 1.0)], 10.0)
     assert one.pool is None
+
+
+def test_sweep_prints_a_row_per_fleet_scenario_and_pool() -> None:
+    pool = {"replicas": 2, "num_requests": 10, "ttft_p50_s": 0.0415, "ttft_p99_s": 1.5,
+            "tpot_p99_s": 0.0086}  # fmt: skip
+    missed = {**pool, "slo": {"ttft_p99": {"met": False}}, "goodput": 0.5}
+    runs = [
+        ("one-pool", {"ttft_p50_s": 0.1}),
+        ("fleet-a", {"pools": {"chat": pool, "long": missed}}),
+    ]
+    lines = sweep_pool_lines(runs)
+    assert lines[:2] == ["", "per pool:"]
+    table = lines[2].splitlines()
+    assert table[0].split() == ["scenario", "pool", "replicas", "requests", "TTFT", "p50", "TTFT",
+                                "p99", "TPOT", "p99", "goodput", "SLOs", "met"]  # fmt: skip
+    chat, long = table[1].split(), table[2].split()
+    assert chat[:4] == ["fleet-a", "chat", "2", "10"] and chat[4:10] == [
+        "41.5", "ms", "1.5", "s", "8.6", "ms"]  # fmt: skip
+    assert chat[-2:] == ["-", "-"]  # no SLO judged this pool
+    assert long[-4:] == ["0.50", "0/1", "(missed", "ttft_p99)"]
+    assert sweep_pool_lines(runs[:1]) == []  # no fleet: no table

@@ -1,4 +1,4 @@
-"""The per-pool table of the replay output, for a fleet (``pipeline.sim.fleet``).
+"""The per-pool tables of the replay and sweep output, for a fleet (``pipeline.sim.fleet``).
 
 A fleet's summary holds ``pools``: each pool's match, policy, profile, replicas and
 its own summary figures (``fleet.pool_summary``). A scenario without pools prints
@@ -7,7 +7,7 @@ no table: its one pool is the whole traffic.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pipeline.cli.classes import slo_cells
@@ -47,3 +47,31 @@ def pool_lines(summary: Mapping[str, Any], indent: str = "  ") -> list[str]:
     lines = [f"{indent}per pool:"]
     lines += [indent + "  " + line for line in render_table(headers, rows).splitlines()]
     return lines
+
+
+def sweep_pool_lines(runs: Iterable[tuple[str, Mapping[str, Any]]]) -> list[str]:
+    """For a sweep: one row per fleet scenario and pool (replicas, requests, TTFT p50/p99,
+    TPOT p99, and goodput and SLOs met where SLOs were given); none without a fleet."""
+    runs = [(name, s) for name, s in runs if s.get("pools")]
+    if not runs:
+        return []
+    with_slo = any("slo" in e for _, s in runs for e in s["pools"].values())
+    headers = ["scenario", "pool", "replicas", "requests", "TTFT p50", "TTFT p99", "TPOT p99"]
+    if with_slo:
+        headers += ["goodput", "SLOs met"]
+    rows = []
+    for name, s in runs:
+        for pool, e in s["pools"].items():
+            row = [
+                name,
+                pool,
+                f"{e.get('replicas', 0):,}",
+                f"{e.get('num_requests', 0):,}",
+                seconds(e.get("ttft_p50_s")),
+                seconds(e.get("ttft_p99_s")),
+                seconds(e.get("tpot_p99_s")),
+            ]
+            if with_slo:
+                row += slo_cells(e) if "slo" in e else ["-", "-"]
+            rows.append(row)
+    return ["", "per pool:", render_table(headers, rows)]
