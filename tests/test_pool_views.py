@@ -268,3 +268,21 @@ def test_sweep_prints_a_row_per_fleet_scenario_and_pool() -> None:
     assert chat[-2:] == ["-", "-"]  # no SLO judged this pool
     assert long[-4:] == ["0.50", "0/1", "(missed", "ttft_p99)"]
     assert sweep_pool_lines(runs[:1]) == []  # no fleet: no table
+
+
+def test_the_python_api_gives_each_pool_s_summary(tmp_path: Path) -> None:
+    from pipeline import api
+
+    wh = small_warehouse_at(tmp_path / "wh", n=120, rate=20.0)
+    run = api.replay(fleet_toml(tmp_path / "f.toml", short=1, long=2), warehouse=wh,
+                     intervals=False)  # fmt: skip
+    result = run.scenarios["split"]
+    pools = result.summary.pools
+    assert list(pools) == ["short", "long"]
+    entry = result.summary.figures["pools"]["long"]
+    assert pools["long"].ttft_p99_s == entry["ttft_p99_s"]
+    assert pools["long"].figures["replicas"] == 2
+    assert sum(p.num_requests for p in pools.values()) == result.summary.num_requests
+    assert set(result.requests["pool"]) == {"short", "long"}
+    assert api.replay(policy="vllm", warehouse=wh, intervals=False).scenarios[
+        "vllm"].summary.pools == {}  # fmt: skip
