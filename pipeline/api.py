@@ -124,6 +124,13 @@ class ReplaySummary:
         bounds = stats.get(figure)
         return (bounds["lo"], bounds["hi"]) if bounds else None
 
+    @property
+    def pools(self) -> dict[str, ReplaySummary]:
+        """A fleet's pools, by name in the fleet's order: each pool's own summary over its
+        requests (its ``figures`` add ``match``, ``policy``, ``profile``, ``replicas``);
+        empty for a scenario without ``[[pool]]`` tables."""
+        return {name: ReplaySummary.of(e) for name, e in (self.figures.get("pools") or {}).items()}
+
     @classmethod
     def of(cls, summary: dict[str, Any]) -> ReplaySummary:
         """The fields of a replay's summary dict, which stays whole in ``figures``."""

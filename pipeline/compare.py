@@ -34,6 +34,8 @@ METRICS: dict[str, tuple[str, float, str, bool]] = {
     "p99_ttft_s": ("p99 TTFT", 1000.0, " ms", False),
     "p50_tpot_s": ("p50 TPOT", 1000.0, " ms", False),
     "p99_tpot_s": ("p99 TPOT", 1000.0, " ms", False),
+    "p99_e2e_s": ("p99 E2E", 1000.0, " ms", False),
+    "replicas": ("replicas", 1.0, "", False),
     "num_preemptions": ("preemptions", 1.0, "", False),
     "prefix_hit_rate": ("prefix-cache hit rate", 100.0, "%", True),
     "usd_per_hour": ("$/hour", 1.0, "", False),
@@ -301,16 +303,7 @@ def class_changes(wh: Warehouse, df: pl.DataFrame, pairing: Pairing | None = Non
     if df.is_empty():
         return empty
     run_a, run_b = df["run_a"][0], df["run_b"][0]
-    pairs: list[tuple[str, str | None, str]] = []
-    if pairing is not None:  # as compare_paired paired the scenarios
-        pairs = [(a, a, b) for a, b in pairing.pairs]
-    else:
-        sims = df.filter(pl.col("scenario") != "(capacity)")
-        for (scenario, scenario_b), part in sims.group_by(
-            ["scenario", "scenario_b"], maintain_order=True
-        ):
-            in_a = part["value_a"].is_not_null().any()
-            pairs.append((scenario, scenario if in_a else None, scenario_b))
+    pairs = _scenario_pairs(df, pairing)
     con = wh.connect()
     try:
         cols = ", ".join(CLASS_METRICS)
@@ -353,6 +346,80 @@ def class_changes(wh: Warehouse, df: pl.DataFrame, pairing: Pairing | None = Non
     return pl.DataFrame(rows, schema=empty.schema, orient="row")
 
 
+# the per-pool rows (view pool_latency): its column -> the compare_runs metric it reads as
+POOL_METRICS = {
+    "requests": "num_requests",
+    "replicas": "replicas",
+    "ttft_p50_s": "p50_ttft_s",
+    "ttft_p90_s": "p90_ttft_s",
+    "ttft_p99_s": "p99_ttft_s",
+    "tpot_p50_s": "p50_tpot_s",
+    "tpot_p99_s": "p99_tpot_s",
+    "e2e_p99_s": "p99_e2e_s",
+    "requests_per_s": "requests_per_s",
+}
+POOL_COLUMNS = ("scenario", "scenario_b", "pool", "metric", "value_a", "value_b", "change",
+                "relative_change")  # fmt: skip
+
+
+def _scenario_pairs(df: pl.DataFrame, pairing: Pairing | None) -> list[tuple[str, str | None, str]]:
+    """(scenario shown, its name in A or None, its name in B) of each pair of ``df``."""
+    if pairing is not None:  # as compare_paired paired the scenarios
+        return [(a, a, b) for a, b in pairing.pairs]
+    pairs: list[tuple[str, str | None, str]] = []
+    sims = df.filter(pl.col("scenario") != "(capacity)")
+    for (scenario, scenario_b), part in sims.group_by(
+        ["scenario", "scenario_b"], maintain_order=True
+    ):
+        in_a = part["value_a"].is_not_null().any()
+        pairs.append((scenario, scenario if in_a else None, scenario_b))
+    return pairs
+
+
+def pool_changes(wh: Warehouse, df: pl.DataFrame, pairing: Pairing | None = None) -> pl.DataFrame:
+    """Per replica pool of each scenario pair of ``df`` (``compare_runs``' rows, so paired
+    as they pair), pools paired by name: requests, replicas, TTFT/TPOT/E2E percentiles and
+    requests per second in A and B, with the change B - A and the relative change. A pair
+    where neither scenario is a fleet has no rows; a pool found in one run only has the
+    other's values null (a fleet against a one-pool scenario: every pool, B's null)."""
+    empty = pl.DataFrame(schema={c: pl.Float64 if c.startswith(("value", "change", "relative"))
+                                 else pl.String for c in POOL_COLUMNS})  # fmt: skip
+    if df.is_empty():
+        return empty
+    run_a, run_b = df["run_a"][0], df["run_b"][0]
+    con = wh.connect()
+    try:
+        cols = ", ".join(POOL_METRICS)
+        found = con.execute(
+            f"SELECT run_id, scenario, pool, {cols} FROM pool_latency WHERE run_id IN (?, ?) "
+            "ORDER BY run_id, scenario, pool_order NULLS LAST, pool",
+            [run_a, run_b],
+        ).fetchall()
+    finally:
+        con.close()
+    names = ["run_id", "scenario", "pool", *POOL_METRICS]
+    by_scenario: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+    for r in found:  # each fleet's pools in its order
+        by_scenario.setdefault((r[0], r[1]), {})[r[2]] = dict(zip(names, r, strict=True))
+    rows = []
+    for shown, a_name, b_name in _scenario_pairs(df, pairing):
+        a = by_scenario.get((run_a, a_name or ""), {})
+        b = by_scenario.get((run_b, b_name), {})
+        order = list(a) + [n for n in b if n not in a]
+        for name in order:
+            for column, metric in POOL_METRICS.items():
+                va = (a.get(name) or {}).get(column)
+                vb = (b.get(name) or {}).get(column)
+                va = None if va is None else float(va)
+                vb = None if vb is None else float(vb)
+                change = None if va is None or vb is None else vb - va
+                rel = None if change is None or not va else change / abs(va)
+                rows.append((shown, b_name, name, metric, va, vb, change, rel))
+    if not rows:
+        return empty
+    return pl.DataFrame(rows, schema=empty.schema, orient="row")
+
+
 def signed(x: float | None, scale: float = 1.0, unit: str = "") -> str:
     """+12.5 ms, -3, 0: a change with its sign."""
     if x is None:
@@ -370,11 +437,15 @@ def _plain(x: float | None, scale: float, unit: str) -> str:
 
 
 def comparison_dict(
-    df: pl.DataFrame, pairing: Pairing | None = None, classes: pl.DataFrame | None = None
+    df: pl.DataFrame,
+    pairing: Pairing | None = None,
+    classes: pl.DataFrame | None = None,
+    pools: pl.DataFrame | None = None,
 ) -> dict[str, Any]:
     """The diff as JSON-able data: how the scenarios were paired, and per paired scenario
-    (and the capacity answers), per metric, a, b, change, relative change; and per class
-    (``class_changes``) under ``classes``: ``{kind: {name: {metric: ...}}}``."""
+    (and the capacity answers), per metric, a, b, change, relative change; per class
+    (``class_changes``) under ``classes``: ``{kind: {name: {metric: ...}}}``; and per pool
+    of a fleet (``pool_changes``) under ``pools``: ``{pool: {metric: ...}}``."""
     out: dict[str, Any] = {
         "run_a": df["run_a"][0] if df.height else None,
         "run_b": df["run_b"][0] if df.height else None,
@@ -383,7 +454,8 @@ def comparison_dict(
     }
     for row in _paired_rows(df, pairing).to_dicts():
         entry = out["scenarios"].setdefault(
-            row["scenario"], {"scenario_b": row["scenario_b"], "metrics": {}, "classes": {}}
+            row["scenario"],
+            {"scenario_b": row["scenario_b"], "metrics": {}, "classes": {}, "pools": {}},
         )
         entry["metrics"][row["metric"]] = {
             "a": row["value_a"],
@@ -401,6 +473,16 @@ def comparison_dict(
             continue
         per_class = entry["classes"].setdefault(row["class_kind"], {})
         per_class.setdefault(row["class_name"], {})[row["metric"]] = {
+            "a": row["value_a"],
+            "b": row["value_b"],
+            "change": row["change"],
+            "relative_change": row["relative_change"],
+        }
+    for row in (pools if pools is not None else pl.DataFrame()).to_dicts():
+        entry = out["scenarios"].get(row["scenario"])
+        if entry is None:
+            continue
+        entry["pools"].setdefault(row["pool"], {})[row["metric"]] = {
             "a": row["value_a"],
             "b": row["value_b"],
             "change": row["change"],
@@ -424,9 +506,11 @@ def format_comparison(
     *,
     notes: bool = True,
     classes: pl.DataFrame | None = None,
+    pools: pl.DataFrame | None = None,
 ) -> str:
     """A line on how the scenarios were paired, then a text table per paired scenario:
-    metric, A, B, signed change and relative change; then, with ``classes``
+    metric, A, B, signed change and relative change; then, with ``pools``
+    (``pool_changes``), a table of the fleet's pools; with ``classes``
     (``class_changes``), a table per tenant and model kind; with ``notes``, a closing
     note on what the intervals are."""
     from pipeline.text import render_table
@@ -465,6 +549,8 @@ def format_comparison(
         lines.append(head)
         table = render_table(["metric", "A", "B", "B - A", "90% interval", "change", ""], rows)
         lines += ["  " + line for line in table.splitlines()]
+        if pools is not None:
+            lines += pool_change_lines(pools.filter(pl.col("scenario") == scenario))
         if classes is not None:
             lines += class_change_lines(classes.filter(pl.col("scenario") == scenario))
     if notes and "interval" in df.columns and df["interval"].is_not_null().any():
@@ -477,6 +563,35 @@ def format_comparison(
     return "\n".join(lines)
 
 
+def _change_row(r: dict[str, Any]) -> list[str]:
+    """metric, A, B, B - A, change and better or worse, of one per-class or per-pool row."""
+    label, scale, unit, better_up = METRICS[r["metric"]]
+    verdict = ""
+    if r["change"]:
+        verdict = "better" if (r["change"] > 0) == better_up else "worse"
+    rel = r["relative_change"]
+    return [
+        label,
+        _plain(r["value_a"], scale, unit),
+        _plain(r["value_b"], scale, unit),
+        signed(r["change"], scale, unit),
+        "\u2014" if rel is None else f"{rel * 100:+.1f}%",
+        verdict,
+    ]
+
+
+def pool_change_lines(pools: pl.DataFrame) -> list[str]:
+    """One scenario's per-pool changes: one table (pool, metric, A, B, B - A, change,
+    better or worse)."""
+    from pipeline.text import render_table
+
+    if pools.is_empty():
+        return []
+    rows = [[str(r["pool"]), *_change_row(r)] for r in pools.to_dicts()]
+    table = render_table(["pool", "metric", "A", "B", "B - A", "change", ""], rows)
+    return ["  per pool:", *("    " + line for line in table.splitlines())]
+
+
 def class_change_lines(classes: pl.DataFrame) -> list[str]:
     """One scenario's per-class changes: a table per kind (class, metric, A, B, B - A,
     change, better or worse)."""
@@ -484,24 +599,7 @@ def class_change_lines(classes: pl.DataFrame) -> list[str]:
 
     lines: list[str] = []
     for (kind,), part in classes.group_by("class_kind", maintain_order=True):
-        rows = []
-        for r in part.to_dicts():
-            label, scale, unit, better_up = METRICS[r["metric"]]
-            verdict = ""
-            if r["change"]:
-                verdict = "better" if (r["change"] > 0) == better_up else "worse"
-            rel = r["relative_change"]
-            rows.append(
-                [
-                    r["class_name"],
-                    label,
-                    _plain(r["value_a"], scale, unit),
-                    _plain(r["value_b"], scale, unit),
-                    signed(r["change"], scale, unit),
-                    "\u2014" if rel is None else f"{rel * 100:+.1f}%",
-                    verdict,
-                ]
-            )
+        rows = [[str(r["class_name"]), *_change_row(r)] for r in part.to_dicts()]
         table = render_table([str(kind), "metric", "A", "B", "B - A", "change", ""], rows)
         lines += [f"  per {kind}:", *("    " + line for line in table.splitlines())]
     return lines
@@ -527,5 +625,6 @@ __all__ = [
     "known_runs",
     "pair_scenarios",
     "parse_pairs",
+    "pool_changes",
     "runs_pairing",
 ]

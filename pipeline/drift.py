@@ -10,13 +10,17 @@ measurable), grouped by the part before the first dot:
   the logs (1.0: the model matches production), where the logs carry latency;
 - ``slo.<scenario>.<slo key>``: each SLO's statistic, seconds, scoped ones over
   their requests (``slo.prod.ttft_p99@tenant=chat``). Its relative change flags
-  nothing unless ``[drift] slo`` sets a threshold: what matters is the headroom.
+  nothing unless ``[drift] slo`` sets a threshold: what matters is the headroom;
+  in a fleet each pool's too, over its own requests
+  (``slo.<scenario>.pool=<pool>.<slo key>``).
 
 Headroom: each SLO's limit minus its value, in seconds and as a share of the limit,
 with its change since last night (``Headroom``). With ``[drift] slo_headroom_pct``
 set, an SLO whose headroom falls below that percentage of its limit (a missed SLO
 has a negative headroom) is a drift too. A scoped SLO's headroom shows a class
-closing in on its limit even when the whole traffic's p99 barely moves.
+closing in on its limit even when the whole traffic's p99 barely moves; a fleet's
+pool's headroom shows one pool (the long-prompt replicas, say) closing in on it while
+the fleet's p99, held up by the other pools, stays put.
 
 A figure drifts when it is known on both nights and changed by more than its
 group's threshold, relative to last night's value; one known on only one of
@@ -25,7 +29,7 @@ the two nights is reported as appeared or gone (not a drift).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -143,9 +147,10 @@ def headroom_margin(table: dict[str, Any], where: str = "[drift]") -> float | No
     )
 
 
-def slo_figure(scenario: str, key: str) -> str:
-    """The figure name of an SLO's value in one scenario: ``slo.<scenario>.<key>``."""
-    return f"slo.{scenario}.{key}"
+def slo_figure(scenario: str, key: str, pool: str | None = None) -> str:
+    """The figure name of an SLO's value in one scenario: ``slo.<scenario>.<key>``; in one
+    pool of a fleet: ``slo.<scenario>.pool=<pool>.<key>``."""
+    return f"slo.{scenario}.{key}" if pool is None else f"slo.{scenario}.pool={pool}.{key}"
 
 
 @dataclass(frozen=True)
@@ -158,6 +163,7 @@ class Headroom:
     value_s: float | None  # None: no request to judge tonight
     previous_s: float | None  # last night's (None: none)
     margin_pct: float | None  # the least headroom allowed (None: not checked)
+    pool: str | None = None  # the fleet's pool it is of (None: the whole scenario)
 
     @property
     def headroom_s(self) -> float | None:
@@ -180,7 +186,9 @@ class Headroom:
         return self.margin_pct is not None and pct is not None and pct < self.margin_pct
 
     def describe(self) -> str:
-        head = f"{self.slo} in {self.scenario}"
+        head = f"{self.slo} in {self.scenario}" + (
+            f" (pool {self.pool})" if self.pool is not None else ""
+        )
         if self.value_s is None:
             return f"{head}: no request to judge (limit {_ms(self.limit_s)})"
         assert self.headroom_s is not None and self.headroom_pct is not None
@@ -197,6 +205,7 @@ class Headroom:
     def to_dict(self) -> dict[str, Any]:
         return {
             "scenario": self.scenario,
+            "pool": self.pool,
             "slo": self.slo,
             "limit_s": self.limit_s,
             "value_s": self.value_s,
@@ -218,13 +227,24 @@ def headrooms(
     current: Mapping[str, float | None],
     slos: Iterable[tuple[str, str, float]],
     margin_pct: float | None,
+    pools: Mapping[str, Sequence[str]] | None = None,
 ) -> list[Headroom]:
     """The headroom of each (scenario, SLO key, limit in seconds) of tonight, from the
-    ``slo.*`` figures of both nights (``slo_figure``)."""
+    ``slo.*`` figures of both nights (``slo_figure``); for a fleet (a scenario of
+    ``pools``: its pool names, in order), each pool's too, after the fleet's."""
     out = []
     for scenario, key, limit_s in slos:
-        name = slo_figure(scenario, key)
-        out.append(
-            Headroom(scenario, key, limit_s, current.get(name), previous.get(name), margin_pct)
-        )
+        for pool in (None, *(pools or {}).get(scenario, ())):
+            name = slo_figure(scenario, key, pool)
+            out.append(
+                Headroom(
+                    scenario,
+                    key,
+                    limit_s,
+                    current.get(name),
+                    previous.get(name),
+                    margin_pct,
+                    pool,
+                )
+            )
     return out

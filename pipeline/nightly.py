@@ -290,6 +290,9 @@ def _figures(
                 out[f"sim_vs_observed.{metric}.{name}"] = sim / obs
         for key, verdict in (run.summary.get("slo") or {}).items():
             out[slo_figure(name, key)] = num(verdict["measured_s"])
+        for pool, entry in (run.summary.get("pools") or {}).items():  # a fleet's pools
+            for key, verdict in (entry.get("slo") or {}).items():
+                out[slo_figure(name, key, pool)] = num(verdict["measured_s"])
     for search in capacity.searches if capacity else []:
         out[f"capacity.{capacity.base.name}.{search.spec.kind}"] = num(search.answer)
     return out
@@ -460,7 +463,8 @@ def run_nightly(
                 watched = [
                     (r.scenario.name, s.key, s.limit_s) for r in replayed.runs for s in cfg.slos
                 ]
-                heads = headrooms(prev, figures, watched, cfg.slo_headroom_pct)
+                pools = {r.scenario.name: list(r.summary.get("pools") or {}) for r in replayed.runs}
+                heads = headrooms(prev, figures, watched, cfg.slo_headroom_pct, pools)
                 m["slo_headroom"] = [h.to_dict() for h in heads]
                 for h in heads:
                     say(f"slo: {h.describe()}")

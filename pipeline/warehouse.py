@@ -46,7 +46,7 @@ from pipeline.contracts import CONTRACTS, Contract, TableWriter, write_table
 SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
 VIEWS_SQL = "views.sql"
 # views over the table views (not over files), created after views.sql in this order
-DERIVED_VIEWS = ("class_latency.sql",)
+DERIVED_VIEWS = ("class_latency.sql", "pool_latency.sql")
 
 _EMPTY_PARTITION = {"date": "1970-01-01", "run_id": "_empty"}
 

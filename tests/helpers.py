@@ -648,3 +648,49 @@ def requests_file(path: Path, n: int, gap_s: float) -> Path:
         rows[-1]["arrival_time"] = datetime.fromtimestamp(1_700_000_000 + i * gap_s, UTC)
         rows[-1]["arrival_s"] = i * gap_s
     return write_table(table(REQUESTS, rows), REQUESTS, path)
+
+
+# --- a fleet: two replica pools split by prompt length ---------------------------------
+
+FLEET_TOML = """
+name = "split"
+policy = "vllm"
+max_num_seqs = 32
+
+[[pool]]
+name = "short"
+max_prompt_tokens = 1000
+replicas = {short}
+
+[[pool]]
+name = "long"
+replicas = {long}
+max_num_seqs = 8
+"""
+
+
+def fleet_toml(path: Path, short: int = 1, long: int = 1) -> Path:
+    """A fleet scenario file at ``path``: pool short (prompts <= 1,000 tokens) on ``short``
+    replicas, pool long (the rest) on ``long`` replicas."""
+    path.write_text(FLEET_TOML.format(short=short, long=long))
+    return path
+
+
+def build_fleet(root: Path) -> tuple[Warehouse, str, str]:
+    """A warehouse of 300 requests replayed twice through the fleet of ``fleet_toml``
+    (beside a one-pool scenario, 'single'): run A with one replica per pool, run B with
+    pool long on two. Returns (warehouse, run A, run B)."""
+    from pipeline.plan.slo import parse_slos
+    from pipeline.sim.replay import replay
+    from pipeline.sim.scenario import read_scenario_file
+
+    small_warehouse_at(root, n=300, rate=20.0)
+    runs = []
+    for long in (1, 2):
+        fleet = build_scenario(read_scenario_file(fleet_toml(root.parent / "f.toml", 1, long)))
+        single = build_scenario({"name": "single", "policy": "vllm", "max_num_seqs": 32})
+        result = replay(
+            root, [fleet, single], quiet=True, intervals=False, slos=parse_slos(["ttft_p99=2s"])
+        )
+        runs.append(result.run_id)
+    return Warehouse(root), runs[0], runs[1]

@@ -175,3 +175,64 @@ def test_bad_margin_is_one_line(tmp_path: Path, drift: str, slo: bool, message: 
     r = CliRunner().invoke(cli, ["nightly", str(cfg)])
     assert r.exit_code == 1
     assert message in r.output and len(r.output.strip().splitlines()) == 1, r.output
+
+
+# --- a fleet: each pool's headroom -----------------------------------------------------
+
+
+def _fleet_config(limit: str, margin: float | None) -> str:
+    """The production scenario as a fleet: chat's requests on a pool of their own."""
+    drift = f"[drift]\nslo_headroom_pct = {margin}\n" if margin is not None else ""
+    return f"""
+[nightly]
+warehouse = "wh"
+inbox = ["inbox/*.jsonl"]
+report = false
+
+[[scenario]]
+name = "prod"
+policy = "vllm"
+max_num_seqs = 32
+
+[[scenario.pool]]
+name = "chat"
+tenants = ["chat"]
+
+[[scenario.pool]]
+name = "batch"
+
+[slo]
+ttft_p99 = "{limit}"
+
+{drift}"""
+
+
+def _pool(m: dict, pool: str | None) -> dict:
+    (h,) = [h for h in m["slo_headroom"] if h["pool"] == pool]
+    return h  # type: ignore[no-any-return]
+
+
+def test_a_fleet_s_pool_closing_in_on_its_slo_exits_3(tmp_path: Path) -> None:
+    first = tmp_path / "first"
+    (first / "inbox").mkdir(parents=True)
+    (first / "nightly.toml").write_text(_fleet_config("60s", None))
+    (first / "inbox" / "day0.jsonl").write_text(_log(0, chat_prompt=100))
+    second = tmp_path / "second"
+    shutil.copytree(first, second)
+    code, night = _night(first)  # a generous limit: tonight's values, no flag
+    assert code == EXIT_OK, night
+    assert [h["pool"] for h in night["slo_headroom"]] == [None, "chat", "batch"]
+    pools = night["scenarios"]["prod"]["pools"]
+    for name in ("chat", "batch"):
+        value = night["figures"][f"slo.prod.pool={name}.ttft_p99"]
+        assert value == pools[name]["slo"]["ttft_p99"]["measured_s"]
+        assert _pool(night, name)["value_s"] == value
+    chat = _pool(night, "chat")["value_s"]
+    # the same night again, the limit 5% above chat's pool's value: chat's pool flags
+    (second / "nightly.toml").write_text(_fleet_config(f"{chat * 1e3 / 0.95:.6f}ms", 10))
+    code, flagged = _night(second)
+    assert code == EXIT_DRIFT, flagged
+    got = _pool(flagged, "chat")
+    assert got["headroom_pct"] == pytest.approx(5.0, rel=1e-6) and got["below_margin"]
+    lines = [d for d in flagged["drifts"] if "(pool chat)" in d]
+    assert len(lines) == 1 and lines[0].startswith("slo headroom: ttft_p99 in prod (pool chat):")

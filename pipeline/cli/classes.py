@@ -14,7 +14,7 @@ from pipeline.sim.classes import shown_kinds
 from pipeline.text import render_table
 
 
-def _slo_cells(entry: Mapping[str, Any]) -> list[str]:
+def slo_cells(entry: Mapping[str, Any]) -> list[str]:
     """Goodput and the SLOs met (``2/3``, naming the missed ones), for a class with SLOs."""
     verdicts = entry.get("slo") or {}
     missed = [k for k, v in verdicts.items() if not v["met"]]
@@ -51,7 +51,7 @@ def class_lines(summary: Mapping[str, Any], indent: str = "  ") -> list[str]:
                 seconds(e["queue_p99_s"]),
             ]
             if with_slo:
-                row += _slo_cells(e)
+                row += slo_cells(e)
             rows.append(row)
         lines.append(f"{indent}per {kind}:")
         lines += [indent + "  " + line for line in render_table(headers, rows).splitlines()]
@@ -87,7 +87,7 @@ def sweep_class_lines(runs: Iterable[tuple[str, Mapping[str, Any]]]) -> list[str
                     seconds(e["queue_p99_s"]),
                 ]
                 if with_slo:
-                    row += _slo_cells(e) if "slo" in e else ["-", "-"]
+                    row += slo_cells(e) if "slo" in e else ["-", "-"]
                 rows.append(row)
         lines += ["", f"per {kind}:", render_table(headers, rows)]
     return lines

@@ -40,8 +40,9 @@ def compare(
     --gpu-hour-price) and each capacity search's answer, with the signed
     change B - A and the relative change; then per tenant and per model
     (where there are several) requests and TTFT and TPOT percentiles with
-    their changes. --quiet leaves out the note on how the intervals were
-    drawn.
+    their changes, and for a fleet per pool (paired by name) its requests,
+    replicas, TTFT, TPOT and E2E percentiles and throughput. --quiet leaves
+    out the note on how the intervals were drawn.
 
     Example:
 
@@ -57,6 +58,7 @@ def compare(
         comparison_dict,
         format_comparison,
         parse_pairs,
+        pool_changes,
     )
     from pipeline.pricing import gpu_prices
 
@@ -66,15 +68,17 @@ def compare(
     mapping = parse_pairs(pairs)
     done = [compare_paired(wh, run_a, b, prices, by=pair_by, pairs=mapping) for b in run_b]
     classes = [class_changes(wh, df, pairing) for df, pairing in done]  # per tenant, model
+    pools = [pool_changes(wh, df, pairing) for df, pairing in done]  # per pool of a fleet
     if as_json:
         out = [
-            comparison_dict(df, pairing, c) for (df, pairing), c in zip(done, classes, strict=True)
+            comparison_dict(df, pairing, c, p)
+            for (df, pairing), c, p in zip(done, classes, pools, strict=True)
         ]
         click.echo(json.dumps(out[0] if len(out) == 1 else out, indent=2))
         return
     click.echo(
         "\n\n".join(
-            format_comparison(df, pairing, notes=not quiet, classes=c)
-            for (df, pairing), c in zip(done, classes, strict=True)
+            format_comparison(df, pairing, notes=not quiet, classes=c, pools=p)
+            for (df, pairing), c, p in zip(done, classes, pools, strict=True)
         )
     )

@@ -11,6 +11,7 @@ import click
 from pipeline.busiest import selection_lines
 from pipeline.cli import options as opt
 from pipeline.cli.classes import class_lines
+from pipeline.cli.pools import pool_lines
 from pipeline.cli.sweep import seconds
 from pipeline.config import load_config, warehouse_path
 from pipeline.objectstore import display
@@ -19,7 +20,7 @@ from pipeline.pricing import format_cost, gpu_prices, scenario_cost
 from pipeline.sim.policies import POLICIES
 from pipeline.sim.replay import ReplayResult, ScenarioRun
 from pipeline.sim.replay import replay as replay_requests
-from pipeline.sim.scenario import resolve_scenarios
+from pipeline.sim.scenario import Scenario, resolve_scenarios
 from pipeline.sim.trace_prefix import no_hashes_warning, observed_line
 from pipeline.text import format_duration, render_table
 
@@ -35,8 +36,7 @@ def format_run(run: ScenarioRun, prices: dict[str, float] | None = None) -> str:
     dropped = f", {run.num_dropped:,} dropped (too long)" if run.num_dropped else ""
     return "\n".join(
         [
-            f"{sc.name} ({sc.policy}, {replicas}, {sc.profile}): "
-            f"{s['num_requests']:,} requests{dropped}",
+            f"{sc.name} ({_engines(sc, replicas)}): {s['num_requests']:,} requests{dropped}",
             f"  completed {s['completed']:,} in {format_duration(s['duration_s'])}: "
             f"{_fmt(s['request_throughput'], 'req/s', digits=2)}, "
             f"{_fmt(s['output_token_throughput'], 'output tok/s', digits=0)}, "
@@ -44,6 +44,7 @@ def format_run(run: ScenarioRun, prices: dict[str, float] | None = None) -> str:
             *_latency_lines(s),
             f"  latencies {_basis(s)}",
             *_slo_lines(s),
+            *pool_lines(s),
             *class_lines(s),
             f"  queue depth max {s['max_queue_depth']:,} mean {s['mean_queue_depth']:.1f}   "
             f"preemptions {s['num_preemptions']:,}   KV peak {s['kv_peak_usage']:.1%} "
@@ -56,6 +57,19 @@ def format_run(run: ScenarioRun, prices: dict[str, float] | None = None) -> str:
                 if x
             ],
         ]
+    )
+
+
+def _engines(sc: Scenario, replicas: str) -> str:
+    """``vllm, 4 replicas, <profile>``; a fleet's pools' policies and profiles, each once
+    (``fleet of 2 pools: vllm, 3 replicas, <profile a> + <profile b>``)."""
+    if not sc.pools:
+        return f"{sc.policy}, {replicas}, {sc.profile}"
+    policies = list(dict.fromkeys(p.scenario.policy for p in sc.pools))
+    profiles = list(dict.fromkeys(p.scenario.profile for p in sc.pools))
+    return (
+        f"fleet of {len(sc.pools)} pools: {' + '.join(policies)}, {replicas}, "
+        f"{' + '.join(profiles)}"
     )
 
 
@@ -223,7 +237,9 @@ def replay_command(
     profile: two more replays at the step cost's error; --no-intervals leaves
     them out), queue depth, preemptions and KV peak usage; per tenant and per
     model (where there are several) the same percentiles, and with --slo each
-    SLO's verdict and the goodput, whole traffic and per class.
+    SLO's verdict and the goodput, whole traffic and per class; for a fleet
+    ([[pool]] tables), one row per pool: its replicas, policy, profile, TTFT
+    and TPOT (and its SLOs met).
 
     Example:
 

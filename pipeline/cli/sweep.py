@@ -96,10 +96,13 @@ def format_sweep(result: SweepResult, prices: dict[str, float] | None = None) ->
 
 
 def _class_text(result: SweepResult) -> str:
-    """The per-class tables (tenants, models) of every scenario that ran."""
+    """The per-pool table of the fleets and the per-class tables (tenants, models) of
+    every scenario that ran."""
     from pipeline.cli.classes import sweep_class_lines
+    from pipeline.cli.pools import sweep_pool_lines
 
-    lines = sweep_class_lines((o.name, o.run.summary) for o in result.outcomes if o.run)
+    ran = [(o.name, o.run.summary) for o in result.outcomes if o.run]
+    lines = sweep_pool_lines(ran) + sweep_class_lines(ran)
     return "\n".join(["", *lines]) if lines else ""
 
 

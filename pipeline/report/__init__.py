@@ -48,6 +48,7 @@ _SECTION_KEYS = {
     "scope",
     "requires_view",
     "requires_param",
+    "requires",
     "empty",
     "items",
 }
@@ -111,6 +112,9 @@ class Section:
     requires_view: str | None = None
     # a report parameter (compare_run_id) without which the section is left out
     requires_param: str | None = None
+    # (query, column): the section is left out unless that query, for the run, has a
+    # non-zero value in that column (the pools section: only for a run with fleets)
+    requires: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -153,6 +157,7 @@ def load_definition(name: str = DEFAULT_REPORT) -> ReportDefinition:
                 empty=sec.get("empty", "No data."),
                 requires_view=sec.get("requires_view"),
                 requires_param=sec.get("requires_param"),
+                requires=_requires(sec.get("requires"), at),
             )
         )
     return ReportDefinition(
@@ -363,6 +368,13 @@ def build_report(
         sections = []
         for section in definition.sections:
             if section.requires_param and given.get(section.requires_param) is None:
+                continue
+            if section.requires and (
+                run_id is None
+                or not _any_nonzero(
+                    run(section.requires[0], run_id=run_id, **given), section.requires[1]
+                )
+            ):
                 continue
             no_data = None
             if section.requires_view and section.requires_view not in views:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from pipeline.warehouse import Warehouse
-from tests.helpers import build, build_many, build_replayed, build_sweep
+from tests.helpers import build, build_fleet, build_many, build_replayed, build_sweep
 
 
 @pytest.fixture(scope="session")
@@ -32,3 +32,8 @@ def sweep_warehouse(tmp_path_factory: pytest.TempPathFactory) -> tuple[Warehouse
 def many_warehouse(tmp_path_factory: pytest.TempPathFactory) -> tuple[Warehouse, str, str]:
     tmp = tmp_path_factory.mktemp("many")
     return build_many(tmp / "wh", tmp / "logs")
+
+
+@pytest.fixture(scope="session")
+def fleet_warehouse(tmp_path_factory: pytest.TempPathFactory) -> tuple[Warehouse, str, str]:
+    return build_fleet(tmp_path_factory.mktemp("fleet") / "wh")

@@ -246,15 +246,18 @@ TABLE_FITS = """(title) => {
 def test_no_axis_label_overlaps_at_1_30_and_100_scenarios(
     many_warehouse: tuple[Warehouse, str, str],
     sweep_warehouse: tuple[Warehouse, str, str, str],
+    fleet_warehouse: tuple[Warehouse, str, str],
     tmp_path: Path,
 ) -> None:
     """Every axis label box of every chart, at 1, 30 and 100 scenarios (two tenants, so the
-    per-class panels are drawn), is clear of the others; the capacity answers' table keeps
-    its cost columns in view; a full-page screenshot of each lands in out/test-artifacts/."""
+    per-class panels are drawn) and of a fleet's run (the per-pool panels), is clear of the
+    others; the capacity answers' table keeps its cost columns in view; a full-page
+    screenshot of each lands in out/test-artifacts/."""
     from playwright.sync_api import sync_playwright
 
     wh, one_id, hundred_id = many_warehouse
     swh, sweep_id, cap_id, _ = sweep_warehouse
+    fwh, fleet_id, _ = fleet_warehouse
     slos = ["ttft_p99<=2s", "ttft_p99@tenant=team-a<=1s"]
     pages = {
         "report_1_scenario": build_report(wh, one_id, output=tmp_path / "one.html", slos=slos),
@@ -264,6 +267,7 @@ def test_no_axis_label_overlaps_at_1_30_and_100_scenarios(
                                              slos=slos),
         "report_capacity": build_report(swh, cap_id, output=tmp_path / "cap.html",
                                         gpu_prices={"h100-80gb": 2.49}),
+        "report_fleet": build_report(fwh, fleet_id, output=tmp_path / "fleet.html", slos=slos),
     }  # fmt: skip
     urls = {p.resolve().as_uri() for p in pages.values()}
     errors: list[str] = []
@@ -279,12 +283,15 @@ def test_no_axis_label_overlaps_at_1_30_and_100_scenarios(
                 found[name] = {
                     "failed": data["chartsFailed"],
                     "classes": page.locator("#chart-classes-1 svg.marks").count(),
+                    "pools": page.locator("#chart-pools-1 svg.marks").count(),
                     **page.evaluate(AXIS_LABEL_OVERLAPS),
                     "answers": page.evaluate(TABLE_FITS, "What each capacity search found"),
                 }
                 page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
                 if page.locator("#classes .chart").count():
                     page.locator("#classes").screenshot(path=str(ARTIFACTS / f"{name}_classes.png"))
+                if page.locator("#pools .chart").count():
+                    page.locator("#pools").screenshot(path=str(ARTIFACTS / f"{name}_pools.png"))
         finally:
             browser.close()
 
@@ -298,3 +305,5 @@ def test_no_axis_label_overlaps_at_1_30_and_100_scenarios(
     assert answers["fits"] and "$ per hour there" in answers["columns"]
     for name in ("report_1_scenario", "report_30_scenarios", "report_100_scenarios"):
         assert found[name]["classes"] == 1, name  # two tenants: the per-class panels
+        assert found[name]["pools"] == 0, name  # no fleet: no per-pool section
+    assert found["report_fleet"]["pools"] == 1  # the fleet's per-pool panels

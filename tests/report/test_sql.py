@@ -137,6 +137,8 @@ CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any], Rows]] = {
          "goodput_per_s": 0.4},
         {"class_label": "model=m-b", "slo": None, "num_good": 1},
     ]),
+    # the tiny warehouse holds no fleet (tests/report/test_pools_report.py checks the rows)
+    "pool_slos_without_a_fleet": ("pool_slos", {}, {}, []),
     "run_scenarios_old": ("run_scenarios", {"run_id": R1}, {}, [
         {"run_id": R1, "scenario": "old", "num_requests": 1, "label": ""},
     ]),

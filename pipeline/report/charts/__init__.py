@@ -30,6 +30,7 @@ from pipeline.report.charts.common import AnyChart, ChartOptions
 from pipeline.report.charts.compare import compare_runs
 from pipeline.report.charts.engine import engine_timeline
 from pipeline.report.charts.latency import latency_cdf, latency_intervals
+from pipeline.report.charts.pools import pool_panels
 from pipeline.report.charts.prefix import (
     prefix_hit_rate_by_cache_size,
     prefix_hit_rate_by_group,
@@ -62,6 +63,7 @@ CHARTS: dict[str, Callable[[pl.DataFrame, ChartOptions], AnyChart]] = {
         latency_intervals,
         latency_cdf,
         class_panels,
+        pool_panels,
         engine_timeline,
         prefix_hit_rate_overall,
         prefix_hit_rate_over_time,

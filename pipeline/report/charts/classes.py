@@ -29,10 +29,24 @@ def class_panels(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
     Expects the rows of class_slos.sql (class_label, scenario, ttft_p50_s, ttft_p90_s,
     ttft_p99_s, is_first, slo, slo_label, metric, stat, limit_s).
     """
+    return panels(df, opts, "class_label", "class")
+
+
+def panels(
+    df: pl.DataFrame,
+    opts: ChartOptions,
+    label: str,
+    noun: str,
+    order: list[str] | None = None,
+) -> AnyChart:
+    """One panel per value of column ``label`` (a class, a pool): each scenario's p50, p90
+    and p99 TTFT over its requests, and a red rule per TTFT percentile SLO in its rows;
+    ``noun`` names what a panel is in the axis title and tooltips; the panels in
+    ``order`` (default: natural order of their labels)."""
     firsts = df.filter(pl.col("is_first"))
     points = (
         firsts.unpivot(
-            index=["class_label", "scenario"],
+            index=[label, "scenario"],
             on=[f"ttft_{p}_s" for p in _PERCENTILES],
             variable_name="percentile",
             value_name="value_s",
@@ -42,13 +56,13 @@ def class_panels(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
     )
     rules = (
         df.filter((pl.col("metric") == "ttft") & pl.col("stat").is_in(list(_PERCENTILES)))
-        .select("class_label", "slo_label", "limit_s")
+        .select(label, "slo_label", "limit_s")
         .unique()
-        .sort("class_label", "limit_s")
+        .sort(label, "limit_s")
         # each SLO's label a line below the one before it in its panel
         .with_columns(
             pl.lit("rule").alias("layer"),
-            (pl.int_range(pl.len()).over("class_label") * 13 + 2).alias("label_dy"),
+            (pl.int_range(pl.len()).over(label) * 13 + 2).alias("label_dy"),
         )
     )
     drawn = pl.concat([points, rules], how="diagonal_relaxed")
@@ -56,7 +70,7 @@ def class_panels(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
     names = natural_sorted(set(points["scenario"].to_list()))
     many = len(names) > MANY
     x = alt.X(
-        "value_s:Q", title=scale_title("TTFT of the class's requests (s)", scale), scale=scale
+        "value_s:Q", title=scale_title(f"TTFT of the {noun}'s requests (s)", scale), scale=scale
     )
     dots = (
         alt.Chart()
@@ -72,7 +86,7 @@ def class_panels(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
             ),
             color=alt.Color("percentile:N", sort=list(_PERCENTILES), title="percentile"),
             tooltip=[
-                alt.Tooltip("class_label:N", title="class"),
+                alt.Tooltip(f"{label}:N", title=noun),
                 alt.Tooltip("scenario:N"),
                 alt.Tooltip("percentile:N"),
                 alt.Tooltip("value_s:Q", title="TTFT (s)", format=".4~g"),
@@ -87,7 +101,7 @@ def class_panels(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
             x=alt.X("limit_s:Q", scale=scale), tooltip=[alt.Tooltip("slo_label:N", title="SLO")]
         )
     )
-    label = (
+    slo_text = (
         alt.Chart()
         .transform_filter("datum.layer === 'rule'")
         .mark_text(
@@ -100,19 +114,19 @@ def class_panels(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
         )
         .encode(x=alt.X("limit_s:Q", scale=scale), y=alt.value(0), text="slo_label:N")
     )
-    panels = natural_sorted(set(drawn["class_label"].to_list()))
+    names_of_panels = order or natural_sorted(set(drawn[label].to_list()))
     # room for the SLO labels under the panel's top even with one scenario
-    counts = rules.group_by("class_label").len()["len"].to_list()
+    counts = rules.group_by(label).len()["len"].to_list()
     per_panel = max(counts, default=0)
     height = max(13 * per_panel + 40, len(names) * (5 if many else 14))
     return (
-        alt.layer(dots, limit, label, data=values(drawn))
+        alt.layer(dots, limit, slo_text, data=values(drawn))
         .properties(width=WIDTH // 2 - 70, height=height)
         .facet(
             facet=alt.Facet(
-                "class_label:N",
+                f"{label}:N",
                 title=None,
-                sort=panels,
+                sort=names_of_panels,
                 header=alt.Header(labelFontWeight="bold", labelFontSize=12, labelLimit=WIDTH),
             ),
             columns=2,
