@@ -222,6 +222,8 @@ def ingest(
     hash_salt: str | None = None,
     tokenizer: PathLike | None = None,
     trace_start: str | None = None,
+    tenant: str | None = None,
+    model: str | None = None,
     progress: bool = False,
     lock_timeout_s: float = 600.0,
 ) -> IngestCounts:
@@ -236,6 +238,7 @@ def ingest(
         hash_salt: mixed into the first block hash.
         tokenizer: tokenizer.json (or its model folder) to hash prompt text.
         trace_start: UTC start for logs with relative times, ISO-8601.
+        tenant, model: of every record that names none (``--tenant``, ``--model``).
         progress: show a progress bar.
         lock_timeout_s: wait this long for another writer of the warehouse.
 
@@ -262,6 +265,8 @@ def ingest(
         tokenizer=Path(tokenizer) if tokenizer is not None else None,
         trace_start=trace_start,
         quiet=not progress,
+        tenant=tenant,
+        model=model,
     )
     with warehouse_lock(root, timeout_s=lock_timeout_s):
         result = ingest_logs([str(s) for s in _many(sources)], Warehouse(root), opts)

@@ -70,6 +70,13 @@ def print_summary(result: IngestResult, as_json: bool) -> None:
     default=None,
     help="UTC start time for logs with relative timestamps (default 1970-01-01).",
 )
+@click.option(
+    "--tenant",
+    default=None,
+    help="Tenant of every record that names none (to mix one tenant's log with others; a "
+    "fleet's pools can split them by tenant).",
+)
+@click.option("--model", default=None, help="Model of every record that names none.")
 @opt.output
 @opt.locked
 def ingest(
@@ -81,6 +88,8 @@ def ingest(
     hash_salt: str | None,
     tokenizer: Path | None,
     trace_start: str | None,
+    tenant: str | None,
+    model: str | None,
     quiet: bool,
     as_json: bool,
 ) -> None:
@@ -95,6 +104,7 @@ def ingest(
 
     \b
         tracereplay ingest logs/2024-05-*.jsonl.gz --warehouse /data/wh
+        tracereplay ingest chat.csv --tenant chat; tracereplay ingest long.jsonl --tenant batch
     """
     cfg = load_config(config_file)
     opts = IngestOptions.from_config(
@@ -105,6 +115,8 @@ def ingest(
         tokenizer=tokenizer,
         trace_start=trace_start,
         quiet=quiet,
+        tenant=tenant,
+        model=model,
     )
     wh = Warehouse(warehouse_path(str(warehouse) if warehouse else None, cfg))
     result = ingest_logs(list(sources), wh, opts)

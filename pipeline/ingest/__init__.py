@@ -83,6 +83,10 @@ class IngestOptions:
     trace_start: datetime = datetime(1970, 1, 1, tzinfo=UTC)  # for relative-time logs
     block_bytes: int = BLOCK_BYTES
     quiet: bool = False
+    # the tenant and model of every record that names none (a log of one tenant or model,
+    # mixed with others in one warehouse: a fleet's pools can then split them)
+    tenant: str | None = None
+    model: str | None = None
 
     @classmethod
     def from_config(
@@ -95,12 +99,15 @@ class IngestOptions:
         tokenizer: Path | None = None,
         trace_start: str | None = None,
         quiet: bool = False,
+        tenant: str | None = None,
+        model: str | None = None,
     ) -> IngestOptions:
         """Options from what was given (flags, arguments), falling back to the config
         file's ``[ingest]`` section.
 
         Raises:
-            ConfigError: ``trace_start`` is not an ISO-8601 time.
+            ConfigError: ``trace_start`` is not an ISO-8601 time; a tenant or model that is
+                empty, over 256 characters or holds a control character.
         """
         start = trace_start or cfg.get("ingest", "trace_start")
         tok = tokenizer or cfg.get("ingest", "tokenizer")
@@ -110,10 +117,34 @@ class IngestOptions:
             hash_salt=hash_salt if hash_salt is not None else cfg.get("ingest", "hash_salt", ""),
             tokenizer=Path(tok) if tok else None,
             quiet=quiet,
+            tenant=_label(tenant, "--tenant"),
+            model=_label(model, "--model"),
         )
         if start:
             opts.trace_start = parse_time(start, "--trace-start")
         return opts
+
+
+def _label(value: str | None, where: str) -> str | None:
+    """A tenant or model name given for every record, checked (None: not given)."""
+    if value is None:
+        return None
+    if not value.strip() or len(value) > 256 or any(c < " " or c == "\x7f" for c in value):
+        raise ConfigError(
+            f"{where}: {value[:40]!r} must be a name of 1 to 256 printable characters, "
+            "e.g. --tenant chat"
+        )
+    return value
+
+
+def _fill_labels(good: pl.DataFrame, opts: IngestOptions) -> pl.DataFrame:
+    """``opts.tenant`` and ``opts.model`` for the records of ``good`` that name none."""
+    fills = [
+        pl.col(col).fill_null(pl.lit(value))
+        for col, value in (("tenant", opts.tenant), ("model", opts.model))
+        if value is not None
+    ]
+    return good.with_columns(fills) if fills else good
 
 
 def parse_time(value: str, where: str) -> datetime:
@@ -336,6 +367,7 @@ def _ingest_file(
             res.rows_read += part.n_read
             good, hashes = _assign_ids(part, counts)
             good, ndup = _dedupe(good, hashes, taken, kept_hashes)
+            good = _fill_labels(good, opts)
             res.rows_duplicate += ndup
             if good.height:
                 sink.write(good)
