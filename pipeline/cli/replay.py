@@ -42,6 +42,7 @@ def format_run(run: ScenarioRun, prices: dict[str, float] | None = None) -> str:
             f"{_fmt(s['output_token_throughput'], 'output tok/s', digits=0)}, "
             f"{_fmt(s['total_token_throughput'], 'total tok/s', digits=0)}",
             *_latency_lines(s),
+            *_disagg_lines(s),
             f"  latencies {_basis(s)}",
             *_slo_lines(s),
             *pool_lines(s),
@@ -58,6 +59,22 @@ def format_run(run: ScenarioRun, prices: dict[str, float] | None = None) -> str:
             ],
         ]
     )
+
+
+def _disagg_lines(s: dict[str, Any]) -> list[str]:
+    """A disaggregated replay's TTFT in its parts (the summary's ``disagg`` entry)."""
+    d = s.get("disagg")
+    if not d or not d.get("num_requests"):
+        return []
+
+    def part(name: str) -> str:
+        p50, p99 = d.get(f"{name}_p50_s"), d.get(f"{name}_p99_s")
+        return f"p50 {format_duration(p50)} p99 {format_duration(p99)}"
+
+    return [
+        f"  disaggregated TTFT in parts ({d['num_requests']:,} requests): prefill "
+        f"{part('prefill')}; KV transfer {part('kv_transfer')}; decode wait {part('decode_wait')}"
+    ]
 
 
 def _engines(sc: Scenario, replicas: str) -> str:

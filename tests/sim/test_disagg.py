@@ -386,3 +386,17 @@ def test_a_fleets_disaggregated_pool_is_the_disaggregated_replay_of_its_share() 
     assert np.isnan(times[fp.pool_of == 0]).all() and not np.isnan(times[mine]).any()
     summary = summarize(fr.result)
     assert summary["disagg"]["num_requests"] == len(mine)
+
+
+def test_the_replay_summary_prints_ttft_in_its_parts() -> None:
+    from pipeline.cli.replay import _disagg_lines
+
+    parts = {
+        f"{n}_p{q}_s": 0.001 * (q + i)
+        for i, n in enumerate(("prefill", "kv_transfer", "decode_wait"))
+        for q in (50, 99)
+    }
+    (line,) = _disagg_lines({"disagg": {"num_requests": 3, **parts}})
+    assert "prefill p50 50 ms p99 99 ms" in line and "KV transfer p50 51 ms" in line
+    assert "decode wait p50 52 ms p99 101 ms" in line
+    assert _disagg_lines({}) == [] and _disagg_lines({"disagg": {"num_requests": 0}}) == []
