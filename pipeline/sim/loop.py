@@ -72,6 +72,8 @@ import numpy as np
 import numpy.typing as npt
 from numba import njit
 
+from pipeline.sim import autoscale
+from pipeline.sim.autoscale import Scaling
 from pipeline.sim.borrow import borrow
 from pipeline.sim.cache import PrefixCaches, commit, settles, take
 from pipeline.sim.cost_model import (
@@ -170,7 +172,7 @@ from pipeline.sim.state import (
     wait_add,
     wide,
 )
-from pipeline.sim.trees import Trees, set_load, set_wake
+from pipeline.sim.trees import Trees, set_load, set_off, set_wake
 
 G_NEXT = 0  # next request to arrive
 G_ROWS = 1  # timeline rows written
@@ -180,6 +182,7 @@ NG = 3
 RET_DONE = 0
 RET_FULL = 1  # the timeline arrays are full: grow them and call again
 RET_YIELD = 2  # processed the arrivals asked for: report progress and call again
+RET_SCALE_FULL = 3  # the autoscaler's event arrays are full: grow them and call again
 
 
 class Step(NamedTuple):
@@ -656,8 +659,68 @@ def _wake(s: State, r: int, t: float) -> float:
     return w
 
 
+@njit(cache=True, error_model="numpy", inline="always")
+def _put_load(
+    s: State,
+    sc: Scaling,
+    lmin: npt.NDArray[np.int64],
+    li: npt.NDArray[np.int64],
+    lmax: npt.NDArray[np.int64],
+    r: int,
+    t: float,
+) -> None:
+    """Replica r's outstanding requests at t into the load tree, unless the autoscaler
+    keeps requests from it (then its leaf never wins: ``trees.set_off``)."""
+    if sc.rs.shape[0] > 0 and sc.rs[r] != autoscale.ACTIVE:
+        set_off(lmin, li, lmax, r)
+    else:
+        set_load(lmin, li, lmax, r, outstanding(s.rp, s.rpf, r, t))
+
+
 @njit(cache=True, error_model="numpy")
-def replay_loop(s: State, kc: PrefixCaches, trees: Trees, max_arrivals: int) -> int:
+def _scale(s: State, kc: PrefixCaches, trees: Trees, sc: Scaling, until: float) -> int:
+    """The autoscaler's control ticks up to ``until`` (an arrival), then the replicas
+    routable by it; RET_DONE, or what the loop must return (it then calls again and
+    this goes on where it stopped).
+
+    At each tick every replica is advanced to it, lazily as for an arrival (which
+    changes no replica's steps), so that its outstanding requests at the tick are known.
+    """
+    wt, wi, lmin, li, lmax = trees.wt, trees.wi, trees.lmin, trees.li, trees.lmax
+    m = sc.rs.shape[0]
+    while True:
+        t = autoscale.next_tick(sc.par, sc.gi)
+        if not t <= until:
+            break
+        if not autoscale.room(sc):
+            return RET_SCALE_FULL
+        while wt[1] < t:
+            q = wi[1]
+            s.g[G_LAZY] = 1
+            ok = _advance(s, kc, q, t)
+            s.g[G_LAZY] = 0
+            if not ok:
+                return RET_FULL
+            set_wake(wt, wi, q, _wake(s, q, t))
+            _put_load(s, sc, lmin, li, lmax, q, t)
+        autoscale.promote(sc, t)
+        for r in range(m):
+            sc.out[r] = outstanding(s.rp, s.rpf, r, t)
+        autoscale.control(sc, t)
+        autoscale.promote(sc, t)  # (startup_s = 0)
+        for r in range(m):
+            _put_load(s, sc, lmin, li, lmax, r, t)
+        sc.gi[autoscale.GI_TICK] += 1
+    if autoscale.promote(sc, until):
+        for r in range(m):
+            _put_load(s, sc, lmin, li, lmax, r, until)
+    return RET_DONE
+
+
+@njit(cache=True, error_model="numpy")
+def replay_loop(
+    s: State, kc: PrefixCaches, trees: Trees, max_arrivals: int, scaling: Scaling
+) -> int:
     """Route arrivals in order and advance replicas between them; resumable.
 
     Round robin needs nothing of the other replicas: only the one the
@@ -667,6 +730,11 @@ def replay_loop(s: State, kc: PrefixCaches, trees: Trees, max_arrivals: int) -> 
     that reaches past the arrival is deferred, not cut, so that only the
     arrivals a replica gets break up its runs. The load tree holds each
     replica's outstanding requests at the latest arrival.
+
+    With autoscaling (``scaling``'s arrays not empty, ``autoscale.py``) the
+    control ticks up to each arrival run before it is routed (``_scale``), every
+    router takes the lazy path and skips the replicas that are not routable
+    (round robin: the next routable one after the latest used).
     """
     # borrowed views: the calls and bindings below then count no references (borrow.py)
     s = State(
@@ -698,11 +766,24 @@ def replay_loop(s: State, kc: PrefixCaches, trees: Trees, max_arrivals: int) -> 
     )
     wt, wi = borrow(trees.wt), borrow(trees.wi)
     lmin, li, lmax = borrow(trees.lmin), borrow(trees.li), borrow(trees.lmax)
+    trees = Trees(wt, wi, lmin, li, lmax)
+    sc = Scaling(
+        borrow(scaling.par),
+        borrow(scaling.rs),
+        borrow(scaling.up),
+        borrow(scaling.out),
+        borrow(scaling.mask),
+        borrow(scaling.gi),
+        borrow(scaling.gf),
+        borrow(scaling.ev),
+        borrow(scaling.evf),
+    )
+    scales = sc.rs.shape[0] > 0
     cfg, cfgf, rq, rqf, rp, rpf, wq, st = s.cfg, s.cfgf, s.rq, s.rqf, s.rp, s.rpf, s.wq, s.st
     g = s.g
     n = rq.shape[0]
     num_replicas = cfg[C_REPLICAS]
-    rr = cfg[C_ROUTER] == ROUND_ROBIN or num_replicas == 1
+    rr = (cfg[C_ROUTER] == ROUND_ROBIN or num_replicas == 1) and not scales
     arrived = 0
     while True:
         k = g[G_NEXT]
@@ -712,6 +793,10 @@ def replay_loop(s: State, kc: PrefixCaches, trees: Trees, max_arrivals: int) -> 
             return RET_YIELD
         else:
             until = rqf[k, F_ARRIVAL]
+            if scales:
+                ret = _scale(s, kc, trees, sc, until)
+                if ret != RET_DONE:
+                    return ret
         t = until
         lazy = k < n and not rr
         q = 0  # advance replicas q..last-1, or (lazily) those the wake tree says need it
@@ -734,7 +819,7 @@ def replay_loop(s: State, kc: PrefixCaches, trees: Trees, max_arrivals: int) -> 
                 return RET_FULL
             if lazy:
                 set_wake(wt, wi, q, _wake(s, q, t))
-                set_load(lmin, li, lmax, q, outstanding(rp, rpf, q, t))
+                _put_load(s, sc, lmin, li, lmax, q, t)
             else:
                 q += 1
         if k >= n:
@@ -750,7 +835,9 @@ def replay_loop(s: State, kc: PrefixCaches, trees: Trees, max_arrivals: int) -> 
                     wi,
                 ):
                     return RET_FULL
-                r = prefix_aware(cfg, cfgf, rq, k, kc, lmin, li, lmax)
+                r = prefix_aware(cfg, cfgf, rq, k, kc, lmin, li, lmax, sc.mask)
+            elif scales and cfg[C_ROUTER] == ROUND_ROBIN:
+                r = autoscale.next_routable(sc)
             else:
                 r = least_outstanding(lmin, li)
             if rp[r, P_PEND_K] > 0:  # its deferred run stops before the arrival (async: after)
@@ -771,6 +858,6 @@ def replay_loop(s: State, kc: PrefixCaches, trees: Trees, max_arrivals: int) -> 
             rpf[r, Q_CLOCK] = t
         if lazy:
             set_wake(wt, wi, r, _wake(s, r, t))
-            set_load(lmin, li, lmax, r, outstanding(rp, rpf, r, t))
+            _put_load(s, sc, lmin, li, lmax, r, t)
         g[G_NEXT] = k + 1
         arrived += 1

@@ -14,7 +14,10 @@ Definitions it shares with the fast loop (see ``loop.py``):
   context ``computed + 1``; otherwise it is a prefill chunk of ``t`` tokens
   with attention work ``t * (computed + t)``;
 - a step that brings ``computed`` up to ``prompt + generated`` samples a token;
-- the router sees every step that starts before the arrival.
+- the router sees every step that starts before the arrival;
+- with autoscaling, the control ticks up to an arrival run before it, each on
+  every replica advanced to the tick, and the router sees only the routable
+  replicas (``Scaler`` below, written again from ``autoscale.py``'s docstring).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import math
 
 import numpy as np
 
+from pipeline.sim import autoscale
 from pipeline.sim.cost_model import step_time
 from pipeline.sim.policies import orca, sarathi, sglang, static, vllm
 from pipeline.sim.prefix import extend_keys
@@ -73,6 +77,62 @@ from pipeline.sim.state import (
 )
 
 
+class Scaler:
+    """The autoscaler of ``autoscale.py``, one replica state per list entry."""
+
+    def __init__(self, auto: autoscale.Autoscale) -> None:
+        self.a = auto
+        self.state = ["active"] * auto.initial_replicas
+        self.state += ["off"] * (auto.max_replicas - auto.initial_replicas)
+        self.up = [math.inf] * auto.max_replicas  # when a starting replica is routable
+        self.tick = 1  # the next tick's number: at tick * interval_s
+        self.last_up = 0.0  # the initial replicas count as a scale-up at 0
+        self.last_down = -math.inf
+        self.last_routed = -1  # round robin over the routable replicas
+        self.changes: list[tuple[float, int, int]] = []  # (time, replica, START or STOP)
+
+    def next_tick(self) -> float:
+        return self.tick * self.a.interval_s
+
+    def promote(self, t: float) -> None:
+        for r, st in enumerate(self.state):
+            if st == "starting" and self.up[r] <= t:
+                self.state[r] = "active"
+
+    def control(self, t: float, loads: list[int]) -> None:
+        """One tick at t; ``loads``: every replica's outstanding requests at t."""
+        self.promote(t)
+        for r, st in enumerate(self.state):
+            if st == "draining" and loads[r] == 0:
+                self.state[r] = "off"
+        active = self.state.count("active")
+        starting = self.state.count("starting")
+        desired = math.ceil(sum(loads) / self.a.target)
+        desired = max(min(desired, self.a.max_replicas), self.a.min_replicas)
+        if desired > active + starting:
+            off = [r for r, st in enumerate(self.state) if st == "off"]
+            for r in off[: desired - active - starting]:
+                self.state[r] = "starting"
+                self.up[r] = t + self.a.startup_s
+                self.changes.append((t, r, autoscale.START))
+                self.last_up = t
+        elif (
+            desired < active
+            and t - self.last_up >= self.a.cooldown_s
+            and t - self.last_down >= self.a.cooldown_s
+        ):
+            live = [r for r, st in enumerate(self.state) if st == "active"]
+            for r in reversed(live[desired:]):
+                self.state[r] = "draining"
+                self.changes.append((t, r, autoscale.STOP))
+            self.last_down = t
+        self.promote(t)
+        self.tick += 1
+
+    def routable(self) -> list[int]:
+        return [r for r, st in enumerate(self.state) if st == "active"]
+
+
 class ReferenceLoop(EngineSchedulers):
     """Replays one scenario step by step."""
 
@@ -84,6 +144,7 @@ class ReferenceLoop(EngineSchedulers):
         self.reserve = -(-scenario.memory.max_model_len // self.bs)
         self.ratio_init = 0.0
         self.prefix = PrefixKeys.empty(0)
+        self.scaler: Scaler | None = None  # the autoscaler, during a run with one
         # vLLM's async scheduling: arrivals wait in an input queue, finished requests are
         # freed once the next step is decided
         self.deferred_free = scenario.policy == "vllm" and scenario.params.async_scheduling
@@ -417,14 +478,21 @@ class ReferenceLoop(EngineSchedulers):
             self.step(rep)
 
     def route(self, reps: list[Replica], k: int, req: Req, t: float) -> Replica:
+        """The replica for request k among ``reps`` (the routable ones)."""
+        if self.sc.router == "round_robin" and self.scaler is not None:
+            s = self.scaler  # the first routable replica after the latest one used
+            after = [rep for rep in reps if rep.index > s.last_routed]
+            rep = after[0] if after else reps[0]
+            s.last_routed = rep.index
+            return rep
         if self.sc.router == "round_robin" or len(reps) == 1:
             return reps[k % len(reps)]
-        loads = [self.outstanding(rep, t) for rep in reps]
+        loads = {rep.index: self.outstanding(rep, t) for rep in reps}
         least = min(reps, key=lambda x: (loads[x.index], x.index))
         if self.sc.router == "least_outstanding":
             return least
         rp = self.sc.router_params or {}
-        lo, hi = loads[least.index], max(loads)
+        lo, hi = loads[least.index], max(loads.values())
         if hi - lo > rp["balance_abs_threshold"] and hi > rp["balance_rel_threshold"] * lo:
             return least
         if req.unit_tokens == 0:
@@ -460,7 +528,10 @@ class ReferenceLoop(EngineSchedulers):
             unit = int(self.prefix.unit_tokens[k])
             if unit:
                 req.set_units(keys, unit, self.bs, int(self.prefix.tails[k]))
-        reps = [Replica(r, self.num_blocks, self.sc.by_priority) for r in range(self.sc.replicas)]
+        auto = self.sc.autoscale
+        self.scaler = Scaler(auto) if auto is not None else None
+        count = auto.max_replicas if auto is not None else self.sc.replicas
+        reps = [Replica(r, self.num_blocks, self.sc.by_priority) for r in range(count)]
         for rep in reps:
             rep.ratio = self.ratio_init
             rep.rng = (self.sc.seed * 1_000_003 + rep.index) & ((1 << 64) - 1)
@@ -477,9 +548,18 @@ class ReferenceLoop(EngineSchedulers):
                 rep.cache.evicted = 0
         for k, req in enumerate(reqs):
             t = req.arrival_s
+            live = reps
+            if self.scaler is not None:
+                while self.scaler.next_tick() <= t:
+                    tick = self.scaler.next_tick()
+                    for rep in reps:
+                        self.advance(rep, tick)
+                    self.scaler.control(tick, [self.outstanding(rep, tick) for rep in reps])
+                self.scaler.promote(t)
+                live = [reps[r] for r in self.scaler.routable()]
             for rep in reps:
                 self.advance(rep, t)
-            rep = self.route(reps, k, req, t)
+            rep = self.route(live, k, req, t)
             req.replica = rep.index
             req.queue_depth = rep.num_waiting + len(rep.inbox)
             if self.deferred_free:  # vllm async: into the engine's input queue first
@@ -537,6 +617,8 @@ class ReferenceLoop(EngineSchedulers):
         rows.sort(key=lambda x: (x[1][0], x[0][0]))
         st = np.array([r[0] for r in rows], dtype=np.int64).reshape(-1, NST)
         stf = np.array([r[1] for r in rows], dtype=np.float64).reshape(-1, NSTF)
+        changes = self.scaler.changes if self.scaler is not None else []
+        auto = self.sc.autoscale.as_array() if self.sc.autoscale is not None else np.zeros(0)
         return SimResult(
             rq=rq,
             rqf=rqf,
@@ -544,6 +626,7 @@ class ReferenceLoop(EngineSchedulers):
             stf=stf,
             num_kv_blocks=self.num_blocks,
             frontend=self.frontend,
+            scale_events=autoscale.scale_events(auto, changes, rq, rqf),
         )
 
 

@@ -103,8 +103,12 @@ def prefix_aware(
     lmin: npt.NDArray[np.int64],
     li: npt.NDArray[np.int64],
     lmax: npt.NDArray[np.int64],
+    routable: npt.NDArray[np.uint64],
 ) -> int:
     """Replica for request i: longest cached prefix unless load is imbalanced.
+
+    ``routable``: the replicas it may choose, as bits (autoscale.py); empty: all
+    (the load tree leaves out the others already).
 
     The loads are the load tree's (``trees.py``); the replicas holding the
     longest prefix come from the replica index (``prefix_index.py``): the
@@ -127,6 +131,13 @@ def prefix_aware(
         return lo
     words = gb.shape[1]
     held = gb[e].copy()  # replicas holding every unit so far
+    if routable.shape[0] > 0:
+        some = False
+        for w in range(words):
+            held[w] &= routable[w]
+            some = some or held[w] != 0
+        if not some:
+            return lo
     h = 1
     while h < n:
         e = find_key(gk, gn, ukey[base + h])

@@ -40,6 +40,11 @@ flag > scenario file > ``[replay]`` in the config file > default::
     frontend_prompt_token_s = 1e-6  # (frontend.py); default: the profile's, 0 with [cost];
     frontend_output_token_s = 0.0   # all three 0 replays engine time only
 
+    [autoscale]                   # the replica count follows the load (autoscale.py):
+    max_replicas = 8              # min_replicas, max_replicas, target, interval_s,
+    target = 16                   # cooldown_s, startup_s (or load_gbps, warmup_s);
+                                  # replicas is then the initial count
+
     [cost]                        # instead of a profile: explicit step-cost coefficients
     fixed_s = 0.004               # (every StepCost field; the v2 and v3 ones default to 0;
                                   #  needs num_gpu_blocks)
@@ -76,7 +81,9 @@ import numpy.typing as npt
 
 from pipeline import validation
 from pipeline.errors import PipelineError, ScenarioError
+from pipeline.sim import autoscale as scaling
 from pipeline.sim import cost_uncertainty
+from pipeline.sim.autoscale import Autoscale
 from pipeline.sim.cost_model import OPTIONAL_COEFFICIENTS, StepCost
 from pipeline.sim.disagg import DECODE_ROUTERS, DEFAULT_LINK, LINKS, Disagg, policy_error
 from pipeline.sim.frontend import SCENARIO_KEYS as FRONTEND_KEYS
@@ -146,6 +153,7 @@ COMMON: dict[str, tuple[type, Any, str]] = {
         "the whole prompt); false: only whole trace blocks. Default true",
     ),
     "tenant_priority": (dict, None, "vllm priority policy: table tenant -> priority"),
+    "autoscale": (dict, None, "replica autoscaler: table of " + ", ".join(scaling.KEYS)),
     "frontend_request_s": (float, None, "front end per request, s; default: the profile's"),
     "frontend_prompt_token_s": (float, None, "front end per prompt token, s (tokenisation)"),
     "frontend_output_token_s": (float, None, "front end per streamed token, s"),
@@ -253,6 +261,9 @@ class Scenario:
     def is_fleet(self) -> bool:
         return bool(self.pools)
 
+    # the replica count follows the load (autoscale.py); replicas is then the initial count
+    autoscale: Autoscale | None = None
+
     @property
     def num_kv_blocks(self) -> int:
         """Usable KV blocks per replica."""
@@ -269,7 +280,7 @@ class Scenario:
         cfg = np.zeros(NCFG, dtype=np.int64)
         cfgf = np.zeros(NCFGF, dtype=np.float64)
         cfg[C_POLICY] = pol.code
-        cfg[C_REPLICAS] = self.replicas
+        cfg[C_REPLICAS] = self.autoscale.max_replicas if self.autoscale else self.replicas
         cfg[C_ROUTER] = ROUTERS[self.router]
         cfg[C_BLOCK_SIZE] = self.memory.block_size
         cfg[C_NUM_BLOCKS] = self.num_kv_blocks
@@ -287,7 +298,11 @@ class Scenario:
         for k, fv in floats.items():
             cfgf[k] = fv
         return EngineConfig(
-            cfg=cfg, cfgf=cfgf, cost=self.cost.as_array(), frontend=self.frontend.as_array()
+            cfg=cfg,
+            cfgf=cfgf,
+            cost=self.cost.as_array(),
+            frontend=self.frontend.as_array(),
+            autoscale=self.autoscale.as_array() if self.autoscale else np.zeros(0),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -323,6 +338,7 @@ class Scenario:
             "cost_uncertainty_source": self.cost_uncertainty.source,
             **({"pools": [p.to_dict() for p in self.pools]} if self.pools else {}),
             **(self.disagg.to_dict() if self.disagg is not None else {}),
+            **({"autoscale": self.autoscale.to_dict()} if self.autoscale else {}),
         }
 
     def cap_lengths(
@@ -382,6 +398,8 @@ def _convert(key: str, value: Any, typ: type, where: str) -> Any:
     (``pipeline.validation``); the key's own range is checked by ``_check_ranges``."""
     if value is None:
         return None
+    if key == scaling.KEY:
+        return scaling.check_table(value, where)
     if typ is dict:
         if not isinstance(value, dict):
             raise ScenarioError(f"{where}: {key} must be a table, got {value!r}")
@@ -576,6 +594,9 @@ def build_scenario(values: dict[str, Any], *, where: str = "scenario") -> Scenar
     uncertainty = cost_uncertainty.resolve(
         got["cost_uncertainty"], got["profile"], custom="cost" in values, where=where
     )
+    autoscale = _autoscale(got, values, where)
+    if autoscale is not None:
+        got["replicas"] = autoscale.initial_replicas
     return Scenario(
         name=name,
         policy=policy,
@@ -604,6 +625,7 @@ def build_scenario(values: dict[str, Any], *, where: str = "scenario") -> Scenar
         frontend=frontend,
         cost_uncertainty=uncertainty,
         disagg=disagg,
+        autoscale=autoscale,
     )
 
 
@@ -673,6 +695,11 @@ def _build_fleet(values: dict[str, Any], where: str) -> Scenario:
     """A scenario with ``[[pool]]`` tables: the fleet's own keys, and each pool's scenario
     (the fleet's keys overridden by the pool's; see ``pools.py``)."""
     tables = check_pool_tables(values["pool"], where)
+    if "autoscale" in values or any("autoscale" in t for t in tables):
+        raise ScenarioError(
+            f"{where}: autoscale applies to one pool of identical replicas, not to a fleet's "
+            "[[pool]] tables (yet); replay the pool on its own to autoscale it"
+        )
     top = {k: v for k, v in values.items() if k != "pool"}
     fleet = build_scenario(top, where=where)
     top_policy = fleet.policy
@@ -691,6 +718,23 @@ def _build_fleet(values: dict[str, Any], where: str) -> Scenario:
         # the client sees the fleet's front end, whichever GPU serves it
         pools.append(Pool(pname, match, replace(psc, frontend=fleet.frontend)))
     return replace(fleet, pools=tuple(pools), replicas=replicas_of(pools))
+
+
+def _autoscale(got: dict[str, Any], values: dict[str, Any], where: str) -> Autoscale | None:
+    """The [autoscale] table resolved (its startup default needs the profile's weights)."""
+    if got["autoscale"] is None:
+        return None
+    if got["prefill_replicas"] or got["decode_replicas"]:
+        raise ScenarioError(
+            f"{where}: autoscale applies to aggregated replicas, not to prefill_replicas and "
+            "decode_replicas; leave one of them out"
+        )
+    weights = None
+    if "cost" not in values:
+        from pipeline.sim import profiles
+
+        weights = profiles.load_profile(got["profile"] or profiles.DEFAULT_PROFILE).weight_bytes
+    return scaling.resolve(got["autoscale"], got["replicas"], weights, where)
 
 
 def _frontend_overrides(fe: Frontend, got: dict[str, Any], where: str) -> Frontend:

@@ -20,8 +20,9 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from pipeline.sim import autoscale
 from pipeline.sim.cache import cache_sizes, empty_caches, warm_all
-from pipeline.sim.loop import G_NEXT, G_ROWS, NG, RET_FULL, RET_YIELD, replay_loop
+from pipeline.sim.loop import G_NEXT, G_ROWS, NG, RET_FULL, RET_SCALE_FULL, RET_YIELD, replay_loop
 from pipeline.sim.policies import by_code
 from pipeline.sim.prefix import extend_keys
 from pipeline.sim.routing import PREFIX_AWARE
@@ -60,7 +61,7 @@ from pipeline.sim.state import (
     request_totals,
     wide,
 )
-from pipeline.sim.trees import new_trees
+from pipeline.sim.trees import new_trees, set_off
 
 StepSink = Callable[[npt.NDArray[np.int64], npt.NDArray[np.float64]], None]
 
@@ -187,6 +188,10 @@ def simulate(
     stf = empty(rows, NSTF, np.float64)
     g = np.zeros(NG, dtype=np.int64)
     trees = new_trees(num_replicas)
+    scaling = autoscale.new_scaling(eng.autoscale)
+    for r in range(len(scaling.rs)):  # the replicas not started yet take no requests
+        if scaling.rs[r] != autoscale.ACTIVE:
+            set_off(trees.lmin, trees.li, trees.lmax, r)
     sched_q = np.zeros(max_seqs + 1, dtype=np.int64)
     sched_t = np.zeros(max_seqs + 1, dtype=np.int64)
     ev = np.zeros(max_seqs + 1, dtype=np.int64)
@@ -194,8 +199,10 @@ def simulate(
         eng.cfg, eng.cfgf, eng.cost, rq, rqf, rp, rpf, run, wq, st, stf, g, sched_q, sched_t, ev
     )
     while True:
-        ret = replay_loop(s, kc, trees, chunk)
-        if ret == RET_FULL:
+        ret = replay_loop(s, kc, trees, chunk, scaling)
+        if ret == RET_SCALE_FULL:
+            scaling = autoscale.grow_events(scaling)
+        elif ret == RET_FULL:
             if on_steps is not None:  # hand the full chunk out and fill the arrays again
                 on_steps(st, stf)
                 g[G_ROWS] = 0
@@ -224,9 +231,15 @@ def simulate(
         st = np.zeros((0, NST), dtype=st.dtype)
         stf = np.zeros((0, NSTF), dtype=stf.dtype)
     st, stf = st[:rows], stf[:rows]  # views: the unused tail is never touched
+    nev = int(scaling.gi[autoscale.GI_NEV]) if len(scaling.gi) else 0
+    changes = [
+        (float(scaling.evf[j]), int(scaling.ev[j, 0]), int(scaling.ev[j, 1])) for j in range(nev)
+    ]
+    events = autoscale.scale_events(eng.autoscale, changes, rq, rqf)
     if lead:
         rq, rqf = rq[lead:], rqf[lead:] - t0  # NaN (never reached) stays NaN
         st, stf = _steps_from(st, stf, t0)
+        events["time"] -= t0  # (the lead-in's events come out before 0)
     return SimResult(
         frontend=eng.frontend,
         rq=rq,
@@ -234,6 +247,7 @@ def simulate(
         st=st,
         stf=stf,
         num_kv_blocks=num_blocks,
+        scale_events=events,
     )
 
 

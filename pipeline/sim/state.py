@@ -662,9 +662,15 @@ class EngineConfig:
     cost: npt.NDArray[np.float64]  # StepCost.as_array()
     # Frontend.as_array(): what a client sees on top of the engine (the loops never read it)
     frontend: npt.NDArray[np.float64] = field(default_factory=lambda: np.zeros(3))
+    # autoscale.Autoscale.as_array() (empty: a fixed pool of cfg[C_REPLICAS] replicas)
+    autoscale: npt.NDArray[np.float64] = field(default_factory=lambda: np.zeros(0))
 
     def get(self, index: int) -> int:
         return int(self.cfg[index])
+
+
+# SimResult.scale_events: one row per event of the autoscaler (autoscale.py; kinds there)
+SCALE_EVENT_DTYPE = np.dtype([("time", np.float64), ("replica", np.int64), ("kind", np.int64)])
 
 
 @dataclass
@@ -682,6 +688,11 @@ class SimResult:
     # (NaN where it was served aggregated, in a fleet), and per step row its worker's role
     disagg_times: npt.NDArray[np.float64] | None = None
     step_role: npt.NDArray[np.int8] | None = None
+    # the autoscaler's events (SCALE_EVENT_DTYPE, by time; autoscale.scale_events); empty
+    # without autoscaling
+    scale_events: npt.NDArray[np.void] = field(
+        default_factory=lambda: np.zeros(0, dtype=SCALE_EVENT_DTYPE)
+    )
 
     @property
     def rqw(self) -> npt.NDArray[np.int64]:

@@ -104,6 +104,31 @@ def set_load(
 
 
 @njit(cache=True, error_model="numpy", inline="always")
+def set_off(
+    lmin: npt.NDArray[np.int64], li: npt.NDArray[np.int64], lmax: npt.NDArray[np.int64], r: int
+) -> None:
+    """Replica r takes no requests (autoscale.py): its leaf is a padding leaf's, which
+    never wins a minimum or a maximum, until ``set_load`` gives it a count again."""
+    j = lmin.shape[0] // 2 + r
+    if lmin[j] == _NEVER:
+        return
+    lmin[j] = _NEVER
+    lmax[j] = -_NEVER
+    j //= 2
+    while j >= 1:
+        a = 2 * j
+        b = a + 1
+        if lmin[b] < lmin[a]:
+            lmin[j] = lmin[b]
+            li[j] = li[b]
+        else:
+            lmin[j] = lmin[a]
+            li[j] = li[a]
+        lmax[j] = max(lmax[a], lmax[b])
+        j //= 2
+
+
+@njit(cache=True, error_model="numpy", inline="always")
 def load_of(lmin: npt.NDArray[np.int64], r: int) -> int:
     """Replica r's count as last set."""
     return int(lmin[lmin.shape[0] // 2 + r])
