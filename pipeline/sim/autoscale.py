@@ -112,7 +112,8 @@ GI_RR = 2  # round robin: the replica the latest request went to
 NGI = 3
 GF_LAST_UP = 0  # time of the latest scale-up (0: the initial replicas)
 GF_LAST_DOWN = 1  # time of the latest scale-down (-inf: none)
-NGF = 2
+GF_NEXT_UP = 2  # the earliest time a starting replica becomes routable (inf: none starting)
+NGF = 3
 
 
 @dataclass(frozen=True)
@@ -264,7 +265,7 @@ def new_scaling(params: npt.NDArray[np.float64], events: int = 256) -> Scaling:
     gi = np.zeros(NGI, dtype=np.int64)
     gi[GI_TICK] = 1
     gi[GI_RR] = -1
-    gf = np.array([0.0, -np.inf])
+    gf = np.array([0.0, -np.inf, np.inf])
     sc = Scaling(
         params,
         rs,
@@ -314,16 +315,20 @@ def room(sc: Scaling) -> bool:
 @njit(cache=True, error_model="numpy")
 def promote(sc: Scaling, t: float) -> bool:
     """Starting replicas routable by ``t`` become active; whether any did."""
-    rs, up = sc.rs, sc.up
-    any_ = False
+    rs, up, gf = sc.rs, sc.up, sc.gf
+    if t < gf[GF_NEXT_UP]:  # (an arrival's test: none is due)
+        return False
+    nxt = math.inf
     for r in range(rs.shape[0]):
-        if rs[r] == STARTING and up[r] <= t:
-            rs[r] = ACTIVE
-            up[r] = math.inf
-            any_ = True
-    if any_:
-        set_mask(rs, sc.mask)
-    return any_
+        if rs[r] == STARTING:
+            if up[r] <= t:
+                rs[r] = ACTIVE
+                up[r] = math.inf
+            else:
+                nxt = min(nxt, up[r])
+    gf[GF_NEXT_UP] = nxt
+    set_mask(rs, sc.mask)
+    return True
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -362,6 +367,7 @@ def control(sc: Scaling, t: float) -> None:
             if rs[r] == OFF:
                 rs[r] = STARTING
                 up[r] = t + par[A_STARTUP]
+                gf[GF_NEXT_UP] = min(gf[GF_NEXT_UP], up[r])
                 _event(sc, t, r, START)
                 need -= 1
                 gf[GF_LAST_UP] = t

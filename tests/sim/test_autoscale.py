@@ -314,3 +314,22 @@ def test_autoscale_is_refused_with_pools_and_disaggregation() -> None:
             "vllm", autoscale=table, prefill_replicas=1, decode_replicas=1, kv_bytes_per_token=8
         )
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("router", ["round_robin", "least_outstanding"])
+def test_a_tick_at_an_arrival_runs_before_it(router: str) -> None:
+    # every step takes 1 s and the requests run for 100 steps: at the tick at 10 s all
+    # ten earlier ones are outstanding, so a replica starts; with startup_s = 0 it is
+    # routable at once and takes the request arriving at exactly 10 s
+    sc = make_scenario(
+        "vllm",
+        router=router,
+        replicas=1,
+        autoscale={"max_replicas": 2, "target": 5, "interval_s": 10, "startup_s": 0},
+    )
+    arrival = [float(t) for t in range(11)]
+    inp = SimInput(np.array(arrival), np.full(11, 4, dtype=np.int64), np.full(11, 100, np.int64))
+    for res in (simulate(inp, sc.engine()), simulate_reference(inp, sc)):
+        assert res.rq[:10, R_REPLICA].tolist() == [0] * 10
+        assert res.rq[10, R_REPLICA] == 1
+        assert (10.0, 1, START) in res.scale_events.tolist()
