@@ -13,8 +13,9 @@ as a scale-up of the initial ``replicas``):
 - a replica that was told to stop and holds no request any more is off (it
   can be started again);
 - if ``desired > active + starting``, the lowest-numbered replicas that are
-  off start (as many as are off, up to the difference); each becomes routable
-  at ``T + startup_s`` (weights loaded, engine warmed up);
+  off start (as many as are off, up to the difference), their prefix caches
+  empty (``cache.flush``); each becomes routable at ``T + startup_s`` (weights
+  loaded, engine warmed up);
 - else if ``desired < active`` and no scale-up happened in the last
   ``cooldown_s`` and the last scale-down is ``cooldown_s`` or more ago, the
   highest-numbered active replicas stop getting requests until ``desired``

@@ -388,6 +388,14 @@ def _evict(kc: PrefixCaches, rp: npt.NDArray[np.int64], r: int, need: int) -> No
     rp[r, P_EVICTED] += freed
 
 
+@njit(cache=True, error_model="numpy")
+def flush(kc: PrefixCaches, rp: npt.NDArray[np.int64], r: int) -> None:
+    """Evict every unreferenced unit of replica r: a replica the autoscaler starts
+    (again) comes up with an empty cache, as a new engine does (autoscale.py)."""
+    if rp[r, P_LRU_HEAD] >= 0:
+        _evict(kc, rp, r, rp[r, P_FREE] + rp[r, P_EVICTABLE] + 1)
+
+
 @njit(cache=True, error_model="numpy", inline="always")
 def capacity(rp: npt.NDArray[np.int64], r: int) -> int:
     """Blocks an allocation can get: free ones plus unreferenced cached ones."""

@@ -75,7 +75,7 @@ from numba import njit
 from pipeline.sim import autoscale
 from pipeline.sim.autoscale import Scaling
 from pipeline.sim.borrow import borrow
-from pipeline.sim.cache import PrefixCaches, commit, settles, take
+from pipeline.sim.cache import PrefixCaches, commit, flush, settles, take
 from pipeline.sim.cost_model import (
     decode_run_s,
     step_time,
@@ -706,7 +706,12 @@ def _scale(s: State, kc: PrefixCaches, trees: Trees, sc: Scaling, until: float) 
         autoscale.promote(sc, t)
         for r in range(m):
             sc.out[r] = outstanding(s.rp, s.rpf, r, t)
+        nev = sc.gi[autoscale.GI_NEV]
         autoscale.control(sc, t)
+        if s.cfg[C_CACHING] != 0:  # a replica that starts comes up with an empty cache
+            for j in range(nev, sc.gi[autoscale.GI_NEV]):
+                if sc.ev[j, 1] == autoscale.START:
+                    flush(kc, s.rp, sc.ev[j, 0])
         autoscale.promote(sc, t)  # (startup_s = 0)
         for r in range(m):
             _put_load(s, sc, lmin, li, lmax, r, t)

@@ -31,7 +31,7 @@ from pipeline.sim.cost_model import step_time
 from pipeline.sim.policies import orca, sarathi, sglang, static, vllm
 from pipeline.sim.prefix import extend_keys
 from pipeline.sim.reference_engines import EngineSchedulers
-from pipeline.sim.reference_kv import Replica, Req, Scheduled
+from pipeline.sim.reference_kv import PrefixCache, Replica, Req, Scheduled
 from pipeline.sim.scenario import Scenario
 from pipeline.sim.state import (
     F_ARRIVAL,
@@ -554,7 +554,11 @@ class ReferenceLoop(EngineSchedulers):
                     tick = self.scaler.next_tick()
                     for rep in reps:
                         self.advance(rep, tick)
+                    started = len(self.scaler.changes)
                     self.scaler.control(tick, [self.outstanding(rep, tick) for rep in reps])
+                    for _, r, kind in self.scaler.changes[started:]:
+                        if kind == autoscale.START and self.caching:  # it comes up cold
+                            reps[r].cache = PrefixCache(self.num_blocks)
                 self.scaler.promote(t)
                 live = [reps[r] for r in self.scaler.routable()]
             for rep in reps:
