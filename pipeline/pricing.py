@@ -72,9 +72,10 @@ def price_of(prices: dict[str, float], profile: str) -> float | None:
 
 
 def deployment_cost(
-    prices: dict[str, float], profile: str, replicas: int, summary: dict[str, Any]
+    prices: dict[str, float], profile: str, replicas: float, summary: dict[str, Any]
 ) -> dict[str, Any] | None:
-    """$/hour and $ per 1M output and total tokens of one replayed scenario (None: no price)."""
+    """$/hour and $ per 1M output and total tokens of one replayed scenario (None: no price);
+    ``replicas`` may be a mean (an autoscaled pool's)."""
     price = price_of(prices, profile)
     if price is None:
         return None
@@ -103,13 +104,14 @@ def scenario_cost(
     """``deployment_cost`` of a scenario; of a fleet, the sum of its pools' (each at its
     own GPU kind and replicas, ``pools`` per pool), None when a pool has no price."""
     if not sc.pools:
-        return deployment_cost(prices, sc.profile, sc.replicas, summary)
+        return deployment_cost(prices, sc.profile, _billed(sc, summary), summary)
     from pipeline.sim.pools import pool_replicas
 
     per_pool: dict[str, dict[str, Any]] = {}
     for p in sc.pools:
         mine = (summary.get("pools") or {}).get(p.name) or {}
-        cost = deployment_cost(prices, p.scenario.profile, pool_replicas(p.scenario), mine)
+        n = _billed(p.scenario, mine) if mine.get("autoscale") else pool_replicas(p.scenario)
+        cost = deployment_cost(prices, p.scenario.profile, n, mine)
         if cost is None:
             return None
         per_pool[p.name] = cost
@@ -133,6 +135,20 @@ def scenario_cost(
     }
 
 
+def _billed(sc: Scenario, summary: dict[str, Any]) -> float:
+    """Replicas paid for: the scenario's, or an autoscaled one's mean over its replay
+    (starting, serving or draining; ``autoscale.autoscale_summary``)."""
+    auto = summary.get("autoscale")
+    if auto and auto.get("mean_billed") is not None:
+        return float(auto["mean_billed"])
+    return float(sc.replicas)
+
+
+def _count(gpus: float) -> str:
+    """GPUs as a count, or a mean (an autoscaled pool's) to 3 figures."""
+    return f"{gpus:,}" if float(gpus).is_integer() else f"{gpus:,.3g} (mean)"
+
+
 def format_cost(cost: dict[str, Any] | None) -> str | None:
     """'cost: $4.98/hour (2 x h100-80gb at $2.49), $1.23 per 1M output tokens, ...'."""
     if cost is None:
@@ -144,11 +160,11 @@ def format_cost(cost: dict[str, Any] | None) -> str | None:
     pools = cost.get("pools")
     if pools:  # a fleet: each pool's GPUs at its price
         gpus = ", ".join(
-            f"{n}: {c['gpus']} x {c['gpu'] or 'GPU'} at {usd(c['usd_per_gpu_hour'])}"
+            f"{n}: {_count(c['gpus'])} x {c['gpu'] or 'GPU'} at {usd(c['usd_per_gpu_hour'])}"
             for n, c in pools.items()
         )
     else:
-        gpus = f"{cost['gpus']} x {cost['gpu'] or 'GPU'} at {usd(cost['usd_per_gpu_hour'])}"
+        gpus = f"{_count(cost['gpus'])} x {cost['gpu'] or 'GPU'} at {usd(cost['usd_per_gpu_hour'])}"
     return (
         f"cost: {usd(cost['usd_per_hour'])}/hour ({gpus}), "
         f"{usd(cost['usd_per_1m_output_tokens'])} per 1M "

@@ -104,7 +104,7 @@ def ingest(
 
     \b
         tracereplay ingest logs/2024-05-*.jsonl.gz --warehouse /data/wh
-        tracereplay ingest chat.csv --tenant chat; tracereplay ingest long.jsonl --tenant batch
+        tracereplay ingest chat.csv --tenant chat
     """
     cfg = load_config(config_file)
     opts = IngestOptions.from_config(

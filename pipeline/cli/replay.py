@@ -43,6 +43,7 @@ def format_run(run: ScenarioRun, prices: dict[str, float] | None = None) -> str:
             f"{_fmt(s['total_token_throughput'], 'total tok/s', digits=0)}",
             *_latency_lines(s),
             *_disagg_lines(s),
+            *_autoscale_lines(s),
             f"  latencies {_basis(s)}",
             *_slo_lines(s),
             *pool_lines(s),
@@ -75,6 +76,30 @@ def _disagg_lines(s: dict[str, Any]) -> list[str]:
         f"  disaggregated TTFT in parts ({d['num_requests']:,} requests): prefill "
         f"{part('prefill')}; KV transfer {part('kv_transfer')}; decode wait {part('decode_wait')}"
     ]
+
+
+def _autoscale_lines(s: dict[str, Any], indent: str = "  ") -> list[str]:
+    """What an autoscaled replay's (or each autoscaled pool's) scaling came to."""
+    out = []
+    entries = [("", s.get("autoscale"))] + [
+        (f"pool {name}: ", p.get("autoscale")) for name, p in (s.get("pools") or {}).items()
+    ]
+    for label, a in entries:
+        if not a:
+            continue
+        line = (
+            f"{indent}{label}autoscaled: active replicas mean {a['mean_active']:.2f}, peak "
+            f"{a['peak_active']}; {a['scale_ups']} scale-ups, {a['scale_downs']} scale-downs; "
+            f"{a['gpu_hours']:,.3g} GPU-hours against {a['gpu_hours_at_max']:,.3g} at max "
+            f"({a['gpu_hours_saved_share']:.0%} saved); start-up {format_duration(a['startup_s'])}"
+        )
+        during = a.get("during_scale_ups")
+        if during:
+            over = ", ".join(f"{n:,} over {k}" for k, n in during["over_limit"].items())
+            line += f"; {during['num_requests']:,} requests arrived while replicas were starting"
+            line += f" ({over})" if over else ""
+        out.append(line)
+    return out
 
 
 def _engines(sc: Scenario, replicas: str) -> str:

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -50,6 +51,7 @@ from pipeline.errors import ScenarioError
 from pipeline.sim.state import F_ARRIVAL, F_FINISH, R_REPLICA, SCALE_EVENT_DTYPE
 
 if TYPE_CHECKING:
+    from pipeline.sim.classes import Slo
     from pipeline.sim.scenario import Scenario
     from pipeline.sim.state import SimResult
 
@@ -564,3 +566,28 @@ def autoscale_summary(res: SimResult, sc: Scenario) -> dict[str, Any]:
         "startup_s": auto.startup_s,
         "timeline": tl,
     }
+
+
+def scale_up_misses(res: SimResult, slos: Sequence[Slo]) -> dict[str, Any]:
+    """The requests that arrived while a replica was starting (between a START after
+    time 0 and its ROUTABLE: the fleet was short of what the controller wanted) and, per
+    SLO, how many of them were over its limit: what the scale-up delay costs."""
+    from pipeline.sim.summary import request_metric
+
+    ev = res.scale_events
+    arrival = res.rqf[:, F_ARRIVAL]
+    inside = np.zeros(len(arrival), dtype=np.bool_)
+    began: dict[int, float] = {}
+    for t, r, kind in ev.tolist():
+        if kind == START and t > 0:
+            began[r] = t
+        elif kind == ROUTABLE and r in began:
+            inside |= (arrival >= began.pop(r)) & (arrival < t)
+    for t0 in began.values():  # still starting at the end
+        inside |= arrival >= t0
+    done = inside & ~np.isnan(res.rqf[:, F_FINISH])
+    over: dict[str, int] = {}
+    for slo in slos:
+        values = request_metric(res, f"{slo.metric}_s")[done]
+        over[slo.key] = int(np.sum(np.nan_to_num(values, nan=0.0) > slo.limit_s))
+    return {"num_requests": int(inside.sum()), "completed": int(done.sum()), "over_limit": over}

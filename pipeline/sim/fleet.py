@@ -189,7 +189,12 @@ def _shift(res: SimResult, dt: float, base: int) -> SimResult:
     st[:, S_REPLICA] += base
     stf[:, SF_START] += dt
     times = None if res.disagg_times is None else res.disagg_times + dt
-    return dataclasses.replace(res, rq=rq, rqf=res.rqf + dt, st=st, stf=stf, disagg_times=times)
+    events = res.scale_events.copy()
+    events["time"] += dt
+    events["replica"] += base
+    return dataclasses.replace(
+        res, rq=rq, rqf=res.rqf + dt, st=st, stf=stf, disagg_times=times, scale_events=events
+    )
 
 
 def simulate_fleet(
@@ -302,7 +307,11 @@ def merge_results(
             for r in got
         ]
         times = np.concatenate(parts)[order]
+    events = np.concatenate([r.scale_events for r in got]) if got else None
+    if events is not None:
+        events = events[np.argsort(events["time"], kind="stable")]
     return SimResult(
+        **({"scale_events": events} if events is not None else {}),
         rq=np.ascontiguousarray(rq[order]),
         rqf=np.ascontiguousarray(rqf[order]),
         st=st,
@@ -363,12 +372,25 @@ def pool_summary(o: PoolOutcome, assigned: int, slos: Sequence[Slo] = ()) -> dic
     }
     if o.result is None or o.prep is None:
         return {**head, "num_requests": 0, "completed": 0}
-    out = {**head, **summarize(o.result, o.steps)}
+    out = {**head, **summarize(o.result, o.steps), **scenario_extras(sc, o.result, slos)}
     out["num_dropped"] = o.prep.num_dropped
     if slos:
         out.update(whole_traffic_slos(o.result, o.prep.classes, slos, out["duration_s"]))
     out["classes"] = class_summary(o.result, o.prep.classes, slos, out["duration_s"])
     return out
+
+
+def scenario_extras(sc: Scenario, res: SimResult, slos: Sequence[Slo] = ()) -> dict[str, Any]:
+    """The summary entries a scenario's features add: ``autoscale`` (its scaling, and
+    with SLOs the requests that arrived while replicas were starting)."""
+    if sc.autoscale is None:
+        return {}
+    from pipeline.sim.autoscale import autoscale_summary, scale_up_misses
+
+    entry = autoscale_summary(res, sc)
+    if slos:
+        entry["during_scale_ups"] = scale_up_misses(res, slos)
+    return {"autoscale": entry}
 
 
 def pool_names(fp: FleetPrepared) -> pa.Array:

@@ -45,6 +45,7 @@ from pipeline.sim.fleet import (
     PoolOutcome,
     fleet_summary,
     pool_names,
+    scenario_extras,
     simulate_fleet,
 )
 from pipeline.sim.replay_input import (
@@ -302,7 +303,7 @@ def _run_one(
         res, steps, sim_s = _simulate(
             sc, inputs, steps_out.write, chunk_rows=rows, on_progress=on_progress
         )
-    summary = {**summarize(res, steps), **facts}
+    summary = {**summarize(res, steps), **facts, **scenario_extras(sc, res, slos)}
     if slos:
         summary.update(whole_traffic_slos(res, classes, slos, summary["duration_s"]))
     summary["classes"] = class_summary(res, classes, slos, summary["duration_s"])
@@ -476,7 +477,9 @@ def run_prepared(
     res, steps, sim_s = _simulate(sc, [prep.inp], chunks.append, chunk_rows=CHUNK_ROWS)
     blocks = res.num_kv_blocks
     steps_table = pa.concat_tables(chunks or [sim_steps_table(sc.name, res.st, res.stf, blocks)])
-    summary = _with_classes({**summarize(res, steps), **_facts(prep)}, res, prep, slos)
+    summary = _with_classes(
+        {**summarize(res, steps), **_facts(prep), **scenario_extras(sc, res, slos)}, res, prep, slos
+    )
     run = ScenarioRun(scenario=sc, summary=summary, num_dropped=prep.num_dropped, sim_s=sim_s)
     return run, sim_requests_table(sc.name, prep.request_ids, res), steps_table
 
@@ -500,7 +503,9 @@ def summarize_prepared(
     else:
         res = simulate(prep.inp, sc.engine())
     sim_s = time.perf_counter() - t0
-    summary = _with_classes({**summarize(res), **_facts(prep)}, res, prep, slos)
+    summary = _with_classes(
+        {**summarize(res), **_facts(prep), **scenario_extras(sc, res, slos)}, res, prep, slos
+    )
     return ScenarioRun(scenario=sc, summary=summary, num_dropped=prep.num_dropped, sim_s=sim_s), res
 
 

@@ -695,11 +695,6 @@ def _build_fleet(values: dict[str, Any], where: str) -> Scenario:
     """A scenario with ``[[pool]]`` tables: the fleet's own keys, and each pool's scenario
     (the fleet's keys overridden by the pool's; see ``pools.py``)."""
     tables = check_pool_tables(values["pool"], where)
-    if "autoscale" in values or any("autoscale" in t for t in tables):
-        raise ScenarioError(
-            f"{where}: autoscale applies to one pool of identical replicas, not to a fleet's "
-            "[[pool]] tables (yet); replay the pool on its own to autoscale it"
-        )
     top = {k: v for k, v in values.items() if k != "pool"}
     fleet = build_scenario(top, where=where)
     top_policy = fleet.policy

@@ -164,3 +164,44 @@ def test_each_pool_of_a_fleet_is_the_reference_replay_of_its_share(
     # the merged requests are the fleet's arrivals, in order, every one replayed once
     assert np.all(np.diff(merged.rqf[:, F_ARRIVAL]) >= -1e-12)
     assert merged.num_requests == sum(len(p.inp) for p in fp.prepared if p is not None)
+
+
+def test_an_autoscaled_pool_is_its_shares_autoscaled_replay_with_its_events_on_the_fleets_clock() -> (
+    None
+):
+    from pipeline.plan.slo import parse_slos
+    from pipeline.sim.fleet import fleet_summary
+
+    auto = {
+        "max_replicas": 4,
+        "target": 2.0,
+        "interval_s": 0.5,
+        "cooldown_s": 1.0,
+        "startup_s": 0.3,
+    }
+    fleet = _fleet(
+        [{"name": "chat", "tenants": ["chat"], "replicas": 2}, {"name": "rest", "autoscale": auto}],
+        rate=60.0,
+        arrivals="poisson",
+    )
+    assert fleet.replicas == 2 + 4
+    fp = prepare_fleet(_frame(400, 9), fleet)
+    fr = simulate_fleet(fleet, fp)
+    k = 1
+    prep = fp.prepared[k]
+    assert prep is not None
+    mine = np.flatnonzero(fp.pool_of == k)
+    arrival = fr.result.rqf[mine, F_ARRIVAL]
+    own = SimInput(arrival - arrival[0], prep.inp.prompt_tokens, prep.inp.output_tokens)
+    want = simulate(own, fleet.pools[k].scenario.engine())
+    np.testing.assert_allclose(
+        fr.result.rqf[mine, F_FINISH] - arrival[0], want.rqf[:, F_FINISH], atol=1e-9
+    )
+    ev = fr.result.scale_events
+    assert len(ev) == len(want.scale_events) and len(ev) > 4  # it scaled
+    np.testing.assert_array_equal(ev["replica"] - 2, want.scale_events["replica"])
+    np.testing.assert_allclose(ev["time"] - arrival[0], want.scale_events["time"], atol=1e-9)
+    summary = fleet_summary(fleet, fr, fp, {}, parse_slos(["ttft_p99=50ms"]))
+    entry = summary["pools"]["rest"]["autoscale"]
+    assert entry["scale_ups"] >= 1 and "during_scale_ups" in entry
+    assert "autoscale" not in summary["pools"]["chat"]
