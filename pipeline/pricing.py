@@ -141,12 +141,12 @@ def _billed(sc: Scenario, summary: dict[str, Any]) -> float:
     auto = summary.get("autoscale")
     if auto and auto.get("mean_billed") is not None:
         return float(auto["mean_billed"])
-    return float(sc.replicas)
+    return sc.replicas
 
 
 def _count(gpus: float) -> str:
     """GPUs as a count, or a mean (an autoscaled pool's) to 3 figures."""
-    return f"{gpus:,}" if float(gpus).is_integer() else f"{gpus:,.3g} (mean)"
+    return f"{int(gpus):,}" if float(gpus).is_integer() else f"{gpus:,.3g} (mean)"
 
 
 def format_cost(cost: dict[str, Any] | None) -> str | None:

@@ -319,11 +319,10 @@ def test_bad_autoscale_keys_get_one_line_errors(table: Any, message: str) -> Non
     assert "\n" not in str(err.value) and str(err.value).startswith("scenario: ")
 
 
-def test_autoscale_is_refused_with_pools_and_disaggregation() -> None:
+def test_autoscale_is_refused_with_disaggregation_and_is_a_pools_own() -> None:
     table = {"max_replicas": 2, "target": 1, "startup_s": 1}
-    with pytest.raises(ScenarioError, match="not to a fleet's \\[\\[pool\\]\\] tables") as err:
-        make_scenario("vllm", autoscale=table, pool=[{"name": "a", "replicas": 1}])
-    assert "\n" not in str(err.value)
+    fleet = make_scenario("vllm", pool=[{"name": "a", "replicas": 1, "autoscale": table}])
+    assert fleet.pools[0].scenario.autoscale is not None and fleet.replicas == 2
     with pytest.raises(ScenarioError, match="not to prefill_replicas") as err:
         make_scenario(
             "vllm", autoscale=table, prefill_replicas=1, decode_replicas=1, kv_bytes_per_token=8
