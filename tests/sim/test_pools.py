@@ -166,9 +166,7 @@ def test_each_pool_of_a_fleet_is_the_reference_replay_of_its_share(
     assert merged.num_requests == sum(len(p.inp) for p in fp.prepared if p is not None)
 
 
-def test_an_autoscaled_pool_is_its_shares_autoscaled_replay_with_its_events_on_the_fleets_clock() -> (
-    None
-):
+def test_an_autoscaled_pool_is_its_shares_autoscaled_replay_on_the_fleets_clock() -> None:
     from pipeline.plan.slo import parse_slos
     from pipeline.sim.fleet import fleet_summary
 
