@@ -9,16 +9,16 @@ the scenario (``arrivals = "poisson"``, ``num_requests``), at 75% of what
 - ``one pool``: N replicas, router least_outstanding;
 - ``two pools``: prompts up to ``SPLIT_TOKENS`` on one pool, the rest on another,
   the N replicas shared between them in proportion to their tokens (each >= 1);
-- ``2P2D`` (``disagg_case``): a disaggregated pool, 2 prefill and 2 decode
-  workers, once the scenario builder knows ``prefill_replicas`` and
-  ``decode_replicas``; skipped (and said so) before.
+- ``two pools + 2P2D`` (``disagg_case``): the short pool's replicas as two
+  aggregated pools (prompts up to ``MID_TOKENS``, up to ``SPLIT_TOKENS``) and
+  the long prompts on a disaggregated pool of 2 prefill and 2 decode workers.
 
 Figures, each the median of 3 rounds with the cases interleaved, each run in a
 fresh process: ``loop`` is the simulation alone (``simulate``, or
 ``simulate_fleet`` with its merge), the requests already prepared; ``replay`` is
 the whole ``api.replay`` (read, prepare, simulate, summarise, write
-``sim_requests`` and ``sim_steps``), without intervals. The ratio is two pools /
-one pool.
+``sim_requests`` and ``sim_steps``), without intervals. Each ratio is the case's
+time over one pool's.
 
 Run from the repository root:
 
@@ -48,6 +48,7 @@ AZURE = ROOT.parent / "shared" / "traces_raw" / "azure_llm_2023" / "AzureLLMInfe
 PROFILE = "mistral-7b_h100-80gb_tp1"  # 32k context: every Azure prompt fits
 RATE_PER_REPLICA = 16.5  # 75% of the 22 req/s one replica serves flat out on these lengths
 SPLIT_TOKENS = 2048  # the short pool takes prompts up to this
+MID_TOKENS = 1024  # with 2P2D: the first aggregated pool takes prompts up to this
 REPLICAS = 8
 
 RUN = """
@@ -58,6 +59,7 @@ from pipeline.sim.replay_input import prepare, read_requests, select_request_fil
 from pipeline.sim.replay import load_loop
 from pipeline.sim.scenario import build_scenario
 from pipeline.sim.simulate import simulate
+from pipeline.sim.disagg import simulate_disaggregated
 from pipeline.warehouse import Warehouse
 sc_dict = {scenario!r}
 wh = Path({warehouse!r})
@@ -79,7 +81,10 @@ if sc.pools:  # the pools' own loops, without simulate_fleet's shifting and merg
     pools_s = 0.0
     for k, pool in enumerate(sc.pools):
         t = time.perf_counter()
-        simulate(prep.prepared[k].inp, pool.scenario.engine())
+        if pool.scenario.disagg is not None:
+            simulate_disaggregated(prep.prepared[k].inp, pool.scenario)
+        else:
+            simulate(prep.prepared[k].inp, pool.scenario.engine())
         pools_s += time.perf_counter() - t
 del prep, frame
 t = time.perf_counter()
@@ -120,39 +125,32 @@ def two_pools(n: int, replicas: int, short_share: float) -> dict[str, Any]:
     }
 
 
-def disagg_case(n: int) -> dict[str, Any]:
-    """A disaggregated pool of 2 prefill and 2 decode workers (2P2D), the same requests.
-
-    Raises:
-        NotImplementedError: the scenario builder does not know ``prefill_replicas`` /
-            ``decode_replicas`` yet (disaggregation not merged).
+def disagg_case(n: int, replicas: int, shares: tuple[float, float]) -> dict[str, Any]:
+    """Two aggregated pools and a disaggregated one of 2 prefill and 2 decode workers
+    (2P2D), the same requests: prompts up to ``MID_TOKENS`` and up to ``SPLIT_TOKENS``
+    on the aggregated pools (``replicas``, the short pool's of ``two_pools``, shared
+    between them by their tokens, ``shares``), the longer ones (the long pool's of
+    ``two_pools``) on the 2P2D pool.
     """
-    from pipeline.errors import ScenarioError
-    from pipeline.sim.scenario import build_scenario
-
-    sc = {
-        **base(n, 4),
+    short = min(replicas - 1, max(1, round(replicas * shares[0] / (shares[0] + shares[1]))))
+    return {
+        **base(n, replicas),
         "name": "2p2d",
-        "pool": [{"name": "pd", "prefill_replicas": 2, "decode_replicas": 2}],
+        "pool": [
+            {"name": "short", "max_prompt_tokens": MID_TOKENS, "replicas": short},
+            {"name": "mid", "max_prompt_tokens": SPLIT_TOKENS, "replicas": replicas - short},
+            {"name": "pd", "prefill_replicas": 2, "decode_replicas": 2},
+        ],
     }
-    try:
-        build_scenario(sc)
-    except ScenarioError as exc:
-        if "unknown key" in str(exc) and "_replicas" in str(exc):
-            raise NotImplementedError(
-                "prefill_replicas / decode_replicas are not scenario keys yet"
-            ) from None
-        raise
-    return sc
 
 
-def short_token_share() -> float:
-    """The short pool's share of the trace's prompt + output tokens."""
+def token_share(max_prompt: int) -> float:
+    """The share of the trace's prompt + output tokens in prompts up to ``max_prompt``."""
     import polars as pl
 
     df = pl.read_csv(AZURE)
     tokens = df["ContextTokens"] + df["GeneratedTokens"]
-    short = tokens.filter(df["ContextTokens"] <= SPLIT_TOKENS).to_numpy().sum()
+    short = tokens.filter(df["ContextTokens"] <= max_prompt).to_numpy().sum()
     return float(short / tokens.to_numpy().sum())
 
 
@@ -172,15 +170,14 @@ def main() -> None:
     try:
         counts = api.ingest(AZURE, warehouse=wh)
         assert counts.ok, counts.errors
-        share = short_token_share()
+        share = token_share(SPLIT_TOKENS)
+        mid = token_share(MID_TOKENS)
         cases = {
             "one pool": one_pool(args.requests, args.replicas),
             "two pools": two_pools(args.requests, args.replicas, share),
         }
-        try:
-            cases["2P2D"] = disagg_case(args.requests)
-        except NotImplementedError as exc:
-            print(f"2P2D skipped: {exc}")
+        n_short = cases["two pools"]["pool"][0]["replicas"]
+        cases["two pools + 2P2D"] = disagg_case(args.requests, n_short, (mid, share - mid))
         runs: dict[str, list[dict[str, float]]] = {k: [] for k in cases}
         for r in range(args.rounds):
             for name, sc in cases.items():
@@ -233,8 +230,13 @@ def report(
             f"{m['pools_s']:.2f} | {m['replay_s']:.1f} | {m['replay_s'] / one['replay_s']:.2f}x | "
             f"{max(x['peak_rss_mb'] for x in runs[name]):,.0f} |"
         )
-    if "2P2D" not in cases:
-        lines += ["", "2P2D: not measured (disaggregation not merged; `disagg_case`)."]
+    p3 = cases["two pools + 2P2D"]["pool"]
+    lines += [
+        "",
+        f"Two pools + 2P2D: prompts <= {MID_TOKENS} tokens on {p3[0]['replicas']} replicas, "
+        f"<= {SPLIT_TOKENS} on {p3[1]['replicas']}, the rest on a disaggregated pool of 2 "
+        "prefill and 2 decode workers (ib_ndr).",
+    ]
     return "\n".join(lines)
 
 
