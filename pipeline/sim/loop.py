@@ -678,48 +678,32 @@ def _put_load(
 
 
 @njit(cache=True, error_model="numpy")
-def _scale(s: State, kc: PrefixCaches, trees: Trees, sc: Scaling, until: float) -> int:
-    """The autoscaler's control ticks up to ``until`` (an arrival), then the replicas
-    routable by it; RET_DONE, or what the loop must return (it then calls again and
-    this goes on where it stopped).
-
-    At each tick every replica is advanced to it, lazily as for an arrival (which
-    changes no replica's steps), so that its outstanding requests at the tick are known.
-    """
-    wt, wi, lmin, li, lmax = trees.wt, trees.wi, trees.lmin, trees.li, trees.lmax
+def _control(
+    s: State,
+    kc: PrefixCaches,
+    sc: Scaling,
+    lmin: npt.NDArray[np.int64],
+    li: npt.NDArray[np.int64],
+    lmax: npt.NDArray[np.int64],
+    t: float,
+) -> None:
+    """The autoscaler's control tick at t, every replica already advanced to it (the loop
+    advances them as for an arrival, which changes no replica's steps, so that their
+    outstanding requests at the tick are known): promote, decide, load the tree."""
     m = sc.rs.shape[0]
-    while True:
-        t = autoscale.next_tick(sc.par, sc.gi)
-        if not t <= until:
-            break
-        if not autoscale.room(sc):
-            return RET_SCALE_FULL
-        while wt[1] < t:
-            q = wi[1]
-            s.g[G_LAZY] = 1
-            ok = _advance(s, kc, q, t)
-            s.g[G_LAZY] = 0
-            if not ok:
-                return RET_FULL
-            set_wake(wt, wi, q, _wake(s, q, t))
-            _put_load(s, sc, lmin, li, lmax, q, t)
-        autoscale.promote(sc, t)
-        for r in range(m):
-            sc.out[r] = outstanding(s.rp, s.rpf, r, t)
-        nev = sc.gi[autoscale.GI_NEV]
-        autoscale.control(sc, t)
-        if s.cfg[C_CACHING] != 0:  # a replica that starts comes up with an empty cache
-            for j in range(nev, sc.gi[autoscale.GI_NEV]):
-                if sc.ev[j, 1] == autoscale.START:
-                    flush(kc, s.rp, sc.ev[j, 0])
-        autoscale.promote(sc, t)  # (startup_s = 0)
-        for r in range(m):
-            _put_load(s, sc, lmin, li, lmax, r, t)
-        sc.gi[autoscale.GI_TICK] += 1
-    if autoscale.promote(sc, until):
-        for r in range(m):
-            _put_load(s, sc, lmin, li, lmax, r, until)
-    return RET_DONE
+    autoscale.promote(sc, t)
+    for r in range(m):
+        sc.out[r] = outstanding(s.rp, s.rpf, r, t)
+    nev = sc.gi[autoscale.GI_NEV]
+    autoscale.control(sc, t)
+    if s.cfg[C_CACHING] != 0:  # a replica that starts comes up with an empty cache
+        for j in range(nev, sc.gi[autoscale.GI_NEV]):
+            if sc.ev[j, 1] == autoscale.START:
+                flush(kc, s.rp, sc.ev[j, 0])
+    autoscale.promote(sc, t)  # (startup_s = 0)
+    for r in range(m):
+        _put_load(s, sc, lmin, li, lmax, r, t)
+    sc.gi[autoscale.GI_TICK] += 1
 
 
 @njit(cache=True, error_model="numpy")
@@ -737,7 +721,8 @@ def replay_loop(
     replica's outstanding requests at the latest arrival.
 
     With autoscaling (``scaling``'s arrays not empty, ``autoscale.py``) the
-    control ticks up to each arrival run before it is routed (``_scale``), every
+    control ticks up to each arrival run before it is routed (each a pass of the
+    loop that advances the replicas to the tick, then ``_control``), every
     router takes the lazy path and skips the replicas that are not routable
     (round robin: the next routable one after the latest used).
     """
@@ -771,7 +756,6 @@ def replay_loop(
     )
     wt, wi = borrow(trees.wt), borrow(trees.wi)
     lmin, li, lmax = borrow(trees.lmin), borrow(trees.li), borrow(trees.lmax)
-    trees = Trees(wt, wi, lmin, li, lmax)
     sc = Scaling(
         borrow(scaling.par),
         borrow(scaling.rs),
@@ -792,16 +776,20 @@ def replay_loop(
     arrived = 0
     while True:
         k = g[G_NEXT]
+        tick = False  # this pass advances the replicas to a control tick, not an arrival
         if k >= n:  # no more arrivals: run every replica dry
             until = math.inf
         elif arrived >= max_arrivals:
             return RET_YIELD
         else:
             until = rqf[k, F_ARRIVAL]
-            if scales:
-                ret = _scale(s, kc, trees, sc, until)
-                if ret != RET_DONE:
-                    return ret
+            if scales:  # the control ticks up to the arrival run before it is routed
+                tt = autoscale.next_tick(sc.par, sc.gi)
+                if tt <= until:
+                    if not autoscale.room(sc):
+                        return RET_SCALE_FULL
+                    until = tt
+                    tick = True
         t = until
         lazy = k < n and not rr
         q = 0  # advance replicas q..last-1, or (lazily) those the wake tree says need it
@@ -827,8 +815,14 @@ def replay_loop(
                 _put_load(s, sc, lmin, li, lmax, q, t)
             else:
                 q += 1
+        if tick:
+            _control(s, kc, sc, lmin, li, lmax, t)
+            continue
         if k >= n:
             return RET_DONE
+        if scales and autoscale.promote(sc, t):  # replicas routable by the arrival
+            for j in range(sc.rs.shape[0]):
+                _put_load(s, sc, lmin, li, lmax, j, t)
         if lazy:
             if cfg[C_ROUTER] == PREFIX_AWARE:
                 if not imbalanced(cfg, cfgf, lmin, lmax) and not _settle_holders(
