@@ -137,7 +137,7 @@ def ms(v: float | None) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--day", type=int, default=7, help="ServeGen day (0-13) [7: the busiest]")
-    ap.add_argument("--mean-rate", type=float, default=30.0, help="the day's mean req/s")
+    ap.add_argument("--mean-rate", type=float, default=10.0, help="the day's mean req/s")
     ap.add_argument("--compress", type=float, default=1.0, help="time compression of the day")
     ap.add_argument("--ttft-ms", type=float, default=500.0, help="the p99 TTFT SLO")
     ap.add_argument(

@@ -126,3 +126,37 @@ def test_the_command_prints_and_records_the_comparison(
     assert "autoscaled vs fixed" in text.output and "during scale-ups" in text.output
     refused = CliRunner().invoke(cli, [*args, "--search", "rate"])
     assert refused.exit_code != 0 and "--search rate" in refused.output
+
+
+def test_an_autoscaled_pool_is_searched_fixed_and_compared(
+    small_warehouse: Callable[..., Path],
+) -> None:
+    """A fleet whose pool 'short' is autoscaled: the pool's fixed count is what the same
+    fleet without that pool's autoscale table finds, and its autoscaled share is
+    replayed once against it; the fleet check deploys the fixed counts."""
+    from pipeline.plan.fleet import run_fleet_capacity
+
+    wh = small_warehouse(n=300, rate=40.0)
+    slos = parse_slos(["ttft_p99=2s"])
+    common = {k: v for k, v in _values().items() if k not in ("autoscale", "replicas", "name")}
+
+    def fleet(auto: bool) -> dict[str, Any]:
+        short = {"name": "short", "max_prompt_tokens": 1000, "replicas": 1}
+        if auto:
+            short["autoscale"] = dict(TABLE)
+        return {**common, "name": "fleet", "pool": [short, {"name": "long", "replicas": 1}]}
+
+    spec = [SearchSpec("replicas", lo=1, hi=16)]
+    res = run_fleet_capacity(wh, fleet(True), slos, spec, quiet=True, intervals=False)
+    plain = run_fleet_capacity(wh, fleet(False), slos, spec, quiet=True, intervals=False)
+    short = {p.name: p for p in res.split.pools}["short"]
+    plain_short = {p.name: p for p in plain.split.pools}["short"]
+    assert short.minimum == plain_short.minimum
+    assert short.autoscale is not None and short.autoscale.fixed_replicas == short.minimum
+    assert {p.name: p for p in res.split.pools}["long"].autoscale is None
+    # the check replays the fleet at fixed counts: no autoscaled pool in it
+    assert res.split.check is not None and res.split.check.run is not None
+    assert not res.split.check.run.summary["pools"]["short"].get("autoscale")
+    details = json.loads(_one(wh, "SELECT details FROM runs WHERE run_id = ?", res.run_id))
+    assert details["autoscale"]["short"]["fixed_replicas"] == short.minimum
+    assert details["autoscale"]["short"]["scenario"] == short.autoscale.scenario
