@@ -23,9 +23,10 @@ Compared (Llama-3-8B on H100, vLLM policy, least_outstanding routers):
 
 - ``fixed``: the fewest replicas meeting ``--ttft-ms`` p99 (the capacity
   replicas search, ``plan/autoscale_plan.py``), paid for the whole span;
-- ``auto-t<T>-s<S>``: an autoscaled pool (1 to the fixed count x 2 replicas)
-  at each target T (``--targets``, outstanding requests per replica) and
-  start-up delay S (``--startups``, seconds), interval 30 s, cooldown 300 s,
+- ``auto-m<M>-t<T>-s<S>``: an autoscaled pool (M to the fixed count x 2
+  replicas; ``--mins``) at each target T (``--targets``, outstanding requests
+  per replica) and start-up delay S (``--startups``, seconds), interval 30 s,
+  cooldown 300 s,
   each replayed once: its GPU-hours, the SLO, the requests that arrived while
   replicas were starting and how many of those were over the limit.
 
@@ -144,6 +145,7 @@ def main() -> None:
         "--targets", default="16,32,64", help="autoscale targets (outstanding requests per replica)"
     )
     ap.add_argument("--startups", default="30,120", help="start-up delays, s")
+    ap.add_argument("--mins", default="1,2", help="min_replicas values")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quick", action="store_true", help="compress 576x (a 150 s day)")
     ap.add_argument("--out", type=Path, default=None, help="scratch folder [a temporary one]")
@@ -170,40 +172,40 @@ def main() -> None:
     }
     targets = [float(x) for x in args.targets.split(",")]
     startups = [float(x) for x in args.startups.split(",")]
+    mins = [int(x) for x in args.mins.split(",")]
     wh = out / "warehouse"
     rows: list[list[str]] = []
 
     def step(ctx: Any, result: Any) -> dict[str, Any]:
         search = result.searches[0]
         n = int(search.answer) if search.answer is not None else 16
-        for s in startups:
-            for t in targets:
-                auto = {
-                    "min_replicas": 1,
-                    "max_replicas": 2 * n,
-                    "target": t,
-                    "interval_s": 30.0,
-                    "cooldown_s": 300.0,
-                    "startup_s": s,
-                }
-                values = {**base, "replicas": 1, "autoscale": auto}
-                o = autoscaled_replay(ctx, values, None, name=f"auto-t{t:g}-s{s:g}")
-                c = compare(search, o, slos)
-                d = c.during_scale_ups
-                key = slos[0].key
-                rows.append(
-                    [
-                        f"autoscaled, target {t:g}, start-up {s:g} s",
-                        f"{c.autoscale['mean_active']:.2f} (peak {c.autoscale['peak_active']})",
-                        f"{c.gpu_hours:.2f}",
-                        f"{c.saved_share:+.0%}" if c.saved_share is not None else "-",
-                        ms(c.slo[key]["measured_s"]),
-                        "yes" if c.all_met else "no",
-                        f"{c.autoscale['scale_ups']}/{c.autoscale['scale_downs']}",
-                        f"{d.get('num_requests', 0):,}",
-                        f"{(d.get('over_limit') or {}).get(key, 0):,}",
-                    ]
-                )
+        for lo, s, t in ((lo, s, t) for lo in mins for s in startups for t in targets):
+            auto = {
+                "min_replicas": lo,
+                "max_replicas": 2 * n,
+                "target": t,
+                "interval_s": 30.0,
+                "cooldown_s": 300.0,
+                "startup_s": s,
+            }
+            values = {**base, "replicas": lo, "autoscale": auto}
+            o = autoscaled_replay(ctx, values, None, name=f"auto-m{lo}-t{t:g}-s{s:g}")
+            c = compare(search, o, slos)
+            d = c.during_scale_ups
+            key = slos[0].key
+            rows.append(
+                [
+                    f"autoscaled, min {lo}, target {t:g}, start-up {s:g} s",
+                    f"{c.autoscale['mean_active']:.2f} (peak {c.autoscale['peak_active']})",
+                    f"{c.gpu_hours:.2f}",
+                    f"{c.saved_share:+.0%}" if c.saved_share is not None else "-",
+                    ms(c.slo[key]["measured_s"]),
+                    "yes" if c.all_met else "no",
+                    f"{c.autoscale['scale_ups']}/{c.autoscale['scale_downs']}",
+                    f"{d.get('num_requests', 0):,}",
+                    f"{(d.get('over_limit') or {}).get(key, 0):,}",
+                ]
+            )
         fixed_head.append(c)  # the last comparison carries the fixed figures
         return {}
 
@@ -251,7 +253,7 @@ def main() -> None:
     print(f"SLO: {slos[0]}; fixed search probes: {probed}")
     print(table(head, rows))
     print(
-        f"\n{result.num_replays + len(targets) * len(startups)} replays in "
+        f"\n{result.num_replays + len(targets) * len(startups) * len(mins)} replays in "
         f"{time.perf_counter() - t0:.0f} s (run {result.run_id}, scratch {out})"
     )
 
