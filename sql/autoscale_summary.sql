@@ -3,8 +3,7 @@
 -- max_replicas the whole replay (and, in a capacity run, against the fewest fixed
 -- replicas that meet the SLOs), its scale-ups and downs, and the requests that arrived
 -- while replicas were starting and how many of those were over each SLO?
--- Reads:   scenarios (summary_json: the autoscale entry), runs (details.autoscale of a
---          capacity run on an autoscaled scenario: plan/autoscale_plan.py)
+-- Reads:   scenarios, runs
 -- Params:  run_id  VARCHAR  the replay run (NULL: the latest run)
 -- Grain:   one row per autoscaled scenario or pool of the run
 -- Columns: scenario, pool (null: a plain autoscaled scenario), label, gpus_per_replica,
@@ -12,10 +11,13 @@
 --          saved_share (1 - gpu_hours / gpu_hours_at_max), mean_active (time-weighted),
 --          peak_active, scale_ups, scale_downs, startup_s, end_s, during_requests
 --          (arrived while a replica was starting), during_completed, during_over
---          (per SLO: "ttft_p99 12, tpot_p99 0"; null without SLOs), fixed_replicas and
---          fixed_gpu_hours (the capacity run's fixed answer over the same span; null
---          outside such a run), slo_met (the capacity run's verdict on the autoscaled
---          replay; null outside it)
+--          (per SLO: "ttft_p99 12; tpot_p99 0"; null without SLOs), fixed_replicas
+--          (the capacity run's fixed answer; null outside such a run), fixed_gpu_hours
+--          (that count over the same span), slo_met (the capacity run's verdict on the
+--          autoscaled replay; null outside it)
+-- The figures are the summary's autoscale entry (scenarios.summary_json; a fleet's pools
+-- carry theirs under pools.<name>.autoscale); the fixed ones the runs row's
+-- details.autoscale of a capacity run on an autoscaled scenario (plan/autoscale_plan.py).
 WITH run AS (
     SELECT coalesce(getvariable('run_id')::VARCHAR, (SELECT max(run_id) FROM scenarios)) AS run_id
 ),
@@ -47,7 +49,7 @@ capacity AS (  -- a capacity run's autoscaled-against-fixed comparison
 ),
 over AS (
     SELECT e.scenario, e.pool,
-           string_agg(k || ' ' || (e.a -> '$.during_scale_ups.over_limit' ->> k), ', ' ORDER BY k)
+           string_agg(k || ' ' || (e.a -> '$.during_scale_ups.over_limit' ->> k), '; ' ORDER BY k)
                AS during_over
     FROM (SELECT *, unnest(json_keys(a, '$.during_scale_ups.over_limit')) AS k
           FROM entries WHERE json_type(a, '$.during_scale_ups.over_limit') = 'OBJECT') AS e

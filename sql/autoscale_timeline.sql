@@ -1,7 +1,7 @@
 -- autoscale_timeline.sql
 -- How did an autoscaled scenario's (or pool's) replicas follow the load: active and
 -- starting replicas over time beside the requests arriving per interval?
--- Reads:   scenarios (summary_json: the autoscale entry's timeline), sim_requests
+-- Reads:   scenarios, sim_requests
 -- Params:  run_id    VARCHAR  the replay run (NULL: the latest run)
 --          bucket_s  DOUBLE   width of the arrival buckets, simulated seconds (NULL: the
 --                             autoscaler's interval_s, widened to a round width when the
