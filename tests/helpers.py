@@ -694,3 +694,50 @@ def build_fleet(root: Path) -> tuple[Warehouse, str, str]:
         )
         runs.append(result.run_id)
     return Warehouse(root), runs[0], runs[1]
+
+
+# An autoscaler that scales within the small warehouse's 300 requests at 40 req/s: two
+# outstanding requests per replica, a tick a second, replicas routable 3 s after a start.
+AUTOSCALE_TABLE = {
+    "min_replicas": 1,
+    "max_replicas": 4,
+    "target": 2,
+    "interval_s": 1,
+    "startup_s": 3,
+}
+AUTOSCALE_COMMON = {
+    "policy": "vllm",
+    "cost": H100_8B_COST,
+    "num_gpu_blocks": 2000,
+    "max_model_len": 4096,
+    "max_num_seqs": 8,
+    "router": "least_outstanding",
+}
+
+
+def build_autoscaled(root: Path) -> tuple[Warehouse, str, str]:
+    """A warehouse of 300 requests at 40 req/s replayed twice with the SLO ttft_p99=2s:
+    run A through an autoscaled scenario ('auto', AUTOSCALE_TABLE) and a fleet ('fleet')
+    whose pool 'short' (prompts <= 1,000 tokens) is autoscaled the same way and pool
+    'long' has 2 fixed replicas; run B through one fixed scenario ('fixed', 2 replicas).
+    Returns (warehouse, run A, run B)."""
+    from pipeline.plan.slo import parse_slos
+    from pipeline.sim.replay import replay
+
+    small_warehouse_at(root, n=300, rate=40.0)
+    slos = parse_slos(["ttft_p99=2s"])
+    auto = build_scenario(
+        {**AUTOSCALE_COMMON, "name": "auto", "replicas": 1, "autoscale": AUTOSCALE_TABLE}
+    )
+    short = {"name": "short", "max_prompt_tokens": 1000, "replicas": 1}
+    fleet = build_scenario(
+        {
+            **AUTOSCALE_COMMON,
+            "name": "fleet",
+            "pool": [{**short, "autoscale": AUTOSCALE_TABLE}, {"name": "long", "replicas": 2}],
+        }
+    )
+    fixed = build_scenario({**AUTOSCALE_COMMON, "name": "fixed", "replicas": 2})
+    a = replay(root, [auto, fleet], quiet=True, intervals=False, slos=slos).run_id
+    b = replay(root, [fixed], quiet=True, intervals=False, slos=slos).run_id
+    return Warehouse(root), a, b

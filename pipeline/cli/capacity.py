@@ -482,6 +482,10 @@ def capacity_command(
         _fleet(wh, inputs, requests, summary_only, quiet, no_intervals, compare_split,
                shared_like, prices, margin_pct, recommend_out, as_json)  # fmt: skip
         return
+    if inputs.base.get("autoscale"):
+        _autoscaled(wh, inputs, kinds, requests, summary_only, quiet, no_intervals, prices,
+                    margin_pct, recommend_out, as_json)  # fmt: skip
+        return
     if compare_split or shared_like is not None:
         flag = "--compare-split" if compare_split else "--shared-like"
         raise ConfigError(
@@ -518,6 +522,65 @@ def capacity_command(
         )
         + f" in {result.wall_s:.1f} s, "
         f"written to {display(wh)}"
+    )
+    click.echo(format_recommendation(rec))
+
+
+def _autoscaled(
+    wh: Path,
+    inputs: Any,
+    kinds: tuple[str, ...],
+    requests: opt.Requests,
+    summary_only: bool,
+    quiet: bool,
+    no_intervals: bool,
+    prices: dict[str, float],
+    margin_pct: float,
+    recommend_out: Path | None,
+    as_json: bool,
+) -> None:
+    """``capacity`` for an autoscaled scenario: the fewest fixed replicas beside the
+    autoscaled replay (``plan/autoscale_plan.py``)."""
+    from pipeline.plan.autoscale_plan import (
+        fixed_values,
+        format_comparison,
+        run_autoscale_capacity,
+    )
+
+    others = sorted(set(kinds) - {"replicas"})
+    if others:
+        raise ConfigError(
+            f"--search {others[0]}: an autoscaled scenario is compared with the fewest fixed "
+            "replicas (the replicas search); drop the [autoscale] table to run the others"
+        )
+    spec = next((s for s in inputs.specs if s.kind == "replicas"), None)
+    result, cmp = run_autoscale_capacity(
+        wh,
+        inputs.base,
+        inputs.slos,
+        spec,
+        **requests.kwargs(),
+        summary_only=summary_only,
+        quiet=quiet,
+        intervals=not no_intervals,
+    )
+    rec = recommend(result, fixed_values(inputs.base), prices, margin_pct)
+    if rec.chosen is not None:
+        write_recommendation(rec, result.run_id, recommend_out or default_path(wh, result.run_id))
+    if as_json:
+        out = result_dict(result, wh, prices)
+        out["recommendation"] = recommendation_dict(rec)
+        out["autoscale"] = cmp.to_dict()
+        click.echo(json.dumps(out, indent=2, default=str))
+        return
+    for line in selection_lines(result.selection):
+        click.echo(line)
+    click.echo(format_capacity(result, prices))
+    for line in format_comparison(cmp):
+        click.echo(line)
+    click.echo(
+        f"run {result.run_id}: {result.num_replays + 1} replays (the fixed search's and the "
+        f"autoscaled one) in {result.wall_s:.1f} s, written to {display(wh)}"
     )
     click.echo(format_recommendation(rec))
 

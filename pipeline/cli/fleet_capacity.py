@@ -256,6 +256,10 @@ def format_fleet_capacity(
             out.append(f"{who} ({p.scenario.name}):")
             text = format_search(p.search, p.slos, p.share_rate, prices)
             out += ["  " + line for line in text.splitlines()]
+            if p.autoscale is not None:  # an autoscaled pool: its autoscaled replay beside
+                from pipeline.plan.autoscale_plan import format_comparison
+
+                out += ["  " + line for line in format_comparison(p.autoscale)]
     return "\n".join(out)
 
 

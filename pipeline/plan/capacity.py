@@ -203,6 +203,8 @@ class CapacityResult:
     searches: list[SearchOutcome] = field(default_factory=list)
     wall_s: float = 0.0
     selection: dict[str, Any] = field(default_factory=dict)  # ``replay.selection_record``
+    # what an ``extra`` step of run_capacity added (its runs row's details carry it too)
+    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def num_replays(self) -> int:
@@ -368,6 +370,7 @@ def run_capacity(
     run_id: str | None = None,
     selection: RequestFilter | None = None,
     intervals: bool = True,
+    extra: Callable[[ProbeContext, CapacityResult], dict[str, Any]] | None = None,
 ) -> CapacityResult:
     """Run the capacity searches for one base scenario and write every probe.
 
@@ -383,6 +386,10 @@ def run_capacity(
         selection: which of those requests (models, tenants, predicate, time window).
         intervals: give each answer its 90% interval (``intervals.py``: replicates and
             the profile term at the answer, then the searches for the interval's ends).
+        extra: a step after the searches, with the probes' context (replays it appends
+            to ``ctx.outcomes`` are written with the probes); what it returns is the
+            result's ``extra`` and goes into the runs row's details
+            (``autoscale_plan.py``: the autoscaled replay beside the fixed search).
 
     Raises:
         ConfigError: no SLO, an empty range, no requests selected, a fleet (``fleet.py``).
@@ -398,6 +405,12 @@ def run_capacity(
         raise ConfigError(
             "the base scenario is a fleet ([[pool]] tables): its pools are searched one by one "
             "by plan.fleet.run_fleet_capacity (what tracereplay capacity runs for a fleet)"
+        )
+    if base.autoscale is not None:  # a replicas probe would only set its initial count
+        raise ConfigError(
+            "the base scenario is autoscaled ([autoscale] table): it is compared with the "
+            "fewest fixed replicas by plan.autoscale_plan.run_autoscale_capacity (what "
+            "tracereplay capacity runs for it)"
         )
     wh = Warehouse(warehouse)
     run_id = run_id or new_run_id(started)
@@ -443,6 +456,8 @@ def run_capacity(
                     search.interval = prober.answer_interval(found.answer, knob_range)
                     search.interval_probes = prober.interval_probes
                 result.searches.append(search)
+            if extra is not None:
+                result.extra = extra(ctx, result)
         write_scenarios(wh, run_id, [o.run for o in outcomes if o.run is not None])
         wh.write(CAPACITY_SEARCH, capacity_table(result), {"run_id": run_id}, "capacity_search")
         status = "ok"
@@ -463,6 +478,7 @@ def run_capacity(
                 "slos": [str(s) for s in slos],
                 "searches": {s.spec.kind: s.brief() for s in result.searches},
                 "num_replays": len(outcomes),
+                **result.extra,
             },
         )
     return result

@@ -27,7 +27,12 @@ own fewest, found apart:
 *shared* alternative, one pool of all the traffic with the settings of one pool
 (``shared_values``), at the same SLOs.
 
-Disaggregated and autoscaled pools are not searched yet (``search_knob``).
+A disaggregated pool searches its prefill:decode split (``disagg_plan.py``). An
+autoscaled pool (its own ``[pool.autoscale]`` table) is searched as a fixed pool,
+without its autoscale keys, and its share is then replayed once autoscaled, as
+``autoscale_plan.py`` does for one scenario: the pool's autoscaled-against-fixed
+comparison (``PoolPlan.autoscale``, the runs row's ``details.autoscale``). The
+fleet check and the recommendation deploy the fixed counts found.
 """
 
 from __future__ import annotations
@@ -48,6 +53,13 @@ import pyarrow as pa
 from pipeline.contracts import CAPACITY_SEARCH
 from pipeline.errors import ConfigError, ScenarioError
 from pipeline.lock import with_warehouse_lock
+from pipeline.plan.autoscale_plan import (
+    AUTOSCALED_SUFFIX,
+    AutoscaleComparison,
+    autoscaled_replay,
+    compare,
+    fixed_values,
+)
 from pipeline.plan.capacity import (
     DEFAULT_MAX_REPLICAS,
     CapacityResult,
@@ -70,6 +82,7 @@ from pipeline.progress import progress
 from pipeline.runs import write_run_row
 from pipeline.selection import RequestFilter
 from pipeline.sim.arrivals import make_arrivals
+from pipeline.sim.autoscale import KEY as AUTOSCALE_KEY
 from pipeline.sim.frontend import SCENARIO_KEYS as FRONTEND_KEYS
 from pipeline.sim.policies import POLICIES
 from pipeline.sim.pools import MATCH_KEYS, Pool, assign
@@ -80,27 +93,23 @@ from pipeline.warehouse import Warehouse, new_run_id
 
 SHARED = "shared"  # the name of the shared alternative's one pool
 DISAGG_KNOB = "prefill:decode"  # a disaggregated pool's knob: its two worker counts
+AUTOSCALE_KNOB = "autoscale"  # an autoscaled pool: its fixed count, then autoscaled against it
 MAX_STEP_UPS = 64  # fleet checks after the first, at most
 # keys a pool's share is searched without: the fleet's arrivals are already made
 _ARRIVAL_KEYS = ("time_scale", "rate", "burstiness", "num_requests")
 
 
 def search_knob(pool: Pool) -> str:
-    """The knob a pool's capacity search turns: its ``replicas``, or for a disaggregated
-    pool its ``prefill:decode`` workers (``plan.disagg_plan``).
+    """The knob a pool's capacity search turns: its ``replicas``, for a disaggregated
+    pool its ``prefill:decode`` workers (``plan.disagg_plan``), for an autoscaled pool
+    ``autoscale``: its fixed ``replicas`` without the autoscale keys, then the autoscaled
+    replay of its share against that count (``plan.autoscale_plan``).
 
-    The one place that says which pools capacity can search: an autoscaled pool's count
-    is the autoscaler's.
-
-    Raises:
-        ScenarioError: the pool is autoscaled.
+    The one place that says how capacity searches each kind of pool.
     """
     sc = pool.scenario
     if getattr(sc, "autoscale", None) is not None:
-        raise ScenarioError(
-            f"pool {pool.name!r} is autoscaled: capacity searches a fixed count of replicas; "
-            "drop its autoscale keys to search it"
-        )
+        return AUTOSCALE_KNOB
     if getattr(sc, "disagg", None) is not None:
         return DISAGG_KNOB
     return "replicas"
@@ -191,7 +200,8 @@ def fleet_values_at(
         n = counts[t["name"]]
         if isinstance(n, tuple):
             return {**t, "prefill_replicas": int(n[0]), "decode_replicas": int(n[1])}
-        return {**t, "replicas": int(n)}
+        # a count found is a fixed count: it replaces an autoscaled pool's autoscaler
+        return {**{k: v for k, v in t.items() if k != AUTOSCALE_KEY}, "replicas": int(n)}
 
     return {**values, "pool": [at(t) for t in values["pool"]], "name": name}
 
@@ -227,6 +237,10 @@ class PoolPlan:
     # a disaggregated pool: its prefill:decode search, and the (prefill, decode) to deploy
     disagg: DisaggPlan | None = None
     split: tuple[int, int] | None = None
+    # an autoscaled pool: its scenario keys with the autoscale table (``values`` and
+    # ``scenario`` are the fixed pool searched), and its autoscaled-against-fixed answer
+    autoscaled_values: dict[str, Any] | None = None
+    autoscale: AutoscaleComparison | None = None
 
     @property
     def count(self) -> int | tuple[int, int]:
@@ -490,6 +504,10 @@ def run_fleet_capacity(
         sc = build_scenario(vals, where=f"pool {pool_name}")
         if pool is not None:
             _check_same(sc, pool)
+        auto_vals = None
+        if sc.autoscale is not None:  # searched as a fixed pool (search_knob)
+            auto_vals, vals = vals, fixed_values(vals)
+            sc = build_scenario(vals, where=f"pool {pool_name} without its autoscale table")
         for end in (lo, hi) if sc.disagg is None else ():
             build_scenario({**vals, "replicas": end}, where=f"pool {pool_name} at {end} replicas")
         return PoolPlan(
@@ -502,6 +520,7 @@ def run_fleet_capacity(
             share_rate=offered_rate(share["arrival_s"].to_numpy()),
             lo=lo,
             hi=hi,
+            autoscaled_values=auto_vals,
         )
 
     split = FleetPlan(
@@ -583,6 +602,10 @@ def run_fleet_capacity(
                         p.search.interval = prober.answer_interval(found.answer, knob)
                         p.search.interval_probes = prober.interval_probes
                     p.replicas = p.minimum
+                    if p.autoscaled_values is not None:
+                        name = f"{p.scenario.name}-{AUTOSCALED_SUFFIX}"
+                        out = autoscaled_replay(ctx, p.autoscaled_values, None, name=name)
+                        p.autoscale = compare(p.search, out, p.slos)
             _check_fleet(split, values, fleet, frame, slos, run_id, wh, summary_only, outcomes, bar)
             if shared is not None:
                 s = shared.pools[0].search
@@ -611,9 +634,16 @@ def run_fleet_capacity(
                 "searches": {},
                 "fleet": fleet_record(result, prices),
                 "num_replays": len(outcomes),
+                **_autoscale_details(split),
             },
         )
     return result
+
+
+def _autoscale_details(plan: FleetPlan) -> dict[str, Any]:
+    """The runs row's ``autoscale``: each autoscaled pool's comparison (none: no key)."""
+    auto = {p.name: p.autoscale.to_dict() for p in plan.pools if p.autoscale is not None}
+    return {"autoscale": auto} if auto else {}
 
 
 def _check_fleet(
@@ -741,6 +771,7 @@ def plan_record(plan: FleetPlan, prices: dict[str, float] | None = None) -> dict
                 "search": p.search.brief() if p.search is not None else None,
                 "prefill_decode": list(p.split) if p.split is not None else None,
                 "disagg_search": p.disagg.to_dict() if p.disagg is not None else None,
+                "autoscale": p.autoscale.to_dict() if p.autoscale is not None else None,
                 "slo": plan.pool_summary(p.name).get("slo"),
                 "classes": plan.pool_summary(p.name).get("classes"),
             }

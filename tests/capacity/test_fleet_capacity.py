@@ -21,7 +21,7 @@ from click.testing import CliRunner
 
 from pipeline.cli import cli
 from pipeline.contracts import CAPACITY_SEARCH, REQUESTS, RUNS, SCENARIOS, read_table
-from pipeline.errors import ConfigError, ScenarioError
+from pipeline.errors import ConfigError
 from pipeline.plan.capacity import SearchSpec, run_capacity
 from pipeline.plan.fleet import (
     FleetPlan,
@@ -305,11 +305,9 @@ def test_bad_fleet_input_is_refused_in_one_line(wh: Path, kwargs: dict, words: s
     assert "\n" not in str(exc.value)
 
 
-def test_an_autoscaled_pool_is_not_searched_and_a_disaggregated_one_searches_its_split() -> None:
+def test_an_autoscaled_pool_is_compared_and_a_disaggregated_one_searches_its_split() -> None:
     pool = SimpleNamespace(name="p", scenario=SimpleNamespace(autoscale=object()))
-    with pytest.raises(ScenarioError) as exc:
-        search_knob(pool)  # type: ignore[arg-type]
-    assert "autoscaled" in str(exc.value) and "'p'" in str(exc.value)
+    assert search_knob(pool) == "autoscale"  # type: ignore[arg-type]
     disagg = SimpleNamespace(name="d", scenario=SimpleNamespace(disagg=object()))
     assert search_knob(disagg) == "prefill:decode"  # type: ignore[arg-type]
     assert search_knob(SimpleNamespace(name="q", scenario=SimpleNamespace())) == "replicas"  # type: ignore[arg-type]

@@ -1,14 +1,21 @@
 """The report tests' warehouses, built once a session: the tiny hand-written one (its
 rows and the figures they give are in tests/helpers.py's ``build``), the gateway log with
 hostile names replayed, the sweep with its capacity runs, and a run of one scenario beside one
-of 100."""
+of 100, and the replays with an autoscaled scenario and pool."""
 
 from __future__ import annotations
 
 import pytest
 
 from pipeline.warehouse import Warehouse
-from tests.helpers import build, build_fleet, build_many, build_replayed, build_sweep
+from tests.helpers import (
+    build,
+    build_autoscaled,
+    build_fleet,
+    build_many,
+    build_replayed,
+    build_sweep,
+)
 
 
 @pytest.fixture(scope="session")
@@ -37,3 +44,8 @@ def many_warehouse(tmp_path_factory: pytest.TempPathFactory) -> tuple[Warehouse,
 @pytest.fixture(scope="session")
 def fleet_warehouse(tmp_path_factory: pytest.TempPathFactory) -> tuple[Warehouse, str, str]:
     return build_fleet(tmp_path_factory.mktemp("fleet") / "wh")
+
+
+@pytest.fixture(scope="session")
+def autoscale_warehouse(tmp_path_factory: pytest.TempPathFactory) -> tuple[Warehouse, str, str]:
+    return build_autoscaled(tmp_path_factory.mktemp("autoscale") / "wh")

@@ -247,10 +247,12 @@ def test_no_axis_label_overlaps_at_1_30_and_100_scenarios(
     many_warehouse: tuple[Warehouse, str, str],
     sweep_warehouse: tuple[Warehouse, str, str, str],
     fleet_warehouse: tuple[Warehouse, str, str],
+    autoscale_warehouse: tuple[Warehouse, str, str],
     tmp_path: Path,
 ) -> None:
     """Every axis label box of every chart, at 1, 30 and 100 scenarios (two tenants, so the
-    per-class panels are drawn) and of a fleet's run (the per-pool panels), is clear of the
+    per-class panels are drawn), of a fleet's run (the per-pool panels) and of an autoscaled
+    run (the replicas over the arrivals), is clear of the
     others; the capacity answers' table keeps its cost columns in view; a full-page
     screenshot of each lands in out/test-artifacts/."""
     from playwright.sync_api import sync_playwright
@@ -258,6 +260,7 @@ def test_no_axis_label_overlaps_at_1_30_and_100_scenarios(
     wh, one_id, hundred_id = many_warehouse
     swh, sweep_id, cap_id, _ = sweep_warehouse
     fwh, fleet_id, _ = fleet_warehouse
+    awh, auto_id, _ = autoscale_warehouse
     slos = ["ttft_p99<=2s", "ttft_p99@tenant=team-a<=1s"]
     pages = {
         "report_1_scenario": build_report(wh, one_id, output=tmp_path / "one.html", slos=slos),
@@ -268,6 +271,8 @@ def test_no_axis_label_overlaps_at_1_30_and_100_scenarios(
         "report_capacity": build_report(swh, cap_id, output=tmp_path / "cap.html",
                                         gpu_prices={"h100-80gb": 2.49}),
         "report_fleet": build_report(fwh, fleet_id, output=tmp_path / "fleet.html", slos=slos),
+        "report_autoscale": build_report(awh, auto_id, output=tmp_path / "auto.html",
+                                         slos=slos[:1]),
     }  # fmt: skip
     urls = {p.resolve().as_uri() for p in pages.values()}
     errors: list[str] = []
@@ -284,12 +289,17 @@ def test_no_axis_label_overlaps_at_1_30_and_100_scenarios(
                     "failed": data["chartsFailed"],
                     "classes": page.locator("#chart-classes-1 svg.marks").count(),
                     "pools": page.locator("#chart-pools-1 svg.marks").count(),
+                    "autoscaling": page.locator("#chart-autoscaling-1 svg.marks").count(),
                     **page.evaluate(AXIS_LABEL_OVERLAPS),
                     "answers": page.evaluate(TABLE_FITS, "What each capacity search found"),
                 }
                 page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
                 if page.locator("#classes .chart").count():
                     page.locator("#classes").screenshot(path=str(ARTIFACTS / f"{name}_classes.png"))
+                if page.locator("#autoscaling .chart").count():
+                    page.locator("#autoscaling").screenshot(
+                        path=str(ARTIFACTS / f"{name}_autoscaling.png")
+                    )
                 if page.locator("#pools .chart").count():
                     page.locator("#pools").screenshot(path=str(ARTIFACTS / f"{name}_pools.png"))
         finally:
@@ -307,3 +317,5 @@ def test_no_axis_label_overlaps_at_1_30_and_100_scenarios(
         assert found[name]["classes"] == 1, name  # two tenants: the per-class panels
         assert found[name]["pools"] == 0, name  # no fleet: no per-pool section
     assert found["report_fleet"]["pools"] == 1  # the fleet's per-pool panels
+    for name, f in found.items():  # the autoscaling section: only for the autoscaled run
+        assert f["autoscaling"] == (1 if name == "report_autoscale" else 0), name

@@ -139,6 +139,9 @@ CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any], Rows]] = {
     ]),
     # the tiny warehouse holds no fleet (tests/report/test_pools_report.py checks the rows)
     "pool_slos_without_a_fleet": ("pool_slos", {}, {}, []),
+    # nor an autoscaled scenario (tests/report/test_autoscale_report.py checks the rows)
+    "autoscale_summary_without_autoscaling": ("autoscale_summary", {}, {}, []),
+    "autoscale_timeline_without_autoscaling": ("autoscale_timeline", {}, {}, []),
     "run_scenarios_old": ("run_scenarios", {"run_id": R1}, {}, [
         {"run_id": R1, "scenario": "old", "num_requests": 1, "label": ""},
     ]),

@@ -24,6 +24,7 @@ from typing import Any
 import polars as pl
 from altair.utils.schemapi import debug_mode
 
+from pipeline.report.charts.autoscale import autoscale_timeline
 from pipeline.report.charts.capacity import capacity_probes, slo_capacity
 from pipeline.report.charts.classes import class_panels
 from pipeline.report.charts.common import AnyChart, ChartOptions
@@ -64,6 +65,7 @@ CHARTS: dict[str, Callable[[pl.DataFrame, ChartOptions], AnyChart]] = {
         latency_cdf,
         class_panels,
         pool_panels,
+        autoscale_timeline,
         engine_timeline,
         prefix_hit_rate_overall,
         prefix_hit_rate_over_time,
