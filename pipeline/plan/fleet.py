@@ -81,11 +81,11 @@ from pipeline.pricing import deployment_cost, gpu_kind
 from pipeline.progress import progress
 from pipeline.runs import write_run_row
 from pipeline.selection import RequestFilter
-from pipeline.sim.arrivals import make_arrivals
 from pipeline.sim.autoscale import KEY as AUTOSCALE_KEY
+from pipeline.sim.fleet import split_frame
 from pipeline.sim.frontend import SCENARIO_KEYS as FRONTEND_KEYS
 from pipeline.sim.policies import POLICIES
-from pipeline.sim.pools import MATCH_KEYS, Pool, assign
+from pipeline.sim.pools import MATCH_KEYS, Pool
 from pipeline.sim.replay import load_loop, selection_record
 from pipeline.sim.replay_input import prepare, read_window, select_request_files
 from pipeline.sim.scenario import Scenario, build_scenario
@@ -124,17 +124,9 @@ def search_knob_of(p: PoolPlan) -> str:
 
 
 def fleet_frame(frame: pl.DataFrame, fleet: Scenario) -> tuple[pl.DataFrame, npt.NDArray[np.int64]]:
-    """The requests with the fleet's arrival times (its arrival keys over the whole trace)
-    and each row's pool index: what ``sim.fleet.prepare_fleet`` splits, the same way."""
-    rng = np.random.default_rng(fleet.seed)
-    idx, arrival = make_arrivals(fleet.arrivals, frame["arrival_s"].to_numpy(), rng)
-    if len(idx) != frame.height or not np.array_equal(idx, np.arange(frame.height)):
-        ids = frame["request_id"].gather(idx)
-        if len(np.unique(idx)) < len(idx):  # drawn with replacement: keep ids unique
-            ids = ids + "#" + pl.Series(np.arange(len(idx))).cast(pl.String)
-        frame = frame[idx].with_columns(ids.alias("request_id"))
-    frame = frame.with_columns(pl.Series("arrival_s", arrival, dtype=pl.Float64))
-    return frame, assign(frame, fleet.pools)
+    """The requests with the fleet's arrival times and each row's pool index: what
+    ``sim.fleet.prepare_fleet`` splits (``sim.fleet.split_frame``)."""
+    return split_frame(frame, fleet)
 
 
 def pool_slos(slos: list[Slo], share: pl.DataFrame) -> list[Slo]:

@@ -82,13 +82,9 @@ class FleetPrepared(Prepared):
         return len(self.order)
 
 
-def prepare_fleet(frame: pl.DataFrame, sc: Scenario, *, with_groups: bool = True) -> FleetPrepared:
-    """Arrivals for the whole fleet, then each pool's share prepared (``replay_input.prepare``).
-
-    Raises:
-        ScenarioError: a pool's share fails its scenario's checks (naming the pool).
-    """
-    assert sc.pools, "prepare_fleet takes a fleet (a scenario with pools)"
+def split_frame(frame: pl.DataFrame, sc: Scenario) -> tuple[pl.DataFrame, npt.NDArray[np.int64]]:
+    """The requests with the fleet's arrival times (its arrival keys over the whole
+    trace, in ``arrival_s``) and each row's pool index (``pools.assign``)."""
     rng = np.random.default_rng(sc.seed)
     idx, arrival = make_arrivals(sc.arrivals, frame["arrival_s"].to_numpy(), rng)
     if len(idx) != frame.height or not np.array_equal(idx, np.arange(frame.height)):
@@ -97,7 +93,18 @@ def prepare_fleet(frame: pl.DataFrame, sc: Scenario, *, with_groups: bool = True
             ids = ids + "#" + pl.Series(np.arange(len(idx))).cast(pl.String)
         frame = frame[idx].with_columns(ids.alias("request_id"))
     frame = frame.with_columns(pl.Series("arrival_s", arrival, dtype=pl.Float64))
-    which = assign(frame, sc.pools)
+    return frame, assign(frame, sc.pools)
+
+
+def prepare_fleet(frame: pl.DataFrame, sc: Scenario, *, with_groups: bool = True) -> FleetPrepared:
+    """Arrivals for the whole fleet, then each pool's share prepared (``replay_input.prepare``).
+
+    Raises:
+        ScenarioError: a pool's share fails its scenario's checks (naming the pool).
+    """
+    assert sc.pools, "prepare_fleet takes a fleet (a scenario with pools)"
+    frame, which = split_frame(frame, sc)
+    arrival = frame["arrival_s"].to_numpy()
     preps: list[Prepared | None] = []
     firsts: list[float] = []
     rows_of: list[npt.NDArray[np.int64]] = []
