@@ -334,13 +334,8 @@ def class_changes(wh: Warehouse, df: pl.DataFrame, pairing: Pairing | None = Non
             )
             for name in order:
                 for column, metric in CLASS_METRICS.items():
-                    va = (a.get(name) or {}).get(column)
-                    vb = (b.get(name) or {}).get(column)
-                    va = None if va is None else float(va)
-                    vb = None if vb is None else float(vb)
-                    change = None if va is None or vb is None else vb - va
-                    rel = None if change is None or not va else change / abs(va)
-                    rows.append((shown, b_name, kind, name, metric, va, vb, change, rel))
+                    values = _change(a.get(name), b.get(name), column)
+                    rows.append((shown, b_name, kind, name, metric, *values))
     if not rows:
         return empty
     return pl.DataFrame(rows, schema=empty.schema, orient="row")
@@ -408,16 +403,25 @@ def pool_changes(wh: Warehouse, df: pl.DataFrame, pairing: Pairing | None = None
         order = list(a) + [n for n in b if n not in a]
         for name in order:
             for column, metric in POOL_METRICS.items():
-                va = (a.get(name) or {}).get(column)
-                vb = (b.get(name) or {}).get(column)
-                va = None if va is None else float(va)
-                vb = None if vb is None else float(vb)
-                change = None if va is None or vb is None else vb - va
-                rel = None if change is None or not va else change / abs(va)
-                rows.append((shown, b_name, name, metric, va, vb, change, rel))
+                rows.append(
+                    (shown, b_name, name, metric, *_change(a.get(name), b.get(name), column))
+                )
     if not rows:
         return empty
     return pl.DataFrame(rows, schema=empty.schema, orient="row")
+
+
+def _change(
+    a: dict[str, Any] | None, b: dict[str, Any] | None, column: str
+) -> tuple[float | None, float | None, float | None, float | None]:
+    """(A, B, B - A, (B - A) / |A|) of one figure of a class or pool in both runs (None
+    where a run lacks it, or the relative change where A is 0)."""
+    va, vb = (a or {}).get(column), (b or {}).get(column)
+    va = None if va is None else float(va)
+    vb = None if vb is None else float(vb)
+    change = None if va is None or vb is None else vb - va
+    rel = None if change is None or not va else change / abs(va)
+    return va, vb, change, rel
 
 
 def signed(x: float | None, scale: float = 1.0, unit: str = "") -> str:

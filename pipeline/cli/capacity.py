@@ -513,17 +513,18 @@ def capacity_command(
     for line in selection_lines(result.selection):
         click.echo(line)
     click.echo(format_capacity(result, prices))
-    click.echo(
-        f"run {result.run_id}: {result.num_replays} replays"
-        + (
-            f" (and {result.num_interval_replays} for the intervals)"
-            if result.num_interval_replays
-            else ""
-        )
-        + f" in {result.wall_s:.1f} s, "
-        f"written to {display(wh)}"
-    )
+    click.echo(_run_line(result, wh))
     click.echo(format_recommendation(rec))
+
+
+def _run_line(result: Any, wh: Path) -> str:
+    """``run <id>: N replays (and M for the intervals) in S s, written to <warehouse>``."""
+    intervals = result.num_interval_replays
+    return (
+        f"run {result.run_id}: {result.num_replays} replays"
+        + (f" (and {intervals} for the intervals)" if intervals else "")
+        + f" in {result.wall_s:.1f} s, written to {display(wh)}"
+    )
 
 
 def _autoscaled(
@@ -636,15 +637,7 @@ def _fleet(
     for line in selection_lines(result.selection):
         click.echo(line)
     click.echo(format_fleet_capacity(result, prices))
-    click.echo(
-        f"run {result.run_id}: {result.num_replays} replays"
-        + (
-            f" (and {result.num_interval_replays} for the intervals)"
-            if result.num_interval_replays
-            else ""
-        )
-        + f" in {result.wall_s:.1f} s, written to {display(wh)}"
-    )
+    click.echo(_run_line(result, wh))
     click.echo(format_fleet_recommendation(rec))
 
 
