@@ -84,23 +84,7 @@ def set_load(
     n: int,
 ) -> None:
     """Replica r has n outstanding requests."""
-    j = lmin.shape[0] // 2 + r
-    if lmin[j] == n:
-        return
-    lmin[j] = n
-    lmax[j] = n
-    j //= 2
-    while j >= 1:
-        a = 2 * j
-        b = a + 1
-        if lmin[b] < lmin[a]:  # strictly: on a tie the left child, the lower index, wins
-            lmin[j] = lmin[b]
-            li[j] = li[b]
-        else:
-            lmin[j] = lmin[a]
-            li[j] = li[a]
-        lmax[j] = max(lmax[a], lmax[b])
-        j //= 2
+    _set_leaf(lmin, li, lmax, r, n, n)
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -109,16 +93,30 @@ def set_off(
 ) -> None:
     """Replica r takes no requests (autoscale.py): its leaf is a padding leaf's, which
     never wins a minimum or a maximum, until ``set_load`` gives it a count again."""
+    _set_leaf(lmin, li, lmax, r, _NEVER, -_NEVER)
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _set_leaf(
+    lmin: npt.NDArray[np.int64],
+    li: npt.NDArray[np.int64],
+    lmax: npt.NDArray[np.int64],
+    r: int,
+    lo: int,
+    hi: int,
+) -> None:
+    """Replica r's leaf holds ``lo`` for the minimum and ``hi`` for the maximum; the
+    path to the root is brought up to date."""
     j = lmin.shape[0] // 2 + r
-    if lmin[j] == _NEVER:
+    if lmin[j] == lo and lmax[j] == hi:
         return
-    lmin[j] = _NEVER
-    lmax[j] = -_NEVER
+    lmin[j] = lo
+    lmax[j] = hi
     j //= 2
     while j >= 1:
         a = 2 * j
         b = a + 1
-        if lmin[b] < lmin[a]:
+        if lmin[b] < lmin[a]:  # strictly: on a tie the left child, the lower index, wins
             lmin[j] = lmin[b]
             li[j] = li[b]
         else:
