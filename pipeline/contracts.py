@@ -134,6 +134,9 @@ class Contract:
 Column = tuple[str, pa.DataType, str, Valid | None]
 
 
+SCHED_CPU_COLS = ("sched_cpu_s", "sched_cpu_exposed_s")  # sim_steps, cost model v4
+
+
 def _c(name: str, dtype: pa.DataType, doc: str, valid: Valid | None = None) -> Column:
     return (name, dtype, doc, valid)
 
@@ -362,11 +365,19 @@ SIM_STEPS = _contract(
         _c("num_prefix_query_tokens", pa.int64(), "prompt tokens looked up in the prefix cache"),
         _c("num_prefix_hit_tokens", pa.int64(), "of which found"),
         _c("role", pa.string(), "disaggregated: the worker's role, prefill or decode (null: not)"),
+        # scheduler CPU time (docs/replay.md, "Scheduler CPU time")
+        _c("sched_cpu_s", pa.float64(), "scheduler CPU seconds of the row's steps", SIM_TIME_S),
+        _c(
+            "sched_cpu_exposed_s",
+            pa.float64(),
+            "of which on the critical path (all of it when the engine schedules synchronously)",
+            SIM_TIME_S,
+        ),
     ],
-    # added with cost model v3, pool with fleets, role with disaggregation (files
-    # written before lack them)
-    nullable={"prefill_attn_pairs", "decode_context_tokens", "pool", "role"},
-    optional={"prefill_attn_pairs", "decode_context_tokens", "pool", "role"},
+    # added with cost model v3, pool with fleets, role with disaggregation, sched_cpu_*
+    # with cost model v4 (files written before lack them)
+    nullable={"prefill_attn_pairs", "decode_context_tokens", "pool", "role", *SCHED_CPU_COLS},
+    optional={"prefill_attn_pairs", "decode_context_tokens", "pool", "role", *SCHED_CPU_COLS},
     primary_key=("scenario", "replica", "step"),
     partition_by=("run_id",),
 )

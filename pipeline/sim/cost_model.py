@@ -74,7 +74,7 @@ import numpy as np
 import numpy.typing as npt
 from numba import njit
 
-COST_MODEL_VERSION = 3
+COST_MODEL_VERSION = 4
 
 # Index of each coefficient in the array the compiled loop receives (v1 first, in v1 order).
 (
@@ -95,7 +95,10 @@ COST_MODEL_VERSION = 3
     PREFILL_SEQ,
     KNEE_TOKENS,
     KNEE_S,
-) = range(17)
+    SCHED_CPU,
+    SCHED_CPU_SEQ,
+    SCHED_OVERLAP,  # not a coefficient: 1 when the engine's scheduler overlaps the GPU step
+) = range(20)
 
 # Coefficients added by v2; a profile without them (v1) gets 0, which is the v1 model.
 V2_COEFFICIENTS = ("seq_s", "flop_tokens_half", "overlap", "prefill_fixed_s")
@@ -107,7 +110,10 @@ V3_COEFFICIENTS = (
     "prefill_knee_tokens",
     "prefill_knee_s",
 )
-OPTIONAL_COEFFICIENTS = V2_COEFFICIENTS + V3_COEFFICIENTS
+# Added by v4: the scheduler's CPU time per step; a profile without them (v1 to v3) gets 0,
+# which is the v3 model (the CPU time folded into fixed_s and seq_s, or hidden).
+V4_COEFFICIENTS = ("sched_cpu_s", "sched_cpu_per_seq_s")
+OPTIONAL_COEFFICIENTS = V2_COEFFICIENTS + V3_COEFFICIENTS + V4_COEFFICIENTS
 
 
 @dataclass(frozen=True)
@@ -131,6 +137,8 @@ class StepCost:
     prefill_seq_s: float = 0.0  # per prefill chunk in a step that computes prompt tokens (v3)
     prefill_knee_tokens: float = 0.0  # prompt tokens in a step past which prefill_knee_s counts
     prefill_knee_s: float = 0.0  # per prompt token past prefill_knee_tokens in a step (v3)
+    sched_cpu_s: float = 0.0  # the scheduler's CPU time per step, fixed part (v4)
+    sched_cpu_per_seq_s: float = 0.0  # ... and per scheduled sequence (v4)
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -141,8 +149,12 @@ class StepCost:
             if getattr(self, name) > 1:
                 raise ValueError(f"coefficient {name} must be in [0, 1], got {getattr(self, name)}")
 
-    def as_array(self) -> npt.NDArray[np.float64]:
-        return np.array([getattr(self, f.name) for f in fields(self)], dtype=np.float64)
+    def as_array(self, sched_overlap: bool = False) -> npt.NDArray[np.float64]:
+        """The coefficients as the compiled code reads them (indices above), and the
+        ``SCHED_OVERLAP`` flag: whether the scheduler's CPU time overlaps the GPU step
+        (an asynchronous engine, ``sched_cpu.overlaps``) or adds to it (synchronous)."""
+        values = [getattr(self, f.name) for f in fields(self)]
+        return np.array([*values, float(sched_overlap)], dtype=np.float64)
 
     def step_s(
         self,
@@ -203,7 +215,22 @@ class StepCost:
 def step_time(
     c: npt.NDArray[np.float64], p: float, a: float, n: float, d: float, ctx: float
 ) -> float:
-    """Seconds for one step (see the module docstring)."""
+    """Seconds for one step (see the module docstring): the GPU's, with the scheduler's CPU
+    time added (synchronous) or overlapping it (asynchronous: the larger of the two)."""
+    gpu = gpu_step_time(c, p, a, n, d, ctx)
+    cpu = c[SCHED_CPU] + c[SCHED_CPU_SEQ] * n
+    if cpu <= 0 or gpu <= 0:  # (v1 to v3 profiles: the GPU time, bit for bit)
+        return gpu
+    if c[SCHED_OVERLAP] != 0:
+        return max(gpu, cpu)
+    return gpu + cpu
+
+
+@njit(cache=True)
+def gpu_step_time(
+    c: npt.NDArray[np.float64], p: float, a: float, n: float, d: float, ctx: float
+) -> float:
+    """Seconds the GPU computes one step (the v3 model; see the module docstring)."""
     tok = p + d
     if tok <= 0:
         return 0.0
@@ -228,8 +255,33 @@ def decode_run_s(c: npt.NDArray[np.float64], d: float, ctx0: float, k: int) -> f
     """Total seconds of k decode-only steps of d sequences starting at total context ctx0.
 
     Step j (0-based) has N = D = d and context ctx0 + j*d. Equal to summing step_time
-    over the k steps, up to rounding.
+    over the k steps, up to rounding. The scheduler's CPU time is the same every step
+    (N is fixed): a synchronous engine adds k times it; an asynchronous one pays the
+    larger of each step's GPU time and it, and as the GPU time never shrinks along the
+    run, the steps where the CPU leads are a prefix of it (found by bisection).
     """
+    gpu = decode_gpu_s(c, d, ctx0, k)
+    cpu = c[SCHED_CPU] + c[SCHED_CPU_SEQ] * d
+    if cpu <= 0 or gpu <= 0:  # (v1 to v3 profiles: the GPU time, bit for bit)
+        return gpu
+    if c[SCHED_OVERLAP] == 0:
+        return gpu + k * cpu
+    if gpu_step_time(c, 0.0, 0.0, d, d, ctx0) >= cpu:  # the GPU leads from the first step
+        return gpu
+    lo = 1  # steps [0, lo) are CPU-bound; find the first that is not, in [lo, k]
+    hi = k
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if gpu_step_time(c, 0.0, 0.0, d, d, ctx0 + mid * d) < cpu:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo * cpu + decode_gpu_s(c, d, ctx0 + lo * d, k - lo)
+
+
+@njit(cache=True)
+def decode_gpu_s(c: npt.NDArray[np.float64], d: float, ctx0: float, k: int) -> float:
+    """The GPU's part of ``decode_run_s``: k steps of the v3 model in closed form."""
     if k <= 0 or d <= 0:
         return 0.0
     # compute_j = a0 + a1*j ; memory_j = b0 + b1*j

@@ -72,11 +72,13 @@ import numpy as np
 import numpy.typing as npt
 from numba import njit
 
-from pipeline.sim import autoscale
+from pipeline.sim import autoscale, sched_cpu
 from pipeline.sim.autoscale import Scaling
 from pipeline.sim.borrow import borrow
 from pipeline.sim.cache import PrefixCaches, commit, flush, settles, take
 from pipeline.sim.cost_model import (
+    SCHED_CPU,
+    SCHED_CPU_SEQ,
     decode_run_s,
     step_time,
 )
@@ -161,6 +163,8 @@ from pipeline.sim.state import (
     SF_ATTN,
     SF_CTX,
     SF_DURATION,
+    SF_SCHED_CPU,
+    SF_SCHED_EXPOSED,
     SF_START,
     ST_FINISHED,
     ST_WAITING,
@@ -510,6 +514,11 @@ def _finish(s: State, kc: PrefixCaches, r: int, k: int, step: Step) -> None:
     s.stf[row, SF_DURATION] = duration
     s.stf[row, SF_ATTN] = p_attn
     s.stf[row, SF_CTX] = ctx
+    cpu_s = exposed = 0.0  # the scheduler's CPU time (sched_cpu.py), when the profile has it
+    if s.cost[SCHED_CPU] + s.cost[SCHED_CPU_SEQ] > 0:
+        cpu_s, exposed = sched_cpu.row(s.cost, k, duration, p_tok, p_attn, float(n), d, ctx)
+    s.stf[row, SF_SCHED_CPU] = cpu_s
+    s.stf[row, SF_SCHED_EXPOSED] = exposed
     s.g[G_ROWS] = row + 1
     s.rp[r, P_STEP] += k
     s.rp[r, P_DONE] += done

@@ -26,7 +26,7 @@ import math
 
 import numpy as np
 
-from pipeline.sim import autoscale
+from pipeline.sim import autoscale, sched_cpu
 from pipeline.sim.cost_model import step_time
 from pipeline.sim.policies import orca, sarathi, sglang, static, vllm
 from pipeline.sim.prefix import extend_keys
@@ -139,7 +139,7 @@ class ReferenceLoop(EngineSchedulers):
     def __init__(self, scenario: Scenario) -> None:
         super().__init__(scenario)
         self.num_blocks = scenario.num_kv_blocks
-        self.cost = scenario.cost.as_array()
+        self.cost = scenario.cost.as_array(scenario.sched_overlap)
         self.frontend = scenario.frontend.as_array()
         self.reserve = -(-scenario.memory.max_model_len // self.bs)
         self.ratio_init = 0.0
@@ -423,6 +423,7 @@ class ReferenceLoop(EngineSchedulers):
             keys = sum(req.computed + t for req, t in scheduled)
             p_attn = (p_tok + d) * keys - ctx
         duration = float(step_time(self.cost, p_tok, p_attn, n_pf + d, d, ctx))
+        cpu = sched_cpu.row(self.cost, 1, duration, p_tok, p_attn, n_pf + d, d, ctx)
         end = start + duration
         for req, t in scheduled:
             if math.isnan(req.first_scheduled_s):
@@ -462,7 +463,7 @@ class ReferenceLoop(EngineSchedulers):
                     rep.step_hit,
                     rep.cache.evicted - evicted0,
                 ],
-                [start, duration, float(p_attn), float(ctx)],
+                [start, duration, float(p_attn), float(ctx), *cpu],
             )
         )
         rep.steps += 1

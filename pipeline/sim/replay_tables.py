@@ -39,6 +39,8 @@ from pipeline.sim.state import (
     SF_ATTN,
     SF_CTX,
     SF_DURATION,
+    SF_SCHED_CPU,
+    SF_SCHED_EXPOSED,
     SF_START,
     SimResult,
 )
@@ -165,6 +167,8 @@ def sim_steps_table(
             "num_prefix_query_tokens": st[:, S_PQUERY],
             "num_prefix_hit_tokens": st[:, S_PHIT],
             "role": _roles(role, n),
+            "sched_cpu_s": stf[:, SF_SCHED_CPU],
+            "sched_cpu_exposed_s": stf[:, SF_SCHED_EXPOSED],
         }
     )
 

@@ -82,7 +82,7 @@ import numpy.typing as npt
 from pipeline import validation
 from pipeline.errors import PipelineError, ScenarioError
 from pipeline.sim import autoscale as scaling
-from pipeline.sim import cost_uncertainty
+from pipeline.sim import cost_uncertainty, sched_cpu
 from pipeline.sim.autoscale import Autoscale
 from pipeline.sim.cost_model import OPTIONAL_COEFFICIENTS, StepCost
 from pipeline.sim.disagg import DECODE_ROUTERS, DEFAULT_LINK, LINKS, Disagg, policy_error
@@ -157,6 +157,13 @@ COMMON: dict[str, tuple[type, Any, str]] = {
     "frontend_request_s": (float, None, "front end per request, s; default: the profile's"),
     "frontend_prompt_token_s": (float, None, "front end per prompt token, s (tokenisation)"),
     "frontend_output_token_s": (float, None, "front end per streamed token, s"),
+    # the scheduler's CPU time per step (sched_cpu.py): the profile's unless given
+    "sched_cpu_s": (float, None, "scheduler CPU time per step, s; default: the profile's"),
+    "sched_cpu_per_seq_s": (
+        float,
+        None,
+        "scheduler CPU time per scheduled sequence, s; default: the profile's",
+    ),
     "cost_uncertainty": (
         float,
         None,
@@ -187,6 +194,8 @@ FLOAT_RANGES: dict[str, tuple[float, float]] = {
     "frontend_request_s": (0.0, 1e3),
     "frontend_prompt_token_s": (0.0, 1e3),
     "frontend_output_token_s": (0.0, 1e3),
+    "sched_cpu_s": (0.0, 1e3),
+    "sched_cpu_per_seq_s": (0.0, 1e3),
     "cost_uncertainty": (0.0, 10.0),
     "cache_threshold": (0.0, 1.0),
     "balance_rel_threshold": (1.0, 1e6),
@@ -274,6 +283,11 @@ class Scenario:
         """Whether requests are ordered by priority (vLLM's priority policy)."""
         return POLICIES[self.policy].queue(self.params) == Q_PRIORITY
 
+    @property
+    def sched_overlap(self) -> bool:
+        """Whether the engine schedules the next step while the GPU runs this one."""
+        return sched_cpu.overlaps(self.policy, self.params)
+
     def engine(self) -> EngineConfig:
         """The packed configuration the loops read."""
         pol = POLICIES[self.policy]
@@ -300,7 +314,7 @@ class Scenario:
         return EngineConfig(
             cfg=cfg,
             cfgf=cfgf,
-            cost=self.cost.as_array(),
+            cost=self.cost.as_array(self.sched_overlap),
             frontend=self.frontend.as_array(),
             autoscale=self.autoscale.as_array() if self.autoscale else np.zeros(0),
         )
@@ -577,6 +591,7 @@ def build_scenario(values: dict[str, Any], *, where: str = "scenario") -> Scenar
     _check_ranges(got, params, where)
 
     cost, profile_name, max_model_len, num_gpu_blocks, frontend = _resolve_cost(got, values, where)
+    cost = sched_cpu.with_overrides(cost, got, where)
     frontend = _frontend_overrides(frontend, got, where)
     memory = Memory(
         block_size=got["block_size"], num_gpu_blocks=num_gpu_blocks, max_model_len=max_model_len

@@ -174,7 +174,10 @@ SF_START = 0
 SF_DURATION = 1
 SF_ATTN = 2  # the step's prefill attention pairs (A of the cost model)
 SF_CTX = 3  # the decode context (C) of the row's first step; a run's step j reads j * D more
-NSTF = 4
+# scheduler CPU time (sched_cpu.py): the row's steps' CPU seconds, and those on the critical path
+SF_SCHED_CPU = 4
+SF_SCHED_EXPOSED = 5
+NSTF = 6
 
 # --- cfg: int64 engine configuration handed to the compiled loop -------------
 C_POLICY = 0  # policy code (its Policy.code; policies/dispatch.py calls its hooks by it)

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from pipeline.sim import sched_cpu
 from pipeline.sim.frontend import e2e_offset, ttft_offset
 from pipeline.sim.state import (
     F_ARRIVAL,
@@ -56,6 +57,8 @@ from pipeline.sim.state import (
     S_PREEMPT,
     S_WAITING,
     SF_DURATION,
+    SF_SCHED_CPU,
+    SF_SCHED_EXPOSED,
     W_HITS,
     SimResult,
 )
@@ -107,6 +110,8 @@ class StepTotals:
     max_kv_used: int = 0
     _busy: int = 0  # sum of durations, units of 2**-1126 s
     _waiting_s: int = 0  # sum of waiting * duration, same unit
+    _sched_cpu: int = 0  # scheduler CPU seconds (sched_cpu.py), same unit
+    _sched_exposed: int = 0  # ... of which on the critical path
 
     @classmethod
     def of(cls, st: npt.NDArray[np.int64], stf: npt.NDArray[np.float64]) -> StepTotals:
@@ -130,6 +135,9 @@ class StepTotals:
         self.max_kv_used = max(self.max_kv_used, int(st[:, S_KV_USED].max()))
         self._busy = _exact_sum(self._busy, dur)
         self._waiting_s = _exact_sum(self._waiting_s, waiting * dur)
+        if stf[:, SF_SCHED_CPU].any():
+            self._sched_cpu = _exact_sum(self._sched_cpu, stf[:, SF_SCHED_CPU])
+            self._sched_exposed = _exact_sum(self._sched_exposed, stf[:, SF_SCHED_EXPOSED])
 
     def merge(self, other: StepTotals) -> None:
         """Add another timeline's totals (another pool's, in a fleet)."""
@@ -143,6 +151,14 @@ class StepTotals:
         self.max_kv_used = max(self.max_kv_used, other.max_kv_used)
         self._busy += other._busy
         self._waiting_s += other._waiting_s
+        self._sched_cpu += other._sched_cpu
+        self._sched_exposed += other._sched_exposed
+
+    def sched_cpu(self) -> dict[str, float]:
+        """The scheduler's CPU time: total, on the critical path, hidden (empty: none)."""
+        return sched_cpu.summary(
+            self._sched_cpu / (1 << _UNIT_EXP), self._sched_exposed / (1 << _UNIT_EXP)
+        )
 
     @property
     def mean_waiting(self) -> float:
@@ -274,6 +290,7 @@ def summarize(res: SimResult, steps: StepTotals | None = None) -> dict[str, Any]
         "num_steps": steps.steps,
         "num_step_rows": steps.rows,
         **prefix_summary(res, steps),
+        **steps.sched_cpu(),
         **({"disagg": _disagg(res)} if res.disagg_times is not None else {}),
     }
 

@@ -13,9 +13,11 @@ from hypothesis import strategies as st
 
 from pipeline.errors import ScenarioError
 from pipeline.sim.cost_model import (
+    COST_MODEL_VERSION,
     OPTIONAL_COEFFICIENTS,
     V2_COEFFICIENTS,
     V3_COEFFICIENTS,
+    V4_COEFFICIENTS,
     StepCost,
     decode_run_s,
     load_step_cost,
@@ -206,10 +208,10 @@ def test_a_scenario_cost_table_refuses_overlap_above_one() -> None:
 
 def test_a_profile_from_a_newer_cost_model_is_refused(tmp_path: Path) -> None:
     data = json.loads((PROFILE_DIR / f"{DEFAULT_PROFILE}.json").read_text())
-    data["cost_model_version"] = 4
+    data["cost_model_version"] = COST_MODEL_VERSION + 1
     path = tmp_path / "future.json"
     path.write_text(json.dumps(data))
-    with pytest.raises(ScenarioError, match="cost_model_version 4 is not known"):
+    with pytest.raises(ScenarioError, match=f"cost_model_version {COST_MODEL_VERSION + 1} is not"):
         load_profile(path)
     data.pop("cost_model_version")  # no version: a v1 profile, loads
     path.write_text(json.dumps(data))
@@ -286,4 +288,6 @@ def test_a_v2_profile_loads_with_the_v3_terms_at_zero(tmp_path: Path) -> None:
     prof = load_profile(path)
     assert prof.cost_model_version == 2
     assert all(getattr(prof.cost, n) == 0.0 for n in V3_COEFFICIENTS)
-    assert set(OPTIONAL_COEFFICIENTS) == set(V2_COEFFICIENTS) | set(V3_COEFFICIENTS)
+    assert set(OPTIONAL_COEFFICIENTS) == set(V2_COEFFICIENTS) | set(V3_COEFFICIENTS) | set(
+        V4_COEFFICIENTS
+    )

@@ -49,6 +49,8 @@ from pipeline.sim.state import (
     S_RUNNING,
     S_STEP,
     S_WAITING,
+    SF_SCHED_CPU,
+    SF_SCHED_EXPOSED,
     ST_FINISHED,
     W_DISCARDED,
     W_HITS,
@@ -103,6 +105,9 @@ def _case(
         cost["flop_tokens_half"] = rng.uniform(0, 300)
         cost["overlap"] = rng.uniform(0, 1)
         cost["prefill_fixed_s"] = rng.uniform(0, 5e-3)
+    if draw(st.booleans()):  # the scheduler's CPU time (v4), at times above the GPU's
+        cost["sched_cpu_s"] = rng.uniform(0, 8e-3)
+        cost["sched_cpu_per_seq_s"] = rng.uniform(0, 2e-3)
     max_model_len = int((prompt + output).max()) + int(rng.integers(0, 50))
     values: dict[str, Any] = {
         "policy": policy,
@@ -156,6 +161,7 @@ def _case(
             "chunked_prefill_size": draw(st.sampled_from([-1, 16, 64, 300])),
             "schedule_policy": draw(st.sampled_from(sglang.ORDERS)),
             "schedule_conservativeness": draw(st.sampled_from([0.3, 1.0, 2.0])),
+            "overlap_schedule": draw(st.booleans()),
         }
         if values["chunked_prefill_size"] != -1:
             values["chunked_prefill_size"] = max(values["chunked_prefill_size"], block_size)
@@ -313,6 +319,14 @@ def check_equal(inp: SimInput, sc: Scenario) -> SimResult:
         [fast.stf[fast.st[:, S_REPLICA] == r, 1].sum() for r in range(sc.replicas)]
     )
     assert np.allclose(total_fast, total_ref, rtol=1e-9)
+    for col in (SF_SCHED_CPU, SF_SCHED_EXPOSED):  # the scheduler's CPU time, paid and hidden
+        for r in range(sc.replicas):
+            mine, theirs = fast.st[:, S_REPLICA] == r, ref.st[:, S_REPLICA] == r
+            f, t = fast.stf[mine, col].sum(), ref.stf[theirs, col].sum()
+            assert math.isclose(f, t, rel_tol=1e-9, abs_tol=1e-12), (col, r, f, t)
+    assert (fast.stf[:, SF_SCHED_EXPOSED] <= fast.stf[:, SF_SCHED_CPU] * (1 + 1e-9)).all()
+    if not sc.cost.sched_cpu_s and not sc.cost.sched_cpu_per_seq_s:
+        assert not fast.stf[:, SF_SCHED_CPU].any()
     return fast
 
 

@@ -150,6 +150,14 @@ class Params:
     schedule_conservativeness: float = field(
         default=1.0, metadata={"help": "scales the initial new_token_ratio (0.7)"}
     )
+    overlap_schedule: bool = field(
+        default=True,
+        metadata={
+            "help": "the overlap scheduler: the next batch is scheduled while the GPU runs "
+            "this one, hiding the scheduler's CPU time (SGLang's default; false: "
+            "--disable-overlap-schedule). Only the step time (sched_cpu.py) depends on it"
+        },
+    )
 
 
 def max_running(params: Params, mem: Memory) -> int:
