@@ -18,6 +18,8 @@ from pipeline.calibrate.profile import (
     read_profile_json,
     write_profile,
 )
+from pipeline.calibrate.sched_cpu import fit_sched_cpu, with_sched_cpu
+from pipeline.sim.cost_model import V4_COEFFICIENTS
 
 
 @dataclass
@@ -32,9 +34,20 @@ class Calibration:
 
 
 def calibrate_measurements(
-    path: Path, like: str, output: Path, *, cv: int | None = None
+    path: Path,
+    like: str,
+    output: Path,
+    *,
+    cv: int | None = None,
+    sync_path: Path | None = None,
+    sched_cpu: dict[str, float] | None = None,
 ) -> Calibration:
     """Fit the ``like`` profile's coefficients to the step times in ``path``; write ``output``.
+
+    The scheduler's CPU time (``calibrate/sched_cpu.py``): with ``sync_path``, a
+    synchronous run of the same steps, it is fitted from the two (``path`` is then the
+    asynchronous run); ``sched_cpu`` gives it (``sched_cpu_s``, ``sched_cpu_per_seq_s``);
+    otherwise the ``like`` profile's is kept.
 
     Raises:
         MeasurementError: a bad file, or rows of another model, GPU or TP degree.
@@ -46,6 +59,21 @@ def calibrate_measurements(
     check_matches(m, like_json, like_name)
     result = calibrate(m, features_for(like_json, m), like_json["coefficients"], cv=cv)
     profile = calibrated_profile(like_json, like_name, Path(output).stem, result, m)
+    given = {k: like_json["coefficients"].get(k, 0.0) for k in V4_COEFFICIENTS}
+    if sync_path is not None:
+        sync = read_measurements(sync_path)
+        check_matches(sync, like_json, like_name)
+        fit = fit_sched_cpu(sync, m)
+        given = fit.coefficients()
+        profile["provenance"]["sched_cpu"] = {
+            "method": "synchronous minus asynchronous step times",
+            "sync_file": str(sync.path),
+            "sync_sha256": sync.sha256,
+            "shapes": fit.shapes,
+            "batch_sizes": fit.batch_sizes,
+        }
+    given |= sched_cpu or {}
+    profile = with_sched_cpu(profile, given)
     write_profile(profile, Path(output))
     return Calibration(result, profile, like_name, Path(output), m)
 

@@ -90,9 +90,40 @@ def calibrate() -> None:
     default=None,
     help="Also print the K-fold cross-validated error.",
 )
+@click.option(
+    "--sync",
+    "sync",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="The same steps measured on the synchronous engine (FILE then the asynchronous "
+    "one's): fits sched_cpu_s and sched_cpu_per_seq_s from the difference.",
+)
+@click.option(
+    "--sched-cpu-s",
+    "sched_cpu_s",
+    type=opt.BoundedFloat(0.0, 1e3),
+    default=None,
+    help="The scheduler's CPU time per step, s (given; default: fitted with --sync, else "
+    "the --like profile's).",
+)
+@click.option(
+    "--sched-cpu-per-seq-s",
+    "sched_cpu_per_seq_s",
+    type=opt.BoundedFloat(0.0, 1e3),
+    default=None,
+    help="The scheduler's CPU time per scheduled sequence, s (as --sched-cpu-s).",
+)
 @opt.output
 def measurements_command(
-    file: Path, like: str, output: Path, cv: int | None, quiet: bool, as_json: bool
+    file: Path,
+    like: str,
+    output: Path,
+    cv: int | None,
+    sync: Path | None,
+    sched_cpu_s: float | None,
+    sched_cpu_per_seq_s: float | None,
+    quiet: bool,
+    as_json: bool,
 ) -> None:
     """Fit a profile's coefficients to measured step times.
 
@@ -113,7 +144,12 @@ def measurements_command(
     from pipeline.errors import PipelineError
 
     try:
-        cal = calibrate_measurements(file, like, output, cv=cv)
+        given = {
+            k: v
+            for k, v in (("sched_cpu_s", sched_cpu_s), ("sched_cpu_per_seq_s", sched_cpu_per_seq_s))
+            if v is not None
+        }
+        cal = calibrate_measurements(file, like, output, cv=cv, sync_path=sync, sched_cpu=given)
     except ValueError as exc:
         raise PipelineError(str(exc)) from None
     r = cal.result

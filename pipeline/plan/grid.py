@@ -20,10 +20,11 @@
     [slo]                         # optional: goodput and met / not met per scenario
     ttft_p99 = "200ms"
 
-An axis is any scenario key (``name`` and ``cost`` excepted) or one of two
+An axis is any scenario key (``name`` and ``cost`` excepted) or one of three
 derived keys: ``concurrency`` sets the policy's concurrency cap (see
-``knobs.py``), and ``rate_scale`` multiplies the request rate: the base
-``rate`` times it, else ``time_scale`` divided by it. A parameter that only
+``knobs.py``), ``rate_scale`` multiplies the request rate: the base
+``rate`` times it, else ``time_scale`` divided by it, and ``sched_overlap``
+sets whether the engine's scheduler overlaps the GPU step (``knobs.py``). A parameter that only
 some of the grid's policies have goes under ``[axes.<policy>]``.
 
 Scenario names are the grid's name followed by the value of every axis that
@@ -40,17 +41,21 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import ConfigError, ScenarioError
-from pipeline.plan.knobs import concurrency_knob
+from pipeline.plan.knobs import concurrency_knob, overlap_knob
 from pipeline.plan.slo import Slo, parse_slos
 from pipeline.sim.policies import POLICIES
 from pipeline.sim.scenario import COMMON, Scenario, build_scenario
+from pipeline.sim.sched_cpu import OVERLAP_KEYS
 from pipeline.validation import finite_float, read_toml_file
 
 SECTIONS = ("name", "base", "axes", "slo")
 DERIVED = {
     "concurrency": "the policy's concurrency cap (max_num_seqs, max_batch_size, ...)",
     "rate_scale": "multiply the trace's request rate (time_scale / x, or rate * x)",
+    "sched_overlap": "the scheduler overlaps the GPU step (vllm async_scheduling, sglang "
+    "overlap_schedule; false only for the synchronous engines)",
 }
+SCHED_OVERLAP_AXIS = "sched_overlap"
 NOT_AXES = ("name", "cost")
 MAX_POINTS = 10_000
 
@@ -256,6 +261,8 @@ def _check_conflicts(
                 if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0:
                     raise ConfigError(f"{where}: rate_scale values must be > 0, got {v!r}")
                 finite_float(v, "[axes] rate_scale", where, lo=1e-6, hi=1e6)
+        if SCHED_OVERLAP_AXIS in axes:
+            _check_overlap(where, policy, axes)
         if "concurrency" in axes:
             knob = _knob(where, policy)
             if knob in axes:
@@ -263,6 +270,23 @@ def _check_conflicts(
                     f"{where}: the concurrency axis sets {knob} of {policy}; do not give "
                     f"{knob} as an axis too"
                 )
+
+
+def _check_overlap(where: str, policy: str, axes: dict[str, Any]) -> None:
+    values = axes[SCHED_OVERLAP_AXIS]
+    if any(not isinstance(v, bool) for v in values):
+        raise ConfigError(f"{where}: sched_overlap values must be true or false, got {values!r}")
+    if policy not in OVERLAP_KEYS and not any(values):
+        return  # a synchronous engine: false is what it does
+    try:
+        knob = overlap_knob(policy)
+    except ScenarioError as exc:
+        raise ConfigError(f"{where}: sched_overlap axis: {exc}") from None
+    if knob in axes:
+        raise ConfigError(
+            f"{where}: the sched_overlap axis sets {knob} of {policy}; do not give {knob} "
+            "as an axis too"
+        )
 
 
 def _knob(where: str, policy: str) -> str:
@@ -290,6 +314,9 @@ def _values(
     for key, value in point.items():
         if key == "concurrency":
             values[concurrency_knob(policy)] = value
+        elif key == SCHED_OVERLAP_AXIS:
+            if policy in OVERLAP_KEYS:  # (a synchronous engine takes false: checked)
+                values[overlap_knob(policy)] = value
         elif key != "rate_scale":
             values[key] = value
     if "rate_scale" in point:

@@ -5,12 +5,16 @@
   static batching (and TGI) ``max_batch_size``.
 - **rate**: requests per second; a trace is time-scaled to it (scenario key ``rate``).
 - **replicas**: engine replicas behind the router.
+- **scheduler overlap** (axis ``sched_overlap``): whether the engine schedules the next
+  step while the GPU runs this one (docs/replay.md, "Scheduler CPU time"): vLLM's
+  ``async_scheduling``, SGLang's ``overlap_schedule``; the other engines are synchronous.
 """
 
 from __future__ import annotations
 
 from pipeline.errors import ScenarioError
 from pipeline.sim.policies import POLICIES
+from pipeline.sim.sched_cpu import OVERLAP_KEYS
 
 # policy -> the parameter that caps its running requests
 CONCURRENCY_KNOBS = {
@@ -45,3 +49,17 @@ def concurrency_knob(policy: str) -> str:
         f"policy {policy!r} has no concurrency cap (none of {', '.join(_FALLBACK)} is one "
         "of its parameters)"
     )
+
+
+def overlap_knob(policy: str) -> str:
+    """The boolean parameter of ``policy`` that says whether its scheduler overlaps the GPU.
+
+    Raises:
+        ScenarioError: a policy whose engine always schedules synchronously.
+    """
+    if policy not in OVERLAP_KEYS:
+        raise ScenarioError(
+            f"policy {policy!r} schedules synchronously (no overlap parameter); the "
+            f"sched_overlap axis applies to {', '.join(sorted(OVERLAP_KEYS))}"
+        )
+    return OVERLAP_KEYS[policy]

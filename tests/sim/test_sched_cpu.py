@@ -181,3 +181,29 @@ def _gpu_busy(res: Any, cpu: dict[str, float]) -> float:
         else:
             total += decode_gpu_s(arr, d, stf_row[SF_CTX], k)
     return total
+
+
+def test_a_sweep_axis_turns_each_engines_overlap_on_and_off() -> None:
+    from pipeline.plan.grid import build_grid
+    from tests.helpers import BASE
+
+    raw = {
+        "base": dict(BASE),
+        "axes": {"policy": ["vllm", "sglang"], "sched_overlap": [True, False]},
+    }
+    got = {(sc.policy, sc.sched_overlap) for sc in build_grid(raw, where="g.toml").scenarios}
+    assert got == {("vllm", True), ("vllm", False), ("sglang", True), ("sglang", False)}
+    sync_only = {"base": dict(BASE), "axes": {"policy": ["tgi"], "sched_overlap": [False]}}
+    assert [sc.sched_overlap for sc in build_grid(sync_only, where="g.toml").scenarios] == [False]
+    from pipeline.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="tgi.*schedules synchronously"):
+        build_grid(
+            {"base": dict(BASE), "axes": {"policy": ["tgi"], "sched_overlap": [True]}},
+            where="g.toml",
+        )
+    with pytest.raises(ConfigError, match="do not give async_scheduling"):
+        build_grid(
+            {"base": dict(BASE), "axes": {"sched_overlap": [True], "async_scheduling": [False]}},
+            where="g.toml",
+        )
