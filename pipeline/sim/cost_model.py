@@ -57,6 +57,12 @@ touching the simulator. A step with nothing to do costs nothing. With
 non-negative coefficients, overlap in [0, 1] and separate_attention in [0, 1] the
 step time never decreases when any feature grows.
 
+v4 adds the scheduler's CPU time per step, ``cpu = sched_cpu_s + sched_cpu_per_seq_s * N``,
+which is not the GPU's: a synchronous engine pays ``gpu + cpu``, an asynchronous one
+(``SCHED_OVERLAP`` in the cost array, ``StepCost.as_array(sched_overlap)``) ``max(gpu,
+cpu)`` (``sched_cpu.py``). With both at 0 (every v1 to v3 profile) a step takes its v3
+time bit for bit.
+
 ``decode_run_s`` sums k consecutive decode-only steps in closed form: D (= N) is
 fixed and C grows by D every step, so compute_s, memory_s and the separate attention
 are linear in the step index; max + overlap * min = (1 - overlap) * max + overlap *
