@@ -66,3 +66,18 @@ def test_the_calibrated_profile_carries_them_fitted_given_or_kept(tmp_path: Path
     )
     given = load_profile(tmp_path / "given.json").cost
     assert (given.sched_cpu_s, given.sched_cpu_per_seq_s) == (2e-3, 0.0)  # the like's: 0
+
+
+def test_the_command_line_fits_them_with_sync_and_refuses_a_negative_one(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from pipeline.cli import cli
+
+    sync, overlapped = _write(tmp_path / "s.csv", True), _write(tmp_path / "a.csv", False)
+    out = tmp_path / "cli.json"
+    args = ["calibrate", "measurements", str(overlapped), "--like", DEFAULT_PROFILE, "-o", str(out)]
+    r = CliRunner().invoke(cli, [*args, "--sync", str(sync)])
+    assert r.exit_code == 0, r.output
+    assert load_profile(out).cost.sched_cpu_s == pytest.approx(CPU, rel=1e-6)
+    r = CliRunner().invoke(cli, [*args, "--sched-cpu-s", "-1"])
+    assert r.exit_code != 0 and "--sched-cpu-s" in r.output

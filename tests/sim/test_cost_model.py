@@ -278,14 +278,20 @@ def test_separate_attention_above_one_is_refused() -> None:
         build_scenario({"cost": {**V1_TABLE, "separate_attention": 1.5}, "num_gpu_blocks": 100})
 
 
-def test_a_v2_profile_loads_with_the_v3_terms_at_zero(tmp_path: Path) -> None:
+def older_profile(tmp_path: Path, version: int, *newer: tuple[str, ...]) -> Path:
+    """The default profile as a file of cost model ``version``: without the ``newer`` terms."""
     data = json.loads((PROFILE_DIR / f"{DEFAULT_PROFILE}.json").read_text())
-    data["cost_model_version"] = 2
-    for name in V3_COEFFICIENTS:
-        data["coefficients"].pop(name)
-    path = tmp_path / "v2.json"
+    data["cost_model_version"] = version
+    for names in newer:
+        for name in names:
+            data["coefficients"].pop(name)
+    path = tmp_path / f"v{version}.json"
     path.write_text(json.dumps(data))
-    prof = load_profile(path)
+    return path
+
+
+def test_a_v2_profile_loads_with_the_v3_terms_at_zero(tmp_path: Path) -> None:
+    prof = load_profile(older_profile(tmp_path, 2, V3_COEFFICIENTS, V4_COEFFICIENTS))
     assert prof.cost_model_version == 2
     assert all(getattr(prof.cost, n) == 0.0 for n in V3_COEFFICIENTS)
     assert set(OPTIONAL_COEFFICIENTS) == set(V2_COEFFICIENTS) | set(V3_COEFFICIENTS) | set(

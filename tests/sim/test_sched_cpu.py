@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +20,12 @@ from pipeline.sim.cost_model import (
     gpu_step_time,
     step_time,
 )
-from pipeline.sim.profiles import DEFAULT_PROFILE, PROFILE_DIR, load_profile
+from pipeline.sim.profiles import DEFAULT_PROFILE, load_profile
 from pipeline.sim.scenario import build_scenario
 from pipeline.sim.simulate import simulate
 from pipeline.sim.state import SF_DURATION, SF_SCHED_CPU, SF_SCHED_EXPOSED, SimInput
 from pipeline.sim.summary import summarize
-from tests.sim.test_cost_model import v3_costs
+from tests.sim.test_cost_model import older_profile, v3_costs
 
 cpu_coef = st.sampled_from([0.0, 1e-4, 1e-3, 5e-3, 2e-2])
 seq_coef = st.sampled_from([0.0, 1e-6, 3e-5, 1e-3])
@@ -79,13 +78,7 @@ def test_one_step_synchronous_adds_asynchronous_takes_the_larger() -> None:
 
 
 def test_a_v3_profile_loads_with_no_cpu_time_and_its_v3_times(tmp_path: Path) -> None:
-    data = json.loads((PROFILE_DIR / f"{DEFAULT_PROFILE}.json").read_text())
-    data["cost_model_version"] = 3
-    for name in V4_COEFFICIENTS:
-        data["coefficients"].pop(name)
-    path = tmp_path / "v3.json"
-    path.write_text(json.dumps(data))
-    prof = load_profile(path)
+    prof = load_profile(older_profile(tmp_path, 3, V4_COEFFICIENTS))
     assert prof.cost_model_version == 3
     assert prof.cost.sched_cpu_s == prof.cost.sched_cpu_per_seq_s == 0.0
     for overlap in (False, True):
