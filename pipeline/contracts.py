@@ -319,11 +319,18 @@ SIM_REQUESTS = _contract(
             "disaggregated: prefill done to its KV landed on the decode worker (null: not)",
             SIM_TIME_S,
         ),
+        _c(
+            "num_swaps",
+            pa.int32(),
+            "swap preemption: times its KV went to host memory and back (0: never, "
+            "or recompute preemption)",
+            COUNT,
+        ),
     ],
     # engine_*: added with cost model v3, pool with fleets, kv_transfer_s with
-    # disaggregation (files written before lack them)
-    nullable={"tpot_s", "engine_ttft_s", "engine_e2e_s", "pool", "kv_transfer_s"},
-    optional={"engine_ttft_s", "engine_e2e_s", "pool", "kv_transfer_s"},
+    # disaggregation, num_swaps with swap preemption (files written before lack them)
+    nullable={"tpot_s", "engine_ttft_s", "engine_e2e_s", "pool", "kv_transfer_s", "num_swaps"},
+    optional={"engine_ttft_s", "engine_e2e_s", "pool", "kv_transfer_s", "num_swaps"},
     primary_key=("scenario", "request_id"),
     partition_by=("run_id",),
 )
@@ -362,11 +369,33 @@ SIM_STEPS = _contract(
         _c("num_prefix_query_tokens", pa.int64(), "prompt tokens looked up in the prefix cache"),
         _c("num_prefix_hit_tokens", pa.int64(), "of which found"),
         _c("role", pa.string(), "disaggregated: the worker's role, prefill or decode (null: not)"),
+        _c(
+            "swap_out_bytes",
+            pa.int64(),
+            "swap preemption: KV bytes the row's step copied to host memory before its "
+            "forward pass, which waited for them (0: none)",
+            COUNT,
+        ),
+        _c("swap_in_bytes", pa.int64(), "swap preemption: KV bytes copied back", COUNT),
     ],
-    # added with cost model v3, pool with fleets, role with disaggregation (files
-    # written before lack them)
-    nullable={"prefill_attn_pairs", "decode_context_tokens", "pool", "role"},
-    optional={"prefill_attn_pairs", "decode_context_tokens", "pool", "role"},
+    # added with cost model v3, pool with fleets, role with disaggregation, swap_*_bytes
+    # with swap preemption (files written before lack them)
+    nullable={
+        "prefill_attn_pairs",
+        "decode_context_tokens",
+        "pool",
+        "role",
+        "swap_out_bytes",
+        "swap_in_bytes",
+    },
+    optional={
+        "prefill_attn_pairs",
+        "decode_context_tokens",
+        "pool",
+        "role",
+        "swap_out_bytes",
+        "swap_in_bytes",
+    },
     primary_key=("scenario", "replica", "step"),
     partition_by=("run_id",),
 )
