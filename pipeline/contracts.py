@@ -135,6 +135,7 @@ Column = tuple[str, pa.DataType, str, Valid | None]
 
 
 SCHED_CPU_COLS = ("sched_cpu_s", "sched_cpu_exposed_s")  # sim_steps, cost model v4
+SWAP_COLS = ("swap_out_bytes", "swap_in_bytes")  # sim_steps, swap preemption
 
 
 def _c(name: str, dtype: pa.DataType, doc: str, valid: Valid | None = None) -> Column:
@@ -322,11 +323,18 @@ SIM_REQUESTS = _contract(
             "disaggregated: prefill done to its KV landed on the decode worker (null: not)",
             SIM_TIME_S,
         ),
+        _c(
+            "num_swaps",
+            pa.int32(),
+            "swap preemption: times its KV went to host memory and back (0: never, "
+            "or recompute preemption)",
+            COUNT,
+        ),
     ],
     # engine_*: added with cost model v3, pool with fleets, kv_transfer_s with
-    # disaggregation (files written before lack them)
-    nullable={"tpot_s", "engine_ttft_s", "engine_e2e_s", "pool", "kv_transfer_s"},
-    optional={"engine_ttft_s", "engine_e2e_s", "pool", "kv_transfer_s"},
+    # disaggregation, num_swaps with swap preemption (files written before lack them)
+    nullable={"tpot_s", "engine_ttft_s", "engine_e2e_s", "pool", "kv_transfer_s", "num_swaps"},
+    optional={"engine_ttft_s", "engine_e2e_s", "pool", "kv_transfer_s", "num_swaps"},
     primary_key=("scenario", "request_id"),
     partition_by=("run_id",),
 )
@@ -373,11 +381,33 @@ SIM_STEPS = _contract(
             "of which on the critical path (all of it when the engine schedules synchronously)",
             SIM_TIME_S,
         ),
+        _c(
+            "swap_out_bytes",
+            pa.int64(),
+            "swap preemption: KV bytes the row's step copied to host memory before its "
+            "forward pass, which waited for them (0: none)",
+            COUNT,
+        ),
+        _c("swap_in_bytes", pa.int64(), "swap preemption: KV bytes copied back", COUNT),
     ],
     # added with cost model v3, pool with fleets, role with disaggregation, sched_cpu_*
-    # with cost model v4 (files written before lack them)
-    nullable={"prefill_attn_pairs", "decode_context_tokens", "pool", "role", *SCHED_CPU_COLS},
-    optional={"prefill_attn_pairs", "decode_context_tokens", "pool", "role", *SCHED_CPU_COLS},
+    # with cost model v4, swap_*_bytes with swap preemption (files written before lack them)
+    nullable={
+        "prefill_attn_pairs",
+        "decode_context_tokens",
+        "pool",
+        "role",
+        *SCHED_CPU_COLS,
+        *SWAP_COLS,
+    },
+    optional={
+        "prefill_attn_pairs",
+        "decode_context_tokens",
+        "pool",
+        "role",
+        *SCHED_CPU_COLS,
+        *SWAP_COLS,
+    },
     primary_key=("scenario", "replica", "step"),
     partition_by=("run_id",),
 )

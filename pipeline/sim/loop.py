@@ -107,6 +107,9 @@ from pipeline.sim.state import (
     C_REPLICAS,
     C_RESERVES_UPFRONT,
     C_ROUTER,
+    C_SWAP_BLOCK_BYTES,
+    C_SWAP_BLOCKS,
+    CF_SWAP_BLOCK_S,
     F_ARRIVAL,
     F_FINISH,
     F_FIRST_SCHED,
@@ -129,6 +132,8 @@ from pipeline.sim.state import (
     P_STEP,
     P_STEP_HIT,
     P_STEP_QUERY,
+    P_STEP_SWAP_IN,
+    P_STEP_SWAP_OUT,
     P_WQ_LEN,
     Q_AHEAD,
     Q_CLOCK,
@@ -159,6 +164,8 @@ from pipeline.sim.state import (
     S_REPLICA,
     S_RUNNING,
     S_STEP,
+    S_SWAP_IN,
+    S_SWAP_OUT,
     S_WAITING,
     SF_ATTN,
     SF_CTX,
@@ -439,6 +446,9 @@ def _finish(s: State, kc: PrefixCaches, r: int, k: int, step: Step) -> None:
     lag = s.cfg[C_ASYNC]
     if k == 1:
         duration = step_time(s.cost, p_tok, p_attn, float(n_pf + d), float(d), ctx)
+        if s.cfg[C_SWAP_BLOCKS] != 0:  # swap preemption: the step waits for its copies
+            moved = s.rp[r, P_STEP_SWAP_OUT] + s.rp[r, P_STEP_SWAP_IN]
+            duration += moved * s.cfgf[CF_SWAP_BLOCK_S]
     else:  # steps 2..k: the same decodes again
         duration = decode_run_s(s.cost, d, ctx, k)
         bs = s.cfg[C_BLOCK_SIZE]
@@ -510,6 +520,9 @@ def _finish(s: State, kc: PrefixCaches, r: int, k: int, step: Step) -> None:
     s.st[row, S_PQUERY] = s.rp[r, P_STEP_QUERY]
     s.st[row, S_PHIT] = s.rp[r, P_STEP_HIT]
     s.st[row, S_EVICTED] = s.rp[r, P_EVICTED] - evicted0
+    swap_bytes = s.cfg[C_SWAP_BLOCK_BYTES]  # 0 unless swapping (and no swaps in runs)
+    s.st[row, S_SWAP_OUT] = s.rp[r, P_STEP_SWAP_OUT] * swap_bytes
+    s.st[row, S_SWAP_IN] = s.rp[r, P_STEP_SWAP_IN] * swap_bytes
     s.stf[row, SF_START] = start
     s.stf[row, SF_DURATION] = duration
     s.stf[row, SF_ATTN] = p_attn

@@ -61,6 +61,7 @@ from pipeline.sim.state import (
     R_SETTLED,
     R_SHARED,
     R_STATUS,
+    R_SWAPS,
     R_TAIL,
     R_UNIT_BLK,
     R_UNIT_TOK,
@@ -148,6 +149,15 @@ class ReferenceLoop(EngineSchedulers):
         # vLLM's async scheduling: arrivals wait in an input queue, finished requests are
         # freed once the next step is decided
         self.deferred_free = scenario.policy == "vllm" and scenario.params.async_scheduling
+        # swap preemption (swap.py): host blocks per replica, the link's seconds per block
+        sw = scenario.swap
+        self.swap_blocks = sw.host_blocks if sw is not None else 0
+        self.swap_block_s = sw.block_s if sw is not None else 0.0
+        self.swap_block_bytes = sw.block_bytes if sw is not None else 0
+        self.host_free: dict[int, int] = {}  # replica -> free host blocks (once it swapped)
+        self.swapped: dict[int, int] = {}  # request -> its host blocks, while swapped out
+        self.swaps: dict[int, int] = {}  # request -> times swapped out
+        self.step_swap: dict[int, list[int]] = {}  # replica -> [out, in] blocks of its step
         if scenario.policy == "sglang":
             self.max_running = sglang.max_running(self.p, scenario.memory)
             init = min(sglang.INIT_NEW_TOKEN_RATIO * self.p.schedule_conservativeness, 1.0)
@@ -158,6 +168,7 @@ class ReferenceLoop(EngineSchedulers):
     # --- policies ----------------------------------------------------------
     def schedule_vllm(self, rep: Replica) -> tuple[Scheduled, int, int]:
         """One step as vLLM's engine core decides it (synchronous, or async scheduling)."""
+        self.step_swap[rep.index] = [0, 0]
         if not self.p.async_scheduling:
             return self.vllm_scheduler(rep)
         start = rep.clock
@@ -207,7 +218,17 @@ class ReferenceLoop(EngineSchedulers):
             self.release(rep, req)  # preempted, and still finishes with that step
             req.preemptions += 1
             return
-        super().preempt(rep, req)
+        free = self.host_free.get(rep.index, self.swap_blocks)
+        if self.swap_blocks and req.private <= free:  # swapped out: keeps what it computed
+            self.host_free[rep.index] = free - req.private
+            self.step_swap[rep.index][0] += req.private
+            self.swapped[req.index] = req.private
+            self.swaps[req.index] = self.swaps.get(req.index, 0) + 1
+            self.release(rep, req)
+            req.preemptions += 1
+            rep.push(req, front=True)
+            return
+        super().preempt(rep, req)  # recompute (and the fallback when host memory is full)
 
     def vllm_scheduler(self, rep: Replica) -> tuple[Scheduled, int, int]:
         """One call of vLLM's ``Scheduler.schedule``."""
@@ -291,7 +312,15 @@ class ReferenceLoop(EngineSchedulers):
                 self.count_lookup(rep, req, len(hits))
             if self.caching:
                 self.commit(rep, req, req.computed + new, False)
-            rep.running.append(self.start(rep))
+            if req.index in self.swapped:  # swapped back in: resumes where it stopped
+                prefill_end = req.prefill_end
+                rep.running.append(self.start(rep))
+                req.prefill_end = prefill_end
+                blocks = self.swapped.pop(req.index)
+                self.host_free[rep.index] += blocks
+                self.step_swap[rep.index][1] += blocks
+            else:
+                rep.running.append(self.start(rep))
             scheduled.append((req, new))
             budget -= new
             admitted += 1
@@ -423,6 +452,9 @@ class ReferenceLoop(EngineSchedulers):
             keys = sum(req.computed + t for req, t in scheduled)
             p_attn = (p_tok + d) * keys - ctx
         duration = float(step_time(self.cost, p_tok, p_attn, n_pf + d, d, ctx))
+        swap_out, swap_in = self.step_swap.get(rep.index, [0, 0])
+        if self.swap_blocks:  # the step waits for its copies over the host link
+            duration += (swap_out + swap_in) * self.swap_block_s
         cpu = sched_cpu.row(self.cost, 1, duration, p_tok, p_attn, n_pf + d, d, ctx)
         end = start + duration
         for req, t in scheduled:
@@ -462,6 +494,8 @@ class ReferenceLoop(EngineSchedulers):
                     rep.step_query,
                     rep.step_hit,
                     rep.cache.evicted - evicted0,
+                    swap_out * self.swap_block_bytes,
+                    swap_in * self.swap_block_bytes,
                 ],
                 [start, duration, float(p_attn), float(ctx), *cpu],
             )
@@ -600,6 +634,7 @@ class ReferenceLoop(EngineSchedulers):
             rq[k, R_PREEMPT] = q.preemptions
             rq[k, R_CHUNKS] = q.chunks
             rq[k, R_QDEPTH] = q.queue_depth
+            rq[k, R_SWAPS] = self.swaps.get(k, 0)
             rqw[k, W_TOTAL] = q.total_computed
             rqw[k, W_DISCARDED] = q.discarded
             rqw[k, W_HOFF] = off[k]

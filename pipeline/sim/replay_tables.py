@@ -25,6 +25,7 @@ from pipeline.sim.state import (
     R_PROMPT,
     R_QDEPTH,
     R_REPLICA,
+    R_SWAPS,
     S_DECODE,
     S_KV_USED,
     S_NUM_STEPS,
@@ -35,6 +36,8 @@ from pipeline.sim.state import (
     S_REPLICA,
     S_RUNNING,
     S_STEP,
+    S_SWAP_IN,
+    S_SWAP_OUT,
     S_WAITING,
     SF_ATTN,
     SF_CTX,
@@ -96,6 +99,7 @@ def sim_requests_table(
             "cached_tokens": rq[:, R_CACHED].astype(i32),
             "queue_depth_at_arrival": rq[:, R_QDEPTH].astype(i32),
             "kv_transfer_s": _transfer(res, rows, n),
+            "num_swaps": rq[:, R_SWAPS].astype(i32),
         }
     )
 
@@ -169,6 +173,8 @@ def sim_steps_table(
             "role": _roles(role, n),
             "sched_cpu_s": stf[:, SF_SCHED_CPU],
             "sched_cpu_exposed_s": stf[:, SF_SCHED_EXPOSED],
+            "swap_out_bytes": st[:, S_SWAP_OUT],
+            "swap_in_bytes": st[:, S_SWAP_IN],
         }
     )
 

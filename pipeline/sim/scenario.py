@@ -110,6 +110,8 @@ from pipeline.sim.state import (
     Q_PRIORITY,
     EngineConfig,
 )
+from pipeline.sim.swap import Swap, refusal
+from pipeline.sim.swap import resolve as resolve_swap
 from pipeline.validation import MAX_COUNT, MAX_SEED
 
 ARRIVALS = ("trace", "poisson", "gamma")
@@ -265,6 +267,8 @@ class Scenario:
     pools: tuple[Pool, ...] = ()
     # disaggregated prefill and decode (disagg.py; replicas is then their sum); None: aggregated
     disagg: Disagg | None = None
+    # swap preemption (swap.py): vllm's host swap space; None: recompute preemption
+    swap: Swap | None = None
 
     @property
     def is_fleet(self) -> bool:
@@ -311,6 +315,8 @@ class Scenario:
             cfg[k] = iv
         for k, fv in floats.items():
             cfgf[k] = fv
+        if self.swap is not None:
+            self.swap.pack(cfg, cfgf)
         return EngineConfig(
             cfg=cfg,
             cfgf=cfgf,
@@ -352,6 +358,7 @@ class Scenario:
             "cost_uncertainty_source": self.cost_uncertainty.source,
             **({"pools": [p.to_dict() for p in self.pools]} if self.pools else {}),
             **(self.disagg.to_dict() if self.disagg is not None else {}),
+            **(self.swap.to_dict() if self.swap is not None else {}),
             **({"autoscale": self.autoscale.to_dict()} if self.autoscale else {}),
         }
 
@@ -530,6 +537,8 @@ def build_scenario(values: dict[str, Any], *, where: str = "scenario") -> Scenar
         if key in COMMON or key == "cost" or key in param_types:
             continue
         owners = [name for name, p in POLICIES.items() if key in p.param_help()]
+        if refusal(policy, key):
+            raise ScenarioError(f"{where}: {refusal(policy, key)}")
         hint = f" ({key} is a parameter of {', '.join(owners)})" if owners else ""
         raise ScenarioError(
             f"{where}: unknown key {key!r} for policy {policy}{hint}; allowed: "
@@ -603,6 +612,16 @@ def build_scenario(values: dict[str, Any], *, where: str = "scenario") -> Scenar
     if pol.num_blocks(memory, params) < 1:
         raise ScenarioError(f"{where}: num_gpu_blocks ({num_gpu_blocks}) leaves no usable block")
     caching, router_params = _check_caching_and_routing(got, policy, params, where)
+    swap = None
+    if policy == "vllm":
+        custom = "cost" in values
+        swap = resolve_swap(
+            params,
+            profile=None if custom else got["profile"] or "",
+            block_size=got["block_size"],
+            caching=caching,
+            where=where,
+        )
     disagg = _resolve_disagg(got, values, policy, where)
     if disagg is not None:  # the prefill workers, then the decode workers
         got["replicas"] = disagg.prefill_replicas + disagg.decode_replicas
@@ -641,6 +660,7 @@ def build_scenario(values: dict[str, Any], *, where: str = "scenario") -> Scenar
         cost_uncertainty=uncertainty,
         disagg=disagg,
         autoscale=autoscale,
+        swap=swap,
     )
 
 

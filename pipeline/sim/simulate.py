@@ -35,6 +35,7 @@ from pipeline.sim.state import (
     C_REPLICAS,
     C_ROUTER,
     C_SEED,
+    C_SWAP_BLOCKS,
     CF_RATIO_INIT,
     NRP,
     NRPF,
@@ -46,6 +47,7 @@ from pipeline.sim.state import (
     P_LRU_TAIL,
     P_RNG,
     P_SLOT_FREE,
+    P_SWAP_FREE,
     Q_AHEAD,
     Q_RATIO,
     SF_START,
@@ -170,6 +172,7 @@ def simulate(
     rp[:, P_LRU_TAIL] = -1
     rp[:, P_SLOT_FREE] = 0
     rp[:, P_CHUNKED] = -1
+    rp[:, P_SWAP_FREE] = eng.get(C_SWAP_BLOCKS)  # swap preemption's host blocks (swap.py)
     rp[:, P_RNG] = eng.get(C_SEED) * 1_000_003 + np.arange(num_replicas)
     rpf = np.zeros((num_replicas, NRPF))
     rpf[:, Q_RATIO] = eng.cfgf[CF_RATIO_INIT]

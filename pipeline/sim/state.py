@@ -89,8 +89,8 @@ R_CACHED = 17  # prompt tokens found in the prefix cache at its first lookup
 R_LOOKUPS = 18  # prefix-cache lookups made for it (the first, then one per resumption)
 R_TAIL = 19  # tokens of its prompt's tail unit, shorter than a unit (0: none; prefix.py)
 R_NEXT = 20  # tokens at which its next unit settles (cache.settles); NEVER when none is left
-# column 21 is padding: the wide columns start 8-byte aligned
-NRQ = 30  # int32 columns of rq (21 narrow, 1 padding, 4 wide ones of two each)
+R_SWAPS = 21  # swap preemption (swap.py): times swapped out to host memory (and back in)
+NRQ = 30  # int32 columns of rq (22 narrow, 4 wide ones of two each)
 NEVER = 2**31 - 1  # R_NEXT of a request with no unit left to settle
 
 # --- wide(rq): int64 per request, in rq's last 8 int32 columns ------------------
@@ -112,6 +112,7 @@ ST_PENDING = 0  # not arrived yet
 ST_WAITING = 1
 ST_RUNNING = 2
 ST_FINISHED = 3
+ST_SWAPPED = 4  # swap preemption (swap.py): waiting, its KV in host memory
 
 # --- rp: int64 per replica ---------------------------------------------------
 P_RUN_N = 0  # requests in the running list
@@ -146,7 +147,11 @@ P_INBOX_OLD = 27  # ... of which queued before the latest decision: a pipelined 
 P_PEND_FREE = 28  # requests the latest step finished, in the running list until the next decision
 P_PIPE = 29  # 1 while a step is decided with the previous one in flight (its tokens unknown)
 P_QUEUED = 30  # waiting requests when the scheduler was called (after taking the input queue)
-NRP = 31
+# swap preemption (swap.py)
+P_SWAP_FREE = 31  # free KV blocks of host (swap) memory
+P_STEP_SWAP_OUT = 32  # blocks swapped out by the step being decided
+P_STEP_SWAP_IN = 33  # blocks swapped in by the step being decided
+NRP = 34
 
 Q_CLOCK = 0  # earliest start of its next step (end of the previous one, or an arrival)
 Q_LAST_END = 1  # end of its latest step
@@ -169,7 +174,9 @@ S_PREEMPT = 8  # requests preempted in the row
 S_PQUERY = 9  # prompt tokens looked up in the prefix cache (first lookups)
 S_PHIT = 10  # of which found
 S_EVICTED = 11  # KV blocks evicted from the prefix cache in the row
-NST = 12
+S_SWAP_OUT = 12  # swap preemption (swap.py): KV bytes swapped out to host memory in the row
+S_SWAP_IN = 13  # ... swapped back in
+NST = 14
 SF_START = 0
 SF_DURATION = 1
 SF_ATTN = 2  # the step's prefill attention pairs (A of the cost model)
@@ -208,7 +215,9 @@ C_APPEND_SLOT = 23  # every decode needs a free block before it
 C_CACHES_GENERATED = 24  # full blocks of generated tokens are cached as computed
 C_CACHES_ON_FINISH = 25  # a prompt is cached when its request finishes
 C_HOOKS = 26  # the optional hooks its module defines (policies/dispatch.py HOOK_*)
-NCFG = 27
+C_SWAP_BLOCKS = 27  # swap preemption (swap.py): host KV blocks per replica; 0 = recompute only
+C_SWAP_BLOCK_BYTES = 28  # ... bytes of one KV block
+NCFG = 29
 CF_MAX_WAIT_S = 0  # static: longest the oldest request waits for a batch to fill
 CF_RATIO_INIT = 1  # sglang: initial new_token_ratio
 CF_RATIO_MIN = 2  # sglang: its floor
@@ -216,7 +225,8 @@ CF_RATIO_DECAY = 3  # sglang: its decrease per decode step
 CF_SERVED_RATIO = 4  # tgi: waiting_served_ratio
 CF_CACHE_THRESHOLD = 5  # prefix_aware router: cache_threshold
 CF_BAL_REL = 6  # prefix_aware router: balance_rel_threshold
-NCFGF = 7
+CF_SWAP_BLOCK_S = 7  # swap preemption (swap.py): seconds one KV block takes over the host link
+NCFGF = 8
 
 Q_FIFO = 0
 Q_PRIORITY = 1

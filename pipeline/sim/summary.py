@@ -26,6 +26,9 @@ numpy's default and DuckDB's quantile_cont):
   summed over every replica (weighted by tokens, never an average of rates);
   request hit rate = share of those requests with at least one token found;
   evictions = KV blocks evicted from the cache over the replay.
+- Swap preemption (``swap.py``; only when something was swapped): ``swap`` holds the
+  swaps (each a swap-out and its later swap-in), the requests swapped, and the bytes
+  each way over the host link.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from pipeline.sim.state import (
     R_OUTPUT,
     R_PREEMPT,
     R_PROMPT,
+    R_SWAPS,
     R_UNIT_TOK,
     S_EVICTED,
     S_KV_USED,
@@ -55,6 +59,8 @@ from pipeline.sim.state import (
     S_PHIT,
     S_PQUERY,
     S_PREEMPT,
+    S_SWAP_IN,
+    S_SWAP_OUT,
     S_WAITING,
     SF_DURATION,
     SF_SCHED_CPU,
@@ -108,6 +114,8 @@ class StepTotals:
     evicted_blocks: int = 0
     max_waiting: int = 0
     max_kv_used: int = 0
+    swap_out_bytes: int = 0  # swap preemption (swap.py)
+    swap_in_bytes: int = 0
     _busy: int = 0  # sum of durations, units of 2**-1126 s
     _waiting_s: int = 0  # sum of waiting * duration, same unit
     _sched_cpu: int = 0  # scheduler CPU seconds (sched_cpu.py), same unit
@@ -133,6 +141,8 @@ class StepTotals:
         self.evicted_blocks += int(st[:, S_EVICTED].sum())
         self.max_waiting = max(self.max_waiting, int(waiting.max()))
         self.max_kv_used = max(self.max_kv_used, int(st[:, S_KV_USED].max()))
+        self.swap_out_bytes += int(st[:, S_SWAP_OUT].sum())
+        self.swap_in_bytes += int(st[:, S_SWAP_IN].sum())
         self._busy = _exact_sum(self._busy, dur)
         self._waiting_s = _exact_sum(self._waiting_s, waiting * dur)
         if stf[:, SF_SCHED_CPU].any():
@@ -149,6 +159,8 @@ class StepTotals:
         self.evicted_blocks += other.evicted_blocks
         self.max_waiting = max(self.max_waiting, other.max_waiting)
         self.max_kv_used = max(self.max_kv_used, other.max_kv_used)
+        self.swap_out_bytes += other.swap_out_bytes
+        self.swap_in_bytes += other.swap_in_bytes
         self._busy += other._busy
         self._waiting_s += other._waiting_s
         self._sched_cpu += other._sched_cpu
@@ -292,6 +304,19 @@ def summarize(res: SimResult, steps: StepTotals | None = None) -> dict[str, Any]
         **prefix_summary(res, steps),
         **steps.sched_cpu(),
         **({"disagg": _disagg(res)} if res.disagg_times is not None else {}),
+        **({"swap": swap_summary(res, steps)} if steps.swap_out_bytes else {}),
+    }
+
+
+def swap_summary(res: SimResult, steps: StepTotals) -> dict[str, Any]:
+    """Swap preemption's figures (swap.py): swaps (each a swap-out and, later, its swap-in:
+    a replay runs until every request is done), the requests swapped, and the bytes moved
+    each way over the host link."""
+    return {
+        "num_swaps": int(res.rq[:, R_SWAPS].sum()),  # each out, and back in later
+        "num_swapped_requests": int((res.rq[:, R_SWAPS] > 0).sum()),
+        "swap_out_bytes": steps.swap_out_bytes,
+        "swap_in_bytes": steps.swap_in_bytes,
     }
 
 

@@ -124,6 +124,7 @@ from pipeline.sim.state import (
     C_FULL_ISL,
     C_MAX_SEQS,
     C_QUEUE,
+    C_SWAP_BLOCKS,
     C_THRESHOLD,
     C_WM_BLOCKS,
     F_ARRIVAL,
@@ -137,6 +138,8 @@ from pipeline.sim.state import (
     P_RUN_N,
     P_STABLE,
     P_STEP,
+    P_STEP_SWAP_IN,
+    P_STEP_SWAP_OUT,
     P_WQ_LEN,
     Q_FIFO,
     Q_LAST_END,
@@ -152,13 +155,16 @@ from pipeline.sim.state import (
     R_STATUS,
     R_UNIT_TOK,
     ST_FINISHED,
+    ST_SWAPPED,
     State,
     cdiv,
     drop_finished,
     inbox_take,
     uindex,
     wait_head,
+    wait_requeue,
 )
+from pipeline.sim.swap import swap_in, swap_out
 
 CODE = 2
 
@@ -197,6 +203,26 @@ class Params:
             "help": "decide each step while the previous one runs (vLLM's default since it "
             "turned async scheduling on); false: the synchronous engine loop"
         },
+    )
+    # swap preemption (swap.py): vLLM V0's --preemption-mode / --swap-space
+    preemption_mode: str = field(
+        default="recompute",
+        metadata={
+            "help": "recompute (V1, the only mode it has) | swap (V0: the victim's KV goes to "
+            "host memory over PCIe and comes back; needs async_scheduling = false)"
+        },
+    )
+    swap_space_gb: float = field(
+        default=4.0,
+        metadata={"help": "swap: GiB of host memory per GPU for swapped KV (V0 --swap-space)"},
+    )
+    swap_link_gb_s: float = field(
+        default=0.0,
+        metadata={"help": "swap: host link GB/s one way per GPU; 0 = the GPU's PCIe line rate"},
+    )
+    swap_kv_bytes_per_token: int = field(
+        default=0,
+        metadata={"help": "swap: KV bytes per token moved; 0 = the profile's"},
     )
 
 
@@ -344,6 +370,8 @@ def _make_room(
             release(rq, rp, r, victim, kc)  # it is preempted, and finishes with that step
             rq[victim, R_PREEMPT] += 1
             _unlist_finished(rp, run, r, victim)
+        elif cfg[C_SWAP_BLOCKS] != 0 and swap_out(cfg, rq, rp, r, victim):
+            wait_requeue(cfg, wq, rp, rq, rqf, r, victim)  # swapped: back first in line
         else:
             preempt(cfg, rq, rqf, rp, wq, r, victim, kc)
         n_pre += 1
@@ -532,7 +560,13 @@ def _schedule_once(
             commit(rq, rp, i, r, rq[i, R_COMPUTED] + new, False, kc)
         elif caching and rq[i, R_COMPUTED] > 0:  # its KV came with it (remote prefill):
             commit(rq, rp, i, r, rq[i, R_COMPUTED] + new, False, kc)  # cached on receipt
-        admit(cfg, rq, rqf, rp, run, wq, r)
+        if rq[i, R_STATUS] == ST_SWAPPED:  # swap preemption: it resumes where it stopped
+            pf_end = rq[i, R_PF_END]
+            admit(cfg, rq, rqf, rp, run, wq, r)
+            rq[i, R_PF_END] = pf_end
+            swap_in(cfg, rq, rp, r, i)
+        else:
+            admit(cfg, rq, rqf, rp, run, wq, r)
         n = add_scheduled(sched_q, sched_t, n, i, new)
         budget -= new
         n_adm += 1
@@ -583,6 +617,9 @@ def schedule(s: State, kc: PrefixCaches, r: int, now: float) -> tuple[int, int, 
     pipelined = is_async and rp[r, P_STEP] > 0 and rpf[r, Q_LAST_END] == now
     pending = rp[r, P_PEND_FREE] > 0
     n_pre0 = 0
+    if cfg[C_SWAP_BLOCKS] != 0:  # swap preemption (synchronous only): this step's traffic
+        rp[r, P_STEP_SWAP_OUT] = 0
+        rp[r, P_STEP_SWAP_IN] = 0
     while True:
         if is_async:  # the requests the core has taken from its input queue by now
             take = rp[r, P_INBOX_OLD] if pipelined else rp[r, P_INBOX]
