@@ -92,6 +92,7 @@ from pipeline.sim.routing import (
     outstanding,
     prefix_aware,
 )
+from pipeline.sim.speculation import accepted, draft_s
 from pipeline.sim.state import (
     C_APPEND_SLOT,
     C_ASYNC,
@@ -105,6 +106,9 @@ from pipeline.sim.state import (
     C_REPLICAS,
     C_RESERVES_UPFRONT,
     C_ROUTER,
+    C_SEED,
+    C_SPEC_K,
+    CF_SPEC_DRAFT,
     F_ARRIVAL,
     F_FINISH,
     F_FIRST_SCHED,
@@ -156,6 +160,8 @@ from pipeline.sim.state import (
     S_PREFILL,
     S_REPLICA,
     S_RUNNING,
+    S_SPEC_ACC,
+    S_SPEC_DRAFT,
     S_STEP,
     S_WAITING,
     SF_ATTN,
@@ -199,6 +205,9 @@ class Step(NamedTuple):
     ctx: float  # decode context: C
     num_waiting: int  # waiting requests at its start
     evicted0: int  # P_EVICTED before it
+    draft_s: float  # speculative decoding: the drafter's time (speculation.py), else 0
+    drafted: int  # ... draft tokens verified
+    acc: int  # ... of which accepted
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -341,10 +350,37 @@ def _step(s: State, kc: PrefixCaches, r: int, until: float) -> None:
     pf_kv = 0  # KV tokens of the prefill chunks after the step (packed attention)
     min_left = np.iinfo(np.int64).max
     n_ev = 0
+    spec = s.cfg[C_SPEC_K]  # speculative decoding (0: off)
+    spec_rows = 0  # ... the verified drafts: query rows past each decode's one
+    drafted = 0
+    acc = 0
+    m_spec = 0  # ... decodes that verify drafts, and their context as plain decodes
+    plain_ctx = 0
     for j in range(n):
         i = uindex(s.sched_q[j])
         c0 = s.rq[i, R_COMPUTED]
-        if c0 >= s.rq[i, R_PF_END]:  # a decode: context c0 + 1, samples a token
+        if spec != 0 and c0 >= s.rq[i, R_PF_END]:  # a decode verifying t - 1 drafts
+            t = s.sched_t[j]
+            g0 = s.rq[i, R_GENERATED]
+            a = accepted(s.cfgf, s.cfg[C_SEED], i, g0, t - 1)
+            ctx_sum += c0 + t  # its KV, read once by the t queries
+            attn_sum += (t - 1) * c0 + t * (t - 1) // 2  # their (query, key) pairs past that
+            spec_rows += t - 1
+            drafted += t - 1
+            acc += a
+            m_spec += 1
+            plain_ctx += c0 + 1
+            gen = min(g0 + 1 + a, s.rq[i, R_OUTPUT])  # accepted + the bonus token
+            s.rq[i, R_GENERATED] = gen
+            c = s.rq[i, R_PROMPT] + gen - 1  # rejected drafts roll back num_computed_tokens
+            s.rq[i, R_COMPUTED] = c  # (to c0 + 1 + a; a request capped at its output ends)
+            if s.cfg[C_CACHING] != 0 and settles(s.rq, i, c):  # update_from_output
+                commit(s.rq, s.rp, i, r, c, False, kc)
+            if gen >= s.rq[i, R_OUTPUT]:
+                s.ev[n_ev] = i
+                n_ev += 1
+            min_left = 0  # (no decode runs)
+        elif c0 >= s.rq[i, R_PF_END]:  # a decode: context c0 + 1, samples a token
             ctx_sum += c0 + 1
             gen = s.rq[i, R_GENERATED] + 1
             s.rq[i, R_COMPUTED] = c0 + 1
@@ -366,13 +402,19 @@ def _step(s: State, kc: PrefixCaches, r: int, until: float) -> None:
             if c0 < s.rq[i, R_PROMPT]:
                 s.rq[i, R_CHUNKS] += 1
             s.rq[i, R_COMPUTED] = c0 + t
+            if spec != 0 and c0 + t > s.rq[i, R_PROMPT] + s.rq[i, R_GENERATED]:
+                drafted += c0 + t - s.rq[i, R_PROMPT] - s.rq[i, R_GENERATED]  # padded drafts,
+                s.rq[i, R_COMPUTED] = s.rq[i, R_PROMPT] + s.rq[i, R_GENERATED]  # all rejected
             if c0 + t >= s.rq[i, R_PROMPT] + s.rq[i, R_GENERATED]:
                 gen = s.rq[i, R_GENERATED] + 1
                 s.rq[i, R_GENERATED] = gen
                 if gen == 1 or gen >= s.rq[i, R_OUTPUT]:
                     s.ev[n_ev] = i
                     n_ev += 1
-    d = n - n_pf
+    d = n - n_pf + spec_rows
+    dr_s = 0.0
+    if spec != 0:
+        dr_s = draft_s(s.cost, s.cfgf[CF_SPEC_DRAFT], spec, m_spec, float(plain_ctx))
     p_tok = float(tok_sum)
     ctx = float(ctx_sum)
     # the policy's attention feature; pf_kv + ctx_sum: KV of every sequence after the step
@@ -420,7 +462,22 @@ def _step(s: State, kc: PrefixCaches, r: int, until: float) -> None:
                 ):
                     return
                 k = _steps_before(s.cost, start, until, d, ctx, k)
-    step = Step(start, n, n_pre, n_ev, p_tok, p_attn, n_pf, d, ctx, num_waiting, evicted0)
+    step = Step(
+        start,
+        n,
+        n_pre,
+        n_ev,
+        p_tok,
+        p_attn,
+        n_pf,
+        d,
+        ctx,
+        num_waiting,
+        evicted0,
+        dr_s,
+        drafted,
+        acc,
+    )
     _finish(s, kc, r, k, step)
 
 
@@ -435,6 +492,7 @@ def _finish(s: State, kc: PrefixCaches, r: int, k: int, step: Step) -> None:
     lag = s.cfg[C_ASYNC]
     if k == 1:
         duration = step_time(s.cost, p_tok, p_attn, float(n_pf + d), float(d), ctx)
+        duration += step.draft_s
     else:  # steps 2..k: the same decodes again
         duration = decode_run_s(s.cost, d, ctx, k)
         bs = s.cfg[C_BLOCK_SIZE]
@@ -506,6 +564,8 @@ def _finish(s: State, kc: PrefixCaches, r: int, k: int, step: Step) -> None:
     s.st[row, S_PQUERY] = s.rp[r, P_STEP_QUERY]
     s.st[row, S_PHIT] = s.rp[r, P_STEP_HIT]
     s.st[row, S_EVICTED] = s.rp[r, P_EVICTED] - evicted0
+    s.st[row, S_SPEC_DRAFT] = step.drafted
+    s.st[row, S_SPEC_ACC] = step.acc
     s.stf[row, SF_START] = start
     s.stf[row, SF_DURATION] = duration
     s.stf[row, SF_ATTN] = p_attn
@@ -574,7 +634,7 @@ def _resolve(s: State, kc: PrefixCaches, r: int, until: float, ahead: int) -> No
         k += 1
         rpf[r, Q_AHEAD] = start + decode_run_s(cost, n, ctx, k - 1)
     rp[r, P_PEND_K] = 0
-    step = Step(start, n, 0, 0, 0.0, 0.0, 0, n, ctx, rp[r, P_WQ_LEN], rp[r, P_PEND_EV0])
+    step = Step(start, n, 0, 0, 0.0, 0.0, 0, n, ctx, rp[r, P_WQ_LEN], rp[r, P_PEND_EV0], 0.0, 0, 0)
     _finish(s, kc, r, k, step)
 
 

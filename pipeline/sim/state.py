@@ -169,7 +169,10 @@ S_PREEMPT = 8  # requests preempted in the row
 S_PQUERY = 9  # prompt tokens looked up in the prefix cache (first lookups)
 S_PHIT = 10  # of which found
 S_EVICTED = 11  # KV blocks evicted from the prefix cache in the row
-NST = 12
+# speculative decoding (speculation.py): 0 in every row when it is off
+S_SPEC_DRAFT = 12  # draft tokens verified in the row
+S_SPEC_ACC = 13  # ... of which accepted
+NST = 14
 SF_START = 0
 SF_DURATION = 1
 SF_ATTN = 2  # the step's prefill attention pairs (A of the cost model)
@@ -205,7 +208,12 @@ C_APPEND_SLOT = 23  # every decode needs a free block before it
 C_CACHES_GENERATED = 24  # full blocks of generated tokens are cached as computed
 C_CACHES_ON_FINISH = 25  # a prompt is cached when its request finishes
 C_HOOKS = 26  # the optional hooks its module defines (policies/dispatch.py HOOK_*)
-NCFG = 27
+# speculative decoding (speculation.py); C_SPEC_K = 0: off
+C_SPEC_K = 27  # draft tokens proposed per decode (num_speculative_tokens)
+C_SPEC_LOOK = 28  # KV slots reserved past the scheduled tokens (vLLM num_lookahead_tokens)
+C_SPEC_SLOTS = 29  # budget slots per scheduled request for drafting (max_num_new_slots_...)
+C_SPEC_MAXLEN = 30  # max_model_len (the scheduler's bound on a decode's tokens)
+NCFG = 31
 CF_MAX_WAIT_S = 0  # static: longest the oldest request waits for a batch to fill
 CF_RATIO_INIT = 1  # sglang: initial new_token_ratio
 CF_RATIO_MIN = 2  # sglang: its floor
@@ -213,7 +221,10 @@ CF_RATIO_DECAY = 3  # sglang: its decrease per decode step
 CF_SERVED_RATIO = 4  # tgi: waiting_served_ratio
 CF_CACHE_THRESHOLD = 5  # prefix_aware router: cache_threshold
 CF_BAL_REL = 6  # prefix_aware router: balance_rel_threshold
-NCFGF = 7
+# speculative decoding (speculation.py)
+CF_SPEC_DRAFT = 7  # draft cost: share of a decode step per draft token
+CF_SPEC_RATE = 8  # CF_SPEC_RATE + j: acceptance of draft position j given j - 1 accepted
+NCFGF = 8 + 16  # (speculation.MAX_TOKENS positions)
 
 Q_FIFO = 0
 Q_PRIORITY = 1
