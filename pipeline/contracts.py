@@ -328,6 +328,9 @@ SIM_REQUESTS = _contract(
     partition_by=("run_id",),
 )
 
+# speculative decoding (sim/speculation.py): sim_steps columns, null when it is off
+SPEC_STEP_COLUMNS = ("num_draft_tokens", "num_accepted_tokens")
+
 SIM_STEPS = _contract(
     "sim_steps",
     1,
@@ -362,11 +365,14 @@ SIM_STEPS = _contract(
         _c("num_prefix_query_tokens", pa.int64(), "prompt tokens looked up in the prefix cache"),
         _c("num_prefix_hit_tokens", pa.int64(), "of which found"),
         _c("role", pa.string(), "disaggregated: the worker's role, prefill or decode (null: not)"),
+        # speculative decoding (sim/speculation.py); null when it is off
+        _c("num_draft_tokens", pa.int64(), "draft tokens verified in the row (null: no drafts)"),
+        _c("num_accepted_tokens", pa.int64(), "of which accepted (null: no drafts)"),
     ],
-    # added with cost model v3, pool with fleets, role with disaggregation (files
-    # written before lack them)
-    nullable={"prefill_attn_pairs", "decode_context_tokens", "pool", "role"},
-    optional={"prefill_attn_pairs", "decode_context_tokens", "pool", "role"},
+    # added with cost model v3, pool with fleets, role with disaggregation, the draft
+    # columns with speculative decoding (files written before lack them)
+    nullable={"prefill_attn_pairs", "decode_context_tokens", "pool", "role", *SPEC_STEP_COLUMNS},
+    optional={"prefill_attn_pairs", "decode_context_tokens", "pool", "role", *SPEC_STEP_COLUMNS},
     primary_key=("scenario", "replica", "step"),
     partition_by=("run_id",),
 )
