@@ -339,6 +339,9 @@ SIM_REQUESTS = _contract(
     partition_by=("run_id",),
 )
 
+# speculative decoding (sim/speculation.py): sim_steps columns, null when it is off
+SPEC_STEP_COLUMNS = ("num_draft_tokens", "num_accepted_tokens")
+
 SIM_STEPS = _contract(
     "sim_steps",
     1,
@@ -389,9 +392,13 @@ SIM_STEPS = _contract(
             COUNT,
         ),
         _c("swap_in_bytes", pa.int64(), "swap preemption: KV bytes copied back", COUNT),
+        # speculative decoding (sim/speculation.py); null when it is off
+        _c("num_draft_tokens", pa.int64(), "draft tokens verified in the row (null: no drafts)"),
+        _c("num_accepted_tokens", pa.int64(), "of which accepted (null: no drafts)"),
     ],
     # added with cost model v3, pool with fleets, role with disaggregation, sched_cpu_*
-    # with cost model v4, swap_*_bytes with swap preemption (files written before lack them)
+    # with cost model v4, swap_*_bytes with swap preemption, the draft columns with
+    # speculative decoding (files written before lack them)
     nullable={
         "prefill_attn_pairs",
         "decode_context_tokens",
@@ -399,6 +406,7 @@ SIM_STEPS = _contract(
         "role",
         *SCHED_CPU_COLS,
         *SWAP_COLS,
+        *SPEC_STEP_COLUMNS,
     },
     optional={
         "prefill_attn_pairs",
@@ -407,6 +415,7 @@ SIM_STEPS = _contract(
         "role",
         *SCHED_CPU_COLS,
         *SWAP_COLS,
+        *SPEC_STEP_COLUMNS,
     },
     primary_key=("scenario", "replica", "step"),
     partition_by=("run_id",),

@@ -94,6 +94,7 @@ from pipeline.sim.routing import (
     outstanding,
     prefix_aware,
 )
+from pipeline.sim.speculation import accepted, draft_s
 from pipeline.sim.state import (
     C_APPEND_SLOT,
     C_ASYNC,
@@ -107,8 +108,11 @@ from pipeline.sim.state import (
     C_REPLICAS,
     C_RESERVES_UPFRONT,
     C_ROUTER,
+    C_SEED,
+    C_SPEC_K,
     C_SWAP_BLOCK_BYTES,
     C_SWAP_BLOCKS,
+    CF_SPEC_DRAFT,
     CF_SWAP_BLOCK_S,
     F_ARRIVAL,
     F_FINISH,
@@ -163,6 +167,8 @@ from pipeline.sim.state import (
     S_PREFILL,
     S_REPLICA,
     S_RUNNING,
+    S_SPEC_ACC,
+    S_SPEC_DRAFT,
     S_STEP,
     S_SWAP_IN,
     S_SWAP_OUT,
@@ -210,6 +216,9 @@ class Step(NamedTuple):
     ctx: float  # decode context: C
     num_waiting: int  # waiting requests at its start
     evicted0: int  # P_EVICTED before it
+    draft_s: float  # speculative decoding: the drafter's time (speculation.py), else 0
+    drafted: int  # ... draft tokens verified
+    acc: int  # ... of which accepted
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -352,10 +361,37 @@ def _step(s: State, kc: PrefixCaches, r: int, until: float) -> None:
     pf_kv = 0  # KV tokens of the prefill chunks after the step (packed attention)
     min_left = np.iinfo(np.int64).max
     n_ev = 0
+    spec = s.cfg[C_SPEC_K]  # speculative decoding (0: off)
+    spec_rows = 0  # ... the verified drafts: query rows past each decode's one
+    drafted = 0
+    acc = 0
+    m_spec = 0  # ... decodes that verify drafts, and their context as plain decodes
+    plain_ctx = 0
     for j in range(n):
         i = uindex(s.sched_q[j])
         c0 = s.rq[i, R_COMPUTED]
-        if c0 >= s.rq[i, R_PF_END]:  # a decode: context c0 + 1, samples a token
+        if spec != 0 and c0 >= s.rq[i, R_PF_END]:  # a decode verifying t - 1 drafts
+            t = s.sched_t[j]
+            g0 = s.rq[i, R_GENERATED]
+            a = accepted(s.cfgf, s.cfg[C_SEED], i, g0, t - 1)
+            ctx_sum += c0 + t  # its KV, read once by the t queries
+            attn_sum += (t - 1) * c0 + t * (t - 1) // 2  # their (query, key) pairs past that
+            spec_rows += t - 1
+            drafted += t - 1
+            acc += a
+            m_spec += 1
+            plain_ctx += c0 + 1
+            gen = min(g0 + 1 + a, s.rq[i, R_OUTPUT])  # accepted + the bonus token
+            s.rq[i, R_GENERATED] = gen
+            c = s.rq[i, R_PROMPT] + gen - 1  # rejected drafts roll back num_computed_tokens
+            s.rq[i, R_COMPUTED] = c  # (to c0 + 1 + a; a request capped at its output ends)
+            if s.cfg[C_CACHING] != 0 and settles(s.rq, i, c):  # update_from_output
+                commit(s.rq, s.rp, i, r, c, False, kc)
+            if gen >= s.rq[i, R_OUTPUT]:
+                s.ev[n_ev] = i
+                n_ev += 1
+            min_left = 0  # (no decode runs)
+        elif c0 >= s.rq[i, R_PF_END]:  # a decode: context c0 + 1, samples a token
             ctx_sum += c0 + 1
             gen = s.rq[i, R_GENERATED] + 1
             s.rq[i, R_COMPUTED] = c0 + 1
@@ -377,13 +413,19 @@ def _step(s: State, kc: PrefixCaches, r: int, until: float) -> None:
             if c0 < s.rq[i, R_PROMPT]:
                 s.rq[i, R_CHUNKS] += 1
             s.rq[i, R_COMPUTED] = c0 + t
+            if spec != 0 and c0 + t > s.rq[i, R_PROMPT] + s.rq[i, R_GENERATED]:
+                drafted += c0 + t - s.rq[i, R_PROMPT] - s.rq[i, R_GENERATED]  # padded drafts,
+                s.rq[i, R_COMPUTED] = s.rq[i, R_PROMPT] + s.rq[i, R_GENERATED]  # all rejected
             if c0 + t >= s.rq[i, R_PROMPT] + s.rq[i, R_GENERATED]:
                 gen = s.rq[i, R_GENERATED] + 1
                 s.rq[i, R_GENERATED] = gen
                 if gen == 1 or gen >= s.rq[i, R_OUTPUT]:
                     s.ev[n_ev] = i
                     n_ev += 1
-    d = n - n_pf
+    d = n - n_pf + spec_rows
+    dr_s = 0.0
+    if spec != 0:
+        dr_s = draft_s(s.cost, s.cfgf[CF_SPEC_DRAFT], spec, m_spec, float(plain_ctx))
     p_tok = float(tok_sum)
     ctx = float(ctx_sum)
     # the policy's attention feature; pf_kv + ctx_sum: KV of every sequence after the step
@@ -431,7 +473,22 @@ def _step(s: State, kc: PrefixCaches, r: int, until: float) -> None:
                 ):
                     return
                 k = _steps_before(s.cost, start, until, d, ctx, k)
-    step = Step(start, n, n_pre, n_ev, p_tok, p_attn, n_pf, d, ctx, num_waiting, evicted0)
+    step = Step(
+        start,
+        n,
+        n_pre,
+        n_ev,
+        p_tok,
+        p_attn,
+        n_pf,
+        d,
+        ctx,
+        num_waiting,
+        evicted0,
+        dr_s,
+        drafted,
+        acc,
+    )
     _finish(s, kc, r, k, step)
 
 
@@ -449,6 +506,7 @@ def _finish(s: State, kc: PrefixCaches, r: int, k: int, step: Step) -> None:
         if s.cfg[C_SWAP_BLOCKS] != 0:  # swap preemption: the step waits for its copies
             moved = s.rp[r, P_STEP_SWAP_OUT] + s.rp[r, P_STEP_SWAP_IN]
             duration += moved * s.cfgf[CF_SWAP_BLOCK_S]
+        duration += step.draft_s
     else:  # steps 2..k: the same decodes again
         duration = decode_run_s(s.cost, d, ctx, k)
         bs = s.cfg[C_BLOCK_SIZE]
@@ -523,6 +581,8 @@ def _finish(s: State, kc: PrefixCaches, r: int, k: int, step: Step) -> None:
     swap_bytes = s.cfg[C_SWAP_BLOCK_BYTES]  # 0 unless swapping (and no swaps in runs)
     s.st[row, S_SWAP_OUT] = s.rp[r, P_STEP_SWAP_OUT] * swap_bytes
     s.st[row, S_SWAP_IN] = s.rp[r, P_STEP_SWAP_IN] * swap_bytes
+    s.st[row, S_SPEC_DRAFT] = step.drafted
+    s.st[row, S_SPEC_ACC] = step.acc
     s.stf[row, SF_START] = start
     s.stf[row, SF_DURATION] = duration
     s.stf[row, SF_ATTN] = p_attn
@@ -596,7 +656,7 @@ def _resolve(s: State, kc: PrefixCaches, r: int, until: float, ahead: int) -> No
         k += 1
         rpf[r, Q_AHEAD] = start + decode_run_s(cost, n, ctx, k - 1)
     rp[r, P_PEND_K] = 0
-    step = Step(start, n, 0, 0, 0.0, 0.0, 0, n, ctx, rp[r, P_WQ_LEN], rp[r, P_PEND_EV0])
+    step = Step(start, n, 0, 0, 0.0, 0.0, 0, n, ctx, rp[r, P_WQ_LEN], rp[r, P_PEND_EV0], 0.0, 0, 0)
     _finish(s, kc, r, k, step)
 
 

@@ -33,6 +33,7 @@ from pipeline.sim.prefix import extend_keys
 from pipeline.sim.reference_engines import EngineSchedulers
 from pipeline.sim.reference_kv import PrefixCache, Replica, Req, Scheduled
 from pipeline.sim.scenario import Scenario
+from pipeline.sim.speculation import accepted_py
 from pipeline.sim.state import (
     F_ARRIVAL,
     F_FINISH,
@@ -241,18 +242,32 @@ class ReferenceLoop(EngineSchedulers):
             threshold = 0
         scheduled: Scheduled = []
         preempted = 0
+        sp = self.sc.speculative  # speculative decoding (speculation.py)
+        k = sp.num_tokens if sp is not None else 0
+        slots = sp.draft_slots if sp is not None else 0
+        look = sp.lookahead if sp is not None else 0
+        max_len = self.sc.memory.max_model_len
         i = 0
         while i < len(rep.running) and budget > 0:
             req = rep.running[i]
+            if budget - slots * len(scheduled) <= slots:  # input_budget <= draft_slots
+                break
             if not math.isnan(req.finished_s):  # async: its last token is in flight
                 i += 1
                 continue
             new = req.num_tokens - req.computed
+            if k and not req.in_prefill:  # num_tokens_with_spec: its drafts
+                new += k
             if 0 < threshold < new:
                 new = threshold
-            new = min(new, budget)
+            new = min(new, budget, budget - slots * (len(scheduled) + 1))
+            if k:
+                new = min(new, max_len - req.computed - 1)
+            end = req.computed + new
+            if k:  # allocate_slots(num_lookahead_tokens)
+                end = min(end + look, max_len)
             ok = True
-            while not self.grow(rep, req, req.computed + new):
+            while not self.grow(rep, req, end):
                 if by_priority:
                     victim = max(rep.running, key=lambda r: (r.priority, r.arrival_s))
                     pos = rep.running.index(victim)
@@ -277,6 +292,7 @@ class ReferenceLoop(EngineSchedulers):
             known = req.computed + new  # blocks are cached up to the tokens known
             if rep.pipelined and not req.in_prefill:
                 known -= 1  # its input token is what the step in flight samples
+            known = min(known, req.num_tokens)  # never the drafts
             if self.caching:
                 self.commit(rep, req, known, False)
             scheduled.append((req, new))
@@ -286,32 +302,53 @@ class ReferenceLoop(EngineSchedulers):
             return scheduled, preempted, 0
         admitted = 0
         watermark = int(p.watermark * self.sc.memory.num_gpu_blocks)
+        prefill_scheduled = any(req.in_prefill for req, _ in scheduled)
+        running_scheduled = len(scheduled)
         while rep.num_waiting and budget > 0:
             if len(rep.running) == p.max_num_seqs:
+                break
+            room = budget - slots * (len(scheduled) + 1)  # request_token_budget
+            if room <= 0:
                 break
             req = rep.head()
             looked = self.caching and req.computed == 0
             hits, idle = self.lookup(rep, req) if looked else ([], 0)
             hit = req.hit_tokens(len(hits))
             new = req.num_tokens - req.computed - hit
+            if (
+                k
+                and new == 1
+                and not prefill_scheduled
+                and (running_scheduled or req.computed + hit > 0)
+                and req.computed + hit + 1 + k + 1 <= max_len
+            ):  # vLLM pads it to a uniform spec-decode row with placeholder drafts
+                if 1 + k > room:
+                    break
+                new = 1 + k
             if 0 < threshold < new:
                 new = threshold
-            if not p.enable_chunked_prefill and new > budget:
+            if not p.enable_chunked_prefill and new > room:
                 break
-            new = min(new, budget)
+            new = min(new, room)
             keep_free = watermark if rep.running else 0
-            need = self.blocks_for(req.computed + hit + new) - req.hit_blocks(len(hits))
+            end = req.computed + hit + new
+            if k:
+                end = min(end + look, max_len)
+            chunk = self.blocks_for(end) - req.hit_blocks(len(hits))
+            need = chunk
             if p.scheduler_reserve_full_isl:  # allocate_slots(full_sequence_must_fit=True)
                 need = self.blocks_for(req.num_tokens) - req.hit_blocks(len(hits))
+                if k:  # and then the chunk's slots with the lookahead
+                    need = max(need, chunk)
             if need + idle + keep_free > rep.cache.capacity:
                 break
             self.use_hits(rep, req, hits)
             req.computed += hit  # (a remote prefill's KV came with it: computed > 0, no hits)
-            assert self.grow(rep, req, req.computed + new)
+            assert self.grow(rep, req, end)
             if looked:
                 self.count_lookup(rep, req, len(hits))
             if self.caching:
-                self.commit(rep, req, req.computed + new, False)
+                self.commit(rep, req, min(req.computed + new, req.num_tokens), False)
             if req.index in self.swapped:  # swapped back in: resumes where it stopped
                 prefill_end = req.prefill_end
                 rep.running.append(self.start(rep))
@@ -439,11 +476,19 @@ class ReferenceLoop(EngineSchedulers):
         if self.deferred_free:  # the queue once the engine core took its new requests
             num_waiting = rep.queued
         p_tok = p_attn = n_pf = d = ctx = 0
+        sp = self.sc.speculative
+        drafted = acc = m = plain = 0
         for req, t in scheduled:
             if req.in_prefill:
                 n_pf += 1
                 p_tok += t
                 p_attn += t * req.computed + t * (t + 1) // 2
+            elif sp is not None:  # a verify step: t query rows over its context
+                d += t
+                ctx += req.computed + t
+                p_attn += (t - 1) * req.computed + t * (t - 1) // 2
+                m += 1
+                plain += req.computed + 1
             else:
                 assert t == 1
                 d += 1
@@ -455,6 +500,9 @@ class ReferenceLoop(EngineSchedulers):
         swap_out, swap_in = self.step_swap.get(rep.index, [0, 0])
         if self.swap_blocks:  # the step waits for its copies over the host link
             duration += (swap_out + swap_in) * self.swap_block_s
+        if sp is not None and sp.draft_cost > 0 and m:  # k draft passes (speculation.py)
+            plain_s = float(step_time(self.cost, 0.0, 0.0, m, m, plain))
+            duration += sp.draft_cost * sp.num_tokens * plain_s
         cpu = sched_cpu.row(self.cost, 1, duration, p_tok, p_attn, n_pf + d, d, ctx)
         end = start + duration
         for req, t in scheduled:
@@ -463,10 +511,29 @@ class ReferenceLoop(EngineSchedulers):
             if req.computed < req.prompt:
                 req.chunks += 1
             decoding = not req.in_prefill
-            req.computed += t
-            req.total_computed += t
-            if req.computed == req.num_tokens:
-                req.generated += 1
+            sampled = False
+            if sp is not None and decoding:  # the drafts accepted (the counter-based draws)
+                a = accepted_py(sp.acceptance, self.sc.seed, req.index, req.generated, t - 1)
+                drafted += t - 1
+                acc += a
+                req.generated = min(req.generated + 1 + a, req.output)  # + the bonus token
+                verified = req.num_tokens - 1 - req.computed  # the rejected drafts roll back
+                req.computed += verified
+                req.total_computed += verified
+                sampled = True
+                if self.caching:  # update_from_output caches up to the verified tokens
+                    self.commit(rep, req, req.computed, False)
+            else:
+                req.computed += t
+                req.total_computed += t
+                if sp is not None and req.computed > req.num_tokens:  # padded drafts: rejected
+                    drafted += req.computed - req.num_tokens
+                    req.total_computed -= req.computed - req.num_tokens
+                    req.computed = req.num_tokens
+                if req.computed == req.num_tokens:
+                    req.generated += 1
+                    sampled = True
+            if sampled:
                 if req.generated == 1:
                     req.first_token_s = end
                 if req.generated == req.output:
@@ -496,6 +563,8 @@ class ReferenceLoop(EngineSchedulers):
                     rep.cache.evicted - evicted0,
                     swap_out * self.swap_block_bytes,
                     swap_in * self.swap_block_bytes,
+                    drafted,
+                    acc,
                 ],
                 [start, duration, float(p_attn), float(ctx), *cpu],
             )

@@ -7,6 +7,7 @@ at a time; sweeps and capacity searches build them whole (``run_prepared``).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -35,6 +36,8 @@ from pipeline.sim.state import (
     S_PREFILL,
     S_REPLICA,
     S_RUNNING,
+    S_SPEC_ACC,
+    S_SPEC_DRAFT,
     S_STEP,
     S_SWAP_IN,
     S_SWAP_OUT,
@@ -175,8 +178,17 @@ def sim_steps_table(
             "sched_cpu_exposed_s": stf[:, SF_SCHED_EXPOSED],
             "swap_out_bytes": st[:, S_SWAP_OUT],
             "swap_in_bytes": st[:, S_SWAP_IN],
+            **_speculation(st),
         }
     )
+
+
+def _speculation(st: npt.NDArray[np.int64]) -> dict[str, Any]:
+    """sim_steps' draft and accepted tokens per row: null columns when no row has drafts."""
+    n = len(st)
+    if not st[:, S_SPEC_DRAFT].any():
+        return {c: pa.nulls(n, pa.int64()) for c in ("num_draft_tokens", "num_accepted_tokens")}
+    return {"num_draft_tokens": st[:, S_SPEC_DRAFT], "num_accepted_tokens": st[:, S_SPEC_ACC]}
 
 
 _ROLES = pa.array(["prefill", "decode"])  # by disagg.ROLE_*

@@ -83,6 +83,7 @@ from pipeline import validation
 from pipeline.errors import PipelineError, ScenarioError
 from pipeline.sim import autoscale as scaling
 from pipeline.sim import cost_uncertainty, sched_cpu
+from pipeline.sim import speculation as spec
 from pipeline.sim.autoscale import Autoscale
 from pipeline.sim.cost_model import OPTIONAL_COEFFICIENTS, StepCost
 from pipeline.sim.disagg import DECODE_ROUTERS, DEFAULT_LINK, LINKS, Disagg, policy_error
@@ -156,6 +157,7 @@ COMMON: dict[str, tuple[type, Any, str]] = {
     ),
     "tenant_priority": (dict, None, "vllm priority policy: table tenant -> priority"),
     "autoscale": (dict, None, "replica autoscaler: table of " + ", ".join(scaling.KEYS)),
+    "speculative": (dict, None, "speculative decoding (vllm): table of " + ", ".join(spec.KEYS)),
     "frontend_request_s": (float, None, "front end per request, s; default: the profile's"),
     "frontend_prompt_token_s": (float, None, "front end per prompt token, s (tokenisation)"),
     "frontend_output_token_s": (float, None, "front end per streamed token, s"),
@@ -276,6 +278,8 @@ class Scenario:
 
     # the replica count follows the load (autoscale.py); replicas is then the initial count
     autoscale: Autoscale | None = None
+    # speculative decoding (speculation.py); None: off
+    speculative: spec.Speculation | None = None
 
     @property
     def num_kv_blocks(self) -> int:
@@ -317,6 +321,8 @@ class Scenario:
             cfgf[k] = fv
         if self.swap is not None:
             self.swap.pack(cfg, cfgf)
+        if self.speculative is not None:
+            self.speculative.pack(cfg, cfgf, self.memory.max_model_len)
         return EngineConfig(
             cfg=cfg,
             cfgf=cfgf,
@@ -360,6 +366,7 @@ class Scenario:
             **(self.disagg.to_dict() if self.disagg is not None else {}),
             **(self.swap.to_dict() if self.swap is not None else {}),
             **({"autoscale": self.autoscale.to_dict()} if self.autoscale else {}),
+            **({"speculative": self.speculative.to_dict()} if self.speculative else {}),
         }
 
     def cap_lengths(
@@ -397,6 +404,10 @@ class Scenario:
         output = np.maximum(np.minimum(output, mem.max_model_len - prompt), 1)
         pol = POLICIES[self.policy]
         need = pol.blocks_alone(self.params, mem, prompt[keep], output[keep])
+        if self.speculative is not None:  # its drafts' slots too
+            need = self.speculative.blocks_alone(
+                mem.block_size, mem.max_model_len, prompt[keep], output[keep]
+            )
         usable = pol.num_blocks(mem, self.params)
         if len(need) and int(need.max()) > usable:
             worst = int(np.argmax(need))
@@ -421,6 +432,8 @@ def _convert(key: str, value: Any, typ: type, where: str) -> Any:
         return None
     if key == scaling.KEY:
         return scaling.check_table(value, where)
+    if key == spec.KEY:
+        return spec.check_table(value, where)
     if typ is dict:
         if not isinstance(value, dict):
             raise ScenarioError(f"{where}: {key} must be a table, got {value!r}")
@@ -631,6 +644,25 @@ def build_scenario(values: dict[str, Any], *, where: str = "scenario") -> Scenar
     autoscale = _autoscale(got, values, where)
     if autoscale is not None:
         got["replicas"] = autoscale.initial_replicas
+    speculative = got["speculative"]
+    if speculative is not None:
+        spec.refuse(policy, where)
+        if params.async_scheduling:
+            raise ScenarioError(
+                f"{where}: speculative is modelled on vLLM's synchronous engine loop only (async "
+                "scheduling's placeholders for draft tokens are not); set async_scheduling = false"
+            )
+        if disagg is not None:
+            raise ScenarioError(
+                f"{where}: speculative with prefill_replicas/decode_replicas is not modelled; "
+                "drop one of them"
+            )
+        if swap is not None:
+            raise ScenarioError(
+                f"{where}: speculative with preemption_mode = 'swap' is not modelled (vLLM V0's "
+                "swap and V1's spec-decode path never ran together); drop one of them"
+            )
+        speculative.check(params.max_num_batched_tokens, where)
     return Scenario(
         name=name,
         policy=policy,
@@ -661,6 +693,7 @@ def build_scenario(values: dict[str, Any], *, where: str = "scenario") -> Scenar
         disagg=disagg,
         autoscale=autoscale,
         swap=swap,
+        speculative=speculative,
     )
 
 

@@ -176,7 +176,10 @@ S_PHIT = 10  # of which found
 S_EVICTED = 11  # KV blocks evicted from the prefix cache in the row
 S_SWAP_OUT = 12  # swap preemption (swap.py): KV bytes swapped out to host memory in the row
 S_SWAP_IN = 13  # ... swapped back in
-NST = 14
+# speculative decoding (speculation.py): 0 in every row when it is off
+S_SPEC_DRAFT = 14  # draft tokens verified in the row
+S_SPEC_ACC = 15  # ... of which accepted
+NST = 16
 SF_START = 0
 SF_DURATION = 1
 SF_ATTN = 2  # the step's prefill attention pairs (A of the cost model)
@@ -217,7 +220,12 @@ C_CACHES_ON_FINISH = 25  # a prompt is cached when its request finishes
 C_HOOKS = 26  # the optional hooks its module defines (policies/dispatch.py HOOK_*)
 C_SWAP_BLOCKS = 27  # swap preemption (swap.py): host KV blocks per replica; 0 = recompute only
 C_SWAP_BLOCK_BYTES = 28  # ... bytes of one KV block
-NCFG = 29
+# speculative decoding (speculation.py); C_SPEC_K = 0: off
+C_SPEC_K = 29  # draft tokens proposed per decode (num_speculative_tokens)
+C_SPEC_LOOK = 30  # KV slots reserved past the scheduled tokens (vLLM num_lookahead_tokens)
+C_SPEC_SLOTS = 31  # budget slots per scheduled request for drafting (max_num_new_slots_...)
+C_SPEC_MAXLEN = 32  # max_model_len (the scheduler's bound on a decode's tokens)
+NCFG = 33
 CF_MAX_WAIT_S = 0  # static: longest the oldest request waits for a batch to fill
 CF_RATIO_INIT = 1  # sglang: initial new_token_ratio
 CF_RATIO_MIN = 2  # sglang: its floor
@@ -226,7 +234,10 @@ CF_SERVED_RATIO = 4  # tgi: waiting_served_ratio
 CF_CACHE_THRESHOLD = 5  # prefix_aware router: cache_threshold
 CF_BAL_REL = 6  # prefix_aware router: balance_rel_threshold
 CF_SWAP_BLOCK_S = 7  # swap preemption (swap.py): seconds one KV block takes over the host link
-NCFGF = 8
+# speculative decoding (speculation.py)
+CF_SPEC_DRAFT = 8  # draft cost: share of a decode step per draft token
+CF_SPEC_RATE = 9  # CF_SPEC_RATE + j: acceptance of draft position j given j - 1 accepted
+NCFGF = 9 + 16  # (speculation.MAX_TOKENS positions)
 
 Q_FIFO = 0
 Q_PRIORITY = 1

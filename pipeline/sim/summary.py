@@ -59,6 +59,8 @@ from pipeline.sim.state import (
     S_PHIT,
     S_PQUERY,
     S_PREEMPT,
+    S_SPEC_ACC,
+    S_SPEC_DRAFT,
     S_SWAP_IN,
     S_SWAP_OUT,
     S_WAITING,
@@ -116,6 +118,8 @@ class StepTotals:
     max_kv_used: int = 0
     swap_out_bytes: int = 0  # swap preemption (swap.py)
     swap_in_bytes: int = 0
+    draft_tokens: int = 0  # speculative decoding: drafts verified
+    accepted_tokens: int = 0  # ... of which accepted
     _busy: int = 0  # sum of durations, units of 2**-1126 s
     _waiting_s: int = 0  # sum of waiting * duration, same unit
     _sched_cpu: int = 0  # scheduler CPU seconds (sched_cpu.py), same unit
@@ -139,6 +143,8 @@ class StepTotals:
         self.prefix_query_tokens += int(st[:, S_PQUERY].sum())
         self.prefix_hit_tokens += int(st[:, S_PHIT].sum())
         self.evicted_blocks += int(st[:, S_EVICTED].sum())
+        self.draft_tokens += int(st[:, S_SPEC_DRAFT].sum())
+        self.accepted_tokens += int(st[:, S_SPEC_ACC].sum())
         self.max_waiting = max(self.max_waiting, int(waiting.max()))
         self.max_kv_used = max(self.max_kv_used, int(st[:, S_KV_USED].max()))
         self.swap_out_bytes += int(st[:, S_SWAP_OUT].sum())
@@ -157,6 +163,8 @@ class StepTotals:
         self.prefix_query_tokens += other.prefix_query_tokens
         self.prefix_hit_tokens += other.prefix_hit_tokens
         self.evicted_blocks += other.evicted_blocks
+        self.draft_tokens += other.draft_tokens
+        self.accepted_tokens += other.accepted_tokens
         self.max_waiting = max(self.max_waiting, other.max_waiting)
         self.max_kv_used = max(self.max_kv_used, other.max_kv_used)
         self.swap_out_bytes += other.swap_out_bytes
@@ -305,6 +313,7 @@ def summarize(res: SimResult, steps: StepTotals | None = None) -> dict[str, Any]
         **steps.sched_cpu(),
         **({"disagg": _disagg(res)} if res.disagg_times is not None else {}),
         **({"swap": swap_summary(res, steps)} if steps.swap_out_bytes else {}),
+        **speculation_summary(steps),
     }
 
 
@@ -324,6 +333,18 @@ def _disagg(res: SimResult) -> dict[str, Any]:
     from pipeline.sim.disagg import disagg_summary  # (disagg imports the loop's modules)
 
     return disagg_summary(res)
+
+
+def speculation_summary(steps: StepTotals | None) -> dict[str, Any]:
+    """Speculative decoding's figures (empty when no draft was verified): drafts verified,
+    accepted, and the acceptance rate; mean acceptance length = 1 + rate * num_tokens."""
+    if steps is None or steps.draft_tokens == 0:
+        return {}
+    return {
+        "spec_draft_tokens": steps.draft_tokens,
+        "spec_accepted_tokens": steps.accepted_tokens,
+        "spec_acceptance_rate": steps.accepted_tokens / steps.draft_tokens,
+    }
 
 
 def prefix_summary(res: SimResult, steps: StepTotals | None = None) -> dict[str, Any]:

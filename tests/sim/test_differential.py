@@ -47,6 +47,8 @@ from pipeline.sim.state import (
     S_PREFILL,
     S_REPLICA,
     S_RUNNING,
+    S_SPEC_ACC,
+    S_SPEC_DRAFT,
     S_STEP,
     S_WAITING,
     SF_SCHED_CPU,
@@ -68,6 +70,7 @@ def _case(
     caching: bool | None = None,
     replicas: tuple[int, int] = (1, 3),
     routers: tuple[str, ...] = ("round_robin", "least_outstanding", "prefix_aware"),
+    speculative: bool = False,
 ) -> tuple[SimInput, Scenario]:
     seed = draw(st.integers(0, 2**32 - 1))
     n = draw(st.integers(1, 40))
@@ -145,6 +148,21 @@ def _case(
             values["max_num_batched_tokens"] = max(values["max_num_batched_tokens"], max_model_len)
         if values["scheduling_policy"] == "priority":
             priority = rng.integers(0, 3, n).astype(np.int64)
+        if speculative:  # speculative decoding (speculation.py): vLLM's synchronous loop
+            k = draw(st.integers(1, 5))
+            rates = draw(st.sampled_from(["one", "list"]))
+            values["async_scheduling"] = False
+            values["speculative"] = {
+                "method": draw(st.sampled_from(["ngram", "eagle", "draft_model"])),
+                "num_tokens": k,
+                "acceptance": (
+                    float(rng.choice([0.0, 0.5, 0.8, 1.0]))
+                    if rates == "one"
+                    else [float(x) for x in rng.uniform(0, 1, k)]
+                ),
+            }
+            least = k + 2  # a decode, its drafts and a draft model's slot
+            values["max_num_batched_tokens"] = max(values["max_num_batched_tokens"], least)
     elif policy == "sarathi":
         seqs = draw(st.integers(1, 8))
         values |= {
@@ -192,6 +210,10 @@ def _case(
         }
     probe = build_scenario({**values, "num_gpu_blocks": 10**9})
     need = int(POLICIES[policy].blocks_alone(probe.params, probe.memory, prompt, output).max())
+    if probe.speculative is not None:  # the last decode's drafts and lookahead slots too
+        mem = probe.memory
+        sizes = probe.speculative.blocks_alone(mem.block_size, mem.max_model_len, prompt, output)
+        need = int(sizes.max())
     extra_null = probe.memory.num_gpu_blocks - probe.num_kv_blocks
     values["num_gpu_blocks"] = int(math.ceil(need * pressure)) + extra_null
     if policy == "sarathi":  # the watermark grows with the pool: find the smallest that fits
@@ -216,8 +238,10 @@ def _case(
 
 
 @st.composite
-def cases(draw: Any, policy: str, caching: bool | None = None) -> tuple[SimInput, Scenario]:
-    return _case(draw, policy, caching=caching)
+def cases(
+    draw: Any, policy: str, caching: bool | None = None, speculative: bool = False
+) -> tuple[SimInput, Scenario]:
+    return _case(draw, policy, caching=caching, speculative=speculative)
 
 
 def expand(res: SimResult) -> np.ndarray:
@@ -233,6 +257,8 @@ def expand(res: SimResult) -> np.ndarray:
         S_PREEMPT,
         S_PQUERY,
         S_PHIT,
+        S_SPEC_DRAFT,
+        S_SPEC_ACC,
     ]
     rows = np.repeat(res.st[:, cols], res.st[:, S_NUM_STEPS], axis=0)
     offsets = np.concatenate([np.arange(k) for k in res.st[:, S_NUM_STEPS]])
@@ -291,6 +317,11 @@ def check_invariants(inp: SimInput, sc: Scenario, res: SimResult) -> None:
     if sc.policy in ("static", "orca", "tgi"):
         assert res.st[:, S_PREEMPT].sum() == 0
     assert res.st[:, S_PREEMPT].sum() == rq[:, R_PREEMPT].sum()
+    assert (res.st[:, S_SPEC_ACC] <= res.st[:, S_SPEC_DRAFT]).all()
+    if sc.speculative is None:
+        assert res.st[:, S_SPEC_DRAFT].sum() == 0
+    else:  # no decode runs: the accepted counts make every step its own
+        assert (res.st[:, S_NUM_STEPS] == 1).all()
 
 
 def check_equal(inp: SimInput, sc: Scenario) -> SimResult:
@@ -354,6 +385,8 @@ FAST_EQUALS_REFERENCE = [
     pytest.param("vllm", True, 50, id="vllm-prefix-caching"),
     pytest.param("sglang", None, 50, id="sglang"),
     pytest.param("tgi", None, 40, id="tgi"),
+    pytest.param("vllm-speculative", None, 60, id="vllm-speculative"),
+    pytest.param("vllm-speculative", True, 40, id="vllm-speculative-prefix-caching"),
 ]
 
 
@@ -371,7 +404,10 @@ def test_fast_equals_reference(
     # keeps each configuration's seeds and failing examples its own.
     key = request.node.nodeid.encode()
     fast_equals_reference._hypothesis_internal_add_digest = key  # type: ignore[attr-defined]
-    settings(max_examples=examples)(given(cases(policy, caching))(fast_equals_reference))()
+    speculative = policy == "vllm-speculative"
+    policy = policy.removesuffix("-speculative")
+    strategy = cases(policy, caching, speculative)
+    settings(max_examples=examples)(given(strategy)(fast_equals_reference))()
 
 
 @settings(max_examples=10)

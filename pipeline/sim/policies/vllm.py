@@ -124,6 +124,10 @@ from pipeline.sim.state import (
     C_FULL_ISL,
     C_MAX_SEQS,
     C_QUEUE,
+    C_SPEC_K,
+    C_SPEC_LOOK,
+    C_SPEC_MAXLEN,
+    C_SPEC_SLOTS,
     C_SWAP_BLOCKS,
     C_THRESHOLD,
     C_WM_BLOCKS,
@@ -438,6 +442,55 @@ def _decodes(
     return k, n, budget
 
 
+@njit(cache=True, error_model="numpy")
+def speculative_tokens(
+    cfg: npt.NDArray[np.int64], rq: npt.NDArray[np.int32], i: int, new: int, room: int
+) -> int:
+    """Speculative decoding: the tokens running request i asks for (``new``: its known
+    ones), before the threshold and budget caps (the caller's).
+
+    vLLM's RUNNING loop asks for ``num_tokens_with_spec - num_computed_tokens``: a decode
+    has the drafter's k drafts on top of its one token (``speculation.py``: a request
+    gets drafts after every step that samples a token of it; none after a prefill chunk
+    that does not, ``update_draft_token_ids``). Capped at the input budget less the
+    drafting slots (``room``) and at ``max_model_len - num_computed_tokens - 1``.
+    """
+    c = rq[i, R_COMPUTED]
+    if c >= rq[i, R_PF_END]:
+        new += cfg[C_SPEC_K]
+    if new > room:
+        new = room
+    bound = cfg[C_SPEC_MAXLEN] - c - 1
+    if new > bound:
+        new = bound
+    return new
+
+
+@njit(cache=True, error_model="numpy")
+def padded_tokens(
+    cfg: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int32],
+    sched_q: npt.NDArray[np.int64],
+    n_running: int,
+    c: int,
+) -> int:
+    """Speculative decoding: the tokens of a waiting request with one token left to compute
+    (c computed, hits included): vLLM pads it to 1 + k with placeholder drafts (never
+    accepted) when no running request scheduled this step is in prefill and some running
+    request was scheduled or it computed some tokens, if 1 + k + 1 tokens fit max_model_len.
+    """
+    if n_running == 0 and c == 0:
+        return 1
+    for j in range(n_running):
+        q = sched_q[j]
+        if rq[q, R_COMPUTED] < rq[q, R_PF_END]:  # prefill_scheduled
+            return 1
+    pad = 1 + cfg[C_SPEC_K]
+    if c + pad + 1 > cfg[C_SPEC_MAXLEN]:
+        return 1
+    return pad
+
+
 @njit(cache=True, error_model="numpy", inline="always")  # one call site: no call per step
 def _schedule_once(
     r: int,
@@ -464,28 +517,38 @@ def _schedule_once(
     n = 0
     n_pre = 0
     n_adm = 0
+    spec = cfg[C_SPEC_K]  # speculative decoding: draft tokens of every decode (0: off)
+    slots = cfg[C_SPEC_SLOTS]  # ... budget slots each scheduled request takes for drafting
     # RUNNING
     k = 0
     while k < rp[r, P_RUN_N] and budget > 0:
-        k, n, budget = _decodes(cfg, rq, rp, run, sched_q, sched_t, r, k, n, budget, lag)
-        if k >= rp[r, P_RUN_N] or budget <= 0:
+        if spec == 0:
+            k, n, budget = _decodes(cfg, rq, rp, run, sched_q, sched_t, r, k, n, budget, lag)
+            if k >= rp[r, P_RUN_N] or budget <= 0:
+                break
+        elif budget <= slots * (n + 1):  # vLLM: input_budget <= draft_slots
             break
         i = run[r, k]
         if rq[i, R_STATUS] == ST_FINISHED:  # async: its last token is in flight: not scheduled
             k += 1
             continue
         new = num_tokens(rq, i) - rq[i, R_COMPUTED]
+        if spec > 0:
+            new = speculative_tokens(cfg, rq, i, new, budget - slots * (n + 1))
         if 0 < threshold < new:
             new = threshold
         if new > budget:
             new = budget
         scheduled = True
-        need = blocks_needed(rq, i, rq[i, R_COMPUTED] + new, bs)
+        end = rq[i, R_COMPUTED] + new  # the tokens its KV slots must cover
+        if spec > 0:  # with the drafter's lookahead slots, within max_model_len
+            end = min(end + cfg[C_SPEC_LOOK], cfg[C_SPEC_MAXLEN])
+        need = blocks_needed(rq, i, end, bs)
         if 0 < need <= rp[r, P_FREE]:  # the common case, inline: free blocks, no eviction
             rp[r, P_FREE] -= need
             rq[i, R_HELD] += need
             need = 0
-        if need > 0 and not grow(rq, rp, r, i, rq[i, R_COMPUTED] + new, bs, 0, kc):
+        if need > 0 and not grow(rq, rp, r, i, end, bs, 0, kc):
             # the pool is short: preempt (a call, out of this loop's hot path)
             scheduled, k, n, budget, pre = _make_room(
                 cfg,
@@ -498,7 +561,7 @@ def _schedule_once(
                 sched_t,
                 r,
                 i,
-                rq[i, R_COMPUTED] + new,
+                end,
                 k,
                 n,
                 budget,
@@ -512,6 +575,8 @@ def _schedule_once(
         known = rq[i, R_COMPUTED] + new  # blocks are cached up to the tokens known
         if lag != 0 and rq[i, R_COMPUTED] >= rq[i, R_PF_END]:
             known -= 1  # a decode of the token the step in flight samples (it was in it)
+        if spec > 0 and known > num_tokens(rq, i):
+            known = num_tokens(rq, i)  # draft tokens are not cached (allocate_slots)
         if caching and settles(rq, i, known):  # prompt and generated blocks
             commit(rq, rp, i, r, known, False, kc)
         n = add_scheduled(sched_q, sched_t, n, i, new)
@@ -520,8 +585,11 @@ def _schedule_once(
     if n_pre > 0:
         return n, n_pre, n_adm
     # WAITING
+    n_running = n  # running requests scheduled (the padding rule below)
     while rp[r, P_WQ_LEN] > 0 and budget > 0:
         if rp[r, P_RUN_N] >= cfg[C_MAX_SEQS]:
+            break
+        if spec > 0 and budget <= slots * (n + 1):  # vLLM: input_budget <= draft_slots
             break
         i = wait_head(cfg, wq, rp, r)
         h = 0
@@ -531,18 +599,29 @@ def _schedule_once(
             h, idle = cache_lookup(cfg, rq, r, i, kc)
         hit = hit_tokens(rq, i, h)
         new = num_tokens(rq, i) - rq[i, R_COMPUTED] - hit
+        room = budget if spec == 0 else budget - slots * (n + 1)  # request_token_budget
+        if spec > 0 and new == 1:
+            pad = padded_tokens(cfg, rq, sched_q, n_running, rq[i, R_COMPUTED] + hit)
+            if pad > room:
+                break  # vLLM: "prefer to not schedule than schedule un-padded"
+            new = pad
         if 0 < threshold < new:
             new = threshold
-        if cfg[C_CHUNKED] == 0 and new > budget:
+        if cfg[C_CHUNKED] == 0 and new > room:
             break
-        if new > budget:
-            new = budget
+        if new > room:
+            new = room
         keep_free = cfg[C_WM_BLOCKS] if rp[r, P_RUN_N] > 0 else 0  # (bool(self.running))
         shared = hit_blocks(rq, i, h)
-        need = cdiv(rq[i, R_COMPUTED] + hit + new, bs) - shared
+        slot_end = rq[i, R_COMPUTED] + hit + new
+        if spec > 0:  # the drafter's lookahead slots, within max_model_len
+            slot_end = min(slot_end + cfg[C_SPEC_LOOK], cfg[C_SPEC_MAXLEN])
+        need = cdiv(slot_end, bs) - shared
         gate = need  # blocks that must fit for it to be admitted
         if cfg[C_FULL_ISL] != 0:  # the whole sequence, not only this chunk
             gate = cdiv(num_tokens(rq, i), bs) - shared
+            if spec > 0 and need > gate:  # ... and then this chunk with its lookahead
+                gate = need
         if gate + idle + keep_free > rp[r, P_FREE] + rp[r, P_EVICTABLE]:
             if idle > 0:  # evicting its idle hits could let it in: decode runs must not evict
                 rp[r, P_STABLE] = 2
@@ -554,12 +633,15 @@ def _schedule_once(
             rp[r, P_FREE] -= need
             rq[i, R_HELD] += need
         else:
-            grow(rq, rp, r, i, rq[i, R_COMPUTED] + new, bs, 0, kc)
+            grow(rq, rp, r, i, slot_end, bs, 0, kc)
+        known = rq[i, R_COMPUTED] + new
+        if spec > 0 and known > num_tokens(rq, i):
+            known = num_tokens(rq, i)  # padded draft slots are not cached
         if looked:
             count_lookup(rq, rp, r, i, h)
-            commit(rq, rp, i, r, rq[i, R_COMPUTED] + new, False, kc)
+            commit(rq, rp, i, r, known, False, kc)
         elif caching and rq[i, R_COMPUTED] > 0:  # its KV came with it (remote prefill):
-            commit(rq, rp, i, r, rq[i, R_COMPUTED] + new, False, kc)  # cached on receipt
+            commit(rq, rp, i, r, known, False, kc)  # cached on receipt
         if rq[i, R_STATUS] == ST_SWAPPED:  # swap preemption: it resumes where it stopped
             pf_end = rq[i, R_PF_END]
             admit(cfg, rq, rqf, rp, run, wq, r)
@@ -629,6 +711,8 @@ def schedule(s: State, kc: PrefixCaches, r: int, now: float) -> tuple[int, int, 
             rp[r, P_QUEUED] = rp[r, P_WQ_LEN]  # the step's queue depth
         n, n_pre, n_adm = _schedule_once(r, cfg, rq, rqf, rp, run, wq, sched_q, sched_t, kc)
         if not is_async:
+            if cfg[C_SPEC_K] > 0:  # speculative: the steps differ (accepted counts): no runs
+                rp[r, P_STABLE] = 0
             return n, n_pre, n_adm
         rp[r, P_PIPE] = 0
         if rp[r, P_PEND_FREE] > 0:

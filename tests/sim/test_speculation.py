@@ -1,0 +1,113 @@
+"""Speculative decoding (speculation.py): the scenario table, the draws, what a replay does."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from pipeline.errors import ScenarioError
+from pipeline.sim.scenario import build_scenario
+from pipeline.sim.simulate import simulate
+from pipeline.sim.speculation import accepted, accepted_py
+from pipeline.sim.state import CF_SPEC_RATE, NCFGF, S_DECODE, S_SPEC_ACC, S_SPEC_DRAFT, SimInput
+from pipeline.sim.summary import summarize
+
+COST = {
+    "fixed_s": 2e-3,
+    "flop_s_per_token": 2e-5,
+    "flop_s_per_attn": 1e-8,
+    "mem_s_weights": 5e-3,
+    "mem_s_per_kv_token": 1e-6,
+    "mem_s_per_token": 1e-7,
+    "comm_s_fixed": 0.0,
+    "comm_s_per_token": 0.0,
+}
+
+
+def _values(**spec: Any) -> dict[str, Any]:
+    return {
+        "policy": "vllm",
+        "cost": COST,
+        "num_gpu_blocks": 400,
+        "max_model_len": 512,
+        "async_scheduling": False,
+        "speculative": {"method": "eagle", "num_tokens": 3, "acceptance": 0.7} | spec,
+    }
+
+
+@pytest.mark.parametrize(
+    ("spec", "words"),
+    [
+        ({"acceptance": float("nan")}, "speculative.acceptance"),
+        ({"acceptance": 1.5}, "speculative.acceptance"),
+        ({"acceptance": -0.1}, "speculative.acceptance"),
+        ({"acceptance": [0.5, 0.5]}, "has 2 rates but num_tokens is 3"),
+        ({"acceptance": [0.5, "x", 0.5]}, "speculative.acceptance[1]"),
+        ({"num_tokens": 0}, "speculative.num_tokens"),
+        ({"num_tokens": 1000}, "speculative.num_tokens"),
+        ({"method": "medusa"}, "speculative.method must be one of"),
+        ({"acceptance": "measured"}, "vllm:spec_decode_num_accepted_tokens"),
+        ({"colour": 1}, "unknown key speculative.colour"),
+    ],
+)
+def test_bad_tables_get_one_line_errors(spec: dict[str, Any], words: str) -> None:
+    with pytest.raises(ScenarioError) as exc:
+        build_scenario(_values(**spec))
+    assert words in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_other_policies_and_async_are_refused() -> None:
+    with pytest.raises(ScenarioError, match="policy vllm only"):
+        build_scenario(_values() | {"policy": "sglang", "async_scheduling": None})
+    with pytest.raises(ScenarioError, match="async_scheduling = false"):
+        build_scenario(_values() | {"async_scheduling": True})
+
+
+def test_compiled_and_python_draws_agree() -> None:
+    rates = (0.9, 0.6, 0.3, 0.8)
+    cfgf = np.zeros(NCFGF)
+    cfgf[CF_SPEC_RATE : CF_SPEC_RATE + 4] = rates
+    for seed in (0, 7, 2**40):
+        for i in range(20):
+            for g in range(0, 200, 13):
+                assert accepted(cfgf, seed, i, g, 4) == accepted_py(rates, seed, i, g, 4)
+
+
+def test_draws_follow_the_rates() -> None:
+    rates = (0.8, 0.5)
+    got = np.array([accepted_py(rates, 3, i, g, 2) for i in range(100) for g in range(100)])
+    # P(a >= 1) = 0.8, P(a = 2) = 0.8 * 0.5; 10,000 draws: well within 0.02
+    assert abs((got >= 1).mean() - 0.8) < 0.02
+    assert abs((got == 2).mean() - 0.4) < 0.02
+
+
+def _replay(acceptance: float | None, k: int = 3) -> tuple[Any, Any]:
+    rng = np.random.default_rng(5)
+    n = 40
+    inp = SimInput(
+        np.sort(rng.uniform(0, 4, n)),
+        rng.integers(10, 200, n).astype(np.int64),
+        rng.integers(20, 120, n).astype(np.int64),
+    )
+    values = _values(num_tokens=k, acceptance=acceptance or 0.0)
+    if acceptance is None:
+        del values["speculative"]
+    sc = build_scenario(values)
+    return simulate(inp, sc.engine()), sc
+
+
+def test_accepted_tokens_shorten_decoding() -> None:
+    off, _ = _replay(None)
+    none, _ = _replay(0.0)
+    full, _ = _replay(1.0)
+    assert off.st[:, S_SPEC_DRAFT].sum() == 0
+    assert none.st[:, S_SPEC_ACC].sum() == 0 and none.st[:, S_SPEC_DRAFT].sum() > 0
+    assert (full.st[:, S_SPEC_ACC] == full.st[:, S_SPEC_DRAFT]).all()
+    # every accepted draft saves a step; rejected ones only cost their rows
+    assert full.num_steps < none.num_steps
+    assert none.st[:, S_DECODE].sum() > off.st[:, S_DECODE].sum()
+    s = summarize(full)
+    assert s["spec_acceptance_rate"] == 1.0
+    assert "spec_draft_tokens" not in summarize(off)
