@@ -235,5 +235,73 @@ class TierStats:
     gpu_tokens: int = 0
     cpu_tokens: int = 0
     disk_tokens: int = 0
+    cpu_blocks: int = 0
+    disk_blocks: int = 0
     load_bytes: int = 0
     load_s: float = 0.0
+
+
+def replay_hits(
+    prompts: Sequence[tuple[Sequence[bytes], int]],
+    gpu_blocks: int,
+    cpu_chunks: int,
+    disk_chunks: int,
+    block_tokens: int,
+    bytes_per_block: int,
+    cpu_bytes_per_s: float = PCIE5_X16_BYTES_PER_S,
+    disk_bytes_per_s: float = NVME_READ_BYTES_PER_S,
+    store_batch_blocks: int = 16,
+) -> TierStats:
+    """Prefix hits per tier for prompts run one at a time, each done before the next.
+
+    ``prompts``: each prompt's chained block keys and its length in tokens.
+    A prompt's GPU prefix hit is extended by the CPU tier's ready chunks, then
+    by the disk tier's; every block of the prompt is then offered to the CPU
+    tier (vLLM's store path offers each computed block, hit or not, and skips
+    what is cached already) in offers of ``store_batch_blocks`` blocks, as a
+    chunked prefill computes them (vLLM offers the blocks each step completes;
+    an offer protects only its own keys, so a prompt longer than the tier
+    evicts its own first blocks), its stores complete before the next prompt, and
+    the GPU keeps the most recent ``gpu_blocks`` blocks, a prompt's deeper
+    blocks evicted before its shallower ones. One chunk is one block.
+    No timing: this is the cache alone, without concurrency (a block another
+    request is still using cannot be evicted in the engine, here it can).
+    """
+    gpu: OrderedDict[bytes, None] = OrderedDict()  # oldest first
+    cpu = HostTier(cpu_chunks)
+    disk = DiskTier(disk_chunks)
+    st = TierStats()
+    for n, (keys, tokens) in enumerate(prompts):
+        g = 0
+        for k in keys:
+            if k not in gpu:
+                break
+            g += 1
+        req = Request(rid=str(n), positions={k: (i + 1) * block_tokens for i, k in enumerate(keys)})
+        c = cpu.hits(keys[g:])
+        if c:
+            cpu.prepare_load(keys[g : g + c], req)
+            cpu.complete_load(keys[g : g + c])
+        d = disk.hits(keys[g + c :]) if disk_chunks else 0
+        ends = [min((i + 1) * block_tokens, tokens) for i in range(g + c + d)]
+        at = [0, *ends]
+        st.gpu_tokens += at[g]
+        st.cpu_tokens += at[g + c] - at[g]
+        st.disk_tokens += at[g + c + d] - at[g + c]
+        st.cpu_blocks += c
+        st.disk_blocks += d
+        st.load_bytes += (c + d) * bytes_per_block
+        st.load_s += load_seconds(c, bytes_per_block, cpu_bytes_per_s)
+        st.load_s += load_seconds(d, bytes_per_block, disk_bytes_per_s)
+        for lo in range(0, len(keys) if cpu_chunks else 0, store_batch_blocks):
+            out = cpu.prepare_store(list(keys[lo : lo + store_batch_blocks]), req)
+            if out is not None:
+                cpu.complete_store(out[0])
+                if disk_chunks:
+                    disk.put(out[1])
+        for k in reversed(keys):  # the deepest block is the oldest: evicted first
+            gpu[k] = None
+            gpu.move_to_end(k)
+        while len(gpu) > gpu_blocks:
+            gpu.popitem(last=False)
+    return st
