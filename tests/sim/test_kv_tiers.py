@@ -59,3 +59,17 @@ def test_disk_tier_lru_and_sizes() -> None:
     d.put([b"c"])
     assert d.hits([b"b"]) == 0 and d.hits([b"a", b"c"]) == 2
     assert num_chunks(8, 2**20, 2) == 4096
+
+
+def test_disk_tier_keeps_what_the_cpu_tier_evicts() -> None:
+    # a CPU tier of at least one offer never refuses a store, so with an unbounded disk below
+    # it every offered block stays in one of the two: the same hits as an unbounded CPU tier
+    for seed in range(3):
+        ps = _prompts(seed, 300)
+        big = replay_hits(ps, 6, 10**6, 0, BT, BPB, store_batch_blocks=4)
+        two = replay_hits(ps, 6, 4, 10**6, BT, BPB, store_batch_blocks=4)
+        assert two.disk_tokens > 0
+        assert two.gpu_tokens == big.gpu_tokens
+        assert two.cpu_tokens + two.disk_tokens == big.cpu_tokens
+        none = replay_hits(ps, 6, 4, 0, BT, BPB, store_batch_blocks=4)
+        assert none.cpu_tokens < big.cpu_tokens
