@@ -216,11 +216,20 @@ class DiskTier:
         return n
 
 
-def num_chunks(size_gb: float, bytes_per_block: int, blocks_per_chunk: int) -> int:
-    """Chunks a tier of ``size_gb`` GiB holds (vLLM sizes ``--kv-offloading-size`` in GiB)."""
+def num_chunks(
+    size_gb: float, bytes_per_block: int, blocks_per_chunk: int, align: int = 4096
+) -> int:
+    """Chunks a tier of ``size_gb`` GiB holds.
+
+    As vLLM sizes ``--kv-offloading-size`` (``CPUOffloadingSpec``,
+    ``cpu/spec.py``): GiB over all workers, each chunk's bytes (all workers'
+    copies of ``blocks_per_chunk`` blocks) rounded up to ``align``, the
+    shared region's page size (``mmap.PAGESIZE``, 4 KiB on x86-64 Linux).
+    """
     if not math.isfinite(size_gb) or size_gb < 0:
         raise ValueError(f"tier size must be a finite number of GiB >= 0, got {size_gb}")
-    return int(size_gb * 2**30) // (bytes_per_block * blocks_per_chunk)
+    chunk = -(-bytes_per_block * blocks_per_chunk // align) * align
+    return int(size_gb * 2**30) // chunk
 
 
 def load_seconds(blocks: int, bytes_per_block: int, bytes_per_s: float) -> float:

@@ -59,6 +59,7 @@ def test_disk_tier_lru_and_sizes() -> None:
     d.put([b"c"])
     assert d.hits([b"b"]) == 0 and d.hits([b"a", b"c"]) == 2
     assert num_chunks(8, 2**20, 2) == 4096
+    assert num_chunks(1, 5000, 1) == 2**30 // 8192  # a chunk rounded up to a 4 KiB page
 
 
 def test_disk_tier_keeps_what_the_cpu_tier_evicts() -> None:
