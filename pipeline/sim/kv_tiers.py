@@ -1,0 +1,316 @@
+"""KV offloading tiers below the GPU prefix cache: a CPU tier and a disk tier.
+
+The model follows vLLM's offloading connector (``--kv-offloading-size``), as
+its scheduler side reads in vLLM 0.33 (``vllm/v1/kv_offload/cpu/manager.py``,
+``CPUOffloadingManager``, with ``cpu/policies/lru.py``, ``LRUCachePolicy``):
+
+- the CPU tier holds ``num_chunks`` chunks (one per ``offloaded_block_size``
+  tokens); a chunk is *pending* from ``prepare_store`` until
+  ``complete_store`` (a lookup sees ``HIT_PENDING`` and cannot load it), then
+  *ready*; a load pins it (a reference count) until ``complete_load``;
+- ``prepare_store(keys)`` stores the keys not cached yet, after evicting as
+  many idle chunks as the free pool lacks; keys of the offer itself are never
+  evicted, and when not enough idle chunks can be evicted nothing is stored
+  and nothing evicted (vLLM returns ``None``);
+- eviction order is ``LRUCachePolicy``'s: every chunk has a rank, and the idle
+  chunk of lowest rank goes first. A request gets one rank the first time it
+  touches the tier, and a chunk it stores or first accesses at token position
+  p gets ``(request rank, -p)`` (never lowered), so within a request the
+  deeper chunks are evicted before the shallower ones; ``touch(keys)`` gives
+  the keys fresh ranks, ``keys[0]`` the newest.
+
+Below the CPU tier, when configured, a disk tier receives the chunks the CPU
+tier evicts (LMCache-style write-back of evictions; vLLM's ``tiering/``
+package chains tiers the same way) and evicts plain LRU itself.
+
+A hit below the GPU costs a load of ``bytes / bandwidth`` seconds
+(``load_seconds``), which the request waits for: vLLM loads asynchronously
+and parks the request in ``WAITING_FOR_REMOTE_KVS`` while other requests'
+steps run.
+
+Default bandwidths, one direction, host to GPU:
+
+- ``PCIE5_X16_BYTES_PER_S``: PCIe 5.0 x16, 32 GT/s per lane with 128b/130b
+  encoding, about 63 GB/s (PCI-SIG, PCI Express Base Specification 5.0); the
+  H100 SXM5's host interface (NVIDIA H100 Tensor Core GPU datasheet: "PCIe
+  Gen5: 128GB/s", both directions);
+- ``NVME_READ_BYTES_PER_S``: 13 GB/s sequential read of a PCIe 5.0 data-centre
+  NVMe drive (Samsung PM1743 datasheet: 13,000 MB/s sequential read).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+
+PCIE5_X16_BYTES_PER_S = 32e9 * 16 * 128 / 130 / 8  # ~63 GB/s per direction
+NVME_READ_BYTES_PER_S = 13e9
+
+
+class Hit(Enum):
+    """What a lookup of one chunk finds (vLLM's ``LookupResult``, less RETRY)."""
+
+    MISS = 0
+    HIT = 1
+    PENDING = 2
+
+
+@dataclass
+class _Chunk:
+    ref: int = -1  # -1: store in flight; 0: idle (evictable); >0: loads in flight
+
+
+@dataclass
+class Request:
+    """One request's view of the tier: its rank and the keys it has seen."""
+
+    rid: str
+    positions: dict[bytes, int] = field(default_factory=dict)  # key -> end token
+    rank: int | None = None
+    seen: set[bytes] = field(default_factory=set)
+
+
+class HostTier:
+    """The CPU tier of one replica: ``CPUOffloadingManager`` with LRU eviction."""
+
+    def __init__(self, num_chunks: int) -> None:
+        if num_chunks < 0:
+            raise ValueError(f"num_chunks must be >= 0, got {num_chunks}")
+        self.num_chunks = num_chunks
+        self.chunks: dict[bytes, _Chunk] = {}
+        self.ranks: dict[bytes, tuple[int, int]] = {}
+        self.next_rank = 0
+        self.stored = 0  # chunks stored so far
+        self.evicted = 0  # chunks evicted so far
+
+    def _request_rank(self, req: Request) -> int:
+        if req.rank is None:
+            self.next_rank += 1
+            req.rank = self.next_rank
+        return req.rank
+
+    def _access(self, keys: Sequence[bytes], req: Request) -> None:
+        """First accesses by ``req`` raise the keys' ranks (``on_request_access``)."""
+        new = [k for k in keys if k not in req.seen]
+        req.seen.update(new)
+        if not new:
+            return
+        rank = self._request_rank(req)
+        for k in new:
+            pos = req.positions.get(k)
+            if pos is None or k not in self.chunks:
+                continue
+            self.ranks[k] = max(self.ranks[k], (rank, -pos))
+
+    def lookup(self, key: bytes) -> Hit:
+        c = self.chunks.get(key)
+        if c is None:
+            return Hit.MISS
+        return Hit.PENDING if c.ref < 0 else Hit.HIT
+
+    def hits(self, keys: Sequence[bytes]) -> int:
+        """How many leading ``keys`` are ready to load (a pending one ends the run)."""
+        n = 0
+        for k in keys:
+            if self.lookup(k) is not Hit.HIT:
+                break
+            n += 1
+        return n
+
+    def touch(self, keys: Sequence[bytes]) -> None:
+        for k in reversed(keys):
+            if k in self.chunks:
+                self.next_rank += 1
+                self.ranks[k] = (self.next_rank, 0)
+
+    def idle(self) -> int:
+        return sum(1 for c in self.chunks.values() if c.ref == 0)
+
+    def prepare_store(
+        self, keys: Sequence[bytes], req: Request
+    ) -> tuple[list[bytes], list[bytes]] | None:
+        """(keys stored, keys evicted), or None when the tier cannot make room."""
+        to_store = [k for k in keys if k not in self.chunks]
+        ready = [k for k in keys if k in self.chunks and self.chunks[k].ref >= 0]
+        recorded = set(to_store) | set(ready)
+        self._access([k for k in keys if k in recorded], req)
+        if not to_store:
+            return [], []
+        need = len(to_store) - (self.num_chunks - len(self.chunks))
+        evicted: list[bytes] = []
+        if need > 0:
+            protected = set(keys)
+            cands = sorted(
+                (self.ranks[k], k)
+                for k, c in self.chunks.items()
+                if c.ref == 0 and k not in protected
+            )
+            if len(cands) < need:
+                return None
+            evicted = [k for _, k in cands[:need]]
+            for k in evicted:
+                del self.chunks[k]
+                del self.ranks[k]
+            self.evicted += len(evicted)
+        for k in to_store:
+            self.chunks[k] = _Chunk()
+            pos = req.positions.get(k)
+            if pos is None:
+                self.next_rank += 1
+                self.ranks[k] = (self.next_rank, 0)
+            else:
+                self.ranks[k] = (self._request_rank(req), -pos)
+        self.stored += len(to_store)
+        return to_store, evicted
+
+    def complete_store(self, keys: Sequence[bytes], success: bool = True) -> None:
+        for k in keys:
+            c = self.chunks.get(k)
+            if c is None or c.ref >= 0:
+                continue
+            if success:
+                c.ref = 0
+            else:
+                del self.chunks[k]
+                del self.ranks[k]
+
+    def prepare_load(self, keys: Sequence[bytes], req: Request) -> None:
+        for k in keys:
+            c = self.chunks[k]
+            if c.ref < 0:
+                raise ValueError(f"chunk {k!r} is not ready for reading")
+            c.ref += 1
+        self._access(keys, req)
+
+    def complete_load(self, keys: Sequence[bytes]) -> None:
+        for k in keys:
+            self.chunks[k].ref -= 1
+
+
+class DiskTier:
+    """The disk tier: takes the CPU tier's evictions, evicts least recently used."""
+
+    def __init__(self, num_chunks: int) -> None:
+        self.num_chunks = num_chunks
+        self.lru: OrderedDict[bytes, None] = OrderedDict()  # oldest first
+        self.evicted = 0
+
+    def put(self, keys: Sequence[bytes]) -> None:
+        for k in keys:
+            self.lru[k] = None
+            self.lru.move_to_end(k)
+        while len(self.lru) > self.num_chunks:
+            self.lru.popitem(last=False)
+            self.evicted += 1
+
+    def hits(self, keys: Sequence[bytes]) -> int:
+        n = 0
+        for k in keys:
+            if k not in self.lru:
+                break
+            self.lru.move_to_end(k)
+            n += 1
+        return n
+
+
+def num_chunks(
+    size_gb: float, bytes_per_block: int, blocks_per_chunk: int, align: int = 4096
+) -> int:
+    """Chunks a tier of ``size_gb`` GiB holds.
+
+    As vLLM sizes ``--kv-offloading-size`` (``CPUOffloadingSpec``,
+    ``cpu/spec.py``): GiB over all workers, each chunk's bytes (all workers'
+    copies of ``blocks_per_chunk`` blocks) rounded up to ``align``, the
+    shared region's page size (``mmap.PAGESIZE``, 4 KiB on x86-64 Linux).
+    """
+    if not math.isfinite(size_gb) or size_gb < 0:
+        raise ValueError(f"tier size must be a finite number of GiB >= 0, got {size_gb}")
+    chunk = -(-bytes_per_block * blocks_per_chunk // align) * align
+    return int(size_gb * 2**30) // chunk
+
+
+def load_seconds(blocks: int, bytes_per_block: int, bytes_per_s: float) -> float:
+    """Seconds to load ``blocks`` KV blocks from a tier of ``bytes_per_s``."""
+    return blocks * bytes_per_block / bytes_per_s if blocks else 0.0
+
+
+@dataclass
+class TierStats:
+    """Prefix hits per tier, in tokens, and what loading the lower ones cost."""
+
+    gpu_tokens: int = 0
+    cpu_tokens: int = 0
+    disk_tokens: int = 0
+    cpu_blocks: int = 0
+    disk_blocks: int = 0
+    load_bytes: int = 0
+    load_s: float = 0.0
+
+
+def replay_hits(
+    prompts: Sequence[tuple[Sequence[bytes], int]],
+    gpu_blocks: int,
+    cpu_chunks: int,
+    disk_chunks: int,
+    block_tokens: int,
+    bytes_per_block: int,
+    cpu_bytes_per_s: float = PCIE5_X16_BYTES_PER_S,
+    disk_bytes_per_s: float = NVME_READ_BYTES_PER_S,
+    store_batch_blocks: int = 16,
+) -> TierStats:
+    """Prefix hits per tier for prompts run one at a time, each done before the next.
+
+    ``prompts``: each prompt's chained block keys and its length in tokens.
+    A prompt's GPU prefix hit is extended by the CPU tier's ready chunks, then
+    by the disk tier's; every block of the prompt is then offered to the CPU
+    tier (vLLM's store path offers each computed block, hit or not, and skips
+    what is cached already) in offers of ``store_batch_blocks`` blocks, as a
+    chunked prefill computes them (vLLM offers the blocks each step completes;
+    an offer protects only its own keys, so a prompt longer than the tier
+    evicts its own first blocks), its stores complete before the next prompt, and
+    the GPU keeps the most recent ``gpu_blocks`` blocks, a prompt's deeper
+    blocks evicted before its shallower ones. One chunk is one block.
+    No timing: this is the cache alone, without concurrency (a block another
+    request is still using cannot be evicted in the engine, here it can).
+    """
+    gpu: OrderedDict[bytes, None] = OrderedDict()  # oldest first
+    cpu = HostTier(cpu_chunks)
+    disk = DiskTier(disk_chunks)
+    st = TierStats()
+    for n, (keys, tokens) in enumerate(prompts):
+        g = 0
+        for k in keys:
+            if k not in gpu:
+                break
+            g += 1
+        req = Request(rid=str(n), positions={k: (i + 1) * block_tokens for i, k in enumerate(keys)})
+        c = cpu.hits(keys[g:])
+        if c:
+            cpu.prepare_load(keys[g : g + c], req)
+            cpu.complete_load(keys[g : g + c])
+        d = disk.hits(keys[g + c :]) if disk_chunks else 0
+        ends = [min((i + 1) * block_tokens, tokens) for i in range(g + c + d)]
+        at = [0, *ends]
+        st.gpu_tokens += at[g]
+        st.cpu_tokens += at[g + c] - at[g]
+        st.disk_tokens += at[g + c + d] - at[g + c]
+        st.cpu_blocks += c
+        st.disk_blocks += d
+        st.load_bytes += (c + d) * bytes_per_block
+        st.load_s += load_seconds(c, bytes_per_block, cpu_bytes_per_s)
+        st.load_s += load_seconds(d, bytes_per_block, disk_bytes_per_s)
+        for lo in range(0, len(keys) if cpu_chunks else 0, store_batch_blocks):
+            out = cpu.prepare_store(list(keys[lo : lo + store_batch_blocks]), req)
+            if out is not None:
+                cpu.complete_store(out[0])
+                if disk_chunks:
+                    disk.put(out[1])
+        for k in reversed(keys):  # the deepest block is the oldest: evicted first
+            gpu[k] = None
+            gpu.move_to_end(k)
+        while len(gpu) > gpu_blocks:
+            gpu.popitem(last=False)
+    return st
