@@ -49,7 +49,13 @@ RATE = 16.8  # req/s, about 75% of one H100 replica of the default profile (hous
 # key is named differently once merged; a key the loader rejects reads "not available".
 FEATURES: dict[str, dict[str, Any]] = {
     "off": {},
-    "swap": {"preemption_mode": "swap"},
+    # swap is vLLM V0's: the synchronous loop without prefix caching (refused otherwise)
+    "swap": {
+        "preemption_mode": "swap",
+        "swap_space_gb": 4.0,
+        "async_scheduling": False,
+        "enable_prefix_caching": False,
+    },
     "CPU KV tier": {"cpu_kv_cache_gb": 64.0},
     # the scheduler's CPU time (docs/replay.md): about vLLM's 1.5 ms + 10 us per sequence
     "sched CPU (async)": {"sched_cpu_s": 1.5e-3, "sched_cpu_per_seq_s": 1e-5},
@@ -58,11 +64,15 @@ FEATURES: dict[str, dict[str, Any]] = {
         "sched_cpu_per_seq_s": 1e-5,
         "async_scheduling": False,
     },
-    "speculative decoding": {"num_speculative_tokens": 3},
+    "speculative decoding": {
+        "speculative": {"method": "eagle", "num_tokens": 3, "acceptance": 0.7},
+        "async_scheduling": False,
+    },
 }
 ALL_ON = "all on"
-# features "all on" leaves out: the synchronous variant contradicts the asynchronous one
-NOT_IN_ALL = ("off", "sched CPU (sync)")
+# features "all on" leaves out: the asynchronous variant contradicts the synchronous one
+# (which speculation needs), and swap is refused with speculation
+NOT_IN_ALL = ("off", "sched CPU (async)", "swap")
 
 LOOP = """
 import numpy as np

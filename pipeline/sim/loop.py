@@ -589,7 +589,7 @@ def _finish(s: State, kc: PrefixCaches, r: int, k: int, step: Step) -> None:
     s.stf[row, SF_CTX] = ctx
     cpu_s = exposed = 0.0  # the scheduler's CPU time (sched_cpu.py), when the profile has it
     if s.cost[SCHED_CPU] + s.cost[SCHED_CPU_SEQ] > 0:
-        cpu_s, exposed = sched_cpu.row(s.cost, k, duration, p_tok, p_attn, float(n), d, ctx)
+        cpu_s, exposed = sched_cpu.row(s.cost, k, duration, p_tok, p_attn, float(n_pf + d), d, ctx)
     s.stf[row, SF_SCHED_CPU] = cpu_s
     s.stf[row, SF_SCHED_EXPOSED] = exposed
     s.g[G_ROWS] = row + 1
