@@ -31,7 +31,8 @@ steps run.
 Default bandwidths, one direction, host to GPU:
 
 - ``PCIE5_X16_BYTES_PER_S``: PCIe 5.0 x16, 32 GT/s per lane with 128b/130b
-  encoding, about 63 GB/s (PCI-SIG, PCI Express Base Specification 5.0); the
+  encoding, 63 GB/s (PCI-SIG, PCI Express Base Specification 5.0; one figure
+  with swap preemption's, ``swap.PCIE5_X16``); the
   H100 SXM5's host interface (NVIDIA H100 Tensor Core GPU datasheet: "PCIe
   Gen5: 128GB/s", both directions);
 - ``NVME_READ_BYTES_PER_S``: 13 GB/s sequential read of a PCIe 5.0 data-centre
@@ -46,7 +47,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
-PCIE5_X16_BYTES_PER_S = 32e9 * 16 * 128 / 130 / 8  # ~63 GB/s per direction
+from pipeline.sim.swap import PCIE5_X16
+
+PCIE5_X16_BYTES_PER_S = PCIE5_X16  # the host link swap preemption crosses too (swap.py)
 NVME_READ_BYTES_PER_S = 13e9
 
 
