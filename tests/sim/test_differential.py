@@ -421,15 +421,19 @@ def test_same_seed_same_result(case: tuple[SimInput, Scenario]) -> None:
     assert np.array_equal(a.st, b.st)
 
 
-def test_kv_pressure_preempts_and_still_matches() -> None:
-    # many long requests at once on a pool that holds about two of them
+def pressure_input() -> SimInput:
+    """Many long requests at once, for a pool that holds about two of them (50 blocks of 16)."""
     rng = np.random.default_rng(7)
     n = 30
-    inp = SimInput(
+    return SimInput(
         np.sort(rng.uniform(0, 0.2, n)),
         rng.integers(100, 300, n).astype(np.int64),
         rng.integers(20, 80, n).astype(np.int64),
     )
+
+
+def test_kv_pressure_preempts_and_still_matches() -> None:
+    inp = pressure_input()
     for policy, params in [
         ("vllm", {"max_num_seqs": 8, "max_num_batched_tokens": 512}),
         ("sarathi", {"max_num_seqs": 8, "chunk_size": 256, "watermark": 0.0}),

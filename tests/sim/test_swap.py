@@ -40,7 +40,7 @@ from pipeline.sim.state import (
 )
 from pipeline.sim.summary import summarize
 from pipeline.sim.swap import HOST_LINK_BYTES_PER_S, Swap
-from tests.sim.test_differential import _COST_KEYS, _case, check_equal
+from tests.sim.test_differential import _COST_KEYS, _case, check_equal, pressure_input
 
 KV_BYTES = 131072  # a llama-3-8b token's K and V, bf16
 
@@ -86,13 +86,7 @@ def test_fast_equals_reference_with_swapping(case: tuple[SimInput, Scenario]) ->
 
 def _pressure(**extra: Any) -> tuple[SimInput, Scenario]:
     """Many long requests at once on a pool that holds about two of them."""
-    rng = np.random.default_rng(7)
-    n = 30
-    inp = SimInput(
-        np.sort(rng.uniform(0, 0.2, n)),
-        rng.integers(100, 300, n).astype(np.int64),
-        rng.integers(20, 80, n).astype(np.int64),
-    )
+    inp = pressure_input()
     values = {
         "policy": "vllm",
         "cost": {**dict.fromkeys(_COST_KEYS, 0.0), "fixed_s": 0.01, "flop_s_per_token": 1e-5},
