@@ -36,6 +36,7 @@ from pipeline.sim.state import (
     S_PQUERY,
     S_PREFILL,
     W_HITS,
+    PrefixKeys,
     SimInput,
     SimResult,
 )
@@ -489,3 +490,40 @@ def test_a_token_id_log_with_output_ids_replays_quoted_answers_as_hits(tmp_path:
     sc = make_scenario("vllm", num_gpu_blocks=100)
     res = run_both(prepare(frame, sc).inp, sc)
     assert res.rq[:, R_CACHED].tolist() == [0, 64]
+
+
+def test_async_caches_a_prefill_last_token_at_once_as_the_reference_does() -> None:
+    # vLLM async: a decode's input token is in flight and is cached a step later, a
+    # prefill's last token is known and cached with its step. Request 6's prompt (18
+    # tokens, units of 6) ends with a one-token chunk; the fast loop's decode path once
+    # took it for a decode and left its third unit uncached, so the preemption a step
+    # later freed 6 of its blocks instead of evicting them (384 evictions, not 390)
+    from tests.sim.test_differential import check_equal
+
+    keys = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 11, 12, 1, 2, 3, 13, 14, 15, 16, 17, 18]
+    keys += [19, 20, 21, 22, 23, 24, 25, 26, 27, 1, 28, 29, 1, 28, 29]
+    offsets = np.array([0, 3, 10, 12, 14, 19, 32, 35, 38])
+    arrival = [0.04400603203547479, 0.05968000781845391, 0.07993172554521921,
+               0.08657962141420715, 0.09021138581796838, 0.09300669325346683,
+               0.1215395544028115, 0.12705932680672116]  # fmt: skip
+    inp = SimInput(
+        np.array(arrival),
+        np.array([23, 42, 12, 12, 31, 78, 18, 18]),
+        np.array([15, 1, 51, 55, 10, 27, 38, 42]),
+        prefix=PrefixKeys(offsets, np.array(keys, dtype=np.uint64), np.full(8, 6)),
+    )
+    cost = {"fixed_s": 0.0039823060320663545, "flop_s_per_token": 1.3664313765340688e-05,
+            "flop_s_per_attn": 1.51075575662018e-08, "mem_s_weights": 0.0019079614260974077,
+            "mem_s_per_kv_token": 1.523890522725182e-06, "mem_s_per_token": 6.920170623173516e-09,
+            "comm_s_fixed": 0.00037071240842639534,
+            "comm_s_per_token": 6.13486448846588e-08}  # fmt: skip
+    sc = build_scenario({
+        "policy": "vllm", "cost": cost, "block_size": 1, "num_gpu_blocks": 116,
+        "max_model_len": 123, "enable_prefix_caching": True, "async_scheduling": True,
+        "max_num_seqs": 3, "max_num_batched_tokens": 123, "enable_chunked_prefill": False,
+        "long_prefill_token_threshold": 17, "prefix_partial_blocks": False,
+        "scheduler_reserve_full_isl": False,
+    })  # fmt: skip
+    fast = check_equal(inp, sc)
+    assert fast.rq[:, R_PREEMPT].sum() > 0  # the case still preempts after its last chunk
+    assert fast.st[:, S_EVICTED].sum() > 0  # ... and evicts: the totals above are compared

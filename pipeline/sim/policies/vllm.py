@@ -404,9 +404,10 @@ def _decodes(
     Schedules running requests from position k on while each is a decode (one
     token, which the budget always has room for and the threshold never caps)
     whose new block, if it needs one, is free (no eviction, no preemption) and
-    that settles no cache unit (up to ``lag`` tokens short of the step's end:
-    see ``_schedule_once``); stops before the first that is not, or that is
-    finishing (async), which the general loop takes. Decides as that loop
+    that settles no cache unit (up to ``lag`` tokens short of the step's end for a
+    decode, at its end for a prefill's last token: see ``_schedule_once``); stops
+    before the first that is not, or that is finishing (async), which the general
+    loop takes. Decides as that loop
     would, with fewer loads.
     """
     bs = cfg[C_BLOCK_SIZE]
@@ -418,8 +419,10 @@ def _decodes(
         c = rq[i, R_COMPUTED] + 1  # tokens after this step
         if rq[i, R_PROMPT] + rq[i, R_GENERATED] != c or rq[i, R_STATUS] == ST_FINISHED:
             break
-        if caching and settles(rq, i, c - lag):
-            break
+        if caching:  # a decode's input token is in flight (lag); a prefill's last one is not
+            known = c - lag if rq[i, R_COMPUTED] >= rq[i, R_PF_END] else c
+            if settles(rq, i, known):
+                break
         held = rq[i, R_HELD]
         blocks = held
         if caching:  # without the cache nothing is shared
