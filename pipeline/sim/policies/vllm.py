@@ -407,8 +407,7 @@ def _decodes(
     that settles no cache unit (up to ``lag`` tokens short of the step's end for a
     decode, at its end for a prefill's last token: see ``_schedule_once``); stops
     before the first that is not, or that is finishing (async), which the general
-    loop takes. Decides as that loop
-    would, with fewer loads.
+    loop takes. Decides as that loop would, with fewer loads.
     """
     bs = cfg[C_BLOCK_SIZE]
     caching = cfg[C_CACHING] != 0
