@@ -24,7 +24,8 @@ back. What is modelled, as V0's ``core/scheduler.py`` and ``worker/`` did it:
   ``blocks * block_s`` seconds added to the step. The link is busy only inside
   steps (each step's copies finish before its forward pass), so its busy-until
   clock is the step's own; the convoy is that every request of the batch waits for
-  every transfer of the step.
+  every transfer of the step. The link's default is what V0's copies reached
+  (``V0_SWAP_BYTES_PER_S``, below), not the PCIe line rate.
 - **Host memory full**: V0 raised ("Aborted due to the lack of CPU swap space. Please
   increase the swap space to avoid this error."), killing the engine. The simulator
   instead falls back to recompute for that victim (a run that would have crashed
@@ -38,6 +39,7 @@ scheduling (V0 had none).
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,6 +76,14 @@ GIB = 2**30
 # swap_link_gb_s from a measurement (e.g. CUDA's bandwidthTest) when you have one.
 PCIE4_X16 = 31.5e9
 PCIE5_X16 = 63.0e9
+# What V0's swap reached per GPU: ``CacheEngine.swap_in`` / ``swap_out`` call the
+# ``swap_blocks`` op once per layer, and it issues one ``cudaMemcpyAsync`` per block,
+# so a swap is thousands of small copies and runs far below the line rate. vLLM PR
+# #11531 (LMCache's CPU-offloading kernels, December 2024) measured that implementation
+# on A100-40GB SXM: 3.11 GB/s swapping 1,250 pages in, 3.12 GB/s out (1.21 GB/s for
+# one page), against 12.6 GB/s for a batched kernel. The default is this figure, capped
+# by the line rate; set swap_link_gb_s from a measurement of your engine when you have one.
+V0_SWAP_BYTES_PER_S = 3.11e9
 HOST_LINK_BYTES_PER_S: dict[str, tuple[float, str]] = {
     "a100-80gb": (PCIE4_X16, "NVIDIA A100 datasheet: PCIe Gen4 host interface"),
     "a100-40gb": (PCIE4_X16, "NVIDIA A100 datasheet: PCIe Gen4 host interface"),
@@ -161,15 +171,15 @@ def resolve(
     mode = params.preemption_mode
     if mode not in MODES:
         raise ScenarioError(f"{where}: unknown preemption_mode {mode!r}; allowed: recompute, swap")
-    if not params.swap_space_gb >= 0:
+    if not 0 <= params.swap_space_gb < math.inf:
         raise ScenarioError(
-            f"{where}: swap_space_gb must be >= 0 (GiB of host memory per GPU), got "
+            f"{where}: swap_space_gb must be >= 0 and finite (GiB of host memory per GPU), got "
             f"{params.swap_space_gb}"
         )
-    if params.swap_link_gb_s < 0:
+    if not 0 <= params.swap_link_gb_s < math.inf:
         raise ScenarioError(
-            f"{where}: swap_link_gb_s must be >= 0 (GB/s one way; 0 = the GPU's PCIe), got "
-            f"{params.swap_link_gb_s}"
+            f"{where}: swap_link_gb_s must be >= 0 and finite (GB/s one way per GPU; 0 = "
+            f"vLLM V0's measured copy rate), got {params.swap_link_gb_s}"
         )
     if mode == "recompute":
         return None
@@ -197,7 +207,7 @@ def resolve(
         )
     tp = 1
     if params.swap_link_gb_s > 0:
-        link = params.swap_link_gb_s * 1e9
+        per_gpu = params.swap_link_gb_s * 1e9
         if profile is not None:
             tp = _profile_gpu(profile)[1]
     else:
@@ -210,7 +220,8 @@ def resolve(
             raise ScenarioError(
                 f"{where}: no host-link figure for GPU {gpu!r}; set swap_link_gb_s (GB/s one way)"
             )
-        link = HOST_LINK_BYTES_PER_S[gpu][0] * tp  # each GPU copies its shard over its own
+        per_gpu = min(HOST_LINK_BYTES_PER_S[gpu][0], V0_SWAP_BYTES_PER_S)
+    link = per_gpu * tp  # each GPU copies its shard over its own link
     block_bytes = int(kv) * block_size
     host = int(params.swap_space_gb * GIB * tp) // block_bytes
     return Swap(host_blocks=host, block_bytes=block_bytes, link_bytes_per_s=link)

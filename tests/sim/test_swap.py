@@ -39,7 +39,7 @@ from pipeline.sim.state import (
     SimInput,
 )
 from pipeline.sim.summary import summarize
-from pipeline.sim.swap import HOST_LINK_BYTES_PER_S, Swap
+from pipeline.sim.swap import HOST_LINK_BYTES_PER_S, V0_SWAP_BYTES_PER_S, Swap
 from tests.sim.test_differential import _COST_KEYS, _case, check_equal, pressure_input
 
 KV_BYTES = 131072  # a llama-3-8b token's K and V, bf16
@@ -188,6 +188,20 @@ def test_swap_space_becomes_host_blocks() -> None:
     assert sc.to_dict()["swap_host_blocks"] == sc.swap.host_blocks
 
 
+def test_the_link_is_per_gpu_and_defaults_to_v0s_copy_rate() -> None:
+    base = {"policy": "vllm", "preemption_mode": "swap", "async_scheduling": False}
+    base |= {"enable_prefix_caching": False, "profile": "llama-3-70b_h100-80gb_tp8"}
+    sc = build_scenario(base)
+    assert sc.swap is not None  # V0's per-block copies, far below PCIe 5.0's 63 GB/s
+    assert sc.swap.link_bytes_per_s == pytest.approx(8 * V0_SWAP_BYTES_PER_S)
+    given = build_scenario({**base, "swap_link_gb_s": 20.0})
+    assert given.swap is not None and given.swap.link_bytes_per_s == pytest.approx(8 * 20e9)
+    slow = {**base, "profile": "llama-3-8b_a100-80gb_tp1"}  # never above the line rate
+    assert min(HOST_LINK_BYTES_PER_S["a100-80gb"][0], V0_SWAP_BYTES_PER_S) == (
+        build_scenario(slow).swap.link_bytes_per_s  # type: ignore[union-attr]
+    )
+
+
 def test_every_gpu_has_a_host_link() -> None:
     gpus = json.loads((profiles.PROFILE_DIR / "_gpus.json").read_text())
     assert set(gpus) <= set(HOST_LINK_BYTES_PER_S)
@@ -214,6 +228,9 @@ def test_recompute_is_the_default() -> None:
         ({"swap_space_gb": float("nan")}, "swap_space_gb"),
         ({"swap_space_gb": "lots"}, "swap_space_gb"),
         ({"swap_link_gb_s": -3.0}, "swap_link_gb_s must be >= 0"),
+        ({"swap_link_gb_s": float("nan")}, "swap_link_gb_s"),
+        ({"swap_link_gb_s": float("inf")}, "swap_link_gb_s"),
+        ({"swap_space_gb": float("inf")}, "swap_space_gb"),
         ({"swap_kv_bytes_per_token": -3}, "swap_kv_bytes_per_token"),
     ],
 )

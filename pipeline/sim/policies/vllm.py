@@ -222,7 +222,10 @@ class Params:
     )
     swap_link_gb_s: float = field(
         default=0.0,
-        metadata={"help": "swap: host link GB/s one way per GPU; 0 = the GPU's PCIe line rate"},
+        metadata={
+            "help": "swap: GB/s one way per GPU; 0 = V0's measured copy rate "
+            "(3.11 GB/s, at most the GPU's PCIe line rate)"
+        },
     )
     swap_kv_bytes_per_token: int = field(
         default=0,
