@@ -69,6 +69,7 @@ from pipeline.sim.state import (
     SimResult,
     wide,
 )
+from pipeline.sim.swap import PCIE5_X16
 
 if TYPE_CHECKING:
     from pipeline.sim.scenario import Scenario
@@ -106,7 +107,7 @@ LINKS: dict[str, Link] = {
         "900 GB/s = 7,200 Gb/s each way",
     ),
     "pcie5_x16": Link(
-        504.0,
+        PCIE5_X16 * 8 / 1e9,  # one figure for PCIe 5.0 x16 (swap.py's host link)
         1e-5,
         "PCI-SIG PCI Express Base Specification 5.0: 32 GT/s per lane, 128b/130b "
         "encoding: 16 lanes carry 504 Gb/s (63 GB/s) each way",
