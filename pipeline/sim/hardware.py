@@ -16,7 +16,7 @@ Units: seconds, bytes, FLOP.
 """
 
 import json
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -216,17 +216,24 @@ class Runtime:
     efficiency_add: dict[str, float]  # Efficiency field -> seconds added to the GPU's value
     frontend: Frontend
     source: str
+    # the scheduler's CPU time (StepCost sched_cpu_s, sched_cpu_per_seq_s): paid on top of
+    # the GPU's step by a synchronous engine, hidden by an asynchronous one
+    sched_cpu: dict[str, float] = field(default_factory=dict)
 
 
 def load_runtimes() -> dict[str, Runtime]:
     out = {}
     for k, v in _load_table("_runtimes.json").items():
+        unknown = set(v.get("sched_cpu", {})) - {"sched_cpu_s", "sched_cpu_per_seq_s"}
+        if unknown:
+            raise ConfigError(f"runtime {k}: unknown sched_cpu term {sorted(unknown)[0]!r}")
         out[k] = Runtime(
             name=k,
             description=str(v["description"]),
             efficiency_add={n: float(x) for n, x in v.get("efficiency_add", {}).items()},
             frontend=Frontend.from_dict(v.get("frontend")),
             source=str(v["source"]),
+            sched_cpu={n: float(x) for n, x in v.get("sched_cpu", {}).items()},
         )
     return out
 

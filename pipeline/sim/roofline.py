@@ -9,6 +9,7 @@ docs/cost_model.md explains every term and what the defaults were checked agains
 Units: seconds, bytes, FLOP. A "replica" is one engine instance: ``tp`` GPUs together.
 """
 
+from dataclasses import replace
 from typing import Any
 
 from pipeline.sim.cost_model import COST_MODEL_VERSION, StepCost
@@ -199,6 +200,8 @@ def profile_dict(
     runtime = runtime or resolve_runtime(DEFAULT_RUNTIME)
     eff = with_runtime(eff, runtime)
     cost = derive_step_cost(model, gpu, tp, eff)
+    if runtime.sched_cpu:  # the scheduler's CPU time is the runtime's, not the GPU's
+        cost = replace(cost, **runtime.sched_cpu)
     fe = runtime.frontend if frontend else Frontend()
     return {
         "name": name,

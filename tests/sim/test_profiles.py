@@ -301,3 +301,17 @@ def test_held_out_published_latencies(h: HeldOut) -> None:
         assert abs(error) <= 0.20
     else:
         assert -0.6 < error < 0
+
+
+def test_the_sync_runtime_pays_its_cpu_time_as_scheduler_terms_not_gpu_time() -> None:
+    from pipeline.sim.hardware import resolve_runtime
+    from pipeline.sim.roofline import profile_dict
+
+    model, gpu = load_models()["llama-3-8b"], load_gpus()["h100-80gb"]
+    eff = load_efficiencies()["h100-80gb"]
+    sync, default = resolve_runtime("vllm-sync"), resolve_runtime("vllm")
+    a = profile_dict(model, gpu, 1, eff, "a", {}, runtime=default)["coefficients"]
+    b = profile_dict(model, gpu, 1, eff, "b", {}, runtime=sync)["coefficients"]
+    assert b["sched_cpu_s"] == sync.sched_cpu["sched_cpu_s"] > 0 == a["sched_cpu_s"]
+    assert b["sched_cpu_per_seq_s"] == sync.sched_cpu["sched_cpu_per_seq_s"] > 0
+    assert b["fixed_s"] == a["fixed_s"] and b["seq_s"] == a["seq_s"]  # the GPU's step alike
