@@ -1,0 +1,119 @@
+"""The swaps, speculation and sched_cpu queries over the hand-written run of
+tests/helpers.py's ``build_features``: every figure is summed here, in Python, from the
+sim_steps rows written (``feature_steps``), and a few are worked out by hand beside it.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import duckdb
+import pytest
+
+from pipeline.report.sql import query
+from pipeline.warehouse import Warehouse
+from tests.helpers import (
+    FEATURE_EXTRAS,
+    R3,
+    SWAP_BLOCK_BYTES,
+    SWAP_LINK_BYTES_PER_S,
+    feature_steps,
+)
+
+
+@pytest.fixture(scope="module")
+def con(features_warehouse: Warehouse) -> duckdb.DuckDBPyConnection:
+    return features_warehouse.connect()
+
+
+def _buckets(rows: list[dict[str, Any]], width: float, *keys: str) -> dict[tuple, list[dict]]:
+    out: dict[tuple, list[dict]] = defaultdict(list)
+    for r in rows:
+        out[(*(r[k] for k in keys), width * (r["start_s"] // width))].append(r)
+    return dict(out)
+
+
+def test_swaps_per_replica_and_bucket_sum_the_steps(con: duckdb.DuckDBPyConnection) -> None:
+    df = query(con, "swaps", bucket_s=2.0)
+    steps = [r for rows in feature_steps().values() for r in rows]
+    want = []
+    for (scenario, replica, start), rows in sorted(
+        _buckets(steps, 2.0, "scenario", "replica").items()
+    ):
+        out = sum(r["swap_out_bytes"] or 0 for r in rows)
+        back = sum(r["swap_in_bytes"] or 0 for r in rows)
+        if out + back == 0:
+            continue
+        want.append({
+            "scenario": scenario, "replica": replica, "bucket_start_s": start, "bucket_s": 2.0,
+            "num_preemptions": sum(r["num_preemptions"] for r in rows),
+            "swap_out_bytes": out, "swap_in_bytes": back,
+            "swap_out_blocks": out // SWAP_BLOCK_BYTES, "swap_in_blocks": back // SWAP_BLOCK_BYTES,
+            "swap_s": pytest.approx((out + back) / SWAP_LINK_BYTES_PER_S),
+            "swap_share": pytest.approx((out + back) / SWAP_LINK_BYTES_PER_S / 2.0),
+        })  # fmt: skip
+    got = [{k: row[k] for k in want[0]} for row in df.iter_rows(named=True)]
+    assert got == want
+    # by hand: replica 0 moved 4 blocks out and back in [0, 2): 8,000 bytes at 10 kB/s
+    assert (want[0]["replica"], want[0]["swap_s"]) == (0, 0.8)
+    # only the scenario that swapped: the recompute one preempted, but moved nothing
+    assert set(df["scenario"]) == {"swap"}
+    # replica 1's recomputed preemption at 1.5 s counts beside its swap at 0.5 s
+    assert df.filter(df["replica"] == 1)["num_preemptions"].to_list() == [2]
+
+
+def test_swaps_default_bucket_is_a_round_width(con: duckdb.DuckDBPyConnection) -> None:
+    df = query(con, "swaps")
+    # the swapping scenario ends at 4 s: 0.1 s x 300 covers it
+    assert set(df["bucket_s"]) == {0.1}
+    assert df["swap_out_bytes"].sum() == 7000 and df["swap_in_bytes"].sum() == 4000
+
+
+def test_speculation_per_bucket_sums_the_steps(con: duckdb.DuckDBPyConnection) -> None:
+    df = query(con, "speculation", bucket_s=2.0)
+    steps = [r for r in feature_steps()["spec"] if r["num_draft_tokens"]]
+    want = []
+    for (_, start), rows in sorted(_buckets(steps, 2.0, "scenario").items()):
+        n = sum(r["num_steps"] for r in rows)
+        drafts = sum(r["num_draft_tokens"] for r in rows)
+        acc = sum(r["num_accepted_tokens"] for r in rows)
+        want.append({
+            "scenario": "spec", "bucket_start_s": start, "num_steps": n, "draft_tokens": drafts,
+            "accepted_tokens": acc, "acceptance_rate": pytest.approx(acc / drafts),
+            "draft_per_step": pytest.approx(drafts / n),
+            "accepted_per_step": pytest.approx(acc / n),
+            "num_tokens": FEATURE_EXTRAS["spec"]["speculative"]["num_tokens"],
+            "method": "eagle",
+        })  # fmt: skip
+    got = [{k: row[k] for k in want[0]} for row in df.iter_rows(named=True)]
+    assert got == want
+    # by hand: [0, 2) verified 15 drafts in 3 steps (the prefill step has none), took 10
+    assert (want[0]["num_steps"], want[0]["acceptance_rate"]) == (3, 10 / 15)
+
+
+def test_sched_cpu_per_scenario_sums_the_steps(con: duckdb.DuckDBPyConnection) -> None:
+    df = query(con, "sched_cpu")
+    assert df["scenario"].to_list() == ["cpu-async", "cpu-sync"]  # the others paid none
+    for row in df.iter_rows(named=True):
+        rows = feature_steps()[row["scenario"]]
+        cpu = sum(r["sched_cpu_s"] for r in rows)
+        exposed = sum(r["sched_cpu_exposed_s"] for r in rows)
+        busy = sum(r["duration_s"] for r in rows)
+        assert row["overlap"] is FEATURE_EXTRAS[row["scenario"]]["async_scheduling"]
+        assert row["num_steps"] == sum(r["num_steps"] for r in rows)
+        assert row["sched_cpu_s"] == pytest.approx(cpu)
+        assert row["exposed_s"] == pytest.approx(exposed)
+        assert row["hidden_s"] == pytest.approx(cpu - exposed)
+        assert row["hidden_share"] == pytest.approx((cpu - exposed) / cpu)
+        assert row["exposed_share"] == pytest.approx(exposed / busy)
+    # by hand: synchronous hides nothing; async hid 8 of its 9 ms
+    assert df["hidden_share"].to_list() == pytest.approx([8 / 9, 0.0])
+
+
+@pytest.mark.parametrize("name", ["swaps", "speculation", "sched_cpu"])
+def test_an_explicit_run_id_and_a_run_without_the_feature(
+    con: duckdb.DuckDBPyConnection, name: str
+) -> None:
+    assert query(con, name, run_id=R3).height > 0
+    assert query(con, name, run_id="no-such-run").height == 0
