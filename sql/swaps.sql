@@ -15,8 +15,8 @@
 --          swap_out_blocks, swap_in_blocks (bytes / the scenario's KV block bytes),
 --          swap_s (seconds the steps waited for the copies: bytes / the host link's
 --          bytes per second; null where the scenario's configuration lacks the link, as a
---          fleet's pool), swap_share (swap_s / bucket_s: the share of the bucket the
---          replica spent copying)
+--          fleet's pool), swap_share (swap_s / the replica's step time in the bucket:
+--          the share of it spent waiting for copies)
 -- The block bytes and the link come from the scenario's resolved configuration
 -- (config_json swap_block_bytes, swap_link_bytes_per_s; docs/replay.md, "Swap preemption").
 WITH run AS (
@@ -55,6 +55,7 @@ grouped AS (
         s.replica,
         floor(s.start_s / w.bucket_s) * w.bucket_s          AS bucket_start_s,
         any_value(w.bucket_s)                               AS bucket_s,
+        sum(s.duration_s)                                   AS busy_s,
         sum(s.num_preemptions)::BIGINT                      AS num_preemptions,
         sum(s.swap_out_bytes)::BIGINT                       AS swap_out_bytes,
         sum(s.swap_in_bytes)::BIGINT                        AS swap_in_bytes
@@ -69,8 +70,8 @@ SELECT
     (g.swap_out_bytes / nullif(c.block_bytes, 0))::BIGINT   AS swap_out_blocks,
     (g.swap_in_bytes / nullif(c.block_bytes, 0))::BIGINT    AS swap_in_blocks,
     (g.swap_out_bytes + g.swap_in_bytes) / nullif(c.link_bytes_per_s, 0) AS swap_s,
-    (g.swap_out_bytes + g.swap_in_bytes) / nullif(c.link_bytes_per_s, 0) / g.bucket_s
-                                                            AS swap_share
+    (g.swap_out_bytes + g.swap_in_bytes) / nullif(c.link_bytes_per_s, 0)
+        / nullif(g.busy_s, 0)                               AS swap_share
 FROM grouped AS g
 LEFT JOIN config AS c USING (scenario)
 ORDER BY g.scenario, g.replica, g.bucket_start_s;

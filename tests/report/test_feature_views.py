@@ -1,16 +1,20 @@
-"""The swaps, speculation and sched_cpu queries over the hand-written run of
-tests/helpers.py's ``build_features``: every figure is summed here, in Python, from the
-sim_steps rows written (``feature_steps``), and a few are worked out by hand beside it.
+"""The swaps, speculation and sched_cpu queries, and the report's sections over them, on
+the hand-written run of tests/helpers.py's ``build_features``: every figure is summed here,
+in Python, from the sim_steps rows written (``feature_steps``), and a few are worked out by
+hand beside it. A run without the features (the tiny warehouse) shows none of the sections.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 import duckdb
 import pytest
 
+from pipeline.report import build_report
+from pipeline.report.charts.features import SPEC_MEASURES, SWAP_MEASURES
 from pipeline.report.sql import query
 from pipeline.warehouse import Warehouse
 from tests.helpers import (
@@ -19,6 +23,7 @@ from tests.helpers import (
     SWAP_BLOCK_BYTES,
     SWAP_LINK_BYTES_PER_S,
     feature_steps,
+    specs,
 )
 
 
@@ -51,12 +56,15 @@ def test_swaps_per_replica_and_bucket_sum_the_steps(con: duckdb.DuckDBPyConnecti
             "swap_out_bytes": out, "swap_in_bytes": back,
             "swap_out_blocks": out // SWAP_BLOCK_BYTES, "swap_in_blocks": back // SWAP_BLOCK_BYTES,
             "swap_s": pytest.approx((out + back) / SWAP_LINK_BYTES_PER_S),
-            "swap_share": pytest.approx((out + back) / SWAP_LINK_BYTES_PER_S / 2.0),
+            "swap_share": pytest.approx(
+                (out + back) / SWAP_LINK_BYTES_PER_S / sum(r["duration_s"] for r in rows)
+            ),
         })  # fmt: skip
     got = [{k: row[k] for k in want[0]} for row in df.iter_rows(named=True)]
     assert got == want
-    # by hand: replica 0 moved 4 blocks out and back in [0, 2): 8,000 bytes at 10 kB/s
-    assert (want[0]["replica"], want[0]["swap_s"]) == (0, 0.8)
+    # by hand: replica 0 moved 4 blocks out and back in [0, 2): 8,000 bytes at 10 kB/s,
+    # 0.8 s of its 2 s of steps
+    assert (want[0]["replica"], want[0]["swap_s"], want[0]["swap_share"]) == (0, 0.8, 0.4)
     # only the scenario that swapped: the recompute one preempted, but moved nothing
     assert set(df["scenario"]) == {"swap"}
     # replica 1's recomputed preemption at 1.5 s counts beside its swap at 0.5 s
@@ -117,3 +125,82 @@ def test_an_explicit_run_id_and_a_run_without_the_feature(
 ) -> None:
     assert query(con, name, run_id=R3).height > 0
     assert query(con, name, run_id="no-such-run").height == 0
+
+
+# --- the report's sections -------------------------------------------------------------
+
+FEATURE_SECTIONS = ("swaps", "speculation", "sched_cpu")
+
+
+@pytest.fixture(scope="module")
+def features_html(features_warehouse: Warehouse, tmp_path_factory: pytest.TempPathFactory) -> str:
+    out = build_report(features_warehouse, output=tmp_path_factory.mktemp("f") / "f.html")
+    return out.read_text()
+
+
+def _section(page: str, sid: str) -> str:
+    part = page[page.index(f'<section id="{sid}">') :]
+    return part[: part.index("</section>")]
+
+
+def test_a_run_with_the_features_shows_their_sections(features_html: str) -> None:
+    for sid in FEATURE_SECTIONS:
+        assert f'<section id="{sid}">' in features_html, sid
+    assert "cpu-async" in _section(features_html, "sched_cpu")
+    # the recompute scenario preempted but swapped nothing: not drawn
+    assert {r["scenario"] for r in specs(features_html)["chart-swaps-1"]["data"]["values"]} == {
+        "swap"
+    }
+
+
+def test_the_swap_chart_sums_the_replicas_and_fills_idle_buckets(
+    features_html: str, con: duckdb.DuckDBPyConnection
+) -> None:
+    rows = specs(features_html)["chart-swaps-1"]["data"]["values"]
+    by = defaultdict(float)
+    for r in rows:
+        by[r["measure"]] += r["value"]
+    df = query(con, "swaps")
+    assert by[SWAP_MEASURES["out_mb"]] == pytest.approx(df["swap_out_bytes"].sum() / 1e6)
+    assert by[SWAP_MEASURES["in_mb"]] == pytest.approx(df["swap_in_bytes"].sum() / 1e6)
+    # one row per bucket and measure from 0 to the last bucket with traffic, zeros between
+    width = df["bucket_s"][0]
+    last = df["bucket_start_s"].max()
+    starts = sorted(r["bucket_start_s"] for r in rows if r["measure"] == SWAP_MEASURES["out_mb"])
+    assert starts == pytest.approx([k * width for k in range(round(last / width) + 1)])
+    # the busiest replica's share: replica 0 at 0 s (4,000 bytes out: 0.4 s of its 1 s step)
+    waits = [r for r in rows if r["measure"] == SWAP_MEASURES["wait_share"]]
+    wait = {r["bucket_start_s"]: r["value"] for r in waits}
+    assert wait[0.0] == pytest.approx(df.filter(df["bucket_start_s"] == 0.0)["swap_share"].max())
+
+
+def test_the_speculation_chart_draws_the_query(
+    features_html: str, con: duckdb.DuckDBPyConnection
+) -> None:
+    rows = specs(features_html)["chart-speculation-1"]["data"]["values"]
+    df = query(con, "speculation")
+    got = sorted(
+        (r["bucket_start_s"], r["value"])
+        for r in rows
+        if r["measure"] == SPEC_MEASURES["accepted_per_step"]
+    )
+    assert got == sorted(zip(df["bucket_start_s"], df["accepted_per_step"], strict=True))
+
+
+def test_the_sections_match_the_vega_lite_schema(features_html: str) -> None:
+    from altair.utils.schemapi import validate_jsonschema
+    from altair.vegalite.v6.schema import load_schema
+
+    schema = load_schema()
+    for element_id in ("chart-swaps-1", "chart-speculation-1"):
+        error = validate_jsonschema(specs(features_html)[element_id], schema, raise_error=False)
+        assert error is None, f"{element_id}: {error.message if error else ''}"
+
+
+def test_a_run_without_the_features_has_none_of_their_sections(
+    tiny_warehouse: Warehouse, tmp_path: Path
+) -> None:
+    page = build_report(tiny_warehouse, output=tmp_path / "t.html").read_text()
+    for sid in FEATURE_SECTIONS:
+        assert f'<section id="{sid}">' not in page, sid
+    assert '<section id="engine">' in page  # the sections around them are still there
