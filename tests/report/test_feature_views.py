@@ -6,11 +6,13 @@ hand beside it. A run without the features (the tiny warehouse) shows none of th
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import duckdb
+import numpy as np
 import pytest
 
 from pipeline.report import build_report
@@ -18,11 +20,13 @@ from pipeline.report.charts.features import SPEC_MEASURES, SWAP_MEASURES
 from pipeline.report.sql import query
 from pipeline.warehouse import Warehouse
 from tests.helpers import (
+    BASE,
     FEATURE_EXTRAS,
     R3,
     SWAP_BLOCK_BYTES,
     SWAP_LINK_BYTES_PER_S,
     feature_steps,
+    small_warehouse_at,
     specs,
 )
 
@@ -204,3 +208,112 @@ def test_a_run_without_the_features_has_none_of_their_sections(
     for sid in FEATURE_SECTIONS:
         assert f'<section id="{sid}">' not in page, sid
     assert '<section id="engine">' in page  # the sections around them are still there
+
+
+# --- a real sweep of the knobs: the views against the replay's summaries ----------------
+
+SWAP_GRID = {
+    "base": {**BASE, "num_gpu_blocks": 400, "max_num_seqs": 64, "async_scheduling": False,
+             "enable_prefix_caching": False, "preemption_mode": "swap",
+             "swap_kv_bytes_per_token": 131072, "swap_link_gb_s": 25.0},
+    "axes": {"swap_space_gb": [0.05, 4]},
+}  # fmt: skip
+SPEC_GRID = {
+    "base": {**BASE, "async_scheduling": False,
+             "speculative": {"method": "eagle", "acceptance": 0.7}},
+    "axes": {"spec_num_tokens": [1, 3]},
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory: pytest.TempPathFactory) -> tuple[Warehouse, str]:
+    """300 requests at 20/s replayed through a sweep of the swap space (a KV cache small
+    enough to preempt) and one of k."""
+    from pipeline.plan.grid import build_grid
+    from pipeline.sim.replay import replay
+
+    root = tmp_path_factory.mktemp("swept") / "wh"
+    small_warehouse_at(root, n=300, rate=20.0)
+    scenarios = [
+        *build_grid(SWAP_GRID, where="swap.toml").scenarios,
+        *build_grid(SPEC_GRID, where="spec.toml").scenarios,
+    ]
+    return Warehouse(root), replay(root, scenarios, quiet=True, intervals=False).run_id
+
+
+def _summaries(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, dict[str, Any]]:
+    rows = con.execute(
+        "SELECT scenario, summary_json FROM scenarios WHERE run_id = ?", [run_id]
+    ).fetchall()
+    return {name: json.loads(text) for name, text in rows}
+
+
+def test_the_views_add_up_to_the_replays_summaries(swept: tuple[Warehouse, str]) -> None:
+    wh, run_id = swept
+    con = wh.connect()
+    summary = _summaries(con, run_id)
+    swaps = query(con, "swaps", run_id=run_id)
+    assert set(swaps["scenario"]) == {"swap0.05", "swap4"}
+    for name in ("swap0.05", "swap4"):
+        mine = swaps.filter(swaps["scenario"] == name)
+        assert summary[name]["swap"]["swap_out_bytes"] > 0
+        assert mine["swap_out_bytes"].sum() == summary[name]["swap"]["swap_out_bytes"]
+        assert mine["swap_in_bytes"].sum() == summary[name]["swap"]["swap_in_bytes"]
+        assert mine["swap_share"].max() <= 1.0  # the copies are part of the steps' time
+    spec = query(con, "speculation", run_id=run_id)
+    assert set(spec["scenario"]) == {"k1", "k3"}
+    for name, k in (("k1", 1), ("k3", 3)):
+        mine = spec.filter(spec["scenario"] == name)
+        assert mine["draft_tokens"].sum() == summary[name]["spec_draft_tokens"]
+        assert mine["accepted_tokens"].sum() == summary[name]["spec_accepted_tokens"]
+        assert set(mine["num_tokens"]) == {k}
+        assert (mine["accepted_tokens"] <= mine["draft_tokens"]).all()
+
+
+@pytest.mark.parametrize(("kind", "names"), [("swap_space", ("swap0.05", "swap4")),
+                                             ("spec_k", ("k1", "k3"))])  # fmt: skip
+def test_slo_capacity_finds_the_least_swap_space_and_k_that_meet(
+    swept: tuple[Warehouse, str], kind: str, names: tuple[str, str]
+) -> None:
+    wh, run_id = swept
+    con = wh.connect()
+    ttft = {
+        name: float(np.quantile(np.array(v, dtype=float), 0.99))
+        for name, v in con.execute(
+            "SELECT scenario, list(ttft_s) FROM sim_requests WHERE run_id = ? GROUP BY 1",
+            [run_id],
+        ).fetchall()
+    }
+    a, b = (ttft[n] for n in names)
+    assert a != b
+    # a limit between the two points' p99 TTFT: one meets it; both do at the larger
+    for limit in ((a + b) / 2, max(a, b) * 1.01):
+        df = query(con, "slo_capacity", run_id=run_id, slos=json.dumps([f"ttft_p99<={limit}s"]))
+        rows = df.filter(df["sweep"] == kind)
+        assert sorted(rows["scenario"]) == sorted(names)
+        meeting = [n for n in names if ttft[n] <= limit]  # names: the knob's values, rising
+        assert rows["capacity_scenario"].unique().to_list() == [meeting[0]]
+        assert rows.filter(rows["is_capacity"])["scenario"].to_list() == [meeting[0]]
+        for row in rows.iter_rows(named=True):
+            assert row["measured_s"] == pytest.approx(ttft[row["scenario"]], rel=1e-9)
+
+
+def test_the_report_draws_the_sweeps_and_the_features(
+    swept: tuple[Warehouse, str], tmp_path: Path
+) -> None:
+    wh, run_id = swept
+    page = build_report(wh, run_id, output=tmp_path / "s.html", slos=["ttft_p99<=100s"])
+    html = page.read_text()
+    for sid in ("swaps", "speculation", "capacity"):
+        assert f'<section id="{sid}">' in html, sid
+    cap = next(v for k, v in specs(html).items() if k.startswith("chart-capacity-"))
+    titles = json.dumps(cap)
+    assert "swap_space sweeps" in titles and "spec_k sweeps" in titles
+    assert "host swap space (GiB per GPU)" in titles and "draft tokens per step (k)" in titles
+    from altair.utils.schemapi import validate_jsonschema
+    from altair.vegalite.v6.schema import load_schema
+
+    schema = load_schema()
+    for element_id, spec in specs(html).items():
+        error = validate_jsonschema(spec, schema, raise_error=False)
+        assert error is None, f"{element_id}: {error.message if error else ''}"
