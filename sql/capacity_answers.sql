@@ -5,7 +5,7 @@
 -- Params:  run_id       VARCHAR  the capacity run (NULL: the latest capacity run)
 --          prices_json  VARCHAR  dollars per GPU-hour per GPU kind, as for cost.sql (NULL: no
 --                                price, so the cost columns are null)
--- Grain:   one row per search (concurrency, rate, replicas), in that order
+-- Grain:   one row per search (concurrency, rate, replicas, swap_space), in that order
 -- Columns: search, knob, slos (every SLO of the run, e.g. ttft_p99<=200ms, tpot_p99<=40ms),
 --          num_probes, answer (null: nothing in the range meets every SLO),
 --          answer_scenario, replicas (of the answer's scenario), offered_rate,
@@ -86,4 +86,5 @@ SELECT
 FROM searches AS s
 LEFT JOIN at_answer AS a USING (search)
 LEFT JOIN deployment AS d ON d.scenario = a.answer_scenario
-ORDER BY CASE s.search WHEN 'concurrency' THEN 1 WHEN 'rate' THEN 2 ELSE 3 END;
+ORDER BY CASE s.search WHEN 'concurrency' THEN 1 WHEN 'rate' THEN 2 WHEN 'replicas' THEN 3
+              ELSE 4 END;

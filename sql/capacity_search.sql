@@ -6,7 +6,8 @@
 --          slo     VARCHAR  only this SLO's rows, e.g. ttft_p99 (NULL: every SLO)
 -- Grain:   one row per search, probe and SLO, ordered by search and probe: in the order
 --          each search ran them (the interval's probes last)
--- Columns: search (concurrency | rate | replicas), knob (max_num_seqs, rate, replicas, ...),
+-- Columns: search (concurrency | rate | replicas | swap_space), knob (max_num_seqs, rate,
+--          replicas, swap_space_gb, ...),
 --          probe (order within the search, 0 first), value (the knob at this probe;
 --          requests/s for rate), scenario, slo (e.g. ttft_p99), limit_s, measured_s,
 --          slo_met, met (every SLO met), offered_rate, request_throughput,
@@ -32,5 +33,5 @@ FROM capacity_search
 WHERE run_id = (SELECT run_id FROM run)
   AND (getvariable('slo') IS NULL OR slo = getvariable('slo')::VARCHAR)
 ORDER BY
-    CASE search WHEN 'concurrency' THEN 1 WHEN 'rate' THEN 2 ELSE 3 END,
+    CASE search WHEN 'concurrency' THEN 1 WHEN 'rate' THEN 2 WHEN 'replicas' THEN 3 ELSE 4 END,
     probe, slo;

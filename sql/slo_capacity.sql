@@ -1,7 +1,8 @@
 -- slo_capacity.sql
 -- SLO capacity: in each sweep of a run, the highest concurrency cap and the highest
--- request rate that still meet every SLO (by default p99 TTFT <= 200 ms), and where each
--- SLO, scoped ones included (p99 TTFT of tenant chat), stands at each point.
+-- request rate that still meet every SLO (by default p99 TTFT <= 200 ms), the least swap
+-- space and the fewest draft tokens per step (k) that do, and where each SLO, scoped ones
+-- included (p99 TTFT of tenant chat), stands at each point.
 -- Reads:   scenarios, sim_requests, runs, requests
 -- Params:  run_id         VARCHAR  the replay run (NULL: the latest run)
 --          slos           VARCHAR  the SLOs, a JSON list as `capacity` and `sweep` write them
@@ -15,13 +16,17 @@
 -- Grain:   one row per sweep point and SLO. A sweep is a set of two or more scenarios of
 --          the run whose configurations are equal except for the swept knob: the
 --          concurrency cap (max_num_seqs, max_batch_size) for a 'concurrency' sweep, the
---          arrival rate (rate, time_scale, num_requests, seed) for a 'rate' sweep. The
---          scenario name never counts.
--- Columns: sweep (concurrency | rate), sweep_id (1, 2, ... within each kind), sweep_label
+--          arrival rate (rate, time_scale, num_requests, seed) for a 'rate' sweep, the host
+--          swap space (swap_space_gb, of preemption_mode = "swap") for a 'swap_space'
+--          sweep, speculative decoding's k ([speculative] num_tokens, its acceptance
+--          as one rate) for a 'spec_k' sweep. The scenario name never counts.
+-- Columns: sweep (concurrency | rate | swap_space | spec_k), sweep_id (1, 2, ... within
+--          each kind), sweep_label
 --          (what the sweep holds fixed: each configuration key that varies across the run,
 --          but the swept knob, at this sweep's value, as run_scenarios.sql's label:
 --          'max_num_batched_tokens=2048, policy=vllm'; 'no other key varies'), num_points (scenarios in the sweep), scenario,
---          value (max_concurrency, or offered requests/s), num_requests, slo (its name,
+--          value (max_concurrency, offered requests/s, swap GiB per GPU, or k),
+--          num_requests, slo (its name,
 --          e.g. ttft_p99@tenant=chat), slo_label (e.g. 'ttft_p99 of tenant=chat <= 500ms'),
 --          scope (tenant=chat, model=..., prompt<=N, prompt>N; null: every request),
 --          limit_s, scope_requests (completed requests in the scope with the metric),
@@ -29,7 +34,8 @@
 --          (measured_s <= limit_s; an SLO with no request to judge is met), meets_all
 --          (every SLO met at this point), slos_met, slos_missed (names, comma-separated),
 --          slos (every SLO with its limit), capacity (the sweep's highest value that meets
---          every SLO; null when none does), capacity_scenario, capacity_measured_s (this
+--          every SLO, the lowest for swap_space and spec_k: the least host memory or
+--          drafting that does; null when none does), capacity_scenario, capacity_measured_s (this
 --          SLO's statistic there), is_capacity (this row is that point), is_first (the
 --          sweep's first row: one row per sweep for a summary)
 -- Statistics as in `capacity`: p<q> interpolates linearly (numpy's default, DuckDB's
@@ -183,6 +189,9 @@ points AS (
         s.scenario, s.policy, s.replicas, s.profile, s.config_json,
         coalesce(TRY_CAST(s.config_json ->> 'max_num_seqs' AS BIGINT),
                  TRY_CAST(s.config_json ->> 'max_batch_size' AS BIGINT)) AS max_concurrency,
+        CASE WHEN s.config_json ->> 'preemption_mode' = 'swap'
+             THEN TRY_CAST(s.config_json ->> 'swap_space_gb' AS DOUBLE) END AS swap_space_gb,
+        TRY_CAST(s.config_json ->> '$.speculative.num_tokens' AS BIGINT) AS spec_k,
         v.offered_requests_per_s, v.num_requests
     FROM scenarios AS s
     JOIN served AS v USING (scenario)
@@ -217,7 +226,9 @@ held AS (
             FILTER (WHERE NOT list_contains(kind.knobs, v.key)) AS label
     FROM points AS p
     CROSS JOIN (VALUES ('concurrency', ['max_num_seqs', 'max_batch_size']),
-                       ('rate', ['rate', 'time_scale', 'num_requests', 'seed'])) AS kind(sweep, knobs)
+                       ('rate', ['rate', 'time_scale', 'num_requests', 'seed']),
+                       ('swap_space', ['swap_space_gb', 'swap_host_blocks']),
+                       ('spec_k', ['speculative'])) AS kind(sweep, knobs)
     CROSS JOIN varying AS v
     JOIN kv ON kv.scenario = p.scenario AND kv.key = v.key
     GROUP BY p.scenario, kind.sweep
@@ -239,6 +250,25 @@ sweeps AS (
         scenario, offered_requests_per_s AS value, num_requests
     FROM points
     WHERE offered_requests_per_s IS NOT NULL
+    UNION ALL
+    SELECT
+        'swap_space' AS sweep,
+        json_merge_patch(config_json,
+            '{"name": null, "swap_space_gb": null, "swap_host_blocks": null}')::VARCHAR AS base,
+        scenario, swap_space_gb AS value, num_requests
+    FROM points
+    WHERE swap_space_gb IS NOT NULL
+    UNION ALL
+    -- k and the acceptance's list of k rates go; one rate at every position stays
+    SELECT
+        'spec_k' AS sweep,
+        json_merge_patch(config_json, json_object('name', NULL, 'speculative', json_object(
+            'num_tokens', NULL,
+            'acceptance', to_json(list_sort(list_distinct(from_json(
+                config_json -> '$.speculative.acceptance', '["DOUBLE"]')))))))::VARCHAR AS base,
+        scenario, spec_k::DOUBLE AS value, num_requests
+    FROM points
+    WHERE spec_k IS NOT NULL
 ),
 labelled AS (
     SELECT w.*, coalesce(nullif(h.label, ''), 'no other key varies') AS sweep_label
@@ -284,9 +314,19 @@ judged AS (
         count(DISTINCT scenario) OVER (PARTITION BY sweep, base) AS num_points,
         scenario, value, num_requests, slo, slo_label, scope, limit_s, scope_requests,
         measured_s, meets_slo, meets_all, slos_met, slos_missed, slos,
-        max(value) FILTER (WHERE meets_all) OVER w AS capacity,
-        arg_max(scenario, value) FILTER (WHERE meets_all) OVER w AS capacity_scenario,
-        arg_max(measured_s, value) FILTER (WHERE meets_all) OVER w AS capacity_measured_s,
+        -- a load knob: its highest value meeting every SLO; a resource knob (swap space,
+        -- k): its lowest
+        CASE WHEN sweep IN ('swap_space', 'spec_k')
+             THEN min(value) FILTER (WHERE meets_all) OVER w
+             ELSE max(value) FILTER (WHERE meets_all) OVER w END AS capacity,
+        CASE WHEN sweep IN ('swap_space', 'spec_k')
+             THEN arg_min(scenario, value) FILTER (WHERE meets_all) OVER w
+             ELSE arg_max(scenario, value) FILTER (WHERE meets_all) OVER w END
+            AS capacity_scenario,
+        CASE WHEN sweep IN ('swap_space', 'spec_k')
+             THEN arg_min(measured_s, value) FILTER (WHERE meets_all) OVER w
+             ELSE arg_max(measured_s, value) FILTER (WHERE meets_all) OVER w END
+            AS capacity_measured_s,
         row_number() OVER (PARTITION BY sweep, base ORDER BY value, scenario, slo) = 1
             AS is_first
     FROM per_point

@@ -402,6 +402,14 @@ def step(scenario: str, replica: int, idx: int, start: float, dur: float, **kw: 
         "num_preemptions": kw.get("preempt", 0),
         "num_prefix_query_tokens": kw.get("query", 0),
         "num_prefix_hit_tokens": kw.get("hit", 0),
+        # the features' columns (null unless given): scheduler CPU time, swap
+        # preemption, speculative decoding
+        "sched_cpu_s": kw.get("cpu"),
+        "sched_cpu_exposed_s": kw.get("exposed"),
+        "swap_out_bytes": kw.get("swap_out"),
+        "swap_in_bytes": kw.get("swap_in"),
+        "num_draft_tokens": kw.get("drafts"),
+        "num_accepted_tokens": kw.get("accepted"),
     }
 
 
@@ -499,6 +507,89 @@ def build(root: Path) -> Warehouse:
                      "config_json": cfg, "summary_json": "{}"})  # fmt: skip
     wh.write(SCENARIOS, table(SCENARIOS, meta), {"run_id": R2}, "scenarios")
     wh.init()  # every table's directory, as a command leaves it: a test run alone finds them
+    return wh
+
+
+# --- a run with the features of issue 25: swap preemption, speculation, scheduler CPU ---
+
+R3 = "20240503T000000Z-cccc"
+SWAP_BLOCK_BYTES = 1000  # the "swap" scenario's KV block, and its host link (B/s)
+SWAP_LINK_BYTES_PER_S = 10_000.0
+FEATURE_EXTRAS: dict[str, dict[str, Any]] = {
+    "swap": {"preemption_mode": "swap", "swap_space_gb": 4, "async_scheduling": False,
+             "enable_prefix_caching": False, "swap_host_blocks": 50,
+             "swap_block_bytes": SWAP_BLOCK_BYTES,
+             "swap_link_bytes_per_s": SWAP_LINK_BYTES_PER_S},
+    "recompute": {"preemption_mode": "recompute", "async_scheduling": False,
+                  "enable_prefix_caching": False},
+    "spec": {"async_scheduling": False,
+             "speculative": {"method": "eagle", "num_tokens": 3, "acceptance": [0.7] * 3,
+                             "draft_cost": 0.05}},
+    "cpu-async": {"async_scheduling": True, "sched_cpu_s": 0.002},
+    "cpu-sync": {"async_scheduling": False, "sched_cpu_s": 0.002},
+}  # fmt: skip
+
+
+def feature_steps() -> dict[str, list[dict[str, Any]]]:
+    """The sim_steps rows of ``build_features``' scenarios (tests/report/test_feature_views.py
+    works its figures out from these)."""
+    return {
+        "swap": [
+            step("swap", 0, 0, 0.0, 1.0, preempt=1, swap_out=4000, swap_in=0),
+            step("swap", 0, 1, 1.0, 1.0, swap_out=0, swap_in=4000),
+            step("swap", 0, 2, 2.5, 0.5, swap_out=0, swap_in=0),
+            step("swap", 0, 3, 3.0, 1.0, preempt=2, swap_out=2000, swap_in=0),
+            step("swap", 1, 0, 0.5, 0.5, preempt=1, swap_out=1000, swap_in=0),
+            # host memory full: recomputed, nothing copied
+            step("swap", 1, 1, 1.5, 0.5, preempt=1, swap_out=0, swap_in=0),
+        ],
+        "recompute": [
+            step("recompute", 0, 0, 0.0, 2.0, preempt=3, swap_out=0, swap_in=0),
+        ],
+        "spec": [
+            step("spec", 0, 0, 0.0, 0.5, drafts=0, accepted=0),  # a prefill: no drafts yet
+            step("spec", 0, 1, 0.5, 0.5, drafts=6, accepted=4),
+            step("spec", 0, 2, 1.0, 0.5, drafts=6, accepted=3),
+            step("spec", 1, 0, 0.2, 0.3, drafts=3, accepted=3),
+            step("spec", 1, 1, 2.5, 0.5, drafts=3, accepted=0),
+        ],
+        "cpu-async": [
+            step("cpu-async", 0, 0, 0.0, 0.01, cpu=0.002, exposed=0.0),
+            step("cpu-async", 0, 1, 0.01, 0.01, cpu=0.003, exposed=0.001),
+            step("cpu-async", 1, 0, 0.0, 0.02, num_steps=2, cpu=0.004, exposed=0.0),
+        ],
+        "cpu-sync": [
+            step("cpu-sync", 0, 0, 0.0, 0.012, cpu=0.002, exposed=0.002),
+            step("cpu-sync", 0, 1, 0.012, 0.013, cpu=0.003, exposed=0.003),
+        ],
+    }
+
+
+def build_features(root: Path) -> Warehouse:
+    """A hand-written warehouse at ``root`` whose one replay run, R3, has a scenario that
+    swapped ('swap'), one that preempted by recompute ('recompute'), one with speculative
+    decoding ('spec') and two with scheduler CPU time ('cpu-async', 'cpu-sync'); their
+    steps are ``feature_steps``. Each replays r1..r4 of ``build``'s first day."""
+    wh = Warehouse(root)
+    day1 = [
+        request("r1", 0, 100, 10, model="m-a", tenant="t1"),
+        request("r2", 1, 200, 20, model="m-a", tenant="t2"),
+        request("r3", 2, 400, 5, model="m-b", tenant="t1"),
+        request("r4", 3, 800, 1),
+    ]
+    wh.write(REQUESTS, table(REQUESTS, day1), {"date": "2024-05-01"}, "src-a")
+    write_run(wh, R3, 3)
+    a1 = [0.0, 1.0, 2.0, 3.0]
+    meta = []
+    for name, rows in feature_steps().items():
+        sims = sim_rows(name, a1, [0.1, 0.2, 0.3, 0.5], [1.0, 2.0, 3.0, 5.0], [0] * 4, [0] * 4)
+        wh.write(SIM_REQUESTS, table(SIM_REQUESTS, sims), {"run_id": R3}, name)
+        wh.write(SIM_STEPS, table(SIM_STEPS, rows), {"run_id": R3}, name)
+        cfg = {**json.loads(config(name, "vllm", 4)), **FEATURE_EXTRAS[name]}
+        meta.append({"scenario": name, "policy": "vllm", "replicas": 2, "profile": "tiny",
+                     "config_json": json.dumps(cfg), "summary_json": "{}"})  # fmt: skip
+    wh.write(SCENARIOS, table(SCENARIOS, meta), {"run_id": R3}, "scenarios")
+    wh.init()
     return wh
 
 

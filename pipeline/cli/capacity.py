@@ -16,13 +16,13 @@ from pipeline.config import load_config, warehouse_path
 from pipeline.errors import ConfigError
 from pipeline.objectstore import display
 from pipeline.plan.capacity import (
-    SEARCHES,
+    ALL_SEARCHES,
     CapacityResult,
     SearchOutcome,
     capacity_inputs,
     run_capacity,
 )
-from pipeline.plan.intervals import Spread
+from pipeline.plan.intervals import FEWEST, Spread
 from pipeline.plan.recommend import (
     DEFAULT_MARGIN_PCT,
     default_path,
@@ -54,7 +54,7 @@ def answer_text(search: SearchOutcome) -> str:
     if iv is None or search.answer is None:
         return text
     level = f"the {LEVEL:.0%} interval"
-    if search.spec.kind == "replicas":
+    if search.spec.kind in FEWEST:
         low = _bare(search, iv.lo if iv.lo is not None else search.answer)
         if iv.hi is None:
             return f"{text} ({low} to more than {_bare(search, search.hi)} within {level})"
@@ -100,10 +100,12 @@ def interval_lines(search: SearchOutcome, slos: list[Slo]) -> list[str]:
         verdict = f"safe at {level}: every upper bound is within its limit"
     else:
         verdict = f"not safe at {level}: an upper bound is above its limit"
-        if search.spec.kind == "replicas" and iv.hi is not None:
-            verdict += f"; {_bare(search, iv.hi)} replicas are safe at {level}"
-        elif search.spec.kind == "replicas":
-            verdict += f"; no count in the range is safe at {level}"
+        unit = "replicas are" if search.spec.kind == "replicas" else "GiB of swap space is"
+        if search.spec.kind in FEWEST and iv.hi is not None:
+            verdict += f"; {_bare(search, iv.hi)} {unit} safe at {level}"
+        elif search.spec.kind in FEWEST:
+            none = "count" if search.spec.kind == "replicas" else "swap space"
+            verdict += f"; no {none} in the range is safe at {level}"
         elif iv.lo is not None:
             verdict += f"; safe at {level} up to {_value(search, iv.lo)}"
     unc = iv.uncertainty
@@ -160,6 +162,8 @@ def format_search(
         "concurrency": f"highest {search.knob} that meets every SLO at {number(rate)} req/s",
         "rate": f"highest request rate that meets every SLO (within {search.spec.tolerance:.0%})",
         "replicas": f"fewest replicas that meet every SLO at {number(rate)} req/s",
+        "swap_space": f"least {search.knob} (GiB per GPU) that meets every SLO at "
+        f"{number(rate)} req/s",
     }[kind]
     first = f"{kind}: {head}: {answer_text(search)}"
     met = [v for v, ok in search.result.probes if ok]
@@ -334,8 +338,10 @@ def interval_dict(search: SearchOutcome) -> dict[str, Any] | None:
     "--search",
     "kinds",
     multiple=True,
-    type=click.Choice(SEARCHES),
-    help="Run only these searches (repeatable) [default: the file's, else all three].",
+    type=click.Choice(ALL_SEARCHES),
+    help="Run only these searches (repeatable) [default: the file's, else concurrency, rate "
+    'and replicas; swap_space (the least swap_space_gb, with preemption_mode = "swap") '
+    "only when named].",
 )
 @click.option(
     "--scenario",

@@ -12,6 +12,9 @@ the algorithms; every probe is a full replay):
   time-scaled to each probed rate (scenario key ``rate``).
 - ``replicas``: the fewest replicas that meet every SLO at a target rate
   (default: the base scenario's).
+- ``swap_space`` (only when named): the least host swap space, whole GiB per GPU
+  (``swap_space_gb``, vLLM V0's ``--swap-space``), that meets every SLO at a target
+  rate, for a base scenario with ``preemption_mode = "swap"``.
 
 The order the seed lab teaches: fix the SLO first, then find the load that
 meets it; the throughput at the most load that meets the SLO is what to plan
@@ -37,10 +40,10 @@ import polars as pl
 import pyarrow as pa
 
 from pipeline.contracts import CAPACITY_SEARCH
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, ScenarioError
 from pipeline.lock import with_warehouse_lock
-from pipeline.plan.intervals import END_TOLERANCE, AnswerInterval, Knob, Reversal
-from pipeline.plan.knobs import concurrency_knob
+from pipeline.plan.intervals import END_TOLERANCE, FEWEST, AnswerInterval, Knob, Reversal
+from pipeline.plan.knobs import concurrency_knob, swap_knob
 from pipeline.plan.prober import ProbeContext, Prober
 from pipeline.plan.prober import fmt_value as _fmt
 from pipeline.plan.prober import probe_values as _probe_values
@@ -59,15 +62,19 @@ from pipeline.sim.scenario import Scenario, build_scenario, read_scenario_file
 from pipeline.validation import finite_float
 from pipeline.warehouse import Warehouse, new_run_id
 
-SEARCHES = ("concurrency", "rate", "replicas")
+SEARCHES = ("concurrency", "rate", "replicas")  # what a capacity run searches unless told
+OPTIONAL_SEARCHES = ("swap_space",)  # only when named: --search, [search.<kind>]
+ALL_SEARCHES = (*SEARCHES, *OPTIONAL_SEARCHES)
 SPEC_MAX = 1e9  # a search bound, tolerance or rate beyond any deployment
 SPEC_KEYS = {
     "concurrency": {"min", "max", "rate", "rate_scale"},
     "rate": {"min", "max", "tolerance"},
     "replicas": {"min", "max", "rate", "rate_scale"},
+    "swap_space": {"min", "max", "rate", "rate_scale"},
 }
 DEFAULT_MAX_CONCURRENCY = 1024
 DEFAULT_MAX_REPLICAS = 64
+DEFAULT_MAX_SWAP_GB = 64
 RATE_RANGE = 64.0  # the rate search looks from base / 64 to base * 64 unless told
 
 
@@ -253,8 +260,10 @@ def parse_specs(table: dict[str, Any], where: str = "--search") -> list[SearchSp
         return [SearchSpec(kind) for kind in SEARCHES]
     specs = []
     for kind, opts in table.items():
-        if kind not in SEARCHES:
-            raise ConfigError(f"{where}: unknown search {kind!r}; allowed: {', '.join(SEARCHES)}")
+        if kind not in ALL_SEARCHES:
+            raise ConfigError(
+                f"{where}: unknown search {kind!r}; allowed: {', '.join(ALL_SEARCHES)}"
+            )
         if not isinstance(opts, dict):
             raise ConfigError(f"{where}: {kind} must be a table ([search.{kind}])")
         bad = sorted(set(opts) - SPEC_KEYS[kind])
@@ -339,8 +348,8 @@ def capacity_inputs(
     by_kind = {s.kind: s for s in file_specs}
     kinds = list(searches)
     for kind in kinds:
-        if kind not in SEARCHES:
-            raise ConfigError(f"unknown search {kind!r}; allowed: {', '.join(SEARCHES)}")
+        if kind not in ALL_SEARCHES:
+            raise ConfigError(f"unknown search {kind!r}; allowed: {', '.join(ALL_SEARCHES)}")
     chosen = [by_kind.get(k, SearchSpec(k)) for k in kinds] if kinds else file_specs
     specs = []
     for spec in chosen:
@@ -513,6 +522,17 @@ def _plan(
     elif spec.kind == "replicas":
         knob = "replicas"
         lo, hi = spec.lo or 1.0, spec.hi or float(DEFAULT_MAX_REPLICAS)
+    elif spec.kind == "swap_space":
+        try:
+            knob = swap_knob(base.policy)
+        except ScenarioError as exc:
+            raise ConfigError(f"swap_space search: {exc}") from None
+        if base.swap is None:
+            raise ConfigError(
+                "swap_space search: the base scenario preempts by recompute; set "
+                'preemption_mode = "swap" (and async_scheduling = false) to search its swap space'
+            )
+        lo, hi = spec.lo or 1.0, spec.hi or float(DEFAULT_MAX_SWAP_GB)
     else:
         knob = "rate"
         if base_rate is None and (spec.lo is None or spec.hi is None):
@@ -540,7 +560,7 @@ def _search(
 ) -> SearchResult:
     if spec.kind == "concurrency":
         return highest_int(measure, int(lo), int(hi))
-    if spec.kind == "replicas":
+    if spec.kind in FEWEST:
         return lowest_int(measure, int(lo), int(hi))
     start = base_rate if base_rate is not None else lo
     return highest_float(measure, start, lo, hi, rel_tol=spec.tolerance)

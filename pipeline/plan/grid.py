@@ -20,12 +20,15 @@
     [slo]                         # optional: goodput and met / not met per scenario
     ttft_p99 = "200ms"
 
-An axis is any scenario key (``name`` and ``cost`` excepted) or one of three
+An axis is any scenario key (``name`` and ``cost`` excepted) or one of five
 derived keys: ``concurrency`` sets the policy's concurrency cap (see
 ``knobs.py``), ``rate_scale`` multiplies the request rate: the base
-``rate`` times it, else ``time_scale`` divided by it, and ``sched_overlap``
-sets whether the engine's scheduler overlaps the GPU step (``knobs.py``). A parameter that only
-some of the grid's policies have goes under ``[axes.<policy>]``.
+``rate`` times it, else ``time_scale`` divided by it, ``sched_overlap``
+sets whether the engine's scheduler overlaps the GPU step (``knobs.py``), and
+``spec_num_tokens`` / ``spec_acceptance`` set k and the acceptance rate of the
+``[base.speculative]`` table. ``swap_space_gb`` (a vllm key) is checked as a knob: some
+point must swap (``preemption_mode = "swap"``). A parameter that only some of the grid's
+policies have goes under ``[axes.<policy>]``.
 
 Scenario names are the grid's name followed by the value of every axis that
 takes more than one value (``lab-vllm-c64-x2``). Values come, by precedence,
@@ -41,11 +44,19 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import ConfigError, ScenarioError
-from pipeline.plan.knobs import concurrency_knob, overlap_knob
+from pipeline.plan.knobs import (
+    SPEC_KNOBS,
+    SWAP_SPACE_KNOB,
+    concurrency_knob,
+    overlap_knob,
+    spec_knob,
+    swap_knob,
+)
 from pipeline.plan.slo import Slo, parse_slos
 from pipeline.sim.policies import POLICIES
 from pipeline.sim.scenario import COMMON, Scenario, build_scenario
 from pipeline.sim.sched_cpu import OVERLAP_KEYS
+from pipeline.sim.speculation import MAX_TOKENS
 from pipeline.validation import finite_float, read_toml_file
 
 SECTIONS = ("name", "base", "axes", "slo")
@@ -54,13 +65,24 @@ DERIVED = {
     "rate_scale": "multiply the trace's request rate (time_scale / x, or rate * x)",
     "sched_overlap": "the scheduler overlaps the GPU step (vllm async_scheduling, sglang "
     "overlap_schedule; false only for the synchronous engines)",
+    "spec_num_tokens": f"speculative decoding's k, 1 to {MAX_TOKENS} (vllm; the rest of the "
+    "table in [base.speculative])",
+    "spec_acceptance": "speculative decoding's acceptance rate, 0 to 1 (vllm; the rest of the "
+    "table in [base.speculative])",
 }
 SCHED_OVERLAP_AXIS = "sched_overlap"
 NOT_AXES = ("name", "cost")
 MAX_POINTS = 10_000
 
 _BAD_NAME_CHARS = re.compile(r"[^A-Za-z0-9._-]")
-_SHORT = {"concurrency": "c", "rate_scale": "x", "replicas": "r"}
+_SHORT = {
+    "concurrency": "c",
+    "rate_scale": "x",
+    "replicas": "r",
+    "spec_num_tokens": "k",
+    "spec_acceptance": "acc",
+    "swap_space_gb": "swap",
+}
 
 
 @dataclass(frozen=True)
@@ -177,7 +199,7 @@ def build_grid(
             _check_key(where, key, [policy], section=f"axes.{policy}")
             if key in shared:
                 raise ConfigError(f"{where}: {key} is both in [axes] and in [axes.{policy}]")
-    _check_conflicts(where, shared, per_policy, policies)
+    _check_conflicts(where, shared, per_policy, policies, {**defaults, **base})
 
     shared_keys = list(shared)
     combos = list(itertools.product(*(shared[k] for k in shared_keys))) if shared else [()]
@@ -249,10 +271,18 @@ def _check_key(where: str, key: str, policies: list[str], *, section: str) -> No
 
 
 def _check_conflicts(
-    where: str, shared: dict[str, Any], per_policy: dict[str, dict[str, Any]], policies: list[str]
+    where: str,
+    shared: dict[str, Any],
+    per_policy: dict[str, dict[str, Any]],
+    policies: list[str],
+    base: dict[str, Any],
 ) -> None:
     for policy in policies:
         axes = {**shared, **per_policy.get(policy, {})}
+        if SWAP_SPACE_KNOB in axes:
+            _check_swap(where, policy, axes, base)
+        if any(a in axes for a in SPEC_KNOBS):
+            _check_spec(where, policy, axes, base)
         if "rate_scale" in axes:
             for other in ("time_scale", "rate"):
                 if other in axes:
@@ -289,6 +319,57 @@ def _check_overlap(where: str, policy: str, axes: dict[str, Any]) -> None:
         )
 
 
+def _check_swap(where: str, policy: str, axes: dict[str, Any], base: dict[str, Any]) -> None:
+    """A swap-space axis: sizes >= 0, on vllm, and some point that swaps."""
+    try:
+        swap_knob(policy)
+    except ScenarioError as exc:
+        raise ConfigError(f"{where}: swap_space_gb axis: {exc}") from None
+    for v in axes[SWAP_SPACE_KNOB]:  # GiB of host memory per GPU
+        finite_float(v, "[axes] swap_space_gb", where, lo=0.0, hi=1e6)
+    modes = axes.get("preemption_mode", [base.get("preemption_mode", "recompute")])
+    if "swap" not in modes:
+        raise ConfigError(
+            f"{where}: the swap_space_gb axis does nothing with preemption_mode = "
+            f"{modes[0]!r} (every point would replay the same); set preemption_mode = "
+            '"swap" in [base]'
+        )
+
+
+def _check_spec(where: str, policy: str, axes: dict[str, Any], base: dict[str, Any]) -> None:
+    """The speculation axes: vllm, a [base.speculative] table to complete, values in range."""
+    for axis in (a for a in SPEC_KNOBS if a in axes):
+        try:
+            spec_knob(policy, axis)
+        except ScenarioError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+    table = base.get("speculative")
+    if not isinstance(table, dict) or "method" not in table:
+        name = next(a for a in SPEC_KNOBS if a in axes)
+        raise ConfigError(
+            f"{where}: the {name} axis sets a key of the scenario's [speculative] table; give "
+            'the rest in [base.speculative], at least method = "ngram", "eagle" or '
+            '"draft_model"'
+        )
+    for v in axes.get("spec_num_tokens", []):
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_TOKENS:
+            raise ConfigError(
+                f"{where}: spec_num_tokens values must be whole numbers 1 to {MAX_TOKENS} "
+                f"(draft tokens per step), got {v!r}"
+            )
+    for v in axes.get("spec_acceptance", []):
+        finite_float(v, "[axes] spec_acceptance", where, lo=0.0, hi=1.0)
+    if (
+        "spec_num_tokens" in axes
+        and "spec_acceptance" not in axes
+        and isinstance(table.get("acceptance"), list)
+    ):
+        raise ConfigError(
+            f"{where}: the spec_num_tokens axis changes k, but [base.speculative] acceptance is "
+            "a list of one rate per position; give one rate, or a spec_acceptance axis"
+        )
+
+
 def _knob(where: str, policy: str) -> str:
     try:
         return concurrency_knob(policy)
@@ -317,6 +398,8 @@ def _values(
         elif key == SCHED_OVERLAP_AXIS:
             if policy in OVERLAP_KEYS:  # (a synchronous engine takes false: checked)
                 values[overlap_knob(policy)] = value
+        elif key in SPEC_KNOBS:  # (vllm only, a [base.speculative] table: checked)
+            values["speculative"] = {**values["speculative"], spec_knob(policy, key): value}
         elif key != "rate_scale":
             values[key] = value
     if "rate_scale" in point:

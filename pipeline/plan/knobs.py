@@ -8,11 +8,18 @@
 - **scheduler overlap** (axis ``sched_overlap``): whether the engine schedules the next
   step while the GPU runs this one (docs/replay.md, "Scheduler CPU time"): vLLM's
   ``async_scheduling``, SGLang's ``overlap_schedule``; the other engines are synchronous.
+- **swap space** (axis ``swap_space_gb``): GiB of host memory per GPU for swapped KV,
+  vLLM V0's ``--swap-space`` (docs/replay.md, "Swap preemption"); only with
+  ``preemption_mode = "swap"``, on the ``vllm`` policy.
+- **speculation** (axes ``spec_num_tokens``, ``spec_acceptance``): the draft tokens per
+  step (k) and their acceptance rate of the scenario's ``[speculative]`` table
+  (docs/replay.md, "Speculative decoding"), on the ``vllm`` policy.
 """
 
 from __future__ import annotations
 
 from pipeline.errors import ScenarioError
+from pipeline.sim import swap
 from pipeline.sim.policies import POLICIES
 from pipeline.sim.sched_cpu import OVERLAP_KEYS
 
@@ -63,3 +70,36 @@ def overlap_knob(policy: str) -> str:
             f"sched_overlap axis applies to {', '.join(sorted(OVERLAP_KEYS))}"
         )
     return OVERLAP_KEYS[policy]
+
+
+SWAP_SPACE_KNOB = "swap_space_gb"
+# sweep axis -> the key of the scenario's [speculative] table it sets
+SPEC_KNOBS = {"spec_num_tokens": "num_tokens", "spec_acceptance": "acceptance"}
+
+
+def swap_knob(policy: str) -> str:
+    """The parameter of ``policy`` that sizes its host swap space.
+
+    Raises:
+        ScenarioError: a policy without swap preemption (every one but vllm).
+    """
+    if policy != "vllm":
+        raise ScenarioError(swap.refusal(policy, SWAP_SPACE_KNOB) or SWAP_SPACE_KNOB)
+    return SWAP_SPACE_KNOB
+
+
+def spec_knob(policy: str, axis: str) -> str:
+    """The key of the ``[speculative]`` table that the sweep axis ``axis`` sets.
+
+    Raises:
+        ScenarioError: a policy without speculative decoding (every one but vllm), or an
+            axis that is not one of ``SPEC_KNOBS``.
+    """
+    if axis not in SPEC_KNOBS:
+        raise ScenarioError(f"unknown speculation axis {axis!r}; allowed: {', '.join(SPEC_KNOBS)}")
+    if policy != "vllm":
+        raise ScenarioError(
+            f"{axis}: speculative decoding is modelled for policy vllm only, not {policy}; put "
+            "the axis under [axes.vllm]"
+        )
+    return SPEC_KNOBS[axis]

@@ -126,3 +126,76 @@ def test_load_grid_reads_toml_and_reports_bad_toml(tmp_path: Path) -> None:
     bad.write_text("[axes\n")
     with pytest.raises(ConfigError, match="not valid TOML"):
         load_grid(bad)
+
+
+# --- the swap-space and speculation knobs (docs/replay.md, "Swap preemption",
+# "Speculative decoding") ---------------------------------------------------------------
+
+# swap preemption with a [cost] table needs the KV bytes and the link; V0 had no async
+# scheduling, and swapping cached blocks is not modelled
+SWAP_BASE = {"swap_kv_bytes_per_token": 131072, "swap_link_gb_s": 25.0,
+             "async_scheduling": False, "enable_prefix_caching": False}  # fmt: skip
+SPEC_BASE = {"async_scheduling": False, "speculative": {"method": "eagle", "acceptance": 0.7}}
+
+
+def test_the_swap_space_axis_sizes_each_points_host_memory() -> None:
+    g = _grid({"swap_space_gb": [1, 4.5]}, preemption_mode="swap", **SWAP_BASE)
+    assert [p.scenario.name for p in g.points] == ["swap1", "swap4.5"]
+    for p, gb in zip(g.points, (1, 4.5), strict=True):
+        sw = p.scenario.swap
+        assert sw is not None and p.scenario.params.swap_space_gb == gb
+        block_bytes = SWAP_BASE["swap_kv_bytes_per_token"] * p.scenario.memory.block_size
+        assert sw.block_bytes == block_bytes
+        assert sw.host_blocks == int(gb * 2**30) // block_bytes
+
+
+def test_the_speculation_axes_set_k_and_the_acceptance_of_the_base_table() -> None:
+    g = _grid({"spec_num_tokens": [1, 4], "spec_acceptance": [0.5, 0.9]}, **SPEC_BASE)
+    got = {p.scenario.name: p.scenario.speculative for p in g.points}
+    assert list(got) == ["k1-acc0.5", "k1-acc0.9", "k4-acc0.5", "k4-acc0.9"]
+    for p in g.points:
+        spec = p.scenario.speculative
+        assert spec is not None and spec.method == "eagle"
+        k, rate = p.coords["spec_num_tokens"], p.coords["spec_acceptance"]
+        assert (spec.num_tokens, spec.acceptance) == (k, (rate,) * k)
+    # k alone: the base table's one rate at every position
+    (one,) = _grid({"spec_num_tokens": [3]}, **SPEC_BASE).points
+    assert one.scenario.speculative is not None
+    assert one.scenario.speculative.acceptance == (0.7,) * 3
+
+
+@pytest.mark.parametrize(
+    ("axes", "base", "message"),
+    [
+        ({"swap_space_gb": [1, 4]}, SWAP_BASE,
+         "the swap_space_gb axis does nothing with preemption_mode = 'recompute'"),
+        ({"swap_space_gb": [-1]}, {**SWAP_BASE, "preemption_mode": "swap"},
+         "[axes] swap_space_gb must be a finite number in [0, 1e+06], got -1"),
+        ({"swap_space_gb": [True]}, {**SWAP_BASE, "preemption_mode": "swap"},
+         "swap_space_gb must be a finite number"),
+        ({"policy": ["vllm", "sglang"], "swap_space_gb": [1]},
+         {**SWAP_BASE, "preemption_mode": "swap"}, "swap_space_gb is not a parameter of sglang"),
+        ({"policy": ["sglang"], "spec_num_tokens": [2]}, {},
+         "spec_num_tokens: speculative decoding is modelled for policy vllm only, not sglang"),
+        ({"spec_num_tokens": [1, 3]}, {"async_scheduling": False},
+         "give the rest in [base.speculative], at least method"),
+        ({"spec_num_tokens": [0]}, SPEC_BASE, "spec_num_tokens values must be whole numbers 1 to"),
+        ({"spec_num_tokens": [2.5]}, SPEC_BASE, "got 2.5"),
+        ({"spec_num_tokens": [99]}, SPEC_BASE, "got 99"),
+        ({"spec_acceptance": [1.5]}, SPEC_BASE,
+         "[axes] spec_acceptance must be a finite number in [0, 1], got 1.5"),
+        ({"spec_acceptance": [float("nan")]}, SPEC_BASE, "spec_acceptance must be a finite"),
+        ({"spec_acceptance": ["high"]}, SPEC_BASE, "spec_acceptance must be a finite"),
+        ({"spec_num_tokens": [2, 3]},
+         {"async_scheduling": False,
+          "speculative": {"method": "eagle", "acceptance": [0.7, 0.6, 0.5]}},
+         "acceptance is a list of one rate per position"),
+    ],
+)  # fmt: skip
+def test_bad_swap_and_speculation_axes_are_one_line(
+    axes: dict[str, Any], base: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ConfigError) as exc:
+        _grid(axes, **base)
+    text = str(exc.value)
+    assert message in text and text.startswith("g.toml: ") and "\n" not in text

@@ -1,7 +1,8 @@
 """The report tests' warehouses, built once a session: the tiny hand-written one (its
 rows and the figures they give are in tests/helpers.py's ``build``), the gateway log with
 hostile names replayed, the sweep with its capacity runs, and a run of one scenario beside one
-of 100, and the replays with an autoscaled scenario and pool."""
+of 100, the replays with an autoscaled scenario and pool, and the hand-written run with swap
+preemption, speculative decoding and scheduler CPU time."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pipeline.warehouse import Warehouse
 from tests.helpers import (
     build,
     build_autoscaled,
+    build_features,
     build_fleet,
     build_many,
     build_replayed,
@@ -49,3 +51,8 @@ def fleet_warehouse(tmp_path_factory: pytest.TempPathFactory) -> tuple[Warehouse
 @pytest.fixture(scope="session")
 def autoscale_warehouse(tmp_path_factory: pytest.TempPathFactory) -> tuple[Warehouse, str, str]:
     return build_autoscaled(tmp_path_factory.mktemp("autoscale") / "wh")
+
+
+@pytest.fixture(scope="session")
+def features_warehouse(tmp_path_factory: pytest.TempPathFactory) -> Warehouse:
+    return build_features(tmp_path_factory.mktemp("features") / "wh")

@@ -319,3 +319,34 @@ def test_no_axis_label_overlaps_at_1_30_and_100_scenarios(
     assert found["report_fleet"]["pools"] == 1  # the fleet's per-pool panels
     for name, f in found.items():  # the autoscaling section: only for the autoscaled run
         assert f["autoscaling"] == (1 if name == "report_autoscale" else 0), name
+
+
+def test_the_swap_and_speculation_sections_in_chromium(
+    features_warehouse: Warehouse, tmp_path: Path
+) -> None:
+    """A run that swapped and drafted tokens: its two charts render with marks, no label
+    overlaps, no console error; screenshots of both sections land in out/test-artifacts/."""
+    from playwright.sync_api import sync_playwright
+
+    html = build_report(features_warehouse, output=tmp_path / "features.html")
+    url = html.resolve().as_uri()
+    errors: list[str] = []
+    requests: list[str] = []
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=FLAGS, headless=True)
+        try:
+            page = _offline_page(browser, {url}, errors, requests)
+            data = _open(page, url)
+            marks = {m["id"]: m["marks"] for m in page.evaluate(COUNT_MARKS)}
+            labels = page.evaluate(AXIS_LABEL_OVERLAPS)
+            for sid in ("swaps", "speculation", "sched_cpu"):
+                page.locator(f"#{sid}").screenshot(path=str(ARTIFACTS / f"report_{sid}.png"))
+        finally:
+            browser.close()
+
+    assert data["chartsFailed"] == "0"
+    assert marks["chart-swaps-1"] > 0 and marks["chart-speculation-1"] > 0
+    assert [k for k, n in marks.items() if n == 0] == []
+    assert labels["overlaps"] == []
+    assert errors == [] and requests == []

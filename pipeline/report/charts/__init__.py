@@ -11,8 +11,9 @@ self-contained and no row limit of Altair's data transformers applies; the
 queries already aggregate, so a chart never carries per-request rows.
 
 One module per report section (``trace``, ``compare``, ``throughput``, ``queueing``,
-``latency``, ``engine``, ``prefix``, ``capacity``, ``validation``); what they share
-(options, colours, highlighting, facets, scales) is ``common``. ``CHARTS`` names
+``latency``, ``classes``, ``pools``, ``autoscale``, ``engine``, ``features`` (swap and
+speculation), ``prefix``, ``capacity``, ``validation``); what they share (options,
+colours, highlighting, facets, scales) is ``common``. ``CHARTS`` names
 every chart for ``reports/<report>.toml``; ``spec`` draws one.
 """
 
@@ -30,6 +31,7 @@ from pipeline.report.charts.classes import class_panels
 from pipeline.report.charts.common import AnyChart, ChartOptions
 from pipeline.report.charts.compare import compare_runs
 from pipeline.report.charts.engine import engine_timeline
+from pipeline.report.charts.features import spec_timeline, swap_timeline
 from pipeline.report.charts.latency import latency_cdf, latency_intervals
 from pipeline.report.charts.pools import pool_panels
 from pipeline.report.charts.prefix import (
@@ -67,6 +69,8 @@ CHARTS: dict[str, Callable[[pl.DataFrame, ChartOptions], AnyChart]] = {
         pool_panels,
         autoscale_timeline,
         engine_timeline,
+        swap_timeline,
+        spec_timeline,
         prefix_hit_rate_overall,
         prefix_hit_rate_over_time,
         prefix_hit_rate_by_cache_size,

@@ -25,19 +25,24 @@ def slo_capacity(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
     every request, of tenant chat, of prompts over 2000 tokens, ...) per sweep point, the
     SLO's limit as a rule, one row of panels per SLO (its name and scope in the header);
     a cross marks a point that misses that SLO, a ring the sweep's capacity (the highest
-    point meeting every SLO); the tooltip lists the SLOs a point meets and misses.
+    point meeting every SLO; the lowest for the swap space and k); the tooltip lists the
+    SLOs a point meets and misses. One chart per kind of sweep the run has, two side by
+    side.
 
-    Expects the rows of slo_capacity.sql: sweep (concurrency | rate), sweep_id,
+    Expects the rows of slo_capacity.sql: sweep (concurrency | rate | swap_space | spec_k),
+    sweep_id,
     sweep_label, scenario, value, slo, slo_label, limit_s, measured_s, scope_requests,
     meets_slo, slos_met, slos_missed, is_capacity.
     """
     axis = {
         "concurrency": ("concurrency cap (max_num_seqs / max_batch_size)", "log"),
         "rate": ("offered load (requests/s)", "linear"),
+        "swap_space": ("host swap space (GiB per GPU)", "linear"),
+        "spec_k": ("draft tokens per step (k)", "linear"),
     }
     labels = natural_sorted(set(df["slo_label"].to_list())) if df.height else []
     charts = []
-    for kind in ("concurrency", "rate"):
+    for kind in axis:
         part = df.filter(
             (pl.col("sweep") == kind) & pl.col("measured_s").is_not_null()
         ).with_columns(
@@ -145,7 +150,13 @@ def slo_capacity(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
             )
             .resolve_scale(y="independent")
         )
-    return alt.hconcat(*charts, title=opts.title).resolve_scale(color="independent")
+    if len(charts) <= 2:
+        return alt.hconcat(*charts, title=opts.title).resolve_scale(color="independent")
+    rows = [
+        alt.hconcat(*charts[i : i + 2]).resolve_scale(color="independent")
+        for i in range(0, len(charts), 2)
+    ]
+    return alt.vconcat(*rows, title=opts.title).resolve_scale(color="independent")
 
 
 def capacity_probes(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:

@@ -1,0 +1,135 @@
+"""The charts of the report's swap and speculation sections: KV swapped to host memory and
+back, and draft tokens accepted per step, over simulated time. Each section shows only for
+a run that has the feature (``requires`` in reports/review.toml)."""
+
+from __future__ import annotations
+
+import altair as alt
+import polars as pl
+
+from pipeline.report.charts.common import (
+    HEIGHT,
+    WIDTH,
+    AnyChart,
+    ChartOptions,
+    highlight_opacity,
+    interactive,
+    series_color,
+    values,
+    with_layout,
+)
+
+SWAP_MEASURES = {
+    "out_mb": "swapped out (MB)",
+    "in_mb": "swapped in (MB)",
+    "wait_share": "waiting for copies",
+}
+SPEC_MEASURES = {
+    "accepted_per_step": "accepted per step",
+    "acceptance_rate": "acceptance rate",
+}
+
+
+def _filled(df: pl.DataFrame) -> pl.DataFrame:
+    """Every bucket from 0 to each scenario's last one, those without a row at 0: the query
+    leaves out buckets without traffic, a line must not bridge them."""
+    if df.height == 0:
+        return df
+    width = float(df["bucket_s"].max())  # type: ignore[arg-type]
+    grid = (
+        df.group_by("scenario")
+        .agg(pl.col("bucket_start_s").max().alias("last"))
+        .with_columns(
+            pl.int_ranges(0, (pl.col("last") / width).round().cast(pl.Int64) + 1).alias("k")
+        )
+        .explode("k")
+        .select("scenario", (pl.col("k") * width).round(9).alias("bucket_start_s"))
+    )
+    keyed = df.with_columns((pl.col("bucket_start_s") / width).round().alias("_k"))
+    out = grid.with_columns((pl.col("bucket_start_s") / width).round().alias("_k")).join(
+        keyed.drop("bucket_start_s"), on=["scenario", "_k"], how="left"
+    )
+    measures = [c for c in df.columns if c not in ("scenario", "bucket_start_s", "bucket_s")]
+    return out.drop("_k").with_columns(
+        pl.col(measures).fill_null(0), pl.lit(width).alias("bucket_s")
+    )
+
+
+def _rows_of_panels(
+    long: pl.DataFrame, opts: ChartOptions, measures: dict[str, str], fmt: str
+) -> AnyChart:
+    grid = opts.grid
+    width = WIDTH if not grid.faceted else max(180, WIDTH // max(1, len(grid.panels)) - 40)
+    chart = interactive(
+        alt.Chart(values(long), width=width, height=HEIGHT // 2)
+        .mark_line(interpolate="step-after")
+        .encode(
+            x=alt.X("bucket_start_s:Q", title="simulated time (s)"),
+            y=alt.Y("value:Q", title=None),
+            color=series_color(opts),
+            detail="scenario:N",
+            opacity=highlight_opacity(),
+            tooltip=[
+                alt.Tooltip("scenario:N"),
+                alt.Tooltip("measure:N"),
+                alt.Tooltip("bucket_start_s:Q", title="bucket start (s)", format=",.1f"),
+                alt.Tooltip("value:Q", format=fmt),
+            ],
+        )
+    )
+    row = alt.Row(
+        "measure:N",
+        title=None,
+        sort=list(measures.values()),
+        header=alt.Header(labelAngle=0, labelAlign="left", labelLimit=160),
+    )
+    if grid.faceted:
+        return chart.facet(
+            row=row, column=alt.Column("panel:N", title=None, sort=grid.panels), title=opts.title
+        ).resolve_scale(y="independent")
+    return chart.facet(row=row, title=opts.title).resolve_scale(y="independent")
+
+
+def _long(df: pl.DataFrame, opts: ChartOptions, measures: dict[str, str]) -> pl.DataFrame:
+    return (
+        with_layout(df, opts)
+        .unpivot(
+            index=["scenario", "series", "panel", "bucket_start_s", "bucket_s"],
+            on=list(measures),
+            variable_name="measure",
+            value_name="value",
+        )
+        .with_columns(pl.col("measure").replace_strict(measures))
+    )
+
+
+def swap_timeline(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
+    """KV swapped out and in (MB per bucket), and the share of its step time the busiest
+    replica waited for the copies, over simulated time: one row of panels per measure, the
+    replicas of a scenario together.
+
+    Expects: scenario, replica, bucket_start_s, bucket_s, swap_out_bytes, swap_in_bytes,
+    swap_share.
+    """
+    per = _filled(
+        df.group_by("scenario", "bucket_start_s")
+        .agg(
+            pl.col("bucket_s").first(),
+            (pl.col("swap_out_bytes").sum() / 1e6).alias("out_mb"),
+            (pl.col("swap_in_bytes").sum() / 1e6).alias("in_mb"),
+            pl.col("swap_share").max().fill_null(0).alias("wait_share"),
+        )
+        .sort("scenario", "bucket_start_s")
+    )
+    return _rows_of_panels(_long(per, opts, SWAP_MEASURES), opts, SWAP_MEASURES, ",.3~f")
+
+
+def spec_timeline(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
+    """Accepted draft tokens per verify step and the token-weighted acceptance rate over
+    simulated time, one row of panels per measure. Buckets without a verify step are left
+    out (the line holds its last value over an idle spell).
+
+    Expects: scenario, bucket_start_s, bucket_s, accepted_per_step, acceptance_rate.
+    """
+    per = df.select("scenario", "bucket_start_s", "bucket_s", *SPEC_MEASURES)
+    return _rows_of_panels(_long(per, opts, SPEC_MEASURES), opts, SPEC_MEASURES, ",.3~f")
