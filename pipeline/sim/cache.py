@@ -74,6 +74,7 @@ import numpy as np
 import numpy.typing as npt
 from numba import njit
 
+from pipeline.sim.kv_tiers import count_load, empty_tiers, tier_run, tier_store, tier_touch
 from pipeline.sim.prefetch import prefetch
 from pipeline.sim.prefix_index import index_add, index_remove, new_index
 from pipeline.sim.state import (
@@ -85,6 +86,8 @@ from pipeline.sim.state import (
     P_LRU_TAIL,
     P_NCACHED,
     P_SLOT_FREE,
+    P_TIER_CAP,
+    R_GENERATED,
     R_HELD,
     R_NEXT,
     R_NUNITS,
@@ -124,6 +127,9 @@ class PrefixCaches(NamedTuple):
     gk: npt.NDArray[np.uint64]  # which replicas cache each key (prefix_index.py): keys,
     gb: npt.NDArray[np.uint64]  # ... their replica bitsets,
     gn: npt.NDArray[np.int64]  # ... and how many replicas hold them (0: an empty entry)
+    # KV offloading tiers below the GPU (kv_tiers.py; their last axis 0: off): keys, and
+    tk: npt.NDArray[np.uint64]  # [tier, replica, entry] the key of each entry,
+    tm: npt.NDArray[np.int64]  # [tier, replica, entry, (blocks, LRU stamp)] what it holds
 
 
 def cache_sizes(
@@ -184,14 +190,16 @@ def empty_caches(
     *,
     index: int = 0,
     num_keys: int = 0,
+    tier_slots: int = 0,
 ) -> PrefixCaches:
     """``kc`` for ``num_replicas`` empty caches of ``num_slots`` units (copies) each.
 
     ``num_keys``: most distinct keys one replica caches at once, which sizes
     its hash table (0: ``num_slots``). ``index``: most distinct keys cached at
     once over all replicas, for the index of which replicas hold each key (0:
-    no index). The caller sets the replica fields (``P_SLOT_FREE`` 0: every
-    slot free, see the module docstring).
+    no index). ``tier_slots``: entries of each KV offloading tier (0: none,
+    ``kv_tiers.tier_slots``). The caller sets the replica fields (``P_SLOT_FREE``
+    0: every slot free, see the module docstring; ``P_TIER_CAP``).
     """
     s = max(num_slots, 1)
     e = max(min(num_keys, s) if num_keys > 0 else s, 1)
@@ -202,7 +210,9 @@ def empty_caches(
     uslot = np.full(len(keys), -1, dtype=np.int64)
     # writable: numba compiles a loop of its own for read-only arrays (Ray's object store)
     gk, gb, gn = new_index(num_replicas, index)
-    return PrefixCaches(ck, cs, ht, np.require(keys, np.uint64, ["C", "W"]), uslot, gk, gb, gn)
+    tk, tm = empty_tiers(num_replicas, tier_slots)
+    keys = np.require(keys, np.uint64, ["C", "W"])
+    return PrefixCaches(ck, cs, ht, keys, uslot, gk, gb, gn, tk, tm)
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -518,7 +528,16 @@ def _put(
     Inlined, its loop written out (probe, insert): calls and helpers that
     take arrays cost reference counts and argument copies (see ``_evict``).
     """
-    ck, cs, ht, ukey, uslot, gk, gb, gn = kc
+    ck, cs, ht, ukey, uslot, gk, gb, gn = (
+        kc.ck,
+        kc.cs,
+        kc.ht,
+        kc.ukey,
+        kc.uslot,
+        kc.gk,
+        kc.gb,
+        kc.gn,
+    )
     indexed = gk.shape[0] != 0
     mask = ht.shape[1] - 1
     row = r * ht.shape[1]  # replica r's first table entry, over all replicas
@@ -603,10 +622,69 @@ def commit(
     if rq[i, R_TAIL] != 0:
         tail_at = base + rq[i, R_PROMPT] // u
     shared = _put(kc, rp, r, base + k, upto - k, m, dedupe, tail_at, rq[i, R_TAIL] * m // u)
+    if kc.tk.shape[2] != 0:  # vLLM's offloading connector stores blocks as they are computed
+        _store(rq, rp, i, r, k, upto, kc)
     rq[i, R_HELD] -= shared
     rq[i, R_SHARED] += shared
     rq[i, R_SETTLED] = upto
     _next_settles(rq, i)
+
+
+@njit(cache=True, error_model="numpy")
+def _store(
+    rq: npt.NDArray[np.int32],
+    rp: npt.NDArray[np.int64],
+    i: int,
+    r: int,
+    lo: int,
+    hi: int,
+    kc: PrefixCaches,
+) -> None:
+    """Store request i's units lo..hi - 1, just committed, to the CPU tier (kv_tiers.py)."""
+    base = _keys_at(rq, i)
+    for k in range(lo, hi):
+        b = hit_blocks(rq, i, k + 1) - hit_blocks(rq, i, k)
+        tier_store(kc.tk, kc.tm, rp, r, kc.ukey[base + k], b)
+
+
+@njit(cache=True, error_model="numpy")
+def tier_lookup(
+    rq: npt.NDArray[np.int32], rp: npt.NDArray[np.int64], i: int, r: int, h: int, kc: PrefixCaches
+) -> tuple[int, int]:
+    """(units the CPU tier holds after request i's h GPU hits, then units the disk tier
+    holds after those), within the lookup's bound (``num_tokens - 1`` tokens). Changes
+    nothing."""
+    n = min(units_within(rq, i, rq[i, R_PROMPT] + rq[i, R_GENERATED] - 1), rq[i, R_NUNITS])
+    base = _keys_at(rq, i)
+    c = tier_run(kc.tk, kc.tm, 0, r, kc.ukey, base + h, base + n)
+    d = 0
+    if rp[r, P_TIER_CAP + 1] > 0:
+        d = tier_run(kc.tk, kc.tm, 1, r, kc.ukey, base + h + c, base + n)
+    return c, d
+
+
+@njit(cache=True, error_model="numpy")
+def tier_load(
+    rq: npt.NDArray[np.int32],
+    rp: npt.NDArray[np.int64],
+    i: int,
+    r: int,
+    h: int,
+    c: int,
+    d: int,
+    kc: PrefixCaches,
+) -> None:
+    """Request i, admitted, loads the c + d units ``tier_lookup`` found: they become the
+    most recently used of their tier, and count as hits of the step being decided."""
+    base = _keys_at(rq, i)
+    tier_touch(kc.tk, kc.tm, rp, 0, r, kc.ukey, base + h, base + h + c)
+    tier_touch(kc.tk, kc.tm, rp, 1, r, kc.ukey, base + h + c, base + h + c + d)
+    g = hit_tokens(rq, i, h)
+    gc = hit_tokens(rq, i, h + c)
+    bg = hit_blocks(rq, i, h)
+    bc = hit_blocks(rq, i, h + c)
+    count_load(rp, r, 0, gc - g, bc - bg)
+    count_load(rp, r, 1, hit_tokens(rq, i, h + c + d) - gc, hit_blocks(rq, i, h + c + d) - bc)
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -693,7 +771,8 @@ def warm(
     the first unit that finds no room (the cache is smaller than the prompt).
     """
     cs, ht = kc.cs, kc.ht
-    mine = PrefixCaches(kc.ck, cs, ht, keys, slots, kc.gk, kc.gb, kc.gn)  # its keys and slots
+    # its keys and slots (_put stores nothing to the offloading tiers: commit does)
+    mine = PrefixCaches(kc.ck, cs, ht, keys, slots, kc.gk, kc.gb, kc.gn, kc.tk, kc.tm)
     n = 0
     last = len(keys) - 1 if tail_blocks > 0 else -2
     for k in range(len(keys)):

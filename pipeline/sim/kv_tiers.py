@@ -46,8 +46,24 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
 
-from pipeline.sim.swap import PCIE5_X16
+import numpy as np
+import numpy.typing as npt
+from numba import njit
+
+from pipeline.errors import ScenarioError
+from pipeline.sim.state import (
+    C_TIER_BLOCK_BYTES,
+    C_TIER_BLOCKS,
+    CF_TIER_BLOCK_S,
+    P_STEP_TIER_BLK,
+    P_STEP_TIER_TOK,
+    P_TIER_CAP,
+    P_TIER_CLOCK,
+    P_TIER_USED,
+)
+from pipeline.sim.swap import HOST_LINK_BYTES_PER_S, PCIE5_X16, _profile_gpu
 
 PCIE5_X16_BYTES_PER_S = PCIE5_X16  # the host link swap preemption crosses too (swap.py)
 NVME_READ_BYTES_PER_S = 13e9
@@ -317,3 +333,319 @@ def replay_hits(
         while len(gpu) > gpu_blocks:
             gpu.popitem(last=False)
     return st
+
+
+# --- the tiers in the replay loops ---------------------------------------------------
+#
+# The loops (reference_kv.py, and cache.py / policies/vllm.py compiled) use a simpler
+# tier than HostTier above, one both can keep step by step: each tier of a replica is
+# an LRU of cache units (one entry per unit key, holding the unit's KV blocks),
+# sized in blocks; see docs/replay.md, "KV offloading tiers", for what it leaves out.
+
+KEYS = (
+    "kv_offloading_size_gb",
+    "kv_disk_size_gb",
+    "kv_offloading_link_gb_s",
+    "kv_disk_read_gb_s",
+    "kv_offloading_kv_bytes_per_token",
+)
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class Tiers:
+    """A scenario's KV offloading tiers, resolved (one replica's)."""
+
+    cpu_blocks: int  # KV blocks the CPU tier holds (kv_offloading_size_gb)
+    disk_blocks: int  # ... the disk tier (kv_disk_size_gb; 0: none)
+    block_bytes: int  # bytes of one KV block (all layers, K and V, all TP ranks)
+    cpu_bytes_per_s: float  # host link to the GPUs, one direction (all of them together)
+    disk_bytes_per_s: float  # the disk's read bandwidth
+
+    def pack(self, cfg: npt.NDArray[np.int64], cfgf: npt.NDArray[np.float64]) -> None:
+        cfg[C_TIER_BLOCKS] = self.cpu_blocks
+        cfg[C_TIER_BLOCKS + 1] = self.disk_blocks
+        cfg[C_TIER_BLOCK_BYTES] = self.block_bytes
+        cfgf[CF_TIER_BLOCK_S] = self.block_bytes / self.cpu_bytes_per_s
+        cfgf[CF_TIER_BLOCK_S + 1] = self.block_bytes / self.disk_bytes_per_s
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kv_tier_cpu_blocks": self.cpu_blocks,
+            "kv_tier_disk_blocks": self.disk_blocks,
+            "kv_tier_block_bytes": self.block_bytes,
+            "kv_tier_cpu_bytes_per_s": self.cpu_bytes_per_s,
+            "kv_tier_disk_bytes_per_s": self.disk_bytes_per_s,
+        }
+
+
+def resolve(
+    params: Any, *, profile: str | None, block_size: int, caching: bool, where: str
+) -> Tiers | None:
+    """The scenario's offloading tiers (None: off), their keys checked.
+
+    ``profile``: the profile's name or path ("": the default profile; None with a
+    [cost] table): its KV bytes per token and its GPU's host link are the defaults.
+    """
+    cpu_gb = params.kv_offloading_size_gb
+    disk_gb = params.kv_disk_size_gb
+    for key in KEYS:
+        v = getattr(params, key)
+        if not (math.isfinite(v) and v >= 0):
+            raise ScenarioError(f"{where}: {key} must be a finite number >= 0, got {v}")
+    if cpu_gb == 0:
+        if disk_gb > 0:
+            raise ScenarioError(
+                f"{where}: kv_disk_size_gb needs kv_offloading_size_gb > 0 (the disk tier "
+                "takes the CPU tier's evictions); set both or drop kv_disk_size_gb"
+            )
+        return None
+    if not caching:
+        raise ScenarioError(
+            f"{where}: kv_offloading_size_gb needs enable_prefix_caching = true (the tiers "
+            "extend the prefix cache's hits); drop kv_offloading_size_gb or turn caching on"
+        )
+    if profile == "":
+        from pipeline.sim import profiles
+
+        profile = profiles.DEFAULT_PROFILE
+    kv = params.kv_offloading_kv_bytes_per_token
+    if not kv and profile is not None:
+        from pipeline.sim import profiles
+
+        kv = profiles.load_profile(profile).kv_bytes_per_token
+    if not kv:
+        raise ScenarioError(
+            f"{where}: kv_offloading_size_gb with a [cost] table needs "
+            "kv_offloading_kv_bytes_per_token and kv_offloading_link_gb_s (there is no model "
+            "or GPU to derive them from)"
+        )
+    if params.kv_offloading_link_gb_s > 0:
+        link = params.kv_offloading_link_gb_s * 1e9
+    else:
+        if profile is None:
+            raise ScenarioError(
+                f"{where}: kv_offloading_size_gb with a [cost] table needs kv_offloading_link_gb_s"
+            )
+        gpu, tp = _profile_gpu(profile)
+        if gpu not in HOST_LINK_BYTES_PER_S:
+            raise ScenarioError(
+                f"{where}: no host-link figure for GPU {gpu!r}; set kv_offloading_link_gb_s "
+                "(GB/s one way)"
+            )
+        link = HOST_LINK_BYTES_PER_S[gpu][0] * tp  # each GPU loads its shard over its own
+    disk_bw = (
+        params.kv_disk_read_gb_s * 1e9 if params.kv_disk_read_gb_s > 0 else NVME_READ_BYTES_PER_S
+    )
+    block_bytes = int(kv) * block_size
+    too_big = max(cpu_gb, disk_gb) * GIB / block_bytes
+    if too_big > 2**62:
+        raise ScenarioError(
+            f"{where}: kv_offloading_size_gb / kv_disk_size_gb hold more than 2**62 KV blocks "
+            f"({too_big:.3g}); give sizes in GiB"
+        )
+    cpu = num_chunks(cpu_gb, block_bytes, 1)
+    disk = num_chunks(disk_gb, block_bytes, 1) if disk_gb > 0 else 0
+    return Tiers(cpu, disk, block_bytes, float(link), float(disk_bw))
+
+
+def tier_slots(cfg: npt.NDArray[np.int64], num_keys: int) -> int:
+    """Entries one tier of a replica needs at most: a unit has >= 1 block, and only the
+    replay's own keys are stored (0: the tiers are off)."""
+    if cfg[C_TIER_BLOCKS] == 0:
+        return 0
+    return int(min(max(cfg[C_TIER_BLOCKS], cfg[C_TIER_BLOCKS + 1]), num_keys))
+
+
+def empty_tiers(
+    num_replicas: int, slots: int
+) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.int64]]:
+    """(tk, tm): tier t of replica r's entry s holds key ``tk[t, r, s]``, and
+    ``tm[t, r, s] = (blocks, stamp)`` (blocks 0: an empty entry; stamp: its LRU clock)."""
+    tk = np.zeros((2, num_replicas, slots), dtype=np.uint64)
+    tm = np.zeros((2, num_replicas, slots, 2), dtype=np.int64)
+    return tk, tm
+
+
+# The compiled side: each tier is a table scanned whole (its entries are few: GiBs of
+# host memory over MiB blocks), its LRU order the entries' stamps.
+
+
+@njit(cache=True, error_model="numpy")
+def tier_find(
+    tk: npt.NDArray[np.uint64], tm: npt.NDArray[np.int64], t: int, r: int, key: np.uint64
+) -> int:
+    """Entry of ``key`` in tier t of replica r, or -1."""
+    for s in range(tk.shape[2]):
+        if tm[t, r, s, 0] > 0 and tk[t, r, s] == key:
+            return s
+    return -1
+
+
+@njit(cache=True, error_model="numpy")
+def _lru(tm: npt.NDArray[np.int64], t: int, r: int) -> int:
+    """The least recently used entry of tier t of replica r (-1: none)."""
+    e = -1
+    for s in range(tm.shape[2]):
+        if tm[t, r, s, 0] > 0 and (e < 0 or tm[t, r, s, 1] < tm[t, r, e, 1]):
+            e = s
+    return e
+
+
+@njit(cache=True, error_model="numpy")
+def _insert(
+    tk: npt.NDArray[np.uint64],
+    tm: npt.NDArray[np.int64],
+    rp: npt.NDArray[np.int64],
+    t: int,
+    r: int,
+    key: np.uint64,
+    b: int,
+) -> None:
+    for s in range(tk.shape[2]):
+        if tm[t, r, s, 0] == 0:
+            rp[r, P_TIER_CLOCK] += 1
+            tk[t, r, s] = key
+            tm[t, r, s, 0] = b
+            tm[t, r, s, 1] = rp[r, P_TIER_CLOCK]
+            rp[r, P_TIER_USED + t] += b
+            return
+    raise AssertionError("tier full")  # sized for every key of the replay (tier_slots)
+
+
+@njit(cache=True, error_model="numpy")
+def _disk_put(
+    tk: npt.NDArray[np.uint64],
+    tm: npt.NDArray[np.int64],
+    rp: npt.NDArray[np.int64],
+    r: int,
+    key: np.uint64,
+    b: int,
+) -> None:
+    """The disk tier takes a unit the CPU tier evicted; it evicts plain LRU itself."""
+    cap = rp[r, P_TIER_CAP + 1]
+    if b > cap:
+        return
+    s = tier_find(tk, tm, 1, r, key)
+    if s >= 0:
+        rp[r, P_TIER_CLOCK] += 1
+        tm[1, r, s, 1] = rp[r, P_TIER_CLOCK]
+        return
+    while rp[r, P_TIER_USED + 1] + b > cap:
+        e = _lru(tm, 1, r)
+        rp[r, P_TIER_USED + 1] -= tm[1, r, e, 0]
+        tm[1, r, e, 0] = 0
+    _insert(tk, tm, rp, 1, r, key, b)
+
+
+@njit(cache=True, error_model="numpy")
+def tier_store(
+    tk: npt.NDArray[np.uint64],
+    tm: npt.NDArray[np.int64],
+    rp: npt.NDArray[np.int64],
+    r: int,
+    key: np.uint64,
+    b: int,
+) -> None:
+    """Store a unit of ``b`` blocks, just computed (committed), to the CPU tier.
+
+    A key stored already becomes the most recently used; a new one evicts the least
+    recently used units until it fits (each goes down to the disk tier, if any); a
+    unit larger than the tier is not stored.
+    """
+    cap = rp[r, P_TIER_CAP]
+    if b <= 0 or b > cap:
+        return
+    s = tier_find(tk, tm, 0, r, key)
+    if s >= 0:
+        rp[r, P_TIER_CLOCK] += 1
+        tm[0, r, s, 1] = rp[r, P_TIER_CLOCK]
+        return
+    disk = rp[r, P_TIER_CAP + 1] > 0
+    while rp[r, P_TIER_USED] + b > cap:
+        e = _lru(tm, 0, r)
+        eb = tm[0, r, e, 0]
+        rp[r, P_TIER_USED] -= eb
+        tm[0, r, e, 0] = 0
+        if disk:
+            _disk_put(tk, tm, rp, r, tk[0, r, e], eb)
+    _insert(tk, tm, rp, 0, r, key, b)
+
+
+@njit(cache=True, error_model="numpy")
+def tier_run(
+    tk: npt.NDArray[np.uint64],
+    tm: npt.NDArray[np.int64],
+    t: int,
+    r: int,
+    keys: npt.NDArray[np.uint64],
+    lo: int,
+    hi: int,
+) -> int:
+    """How many of ``keys[lo:hi]``, from the first on, tier t of replica r holds."""
+    n = 0
+    while lo + n < hi and tier_find(tk, tm, t, r, keys[lo + n]) >= 0:
+        n += 1
+    return n
+
+
+@njit(cache=True, error_model="numpy")
+def tier_touch(
+    tk: npt.NDArray[np.uint64],
+    tm: npt.NDArray[np.int64],
+    rp: npt.NDArray[np.int64],
+    t: int,
+    r: int,
+    keys: npt.NDArray[np.uint64],
+    lo: int,
+    hi: int,
+) -> None:
+    """A load of ``keys[lo:hi]`` from tier t: each becomes the most recently used, in order."""
+    for q in range(lo, hi):
+        s = tier_find(tk, tm, t, r, keys[q])
+        rp[r, P_TIER_CLOCK] += 1
+        tm[t, r, s, 1] = rp[r, P_TIER_CLOCK]
+
+
+@njit(cache=True, error_model="numpy")
+def count_load(rp: npt.NDArray[np.int64], r: int, t: int, tokens: int, blocks: int) -> None:
+    """The step being decided loads ``blocks`` blocks (``tokens`` tokens) from tier t."""
+    rp[r, P_STEP_TIER_TOK + t] += tokens
+    rp[r, P_STEP_TIER_BLK + t] += blocks
+
+
+class LoopTier:
+    """One tier of one replica in the reference loop: an LRU of unit keys, in blocks."""
+
+    def __init__(self, blocks: int) -> None:
+        self.cap = blocks
+        self.used = 0
+        self.lru: OrderedDict[int, int] = OrderedDict()  # key -> blocks, oldest first
+
+    def put(self, key: int, blocks: int) -> list[tuple[int, int]]:
+        """Store (or refresh) a unit; the (key, blocks) it evicted, oldest first."""
+        if blocks <= 0 or blocks > self.cap:
+            return []
+        if key in self.lru:
+            self.lru.move_to_end(key)
+            return []
+        out = []
+        while self.used + blocks > self.cap:
+            k, b = self.lru.popitem(last=False)
+            self.used -= b
+            out.append((k, b))
+        self.lru[key] = blocks
+        self.used += blocks
+        return out
+
+    def run(self, keys: Sequence[int]) -> int:
+        n = 0
+        for k in keys:
+            if k not in self.lru:
+                break
+            n += 1
+        return n
+
+    def touch(self, keys: Sequence[int]) -> None:
+        for k in keys:
+            self.lru.move_to_end(k)

@@ -112,8 +112,11 @@ from pipeline.sim.state import (
     C_SPEC_K,
     C_SWAP_BLOCK_BYTES,
     C_SWAP_BLOCKS,
+    C_TIER_BLOCK_BYTES,
+    C_TIER_BLOCKS,
     CF_SPEC_DRAFT,
     CF_SWAP_BLOCK_S,
+    CF_TIER_BLOCK_S,
     F_ARRIVAL,
     F_FINISH,
     F_FIRST_SCHED,
@@ -138,6 +141,8 @@ from pipeline.sim.state import (
     P_STEP_QUERY,
     P_STEP_SWAP_IN,
     P_STEP_SWAP_OUT,
+    P_STEP_TIER_BLK,
+    P_STEP_TIER_TOK,
     P_WQ_LEN,
     Q_AHEAD,
     Q_CLOCK,
@@ -157,7 +162,9 @@ from pipeline.sim.state import (
     R_SHARED,
     R_STATUS,
     R_UNIT_TOK,
+    S_CPU_HIT,
     S_DECODE,
+    S_DISK_HIT,
     S_EVICTED,
     S_KV_USED,
     S_NUM_STEPS,
@@ -172,6 +179,7 @@ from pipeline.sim.state import (
     S_STEP,
     S_SWAP_IN,
     S_SWAP_OUT,
+    S_TIER_LOAD,
     S_WAITING,
     SF_ATTN,
     SF_CTX,
@@ -506,6 +514,9 @@ def _finish(s: State, kc: PrefixCaches, r: int, k: int, step: Step) -> None:
         if s.cfg[C_SWAP_BLOCKS] != 0:  # swap preemption: the step waits for its copies
             moved = s.rp[r, P_STEP_SWAP_OUT] + s.rp[r, P_STEP_SWAP_IN]
             duration += moved * s.cfgf[CF_SWAP_BLOCK_S]
+        if s.cfg[C_TIER_BLOCKS] != 0:  # KV offloading: the step waits for its loads
+            cpu_blk, disk_blk = s.rp[r, P_STEP_TIER_BLK], s.rp[r, P_STEP_TIER_BLK + 1]
+            duration += cpu_blk * s.cfgf[CF_TIER_BLOCK_S] + disk_blk * s.cfgf[CF_TIER_BLOCK_S + 1]
         duration += step.draft_s
     else:  # steps 2..k: the same decodes again
         duration = decode_run_s(s.cost, d, ctx, k)
@@ -583,6 +594,11 @@ def _finish(s: State, kc: PrefixCaches, r: int, k: int, step: Step) -> None:
     s.st[row, S_SWAP_IN] = s.rp[r, P_STEP_SWAP_IN] * swap_bytes
     s.st[row, S_SPEC_DRAFT] = step.drafted
     s.st[row, S_SPEC_ACC] = step.acc
+    # KV offloading tiers: 0 unless on (and no loads in runs: there are none with tiers)
+    s.st[row, S_CPU_HIT] = s.rp[r, P_STEP_TIER_TOK]
+    s.st[row, S_DISK_HIT] = s.rp[r, P_STEP_TIER_TOK + 1]
+    tier_blocks = s.rp[r, P_STEP_TIER_BLK] + s.rp[r, P_STEP_TIER_BLK + 1]
+    s.st[row, S_TIER_LOAD] = tier_blocks * s.cfg[C_TIER_BLOCK_BYTES]
     s.stf[row, SF_START] = start
     s.stf[row, SF_DURATION] = duration
     s.stf[row, SF_ATTN] = p_attn
@@ -835,6 +851,8 @@ def replay_loop(
         borrow(kc.gk),
         borrow(kc.gb),
         borrow(kc.gn),
+        borrow(kc.tk),
+        borrow(kc.tm),
     )
     wt, wi = borrow(trees.wt), borrow(trees.wi)
     lmin, li, lmax = borrow(trees.lmin), borrow(trees.li), borrow(trees.lmax)

@@ -100,7 +100,16 @@ import numpy.typing as npt
 from numba import njit
 
 from pipeline.errors import ScenarioError
-from pipeline.sim.cache import PrefixCaches, commit, hit_blocks, hit_tokens, settles, use_hits
+from pipeline.sim.cache import (
+    PrefixCaches,
+    commit,
+    hit_blocks,
+    hit_tokens,
+    settles,
+    tier_load,
+    tier_lookup,
+    use_hits,
+)
 from pipeline.sim.kv import blocks_needed, grow, release
 from pipeline.sim.policies.base import (
     Memory,
@@ -130,6 +139,7 @@ from pipeline.sim.state import (
     C_SPEC_SLOTS,
     C_SWAP_BLOCKS,
     C_THRESHOLD,
+    C_TIER_BLOCKS,
     C_WM_BLOCKS,
     F_ARRIVAL,
     P_EVICTABLE,
@@ -144,6 +154,8 @@ from pipeline.sim.state import (
     P_STEP,
     P_STEP_SWAP_IN,
     P_STEP_SWAP_OUT,
+    P_STEP_TIER_BLK,
+    P_STEP_TIER_TOK,
     P_WQ_LEN,
     Q_FIFO,
     Q_LAST_END,
@@ -160,6 +172,7 @@ from pipeline.sim.state import (
     R_UNIT_TOK,
     ST_FINISHED,
     ST_SWAPPED,
+    W_HITS,
     State,
     cdiv,
     drop_finished,
@@ -167,6 +180,7 @@ from pipeline.sim.state import (
     uindex,
     wait_head,
     wait_requeue,
+    wide,
 )
 from pipeline.sim.swap import swap_in, swap_out
 
@@ -227,6 +241,30 @@ class Params:
     swap_kv_bytes_per_token: int = field(
         default=0,
         metadata={"help": "swap: KV bytes per token moved; 0 = the profile's"},
+    )
+    # KV offloading tiers (kv_tiers.py): vLLM's offloading connector, --kv-offloading-size
+    kv_offloading_size_gb: float = field(
+        default=0.0,
+        metadata={
+            "help": "GiB of CPU memory per replica for offloaded KV blocks (vLLM "
+            "--kv-offloading-size; 0 = off); needs enable_prefix_caching"
+        },
+    )
+    kv_disk_size_gb: float = field(
+        default=0.0,
+        metadata={"help": "GiB of local disk below the CPU tier, taking its evictions (0 = none)"},
+    )
+    kv_offloading_link_gb_s: float = field(
+        default=0.0,
+        metadata={"help": "CPU tier: host link GB/s one way per GPU; 0 = the GPU's PCIe line rate"},
+    )
+    kv_disk_read_gb_s: float = field(
+        default=0.0,
+        metadata={"help": "disk tier: read GB/s; 0 = 13 (a PCIe 5.0 NVMe drive)"},
+    )
+    kv_offloading_kv_bytes_per_token: int = field(
+        default=0,
+        metadata={"help": "KV offloading: KV bytes per token moved; 0 = the profile's"},
     )
 
 
@@ -600,7 +638,11 @@ def _schedule_once(
         if looked:
             h, idle = cache_lookup(cfg, rq, r, i, kc)
         hit = hit_tokens(rq, i, h)
-        new = num_tokens(rq, i) - rq[i, R_COMPUTED] - hit
+        c = d = loaded = 0  # KV offloading tiers (kv_tiers.py): units and tokens loaded
+        if looked and kc.tk.shape[2] != 0:
+            c, d = tier_lookup(rq, rp, i, r, h, kc)
+            loaded = hit_tokens(rq, i, h + c + d) - hit
+        new = num_tokens(rq, i) - rq[i, R_COMPUTED] - hit - loaded
         room = budget if spec == 0 else budget - slots * (n + 1)  # request_token_budget
         if spec > 0 and new == 1:
             pad = padded_tokens(cfg, rq, sched_q, n_running, rq[i, R_COMPUTED] + hit)
@@ -615,7 +657,7 @@ def _schedule_once(
             new = room
         keep_free = cfg[C_WM_BLOCKS] if rp[r, P_RUN_N] > 0 else 0  # (bool(self.running))
         shared = hit_blocks(rq, i, h)
-        slot_end = rq[i, R_COMPUTED] + hit + new
+        slot_end = rq[i, R_COMPUTED] + hit + loaded + new
         if spec > 0:  # the drafter's lookahead slots, within max_model_len
             slot_end = min(slot_end + cfg[C_SPEC_LOOK], cfg[C_SPEC_MAXLEN])
         need = cdiv(slot_end, bs) - shared
@@ -631,6 +673,9 @@ def _schedule_once(
         if h > 0:
             use_hits(rq, rp, i, r, h, kc)
             rq[i, R_COMPUTED] = hit
+        if loaded > 0:  # loaded into blocks of its own (below), then committed as computed
+            tier_load(rq, rp, i, r, h, c, d, kc)
+            rq[i, R_COMPUTED] = hit + loaded
         if need <= rp[r, P_FREE]:
             rp[r, P_FREE] -= need
             rq[i, R_HELD] += need
@@ -641,6 +686,8 @@ def _schedule_once(
             known = num_tokens(rq, i)  # padded draft slots are not cached
         if looked:
             count_lookup(rq, rp, r, i, h)
+            if loaded > 0:
+                wide(rq)[i, W_HITS] += loaded
             commit(rq, rp, i, r, known, False, kc)
         elif caching and rq[i, R_COMPUTED] > 0:  # its KV came with it (remote prefill):
             commit(rq, rp, i, r, known, False, kc)  # cached on receipt
@@ -704,6 +751,11 @@ def schedule(s: State, kc: PrefixCaches, r: int, now: float) -> tuple[int, int, 
     if cfg[C_SWAP_BLOCKS] != 0:  # swap preemption (synchronous only): this step's traffic
         rp[r, P_STEP_SWAP_OUT] = 0
         rp[r, P_STEP_SWAP_IN] = 0
+    tiers = cfg[C_TIER_BLOCKS] != 0  # KV offloading (kv_tiers.py): this step's loads
+    if tiers:
+        for t in range(2):
+            rp[r, P_STEP_TIER_TOK + t] = 0
+            rp[r, P_STEP_TIER_BLK + t] = 0
     while True:
         if is_async:  # the requests the core has taken from its input queue by now
             take = rp[r, P_INBOX_OLD] if pipelined else rp[r, P_INBOX]
@@ -713,8 +765,8 @@ def schedule(s: State, kc: PrefixCaches, r: int, now: float) -> tuple[int, int, 
             rp[r, P_QUEUED] = rp[r, P_WQ_LEN]  # the step's queue depth
         n, n_pre, n_adm = _schedule_once(r, cfg, rq, rqf, rp, run, wq, sched_q, sched_t, kc)
         if not is_async:
-            if cfg[C_SPEC_K] > 0:  # speculative: the steps differ (accepted counts): no runs
-                rp[r, P_STABLE] = 0
+            if cfg[C_SPEC_K] > 0 or tiers:  # speculative: the steps differ (accepted counts);
+                rp[r, P_STABLE] = 0  # tiers: runs would store to them in another order: no runs
             return n, n_pre, n_adm
         rp[r, P_PIPE] = 0
         if rp[r, P_PEND_FREE] > 0:
@@ -725,6 +777,6 @@ def schedule(s: State, kc: PrefixCaches, r: int, now: float) -> tuple[int, int, 
         n_pre0 = n_pre  # (what the empty decision preempted stays preempted)
     rp[r, P_INBOX_OLD] = rp[r, P_INBOX]  # the next decision takes these
     # the next decision sees them, or the blocks and slots just freed: no decode run
-    if rp[r, P_INBOX] > 0 or (pipelined and pending and rp[r, P_WQ_LEN] > 0):
+    if rp[r, P_INBOX] > 0 or (pipelined and pending and rp[r, P_WQ_LEN] > 0) or tiers:
         rp[r, P_STABLE] = 0
     return n, n_pre + n_pre0, n_adm
