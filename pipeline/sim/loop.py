@@ -509,6 +509,7 @@ def _finish(s: State, kc: PrefixCaches, r: int, k: int, step: Step) -> None:
     # vLLM async: steps 2..k are decided while the one before runs, so each caches a
     # decode's blocks only up to the token that one is sampling (policies/vllm.py)
     lag = s.cfg[C_ASYNC]
+    load_s = 0.0  # KV offloading: the step's wait for its loads
     if k == 1:
         duration = step_time(s.cost, p_tok, p_attn, float(n_pf + d), float(d), ctx)
         if s.cfg[C_SWAP_BLOCKS] != 0:  # swap preemption: the step waits for its copies
@@ -516,7 +517,8 @@ def _finish(s: State, kc: PrefixCaches, r: int, k: int, step: Step) -> None:
             duration += moved * s.cfgf[CF_SWAP_BLOCK_S]
         if s.cfg[C_TIER_BLOCKS] != 0:  # KV offloading: the step waits for its loads
             cpu_blk, disk_blk = s.rp[r, P_STEP_TIER_BLK], s.rp[r, P_STEP_TIER_BLK + 1]
-            duration += cpu_blk * s.cfgf[CF_TIER_BLOCK_S] + disk_blk * s.cfgf[CF_TIER_BLOCK_S + 1]
+            load_s = cpu_blk * s.cfgf[CF_TIER_BLOCK_S] + disk_blk * s.cfgf[CF_TIER_BLOCK_S + 1]
+            duration += load_s
         duration += step.draft_s
     else:  # steps 2..k: the same decodes again
         duration = decode_run_s(s.cost, d, ctx, k)
@@ -605,7 +607,9 @@ def _finish(s: State, kc: PrefixCaches, r: int, k: int, step: Step) -> None:
     s.stf[row, SF_CTX] = ctx
     cpu_s = exposed = 0.0  # the scheduler's CPU time (sched_cpu.py), when the profile has it
     if s.cost[SCHED_CPU] + s.cost[SCHED_CPU_SEQ] > 0:
-        cpu_s, exposed = sched_cpu.row(s.cost, k, duration, p_tok, p_attn, float(n_pf + d), d, ctx)
+        # (a load from the offloading tiers is no scheduler time the GPU failed to hide)
+        busy = duration - load_s
+        cpu_s, exposed = sched_cpu.row(s.cost, k, busy, p_tok, p_attn, float(n_pf + d), d, ctx)
     s.stf[row, SF_SCHED_CPU] = cpu_s
     s.stf[row, SF_SCHED_EXPOSED] = exposed
     s.g[G_ROWS] = row + 1

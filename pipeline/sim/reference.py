@@ -509,14 +509,17 @@ class ReferenceLoop(EngineSchedulers):
         if self.swap_blocks:  # the step waits for its copies over the host link
             duration += (swap_out + swap_in) * self.swap_block_s
         tiers = self.sc.kv_tiers
+        load_s = 0.0
         if tiers is not None:  # the step waits for its loads from the offloading tiers
             cpu_s = tiers.block_bytes / tiers.cpu_bytes_per_s
             disk_s = tiers.block_bytes / tiers.disk_bytes_per_s
-            duration += rep.step_tier[2] * cpu_s + rep.step_tier[3] * disk_s
+            load_s = rep.step_tier[2] * cpu_s + rep.step_tier[3] * disk_s
+            duration += load_s
         if sp is not None and sp.draft_cost > 0 and m:  # k draft passes (speculation.py)
             plain_s = float(step_time(self.cost, 0.0, 0.0, m, m, plain))
             duration += sp.draft_cost * sp.num_tokens * plain_s
-        cpu = sched_cpu.row(self.cost, 1, duration, p_tok, p_attn, n_pf + d, d, ctx)
+        # (a load from the offloading tiers is no scheduler time the GPU failed to hide)
+        cpu = sched_cpu.row(self.cost, 1, duration - load_s, p_tok, p_attn, n_pf + d, d, ctx)
         end = start + duration
         for req, t in scheduled:
             if math.isnan(req.first_scheduled_s):

@@ -413,7 +413,7 @@ FAST_EQUALS_REFERENCE = [
     pytest.param("tgi", None, 40, id="tgi"),
     pytest.param("vllm-speculative", None, 60, id="vllm-speculative"),
     pytest.param("vllm-speculative", True, 40, id="vllm-speculative-prefix-caching"),
-    pytest.param("vllm-kv-tiers", True, 60, id="vllm-kv-tiers"),
+    pytest.param("vllm-kv-tiers", True, 100, id="vllm-kv-tiers"),  # ~1 in 4 hits a tier
 ]
 
 

@@ -10,9 +10,12 @@ from typing import Any
 import numpy as np
 import pytest
 
+from pipeline.contracts import SIM_STEPS
 from pipeline.errors import ScenarioError
+from pipeline.plan.grid import build_grid
 from pipeline.sim.cost_model import step_time
 from pipeline.sim.kv_tiers import DiskTier, num_chunks, replay_hits
+from pipeline.sim.replay_tables import sim_steps_table
 from pipeline.sim.scenario import Scenario, build_scenario
 from pipeline.sim.simulate import simulate
 from pipeline.sim.state import (
@@ -30,6 +33,7 @@ from pipeline.sim.state import (
     SimInput,
     SimResult,
 )
+from pipeline.sim.summary import summarize
 from tests.helpers import with_prefix
 from tests.sim.test_differential import _COST_KEYS, check_equal
 
@@ -246,3 +250,30 @@ def test_sizes_become_blocks() -> None:
 def test_bad_tier_keys_are_refused(values: dict[str, Any], words: str) -> None:
     with pytest.raises(ScenarioError, match=words):
         build_scenario({"policy": "vllm", **values})
+
+
+def test_summary_and_steps_table_report_the_tiers() -> None:
+    inp, sc = _replay(kv_offloading_size_gb=2, kv_disk_size_gb=8)
+    res = simulate(inp, sc.engine())
+    s = summarize(res)
+    assert s["kv_tiers"] == {
+        "cpu_hit_tokens": int(res.st[:, S_CPU_HIT].sum()),
+        "disk_hit_tokens": int(res.st[:, S_DISK_HIT].sum()),
+        "tier_load_bytes": int(res.st[:, S_TIER_LOAD].sum()),
+    }
+    assert s["kv_tiers"]["disk_hit_tokens"] > 0
+    assert s["prefix_resumed_hit_tokens"] == 0  # nothing was preempted: the tiers' are apart
+    table = sim_steps_table("c", res.st, res.stf, res.num_kv_blocks)
+    want = [(f.name, f.type) for f in SIM_STEPS.schema()]
+    assert [(f.name, f.type) for f in table.schema] == want
+    assert table["disk_hit_tokens"].to_pylist() == res.st[:, S_DISK_HIT].tolist()
+    assert "kv_tiers" not in summarize(simulate(*_without_tiers()))
+
+
+def test_a_sweep_turns_the_cpu_tier_size() -> None:
+    grid = build_grid(
+        {"base": {"policy": "vllm"}, "axes": {"vllm": {"kv_offloading_size_gb": [0, 8, 64]}}}
+    )
+    tiers = [p.scenario.kv_tiers for p in grid.points]
+    assert tiers[0] is None and tiers[1] is not None and tiers[2] is not None
+    assert tiers[2].cpu_blocks == 8 * tiers[1].cpu_blocks
