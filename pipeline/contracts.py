@@ -478,7 +478,7 @@ CAPACITY_SEARCH = _contract(
     "One row per capacity-search probe and SLO: the search path, each verdict, the answer.",
     [
         _c("run_id", pa.string(), "capacity run (partition)"),
-        _c("search", pa.string(), "concurrency, rate or replicas"),
+        _c("search", pa.string(), "concurrency, rate, replicas or kv_offloading"),
         _c("knob", pa.string(), "what the search turns: max_num_seqs, rate, replicas, ..."),
         _c("probe", pa.int32(), "order of the probe within its search (0 first)"),
         _c("value", pa.float64(), "the knob's value at this probe (rate in requests/s)"),

@@ -16,6 +16,7 @@ from pipeline.config import load_config, warehouse_path
 from pipeline.errors import ConfigError
 from pipeline.objectstore import display
 from pipeline.plan.capacity import (
+    LOWEST,
     SEARCHES,
     CapacityResult,
     SearchOutcome,
@@ -54,7 +55,7 @@ def answer_text(search: SearchOutcome) -> str:
     if iv is None or search.answer is None:
         return text
     level = f"the {LEVEL:.0%} interval"
-    if search.spec.kind == "replicas":
+    if search.spec.kind in LOWEST:
         low = _bare(search, iv.lo if iv.lo is not None else search.answer)
         if iv.hi is None:
             return f"{text} ({low} to more than {_bare(search, search.hi)} within {level})"
@@ -100,9 +101,10 @@ def interval_lines(search: SearchOutcome, slos: list[Slo]) -> list[str]:
         verdict = f"safe at {level}: every upper bound is within its limit"
     else:
         verdict = f"not safe at {level}: an upper bound is above its limit"
-        if search.spec.kind == "replicas" and iv.hi is not None:
-            verdict += f"; {_bare(search, iv.hi)} replicas are safe at {level}"
-        elif search.spec.kind == "replicas":
+        unit = "replicas" if search.spec.kind == "replicas" else "GiB"
+        if search.spec.kind in LOWEST and iv.hi is not None:
+            verdict += f"; {_bare(search, iv.hi)} {unit} are safe at {level}"
+        elif search.spec.kind in LOWEST:
             verdict += f"; no count in the range is safe at {level}"
         elif iv.lo is not None:
             verdict += f"; safe at {level} up to {_value(search, iv.lo)}"
@@ -160,6 +162,8 @@ def format_search(
         "concurrency": f"highest {search.knob} that meets every SLO at {number(rate)} req/s",
         "rate": f"highest request rate that meets every SLO (within {search.spec.tolerance:.0%})",
         "replicas": f"fewest replicas that meet every SLO at {number(rate)} req/s",
+        "kv_offloading": f"smallest CPU KV tier ({search.knob}, GiB) that meets every SLO at "
+        f"{number(rate)} req/s",
     }[kind]
     first = f"{kind}: {head}: {answer_text(search)}"
     met = [v for v, ok in search.result.probes if ok]

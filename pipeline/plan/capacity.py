@@ -12,6 +12,9 @@ the algorithms; every probe is a full replay):
   time-scaled to each probed rate (scenario key ``rate``).
 - ``replicas``: the fewest replicas that meet every SLO at a target rate
   (default: the base scenario's).
+- ``kv_offloading`` (vllm; asked for by name, never a default): the smallest CPU KV
+  tier, whole GiB of ``kv_offloading_size_gb`` (docs/replay.md, "KV offloading
+  tiers"), that meets every SLO at the base scenario's arrivals (or ``rate``).
 
 The order the seed lab teaches: fix the SLO first, then find the load that
 meets it; the throughput at the most load that meets the SLO is what to plan
@@ -59,15 +62,19 @@ from pipeline.sim.scenario import Scenario, build_scenario, read_scenario_file
 from pipeline.validation import finite_float
 from pipeline.warehouse import Warehouse, new_run_id
 
-SEARCHES = ("concurrency", "rate", "replicas")
+SEARCHES = ("concurrency", "rate", "replicas", "kv_offloading")
+DEFAULT_SEARCHES = SEARCHES[:3]  # what runs when none is named
+LOWEST = ("replicas", "kv_offloading")  # the searches for the fewest (smallest) that meets
 SPEC_MAX = 1e9  # a search bound, tolerance or rate beyond any deployment
 SPEC_KEYS = {
     "concurrency": {"min", "max", "rate", "rate_scale"},
     "rate": {"min", "max", "tolerance"},
     "replicas": {"min", "max", "rate", "rate_scale"},
+    "kv_offloading": {"min", "max", "rate", "rate_scale"},
 }
 DEFAULT_MAX_CONCURRENCY = 1024
 DEFAULT_MAX_REPLICAS = 64
+DEFAULT_MAX_OFFLOADING_GB = 1024  # the kv_offloading search's top: a host's memory, GiB
 RATE_RANGE = 64.0  # the rate search looks from base / 64 to base * 64 unless told
 
 
@@ -248,9 +255,9 @@ def load_capacity_file(path: Path) -> tuple[dict[str, Any], list[Slo], list[Sear
 
 
 def parse_specs(table: dict[str, Any], where: str = "--search") -> list[SearchSpec]:
-    """Searches from ``{kind: {min, max, ...}}``; an empty table means all three."""
+    """Searches from ``{kind: {min, max, ...}}``; an empty table means the default three."""
     if not table:
-        return [SearchSpec(kind) for kind in SEARCHES]
+        return [SearchSpec(kind) for kind in DEFAULT_SEARCHES]
     specs = []
     for kind, opts in table.items():
         if kind not in SEARCHES:
@@ -325,7 +332,7 @@ def capacity_inputs(
     """
     base: dict[str, Any] = dict(defaults or {})
     file_slos: list[Slo] = []
-    file_specs = [SearchSpec(k) for k in SEARCHES]
+    file_specs = [SearchSpec(k) for k in DEFAULT_SEARCHES]
     if capacity_file is not None:
         file_base, file_slos, file_specs = load_capacity_file(capacity_file)
         base.update(file_base)
@@ -513,6 +520,14 @@ def _plan(
     elif spec.kind == "replicas":
         knob = "replicas"
         lo, hi = spec.lo or 1.0, spec.hi or float(DEFAULT_MAX_REPLICAS)
+    elif spec.kind == "kv_offloading":
+        if base.policy != "vllm":
+            raise ConfigError(
+                f"kv_offloading search: the CPU KV tier is vLLM's (policy = vllm), not "
+                f"{base.policy}'s; drop the search"
+            )
+        knob = "kv_offloading_size_gb"
+        lo, hi = spec.lo or 1.0, spec.hi or float(DEFAULT_MAX_OFFLOADING_GB)
     else:
         knob = "rate"
         if base_rate is None and (spec.lo is None or spec.hi is None):
@@ -540,7 +555,7 @@ def _search(
 ) -> SearchResult:
     if spec.kind == "concurrency":
         return highest_int(measure, int(lo), int(hi))
-    if spec.kind == "replicas":
+    if spec.kind in LOWEST:
         return lowest_int(measure, int(lo), int(hi))
     start = base_rate if base_rate is not None else lo
     return highest_float(measure, start, lo, hi, rel_tol=spec.tolerance)

@@ -60,7 +60,7 @@ from pipeline.sim.cost_uncertainty import CostUncertainty
 from pipeline.sim.uncertainty import windows_for
 
 Measured = Mapping[str, float | None]  # SLO key -> statistic at one probe (None: no request)
-SHAPES = {"concurrency": "F*T*F*", "rate": "T*F*", "replicas": "F*T*"}
+SHAPES = {"concurrency": "F*T*F*", "rate": "T*F*", "replicas": "F*T*", "kv_offloading": "F*T*"}
 END_TOLERANCE = 0.05  # the interval's ends to within 5% (the rate search: or its tolerance)
 MAX_END_PROBES = 3  # new probes one end's narrowing may make
 
@@ -350,7 +350,7 @@ def answer_ends(
     def maybe(v: float) -> float:
         return margin(probe(v), slos, upper=False)
 
-    if kind == "replicas":  # fewest that meet: the optimistic end is the low one
+    if kind in ("replicas", "kv_offloading"):  # fewest that meet: the optimistic end is low
         low = find_end(answer, False, maybe, known, knob)
         high = find_end(answer, False, sure, known, knob)
         return (answer if low is None else min(low, answer)), (
