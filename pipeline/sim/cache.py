@@ -74,7 +74,7 @@ import numpy as np
 import numpy.typing as npt
 from numba import njit
 
-from pipeline.sim.kv_tiers import count_load, empty_tiers, tier_run, tier_store, tier_touch
+from pipeline.sim.kv_tiers import count_load, tier_run, tier_store, tier_touch, tier_words
 from pipeline.sim.prefetch import prefetch
 from pipeline.sim.prefix_index import index_add, index_remove, new_index
 from pipeline.sim.state import (
@@ -123,13 +123,12 @@ class PrefixCaches(NamedTuple):
     cs: npt.NDArray[np.int64]  # [replica, slot, CS_*] its references, blocks and links
     ht: npt.NDArray[np.uint64]  # [replica, entry, (key, slot + 1)] the hash table
     ukey: npt.NDArray[np.uint64]  # every request's unit keys (from wide(rq)[i, W_HOFF])
-    uslot: npt.NDArray[np.int64]  # ... the slot each settled unit references (-1: private)
+    # ... the slot each settled unit references (-1: private); after them (from
+    # len(ukey) on) the KV offloading tiers' entries, when they are on (kv_tiers.py)
+    uslot: npt.NDArray[np.int64]
     gk: npt.NDArray[np.uint64]  # which replicas cache each key (prefix_index.py): keys,
     gb: npt.NDArray[np.uint64]  # ... their replica bitsets,
     gn: npt.NDArray[np.int64]  # ... and how many replicas hold them (0: an empty entry)
-    # KV offloading tiers below the GPU (kv_tiers.py; their last axis 0: off): keys, and
-    tk: npt.NDArray[np.uint64]  # [tier, replica, entry] the key of each entry,
-    tm: npt.NDArray[np.int64]  # [tier, replica, entry, (blocks, LRU stamp)] what it holds
 
 
 def cache_sizes(
@@ -197,9 +196,10 @@ def empty_caches(
     ``num_keys``: most distinct keys one replica caches at once, which sizes
     its hash table (0: ``num_slots``). ``index``: most distinct keys cached at
     once over all replicas, for the index of which replicas hold each key (0:
-    no index). ``tier_slots``: entries of each KV offloading tier (0: none,
-    ``kv_tiers.tier_slots``). The caller sets the replica fields (``P_SLOT_FREE``
-    0: every slot free, see the module docstring; ``P_TIER_CAP``).
+    no index). ``tier_slots``: entries of each KV offloading tier per replica
+    (``kv_tiers.tier_slots``; 0: none), kept in ``uslot`` after the units' slots.
+    The caller sets the replica fields (``P_SLOT_FREE`` 0: every slot free, see
+    the module docstring; ``P_TIER_CAP``).
     """
     s = max(num_slots, 1)
     e = max(min(num_keys, s) if num_keys > 0 else s, 1)
@@ -207,12 +207,11 @@ def empty_caches(
     ck = np.zeros((num_replicas, s), dtype=np.uint64)
     cs = np.zeros((num_replicas, s, NCS), dtype=np.int64)  # zeros: a free-slot list (above)
     ht = np.zeros((num_replicas, size, 2), dtype=np.uint64)
-    uslot = np.full(len(keys), -1, dtype=np.int64)
+    uslot = np.full(len(keys) + tier_words(num_replicas, tier_slots), -1, dtype=np.int64)
+    uslot[len(keys) :] = 0  # the tiers' entries: all empty
     # writable: numba compiles a loop of its own for read-only arrays (Ray's object store)
     gk, gb, gn = new_index(num_replicas, index)
-    tk, tm = empty_tiers(num_replicas, tier_slots)
-    keys = np.require(keys, np.uint64, ["C", "W"])
-    return PrefixCaches(ck, cs, ht, keys, uslot, gk, gb, gn, tk, tm)
+    return PrefixCaches(ck, cs, ht, np.require(keys, np.uint64, ["C", "W"]), uslot, gk, gb, gn)
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -528,16 +527,7 @@ def _put(
     Inlined, its loop written out (probe, insert): calls and helpers that
     take arrays cost reference counts and argument copies (see ``_evict``).
     """
-    ck, cs, ht, ukey, uslot, gk, gb, gn = (
-        kc.ck,
-        kc.cs,
-        kc.ht,
-        kc.ukey,
-        kc.uslot,
-        kc.gk,
-        kc.gb,
-        kc.gn,
-    )
+    ck, cs, ht, ukey, uslot, gk, gb, gn = kc
     indexed = gk.shape[0] != 0
     mask = ht.shape[1] - 1
     row = r * ht.shape[1]  # replica r's first table entry, over all replicas
@@ -622,29 +612,31 @@ def commit(
     if rq[i, R_TAIL] != 0:
         tail_at = base + rq[i, R_PROMPT] // u
     shared = _put(kc, rp, r, base + k, upto - k, m, dedupe, tail_at, rq[i, R_TAIL] * m // u)
-    if kc.tk.shape[2] != 0:  # vLLM's offloading connector stores blocks as they are computed
-        _store(rq, rp, i, r, k, upto, kc)
     rq[i, R_HELD] -= shared
     rq[i, R_SHARED] += shared
     rq[i, R_SETTLED] = upto
     _next_settles(rq, i)
 
 
+# --- KV offloading tiers (kv_tiers.py): their entries are uslot[len(ukey):] ---------------
+
+
 @njit(cache=True, error_model="numpy")
-def _store(
+def tier_commit(
     rq: npt.NDArray[np.int32],
     rp: npt.NDArray[np.int64],
     i: int,
     r: int,
     lo: int,
-    hi: int,
     kc: PrefixCaches,
 ) -> None:
-    """Store request i's units lo..hi - 1, just committed, to the CPU tier (kv_tiers.py)."""
+    """Store request i's units from lo to those just committed (``R_SETTLED``) to the CPU
+    tier: vLLM's offloading connector stores blocks as they are computed."""
     base = _keys_at(rq, i)
-    for k in range(lo, hi):
+    n0 = kc.ukey.shape[0]
+    for k in range(lo, rq[i, R_SETTLED]):
         b = hit_blocks(rq, i, k + 1) - hit_blocks(rq, i, k)
-        tier_store(kc.tk, kc.tm, rp, r, kc.ukey[base + k], b)
+        tier_store(kc.uslot, n0, rp, r, np.int64(kc.ukey[base + k]), b)
 
 
 @njit(cache=True, error_model="numpy")
@@ -656,10 +648,12 @@ def tier_lookup(
     nothing."""
     n = min(units_within(rq, i, rq[i, R_PROMPT] + rq[i, R_GENERATED] - 1), rq[i, R_NUNITS])
     base = _keys_at(rq, i)
-    c = tier_run(kc.tk, kc.tm, 0, r, kc.ukey, base + h, base + n)
+    n0 = kc.ukey.shape[0]
+    nrep = rp.shape[0]
+    c = tier_run(kc.uslot, n0, nrep, 0, r, kc.ukey, base + h, base + n)
     d = 0
     if rp[r, P_TIER_CAP + 1] > 0:
-        d = tier_run(kc.tk, kc.tm, 1, r, kc.ukey, base + h + c, base + n)
+        d = tier_run(kc.uslot, n0, nrep, 1, r, kc.ukey, base + h + c, base + n)
     return c, d
 
 
@@ -675,10 +669,11 @@ def tier_load(
     kc: PrefixCaches,
 ) -> None:
     """Request i, admitted, loads the c + d units ``tier_lookup`` found: they become the
-    most recently used of their tier, and count as hits of the step being decided."""
+    most recently used of their tier, and count as loads of the step being decided."""
     base = _keys_at(rq, i)
-    tier_touch(kc.tk, kc.tm, rp, 0, r, kc.ukey, base + h, base + h + c)
-    tier_touch(kc.tk, kc.tm, rp, 1, r, kc.ukey, base + h + c, base + h + c + d)
+    n0 = kc.ukey.shape[0]
+    tier_touch(kc.uslot, n0, rp, 0, r, kc.ukey, base + h, base + h + c)
+    tier_touch(kc.uslot, n0, rp, 1, r, kc.ukey, base + h + c, base + h + c + d)
     g = hit_tokens(rq, i, h)
     gc = hit_tokens(rq, i, h + c)
     bg = hit_blocks(rq, i, h)
@@ -771,8 +766,7 @@ def warm(
     the first unit that finds no room (the cache is smaller than the prompt).
     """
     cs, ht = kc.cs, kc.ht
-    # its keys and slots (_put stores nothing to the offloading tiers: commit does)
-    mine = PrefixCaches(kc.ck, cs, ht, keys, slots, kc.gk, kc.gb, kc.gn, kc.tk, kc.tm)
+    mine = PrefixCaches(kc.ck, cs, ht, keys, slots, kc.gk, kc.gb, kc.gn)  # its keys and slots
     n = 0
     last = len(keys) - 1 if tail_blocks > 0 else -2
     for k in range(len(keys)):

@@ -457,95 +457,125 @@ def tier_slots(cfg: npt.NDArray[np.int64], num_keys: int) -> int:
     return int(min(max(cfg[C_TIER_BLOCKS], cfg[C_TIER_BLOCKS + 1]), num_keys))
 
 
-def empty_tiers(
-    num_replicas: int, slots: int
-) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.int64]]:
-    """(tk, tm): tier t of replica r's entry s holds key ``tk[t, r, s]``, and
-    ``tm[t, r, s] = (blocks, stamp)`` (blocks 0: an empty entry; stamp: its LRU clock)."""
-    tk = np.zeros((2, num_replicas, slots), dtype=np.uint64)
-    tm = np.zeros((2, num_replicas, slots, 2), dtype=np.int64)
-    return tk, tm
+# The compiled side. The tiers of every replica live in one flat int64 array ``tt``
+# from offset ``n0`` on (``cache.py`` keeps them after the requests' unit slots, so
+# that no compiled signature grows when they are off): tier t of replica r (of R) has
+# S entries of (key, blocks, LRU stamp) at ``n0 + ((t * R + r) * S + s) * 3``; blocks
+# 0 is an empty entry, the key is the unit key's bits. Each tier is scanned whole (its
+# entries are few: GiBs of host memory over MiB blocks); its LRU order is the stamps'.
+TIER_WORDS = 3
 
 
-# The compiled side: each tier is a table scanned whole (its entries are few: GiBs of
-# host memory over MiB blocks), its LRU order the entries' stamps.
+def tier_words(num_replicas: int, slots: int) -> int:
+    """Words of ``tt`` the tiers take (2 tiers of ``slots`` entries per replica)."""
+    return 2 * num_replicas * slots * TIER_WORDS
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _base(tt: npt.NDArray[np.int64], n0: int, nrep: int, t: int, r: int) -> tuple[int, int]:
+    """(offset of tier t of replica r, its entries)."""
+    slots = (tt.shape[0] - n0) // (2 * nrep * TIER_WORDS)
+    return n0 + (t * nrep + r) * slots * TIER_WORDS, slots
 
 
 @njit(cache=True, error_model="numpy")
-def tier_find(
-    tk: npt.NDArray[np.uint64], tm: npt.NDArray[np.int64], t: int, r: int, key: np.uint64
-) -> int:
-    """Entry of ``key`` in tier t of replica r, or -1."""
-    for s in range(tk.shape[2]):
-        if tm[t, r, s, 0] > 0 and tk[t, r, s] == key:
-            return s
+def _find(tt: npt.NDArray[np.int64], b0: int, slots: int, key: int) -> int:
+    for e in range(slots):
+        q = b0 + e * TIER_WORDS
+        if tt[q + 1] > 0 and tt[q] == key:
+            return e
     return -1
 
 
 @njit(cache=True, error_model="numpy")
-def _lru(tm: npt.NDArray[np.int64], t: int, r: int) -> int:
-    """The least recently used entry of tier t of replica r (-1: none)."""
-    e = -1
-    for s in range(tm.shape[2]):
-        if tm[t, r, s, 0] > 0 and (e < 0 or tm[t, r, s, 1] < tm[t, r, e, 1]):
-            e = s
-    return e
+def _lru(tt: npt.NDArray[np.int64], b0: int, slots: int) -> int:
+    """The least recently used entry (-1: none)."""
+    best = -1
+    stamp = 0
+    for e in range(slots):
+        q = b0 + e * TIER_WORDS
+        if tt[q + 1] > 0 and (best < 0 or tt[q + 2] < stamp):
+            best = e
+            stamp = tt[q + 2]
+    return best
 
 
 @njit(cache=True, error_model="numpy")
-def _insert(
-    tk: npt.NDArray[np.uint64],
-    tm: npt.NDArray[np.int64],
+def _stamp(tt: npt.NDArray[np.int64], q: int, rp: npt.NDArray[np.int64], r: int) -> None:
+    rp[r, P_TIER_CLOCK] += 1
+    tt[q + 2] = rp[r, P_TIER_CLOCK]
+
+
+@njit(cache=True, error_model="numpy")
+def _put(
+    tt: npt.NDArray[np.int64],
+    n0: int,
     rp: npt.NDArray[np.int64],
-    t: int,
     r: int,
-    key: np.uint64,
+    t: int,
+    key: int,
     b: int,
 ) -> None:
-    for s in range(tk.shape[2]):
-        if tm[t, r, s, 0] == 0:
-            rp[r, P_TIER_CLOCK] += 1
-            tk[t, r, s] = key
-            tm[t, r, s, 0] = b
-            tm[t, r, s, 1] = rp[r, P_TIER_CLOCK]
+    """Store (or refresh) a unit of b blocks in tier t; the CPU tier's evictions go down
+    to the disk tier, if any; the disk's vanish."""
+    cap = rp[r, P_TIER_CAP + t]
+    if b <= 0 or b > cap:
+        return
+    nrep = rp.shape[0]
+    b0, slots = _base(tt, n0, nrep, t, r)
+    e = _find(tt, b0, slots, key)
+    if e >= 0:
+        _stamp(tt, b0 + e * TIER_WORDS, rp, r)
+        return
+    down = t == 0 and rp[r, P_TIER_CAP + 1] > 0
+    while rp[r, P_TIER_USED + t] + b > cap:
+        q = b0 + _lru(tt, b0, slots) * TIER_WORDS
+        rp[r, P_TIER_USED + t] -= tt[q + 1]
+        if down:
+            _put_disk(tt, n0, rp, r, tt[q], tt[q + 1])
+        tt[q + 1] = 0
+    for e in range(slots):
+        q = b0 + e * TIER_WORDS
+        if tt[q + 1] == 0:
+            tt[q] = key
+            tt[q + 1] = b
+            _stamp(tt, q, rp, r)
             rp[r, P_TIER_USED + t] += b
             return
     raise AssertionError("tier full")  # sized for every key of the replay (tier_slots)
 
 
 @njit(cache=True, error_model="numpy")
-def _disk_put(
-    tk: npt.NDArray[np.uint64],
-    tm: npt.NDArray[np.int64],
-    rp: npt.NDArray[np.int64],
-    r: int,
-    key: np.uint64,
-    b: int,
+def _put_disk(
+    tt: npt.NDArray[np.int64], n0: int, rp: npt.NDArray[np.int64], r: int, key: int, b: int
 ) -> None:
-    """The disk tier takes a unit the CPU tier evicted; it evicts plain LRU itself."""
+    """The disk tier takes a unit the CPU tier evicted (no recursion: numba)."""
     cap = rp[r, P_TIER_CAP + 1]
     if b > cap:
         return
-    s = tier_find(tk, tm, 1, r, key)
-    if s >= 0:
-        rp[r, P_TIER_CLOCK] += 1
-        tm[1, r, s, 1] = rp[r, P_TIER_CLOCK]
+    b0, slots = _base(tt, n0, rp.shape[0], 1, r)
+    e = _find(tt, b0, slots, key)
+    if e >= 0:
+        _stamp(tt, b0 + e * TIER_WORDS, rp, r)
         return
     while rp[r, P_TIER_USED + 1] + b > cap:
-        e = _lru(tm, 1, r)
-        rp[r, P_TIER_USED + 1] -= tm[1, r, e, 0]
-        tm[1, r, e, 0] = 0
-    _insert(tk, tm, rp, 1, r, key, b)
+        q = b0 + _lru(tt, b0, slots) * TIER_WORDS
+        rp[r, P_TIER_USED + 1] -= tt[q + 1]
+        tt[q + 1] = 0
+    for e in range(slots):
+        q = b0 + e * TIER_WORDS
+        if tt[q + 1] == 0:
+            tt[q] = key
+            tt[q + 1] = b
+            _stamp(tt, q, rp, r)
+            rp[r, P_TIER_USED + 1] += b
+            return
+    raise AssertionError("tier full")
 
 
 @njit(cache=True, error_model="numpy")
 def tier_store(
-    tk: npt.NDArray[np.uint64],
-    tm: npt.NDArray[np.int64],
-    rp: npt.NDArray[np.int64],
-    r: int,
-    key: np.uint64,
-    b: int,
+    tt: npt.NDArray[np.int64], n0: int, rp: npt.NDArray[np.int64], r: int, key: int, b: int
 ) -> None:
     """Store a unit of ``b`` blocks, just computed (committed), to the CPU tier.
 
@@ -553,29 +583,14 @@ def tier_store(
     recently used units until it fits (each goes down to the disk tier, if any); a
     unit larger than the tier is not stored.
     """
-    cap = rp[r, P_TIER_CAP]
-    if b <= 0 or b > cap:
-        return
-    s = tier_find(tk, tm, 0, r, key)
-    if s >= 0:
-        rp[r, P_TIER_CLOCK] += 1
-        tm[0, r, s, 1] = rp[r, P_TIER_CLOCK]
-        return
-    disk = rp[r, P_TIER_CAP + 1] > 0
-    while rp[r, P_TIER_USED] + b > cap:
-        e = _lru(tm, 0, r)
-        eb = tm[0, r, e, 0]
-        rp[r, P_TIER_USED] -= eb
-        tm[0, r, e, 0] = 0
-        if disk:
-            _disk_put(tk, tm, rp, r, tk[0, r, e], eb)
-    _insert(tk, tm, rp, 0, r, key, b)
+    _put(tt, n0, rp, r, 0, key, b)
 
 
 @njit(cache=True, error_model="numpy")
 def tier_run(
-    tk: npt.NDArray[np.uint64],
-    tm: npt.NDArray[np.int64],
+    tt: npt.NDArray[np.int64],
+    n0: int,
+    nrep: int,
     t: int,
     r: int,
     keys: npt.NDArray[np.uint64],
@@ -583,16 +598,17 @@ def tier_run(
     hi: int,
 ) -> int:
     """How many of ``keys[lo:hi]``, from the first on, tier t of replica r holds."""
+    b0, slots = _base(tt, n0, nrep, t, r)
     n = 0
-    while lo + n < hi and tier_find(tk, tm, t, r, keys[lo + n]) >= 0:
+    while lo + n < hi and _find(tt, b0, slots, np.int64(keys[lo + n])) >= 0:
         n += 1
     return n
 
 
 @njit(cache=True, error_model="numpy")
 def tier_touch(
-    tk: npt.NDArray[np.uint64],
-    tm: npt.NDArray[np.int64],
+    tt: npt.NDArray[np.int64],
+    n0: int,
     rp: npt.NDArray[np.int64],
     t: int,
     r: int,
@@ -601,10 +617,10 @@ def tier_touch(
     hi: int,
 ) -> None:
     """A load of ``keys[lo:hi]`` from tier t: each becomes the most recently used, in order."""
+    b0, slots = _base(tt, n0, rp.shape[0], t, r)
     for q in range(lo, hi):
-        s = tier_find(tk, tm, t, r, keys[q])
-        rp[r, P_TIER_CLOCK] += 1
-        tm[t, r, s, 1] = rp[r, P_TIER_CLOCK]
+        e = _find(tt, b0, slots, np.int64(keys[q]))
+        _stamp(tt, b0 + e * TIER_WORDS, rp, r)
 
 
 @njit(cache=True, error_model="numpy")

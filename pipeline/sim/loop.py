@@ -855,8 +855,6 @@ def replay_loop(
         borrow(kc.gk),
         borrow(kc.gb),
         borrow(kc.gn),
-        borrow(kc.tk),
-        borrow(kc.tm),
     )
     wt, wi = borrow(trees.wt), borrow(trees.wi)
     lmin, li, lmax = borrow(trees.lmin), borrow(trees.li), borrow(trees.lmax)

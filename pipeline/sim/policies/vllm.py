@@ -106,6 +106,7 @@ from pipeline.sim.cache import (
     hit_blocks,
     hit_tokens,
     settles,
+    tier_commit,
     tier_load,
     tier_lookup,
     use_hits,
@@ -167,6 +168,7 @@ from pipeline.sim.state import (
     R_PREEMPT,
     R_PRIORITY,
     R_PROMPT,
+    R_SETTLED,
     R_SHARED,
     R_STATUS,
     R_UNIT_TOK,
@@ -551,6 +553,7 @@ def _schedule_once(
         threshold = 0
     budget = cfg[C_BUDGET]
     caching = cfg[C_CACHING] != 0
+    tiers = cfg[C_TIER_BLOCKS] != 0  # KV offloading tiers (kv_tiers.py; vLLM only)
     by_priority = cfg[C_QUEUE] == Q_PRIORITY
     lag = rp[r, P_PIPE]  # async: the step in flight is still sampling its decodes' next token
     rp[r, P_STABLE] = 1
@@ -618,7 +621,10 @@ def _schedule_once(
         if spec > 0 and known > num_tokens(rq, i):
             known = num_tokens(rq, i)  # draft tokens are not cached (allocate_slots)
         if caching and settles(rq, i, known):  # prompt and generated blocks
+            k0 = rq[i, R_SETTLED]
             commit(rq, rp, i, r, known, False, kc)
+            if tiers:  # KV offloading: stored as computed (kv_tiers.py)
+                tier_commit(rq, rp, i, r, k0, kc)
         n = add_scheduled(sched_q, sched_t, n, i, new)
         budget -= new
         k += 1
@@ -639,7 +645,7 @@ def _schedule_once(
             h, idle = cache_lookup(cfg, rq, r, i, kc)
         hit = hit_tokens(rq, i, h)
         c = d = loaded = 0  # KV offloading tiers (kv_tiers.py): units and tokens loaded
-        if looked and kc.tk.shape[2] != 0:
+        if looked and tiers:
             c, d = tier_lookup(rq, rp, i, r, h, kc)
             loaded = hit_tokens(rq, i, h + c + d) - hit
         new = num_tokens(rq, i) - rq[i, R_COMPUTED] - hit - loaded
@@ -684,6 +690,7 @@ def _schedule_once(
         known = rq[i, R_COMPUTED] + new
         if spec > 0 and known > num_tokens(rq, i):
             known = num_tokens(rq, i)  # padded draft slots are not cached
+        k0 = rq[i, R_SETTLED]
         if looked:
             count_lookup(rq, rp, r, i, h)
             if loaded > 0:
@@ -691,6 +698,8 @@ def _schedule_once(
             commit(rq, rp, i, r, known, False, kc)
         elif caching and rq[i, R_COMPUTED] > 0:  # its KV came with it (remote prefill):
             commit(rq, rp, i, r, known, False, kc)  # cached on receipt
+        if tiers:  # KV offloading: stored as computed (kv_tiers.py)
+            tier_commit(rq, rp, i, r, k0, kc)
         if rq[i, R_STATUS] == ST_SWAPPED:  # swap preemption: it resumes where it stopped
             pf_end = rq[i, R_PF_END]
             admit(cfg, rq, rqf, rp, run, wq, r)
@@ -724,7 +733,10 @@ def _processed(
     for e in range(rp[r, P_PEND_FREE]):
         i = run[r, done + e]
         if caching and settles(rq, i, rq[i, R_COMPUTED]):
+            k0 = rq[i, R_SETTLED]
             commit(rq, rp, i, r, rq[i, R_COMPUTED], False, kc)
+            if cfg[C_TIER_BLOCKS] != 0:  # KV offloading: stored as computed
+                tier_commit(rq, rp, i, r, k0, kc)
         release(rq, rp, r, i, kc)
     drop_finished(rq, rp, run, r)
     rp[r, P_PEND_FREE] = 0
