@@ -479,7 +479,7 @@ def _base(tt: npt.NDArray[np.int64], n0: int, nrep: int, t: int, r: int) -> tupl
 
 
 @njit(cache=True, error_model="numpy")
-def _find(tt: npt.NDArray[np.int64], b0: int, slots: int, key: int) -> int:
+def _find(tt: npt.NDArray[np.int64], b0: int, slots: int, key: int | np.int64) -> int:
     for e in range(slots):
         q = b0 + e * TIER_WORDS
         if tt[q + 1] > 0 and tt[q] == key:
@@ -513,7 +513,7 @@ def _put(
     rp: npt.NDArray[np.int64],
     r: int,
     t: int,
-    key: int,
+    key: int | np.int64,
     b: int,
 ) -> None:
     """Store (or refresh) a unit of b blocks in tier t; the CPU tier's evictions go down
@@ -575,7 +575,12 @@ def _put_disk(
 
 @njit(cache=True, error_model="numpy")
 def tier_store(
-    tt: npt.NDArray[np.int64], n0: int, rp: npt.NDArray[np.int64], r: int, key: int, b: int
+    tt: npt.NDArray[np.int64],
+    n0: int,
+    rp: npt.NDArray[np.int64],
+    r: int,
+    key: int | np.int64,
+    b: int,
 ) -> None:
     """Store a unit of ``b`` blocks, just computed (committed), to the CPU tier.
 
