@@ -136,6 +136,7 @@ Column = tuple[str, pa.DataType, str, Valid | None]
 
 SCHED_CPU_COLS = ("sched_cpu_s", "sched_cpu_exposed_s")  # sim_steps, cost model v4
 SWAP_COLS = ("swap_out_bytes", "swap_in_bytes")  # sim_steps, swap preemption
+TIER_COLS = ("cpu_hit_tokens", "disk_hit_tokens", "tier_load_bytes")  # sim_steps, KV offloading
 
 
 def _c(name: str, dtype: pa.DataType, doc: str, valid: Valid | None = None) -> Column:
@@ -395,10 +396,26 @@ SIM_STEPS = _contract(
         # speculative decoding (sim/speculation.py); null when it is off
         _c("num_draft_tokens", pa.int64(), "draft tokens verified in the row (null: no drafts)"),
         _c("num_accepted_tokens", pa.int64(), "of which accepted (null: no drafts)"),
+        # KV offloading tiers (sim/kv_tiers.py); 0 when they are off
+        _c(
+            "cpu_hit_tokens",
+            pa.int64(),
+            "KV offloading: tokens the row's step loaded from the CPU tier, past the GPU "
+            "prefix hits (every lookup, resumptions too)",
+            COUNT,
+        ),
+        _c("disk_hit_tokens", pa.int64(), "KV offloading: ... from the disk tier", COUNT),
+        _c(
+            "tier_load_bytes",
+            pa.int64(),
+            "KV offloading: KV bytes those loads moved; the step waited for them",
+            COUNT,
+        ),
     ],
     # added with cost model v3, pool with fleets, role with disaggregation, sched_cpu_*
     # with cost model v4, swap_*_bytes with swap preemption, the draft columns with
-    # speculative decoding (files written before lack them)
+    # speculative decoding, the tier columns with KV offloading (files written before
+    # lack them)
     nullable={
         "prefill_attn_pairs",
         "decode_context_tokens",
@@ -407,6 +424,7 @@ SIM_STEPS = _contract(
         *SCHED_CPU_COLS,
         *SWAP_COLS,
         *SPEC_STEP_COLUMNS,
+        *TIER_COLS,
     },
     optional={
         "prefill_attn_pairs",
@@ -416,6 +434,7 @@ SIM_STEPS = _contract(
         *SCHED_CPU_COLS,
         *SWAP_COLS,
         *SPEC_STEP_COLUMNS,
+        *TIER_COLS,
     },
     primary_key=("scenario", "replica", "step"),
     partition_by=("run_id",),
@@ -459,7 +478,7 @@ CAPACITY_SEARCH = _contract(
     "One row per capacity-search probe and SLO: the search path, each verdict, the answer.",
     [
         _c("run_id", pa.string(), "capacity run (partition)"),
-        _c("search", pa.string(), "concurrency, rate or replicas"),
+        _c("search", pa.string(), "concurrency, rate, replicas or kv_offloading"),
         _c("knob", pa.string(), "what the search turns: max_num_seqs, rate, replicas, ..."),
         _c("probe", pa.int32(), "order of the probe within its search (0 first)"),
         _c("value", pa.float64(), "the knob's value at this probe (rate in requests/s)"),

@@ -100,11 +100,15 @@ def interval_lines(search: SearchOutcome, slos: list[Slo]) -> list[str]:
         verdict = f"safe at {level}: every upper bound is within its limit"
     else:
         verdict = f"not safe at {level}: an upper bound is above its limit"
-        unit = "replicas are" if search.spec.kind == "replicas" else "GiB of swap space is"
+        unit = {"replicas": "replicas are", "swap_space": "GiB of swap space is"}.get(
+            search.spec.kind, "GiB of CPU KV tier is"
+        )
         if search.spec.kind in FEWEST and iv.hi is not None:
             verdict += f"; {_bare(search, iv.hi)} {unit} safe at {level}"
         elif search.spec.kind in FEWEST:
-            none = "count" if search.spec.kind == "replicas" else "swap space"
+            none = {"replicas": "count", "swap_space": "swap space"}.get(
+                search.spec.kind, "CPU KV tier size"
+            )
             verdict += f"; no {none} in the range is safe at {level}"
         elif iv.lo is not None:
             verdict += f"; safe at {level} up to {_value(search, iv.lo)}"
@@ -163,6 +167,8 @@ def format_search(
         "rate": f"highest request rate that meets every SLO (within {search.spec.tolerance:.0%})",
         "replicas": f"fewest replicas that meet every SLO at {number(rate)} req/s",
         "swap_space": f"least {search.knob} (GiB per GPU) that meets every SLO at "
+        f"{number(rate)} req/s",
+        "kv_offloading": f"smallest CPU KV tier ({search.knob}, GiB) that meets every SLO at "
         f"{number(rate)} req/s",
     }[kind]
     first = f"{kind}: {head}: {answer_text(search)}"

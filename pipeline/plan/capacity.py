@@ -15,6 +15,9 @@ the algorithms; every probe is a full replay):
 - ``swap_space`` (only when named): the least host swap space, whole GiB per GPU
   (``swap_space_gb``, vLLM V0's ``--swap-space``), that meets every SLO at a target
   rate, for a base scenario with ``preemption_mode = "swap"``.
+- ``kv_offloading`` (vllm; asked for by name, never a default): the smallest CPU KV
+  tier, whole GiB of ``kv_offloading_size_gb`` (docs/replay.md, "KV offloading
+  tiers"), that meets every SLO at the base scenario's arrivals (or ``rate``).
 
 The order the seed lab teaches: fix the SLO first, then find the load that
 meets it; the throughput at the most load that meets the SLO is what to plan
@@ -63,7 +66,7 @@ from pipeline.validation import finite_float
 from pipeline.warehouse import Warehouse, new_run_id
 
 SEARCHES = ("concurrency", "rate", "replicas")  # what a capacity run searches unless told
-OPTIONAL_SEARCHES = ("swap_space",)  # only when named: --search, [search.<kind>]
+OPTIONAL_SEARCHES = ("swap_space", "kv_offloading")  # only when named: --search, [search.<kind>]
 ALL_SEARCHES = (*SEARCHES, *OPTIONAL_SEARCHES)
 SPEC_MAX = 1e9  # a search bound, tolerance or rate beyond any deployment
 SPEC_KEYS = {
@@ -71,10 +74,12 @@ SPEC_KEYS = {
     "rate": {"min", "max", "tolerance"},
     "replicas": {"min", "max", "rate", "rate_scale"},
     "swap_space": {"min", "max", "rate", "rate_scale"},
+    "kv_offloading": {"min", "max", "rate", "rate_scale"},
 }
 DEFAULT_MAX_CONCURRENCY = 1024
 DEFAULT_MAX_REPLICAS = 64
 DEFAULT_MAX_SWAP_GB = 64
+DEFAULT_MAX_OFFLOADING_GB = 1024  # the kv_offloading search's top: a host's memory, GiB
 RATE_RANGE = 64.0  # the rate search looks from base / 64 to base * 64 unless told
 
 
@@ -255,7 +260,7 @@ def load_capacity_file(path: Path) -> tuple[dict[str, Any], list[Slo], list[Sear
 
 
 def parse_specs(table: dict[str, Any], where: str = "--search") -> list[SearchSpec]:
-    """Searches from ``{kind: {min, max, ...}}``; an empty table means all three."""
+    """Searches from ``{kind: {min, max, ...}}``; an empty table means the default three."""
     if not table:
         return [SearchSpec(kind) for kind in SEARCHES]
     specs = []
@@ -533,6 +538,14 @@ def _plan(
                 'preemption_mode = "swap" (and async_scheduling = false) to search its swap space'
             )
         lo, hi = spec.lo or 1.0, spec.hi or float(DEFAULT_MAX_SWAP_GB)
+    elif spec.kind == "kv_offloading":
+        if base.policy != "vllm":
+            raise ConfigError(
+                f"kv_offloading search: the CPU KV tier is vLLM's (policy = vllm), not "
+                f"{base.policy}'s; drop the search"
+            )
+        knob = "kv_offloading_size_gb"
+        lo, hi = spec.lo or 1.0, spec.hi or float(DEFAULT_MAX_OFFLOADING_GB)
     else:
         knob = "rate"
         if base_rate is None and (spec.lo is None or spec.hi is None):

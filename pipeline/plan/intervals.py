@@ -60,8 +60,10 @@ from pipeline.sim.cost_uncertainty import CostUncertainty
 from pipeline.sim.uncertainty import windows_for
 
 Measured = Mapping[str, float | None]  # SLO key -> statistic at one probe (None: no request)
-SHAPES = {"concurrency": "F*T*F*", "rate": "T*F*", "replicas": "F*T*", "swap_space": "F*T*"}
-FEWEST = ("replicas", "swap_space")  # searches for the least that meets (the others: the most)
+SHAPES = {"concurrency": "F*T*F*", "rate": "T*F*", "replicas": "F*T*", "swap_space": "F*T*",
+          "kv_offloading": "F*T*"}  # fmt: skip
+# searches for the least that meets (the others: the most)
+FEWEST = ("replicas", "swap_space", "kv_offloading")
 END_TOLERANCE = 0.05  # the interval's ends to within 5% (the rate search: or its tolerance)
 MAX_END_PROBES = 3  # new probes one end's narrowing may make
 

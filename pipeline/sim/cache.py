@@ -74,6 +74,7 @@ import numpy as np
 import numpy.typing as npt
 from numba import njit
 
+from pipeline.sim.kv_tiers import count_load, tier_run, tier_store, tier_touch, tier_words
 from pipeline.sim.prefetch import prefetch
 from pipeline.sim.prefix_index import index_add, index_remove, new_index
 from pipeline.sim.state import (
@@ -85,6 +86,8 @@ from pipeline.sim.state import (
     P_LRU_TAIL,
     P_NCACHED,
     P_SLOT_FREE,
+    P_TIER_CAP,
+    R_GENERATED,
     R_HELD,
     R_NEXT,
     R_NUNITS,
@@ -120,7 +123,9 @@ class PrefixCaches(NamedTuple):
     cs: npt.NDArray[np.int64]  # [replica, slot, CS_*] its references, blocks and links
     ht: npt.NDArray[np.uint64]  # [replica, entry, (key, slot + 1)] the hash table
     ukey: npt.NDArray[np.uint64]  # every request's unit keys (from wide(rq)[i, W_HOFF])
-    uslot: npt.NDArray[np.int64]  # ... the slot each settled unit references (-1: private)
+    # ... the slot each settled unit references (-1: private); after them (from
+    # len(ukey) on) the KV offloading tiers' entries, when they are on (kv_tiers.py)
+    uslot: npt.NDArray[np.int64]
     gk: npt.NDArray[np.uint64]  # which replicas cache each key (prefix_index.py): keys,
     gb: npt.NDArray[np.uint64]  # ... their replica bitsets,
     gn: npt.NDArray[np.int64]  # ... and how many replicas hold them (0: an empty entry)
@@ -184,14 +189,17 @@ def empty_caches(
     *,
     index: int = 0,
     num_keys: int = 0,
+    tier_slots: int = 0,
 ) -> PrefixCaches:
     """``kc`` for ``num_replicas`` empty caches of ``num_slots`` units (copies) each.
 
     ``num_keys``: most distinct keys one replica caches at once, which sizes
     its hash table (0: ``num_slots``). ``index``: most distinct keys cached at
     once over all replicas, for the index of which replicas hold each key (0:
-    no index). The caller sets the replica fields (``P_SLOT_FREE`` 0: every
-    slot free, see the module docstring).
+    no index). ``tier_slots``: entries of each KV offloading tier per replica
+    (``kv_tiers.tier_slots``; 0: none), kept in ``uslot`` after the units' slots.
+    The caller sets the replica fields (``P_SLOT_FREE`` 0: every slot free, see
+    the module docstring; ``P_TIER_CAP``).
     """
     s = max(num_slots, 1)
     e = max(min(num_keys, s) if num_keys > 0 else s, 1)
@@ -199,7 +207,8 @@ def empty_caches(
     ck = np.zeros((num_replicas, s), dtype=np.uint64)
     cs = np.zeros((num_replicas, s, NCS), dtype=np.int64)  # zeros: a free-slot list (above)
     ht = np.zeros((num_replicas, size, 2), dtype=np.uint64)
-    uslot = np.full(len(keys), -1, dtype=np.int64)
+    uslot = np.full(len(keys) + tier_words(num_replicas, tier_slots), -1, dtype=np.int64)
+    uslot[len(keys) :] = 0  # the tiers' entries: all empty
     # writable: numba compiles a loop of its own for read-only arrays (Ray's object store)
     gk, gb, gn = new_index(num_replicas, index)
     return PrefixCaches(ck, cs, ht, np.require(keys, np.uint64, ["C", "W"]), uslot, gk, gb, gn)
@@ -607,6 +616,70 @@ def commit(
     rq[i, R_SHARED] += shared
     rq[i, R_SETTLED] = upto
     _next_settles(rq, i)
+
+
+# --- KV offloading tiers (kv_tiers.py): their entries are uslot[len(ukey):] ---------------
+
+
+@njit(cache=True, error_model="numpy")
+def tier_commit(
+    rq: npt.NDArray[np.int32],
+    rp: npt.NDArray[np.int64],
+    i: int,
+    r: int,
+    lo: int,
+    kc: PrefixCaches,
+) -> None:
+    """Store request i's units from lo to those just committed (``R_SETTLED``) to the CPU
+    tier: vLLM's offloading connector stores blocks as they are computed."""
+    base = _keys_at(rq, i)
+    n0 = kc.ukey.shape[0]
+    for k in range(lo, rq[i, R_SETTLED]):
+        b = hit_blocks(rq, i, k + 1) - hit_blocks(rq, i, k)
+        tier_store(kc.uslot, n0, rp, r, np.int64(kc.ukey[base + k]), b)
+
+
+@njit(cache=True, error_model="numpy")
+def tier_lookup(
+    rq: npt.NDArray[np.int32], rp: npt.NDArray[np.int64], i: int, r: int, h: int, kc: PrefixCaches
+) -> tuple[int, int]:
+    """(units the CPU tier holds after request i's h GPU hits, then units the disk tier
+    holds after those), within the lookup's bound (``num_tokens - 1`` tokens). Changes
+    nothing."""
+    n = min(units_within(rq, i, rq[i, R_PROMPT] + rq[i, R_GENERATED] - 1), rq[i, R_NUNITS])
+    base = _keys_at(rq, i)
+    n0 = kc.ukey.shape[0]
+    nrep = rp.shape[0]
+    c = tier_run(kc.uslot, n0, nrep, 0, r, kc.ukey, base + h, base + n)
+    d = 0
+    if rp[r, P_TIER_CAP + 1] > 0:
+        d = tier_run(kc.uslot, n0, nrep, 1, r, kc.ukey, base + h + c, base + n)
+    return c, d
+
+
+@njit(cache=True, error_model="numpy")
+def tier_load(
+    rq: npt.NDArray[np.int32],
+    rp: npt.NDArray[np.int64],
+    i: int,
+    r: int,
+    h: int,
+    c: int,
+    d: int,
+    kc: PrefixCaches,
+) -> None:
+    """Request i, admitted, loads the c + d units ``tier_lookup`` found: they become the
+    most recently used of their tier, and count as loads of the step being decided."""
+    base = _keys_at(rq, i)
+    n0 = kc.ukey.shape[0]
+    tier_touch(kc.uslot, n0, rp, 0, r, kc.ukey, base + h, base + h + c)
+    tier_touch(kc.uslot, n0, rp, 1, r, kc.ukey, base + h + c, base + h + c + d)
+    g = hit_tokens(rq, i, h)
+    gc = hit_tokens(rq, i, h + c)
+    bg = hit_blocks(rq, i, h)
+    bc = hit_blocks(rq, i, h + c)
+    count_load(rp, r, 0, gc - g, bc - bg)
+    count_load(rp, r, 1, hit_tokens(rq, i, h + c + d) - gc, hit_blocks(rq, i, h + c + d) - bc)
 
 
 @njit(cache=True, error_model="numpy", inline="always")

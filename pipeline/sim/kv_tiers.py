@@ -46,8 +46,24 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
 
-from pipeline.sim.swap import PCIE5_X16
+import numpy as np
+import numpy.typing as npt
+from numba import njit
+
+from pipeline.errors import ScenarioError
+from pipeline.sim.state import (
+    C_TIER_BLOCK_BYTES,
+    C_TIER_BLOCKS,
+    CF_TIER_BLOCK_S,
+    P_STEP_TIER_BLK,
+    P_STEP_TIER_TOK,
+    P_TIER_CAP,
+    P_TIER_CLOCK,
+    P_TIER_USED,
+)
+from pipeline.sim.swap import HOST_LINK_BYTES_PER_S, PCIE5_X16, _profile_gpu
 
 PCIE5_X16_BYTES_PER_S = PCIE5_X16  # the host link swap preemption crosses too (swap.py)
 NVME_READ_BYTES_PER_S = 13e9
@@ -317,3 +333,340 @@ def replay_hits(
         while len(gpu) > gpu_blocks:
             gpu.popitem(last=False)
     return st
+
+
+# --- the tiers in the replay loops ---------------------------------------------------
+#
+# The loops (reference_kv.py, and cache.py / policies/vllm.py compiled) use a simpler
+# tier than HostTier above, one both can keep step by step: each tier of a replica is
+# an LRU of cache units (one entry per unit key, holding the unit's KV blocks),
+# sized in blocks; see docs/replay.md, "KV offloading tiers", for what it leaves out.
+
+KEYS = (
+    "kv_offloading_size_gb",
+    "kv_disk_size_gb",
+    "kv_offloading_link_gb_s",
+    "kv_disk_read_gb_s",
+    "kv_offloading_kv_bytes_per_token",
+)
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class Tiers:
+    """A scenario's KV offloading tiers, resolved (one replica's)."""
+
+    cpu_blocks: int  # KV blocks the CPU tier holds (kv_offloading_size_gb)
+    disk_blocks: int  # ... the disk tier (kv_disk_size_gb; 0: none)
+    block_bytes: int  # bytes of one KV block (all layers, K and V, all TP ranks)
+    cpu_bytes_per_s: float  # host link to the GPUs, one direction (all of them together)
+    disk_bytes_per_s: float  # the disk's read bandwidth
+
+    def pack(self, cfg: npt.NDArray[np.int64], cfgf: npt.NDArray[np.float64]) -> None:
+        cfg[C_TIER_BLOCKS] = self.cpu_blocks
+        cfg[C_TIER_BLOCKS + 1] = self.disk_blocks
+        cfg[C_TIER_BLOCK_BYTES] = self.block_bytes
+        cfgf[CF_TIER_BLOCK_S] = self.block_bytes / self.cpu_bytes_per_s
+        cfgf[CF_TIER_BLOCK_S + 1] = self.block_bytes / self.disk_bytes_per_s
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kv_tier_cpu_blocks": self.cpu_blocks,
+            "kv_tier_disk_blocks": self.disk_blocks,
+            "kv_tier_block_bytes": self.block_bytes,
+            "kv_tier_cpu_bytes_per_s": self.cpu_bytes_per_s,
+            "kv_tier_disk_bytes_per_s": self.disk_bytes_per_s,
+        }
+
+
+def resolve(
+    params: Any, *, profile: str | None, block_size: int, caching: bool, where: str
+) -> Tiers | None:
+    """The scenario's offloading tiers (None: off), their keys checked.
+
+    ``profile``: the profile's name or path ("": the default profile; None with a
+    [cost] table): its KV bytes per token and its GPU's host link are the defaults.
+    """
+    cpu_gb = params.kv_offloading_size_gb
+    disk_gb = params.kv_disk_size_gb
+    for key in KEYS:
+        v = getattr(params, key)
+        if not (math.isfinite(v) and v >= 0):
+            raise ScenarioError(f"{where}: {key} must be a finite number >= 0, got {v}")
+    if cpu_gb == 0:
+        if disk_gb > 0:
+            raise ScenarioError(
+                f"{where}: kv_disk_size_gb needs kv_offloading_size_gb > 0 (the disk tier "
+                "takes the CPU tier's evictions); set both or drop kv_disk_size_gb"
+            )
+        return None
+    if not caching:
+        raise ScenarioError(
+            f"{where}: kv_offloading_size_gb needs enable_prefix_caching = true (the tiers "
+            "extend the prefix cache's hits); drop kv_offloading_size_gb or turn caching on"
+        )
+    if profile == "":
+        from pipeline.sim import profiles
+
+        profile = profiles.DEFAULT_PROFILE
+    kv = params.kv_offloading_kv_bytes_per_token
+    if not kv and profile is not None:
+        from pipeline.sim import profiles
+
+        kv = profiles.load_profile(profile).kv_bytes_per_token
+    if not kv:
+        raise ScenarioError(
+            f"{where}: kv_offloading_size_gb with a [cost] table needs "
+            "kv_offloading_kv_bytes_per_token and kv_offloading_link_gb_s (there is no model "
+            "or GPU to derive them from)"
+        )
+    if params.kv_offloading_link_gb_s > 0:
+        link = params.kv_offloading_link_gb_s * 1e9
+    else:
+        if profile is None:
+            raise ScenarioError(
+                f"{where}: kv_offloading_size_gb with a [cost] table needs kv_offloading_link_gb_s"
+            )
+        gpu, tp = _profile_gpu(profile)
+        if gpu not in HOST_LINK_BYTES_PER_S:
+            raise ScenarioError(
+                f"{where}: no host-link figure for GPU {gpu!r}; set kv_offloading_link_gb_s "
+                "(GB/s one way)"
+            )
+        link = HOST_LINK_BYTES_PER_S[gpu][0] * tp  # each GPU loads its shard over its own
+    disk_bw = (
+        params.kv_disk_read_gb_s * 1e9 if params.kv_disk_read_gb_s > 0 else NVME_READ_BYTES_PER_S
+    )
+    block_bytes = int(kv) * block_size
+    too_big = max(cpu_gb, disk_gb) * GIB / block_bytes
+    if too_big > 2**62:
+        raise ScenarioError(
+            f"{where}: kv_offloading_size_gb / kv_disk_size_gb hold more than 2**62 KV blocks "
+            f"({too_big:.3g}); give sizes in GiB"
+        )
+    cpu = num_chunks(cpu_gb, block_bytes, 1)
+    disk = num_chunks(disk_gb, block_bytes, 1) if disk_gb > 0 else 0
+    return Tiers(cpu, disk, block_bytes, float(link), float(disk_bw))
+
+
+def tier_slots(cfg: npt.NDArray[np.int64], num_keys: int) -> int:
+    """Entries one tier of a replica needs at most: a unit has >= 1 block, and only the
+    replay's own keys are stored (0: the tiers are off)."""
+    if cfg[C_TIER_BLOCKS] == 0:
+        return 0
+    return int(min(max(cfg[C_TIER_BLOCKS], cfg[C_TIER_BLOCKS + 1]), num_keys))
+
+
+# The compiled side. The tiers of every replica live in one flat int64 array ``tt``
+# from offset ``n0`` on (``cache.py`` keeps them after the requests' unit slots, so
+# that no compiled signature grows when they are off): tier t of replica r (of R) has
+# S entries of (key, blocks, LRU stamp) at ``n0 + ((t * R + r) * S + s) * 3``; blocks
+# 0 is an empty entry, the key is the unit key's bits. Each tier is scanned whole (its
+# entries are few: GiBs of host memory over MiB blocks); its LRU order is the stamps'.
+TIER_WORDS = 3
+
+
+def tier_words(num_replicas: int, slots: int) -> int:
+    """Words of ``tt`` the tiers take (2 tiers of ``slots`` entries per replica)."""
+    return 2 * num_replicas * slots * TIER_WORDS
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _base(tt: npt.NDArray[np.int64], n0: int, nrep: int, t: int, r: int) -> tuple[int, int]:
+    """(offset of tier t of replica r, its entries)."""
+    slots = (tt.shape[0] - n0) // (2 * nrep * TIER_WORDS)
+    return n0 + (t * nrep + r) * slots * TIER_WORDS, slots
+
+
+@njit(cache=True, error_model="numpy")
+def _find(tt: npt.NDArray[np.int64], b0: int, slots: int, key: int | np.int64) -> int:
+    for e in range(slots):
+        q = b0 + e * TIER_WORDS
+        if tt[q + 1] > 0 and tt[q] == key:
+            return e
+    return -1
+
+
+@njit(cache=True, error_model="numpy")
+def _lru(tt: npt.NDArray[np.int64], b0: int, slots: int) -> int:
+    """The least recently used entry (-1: none)."""
+    best = -1
+    stamp = 0
+    for e in range(slots):
+        q = b0 + e * TIER_WORDS
+        if tt[q + 1] > 0 and (best < 0 or tt[q + 2] < stamp):
+            best = e
+            stamp = tt[q + 2]
+    return best
+
+
+@njit(cache=True, error_model="numpy")
+def _stamp(tt: npt.NDArray[np.int64], q: int, rp: npt.NDArray[np.int64], r: int) -> None:
+    rp[r, P_TIER_CLOCK] += 1
+    tt[q + 2] = rp[r, P_TIER_CLOCK]
+
+
+@njit(cache=True, error_model="numpy")
+def _put(
+    tt: npt.NDArray[np.int64],
+    n0: int,
+    rp: npt.NDArray[np.int64],
+    r: int,
+    t: int,
+    key: int | np.int64,
+    b: int,
+) -> None:
+    """Store (or refresh) a unit of b blocks in tier t; the CPU tier's evictions go down
+    to the disk tier, if any; the disk's vanish."""
+    cap = rp[r, P_TIER_CAP + t]
+    if b <= 0 or b > cap:
+        return
+    nrep = rp.shape[0]
+    b0, slots = _base(tt, n0, nrep, t, r)
+    e = _find(tt, b0, slots, key)
+    if e >= 0:
+        _stamp(tt, b0 + e * TIER_WORDS, rp, r)
+        return
+    down = t == 0 and rp[r, P_TIER_CAP + 1] > 0
+    while rp[r, P_TIER_USED + t] + b > cap:
+        q = b0 + _lru(tt, b0, slots) * TIER_WORDS
+        rp[r, P_TIER_USED + t] -= tt[q + 1]
+        if down:
+            _put_disk(tt, n0, rp, r, tt[q], tt[q + 1])
+        tt[q + 1] = 0
+    for e in range(slots):
+        q = b0 + e * TIER_WORDS
+        if tt[q + 1] == 0:
+            tt[q] = key
+            tt[q + 1] = b
+            _stamp(tt, q, rp, r)
+            rp[r, P_TIER_USED + t] += b
+            return
+    raise AssertionError("tier full")  # sized for every key of the replay (tier_slots)
+
+
+@njit(cache=True, error_model="numpy")
+def _put_disk(
+    tt: npt.NDArray[np.int64], n0: int, rp: npt.NDArray[np.int64], r: int, key: int, b: int
+) -> None:
+    """The disk tier takes a unit the CPU tier evicted (no recursion: numba)."""
+    cap = rp[r, P_TIER_CAP + 1]
+    if b > cap:
+        return
+    b0, slots = _base(tt, n0, rp.shape[0], 1, r)
+    e = _find(tt, b0, slots, key)
+    if e >= 0:
+        _stamp(tt, b0 + e * TIER_WORDS, rp, r)
+        return
+    while rp[r, P_TIER_USED + 1] + b > cap:
+        q = b0 + _lru(tt, b0, slots) * TIER_WORDS
+        rp[r, P_TIER_USED + 1] -= tt[q + 1]
+        tt[q + 1] = 0
+    for e in range(slots):
+        q = b0 + e * TIER_WORDS
+        if tt[q + 1] == 0:
+            tt[q] = key
+            tt[q + 1] = b
+            _stamp(tt, q, rp, r)
+            rp[r, P_TIER_USED + 1] += b
+            return
+    raise AssertionError("tier full")
+
+
+@njit(cache=True, error_model="numpy")
+def tier_store(
+    tt: npt.NDArray[np.int64],
+    n0: int,
+    rp: npt.NDArray[np.int64],
+    r: int,
+    key: int | np.int64,
+    b: int,
+) -> None:
+    """Store a unit of ``b`` blocks, just computed (committed), to the CPU tier.
+
+    A key stored already becomes the most recently used; a new one evicts the least
+    recently used units until it fits (each goes down to the disk tier, if any); a
+    unit larger than the tier is not stored.
+    """
+    _put(tt, n0, rp, r, 0, key, b)
+
+
+@njit(cache=True, error_model="numpy")
+def tier_run(
+    tt: npt.NDArray[np.int64],
+    n0: int,
+    nrep: int,
+    t: int,
+    r: int,
+    keys: npt.NDArray[np.uint64],
+    lo: int,
+    hi: int,
+) -> int:
+    """How many of ``keys[lo:hi]``, from the first on, tier t of replica r holds."""
+    b0, slots = _base(tt, n0, nrep, t, r)
+    n = 0
+    while lo + n < hi and _find(tt, b0, slots, np.int64(keys[lo + n])) >= 0:
+        n += 1
+    return n
+
+
+@njit(cache=True, error_model="numpy")
+def tier_touch(
+    tt: npt.NDArray[np.int64],
+    n0: int,
+    rp: npt.NDArray[np.int64],
+    t: int,
+    r: int,
+    keys: npt.NDArray[np.uint64],
+    lo: int,
+    hi: int,
+) -> None:
+    """A load of ``keys[lo:hi]`` from tier t: each becomes the most recently used, in order."""
+    b0, slots = _base(tt, n0, rp.shape[0], t, r)
+    for q in range(lo, hi):
+        e = _find(tt, b0, slots, np.int64(keys[q]))
+        _stamp(tt, b0 + e * TIER_WORDS, rp, r)
+
+
+@njit(cache=True, error_model="numpy")
+def count_load(rp: npt.NDArray[np.int64], r: int, t: int, tokens: int, blocks: int) -> None:
+    """The step being decided loads ``blocks`` blocks (``tokens`` tokens) from tier t."""
+    rp[r, P_STEP_TIER_TOK + t] += tokens
+    rp[r, P_STEP_TIER_BLK + t] += blocks
+
+
+class LoopTier:
+    """One tier of one replica in the reference loop: an LRU of unit keys, in blocks."""
+
+    def __init__(self, blocks: int) -> None:
+        self.cap = blocks
+        self.used = 0
+        self.lru: OrderedDict[int, int] = OrderedDict()  # key -> blocks, oldest first
+
+    def put(self, key: int, blocks: int) -> list[tuple[int, int]]:
+        """Store (or refresh) a unit; the (key, blocks) it evicted, oldest first."""
+        if blocks <= 0 or blocks > self.cap:
+            return []
+        if key in self.lru:
+            self.lru.move_to_end(key)
+            return []
+        out = []
+        while self.used + blocks > self.cap:
+            k, b = self.lru.popitem(last=False)
+            self.used -= b
+            out.append((k, b))
+        self.lru[key] = blocks
+        self.used += blocks
+        return out
+
+    def run(self, keys: Sequence[int]) -> int:
+        n = 0
+        for k in keys:
+            if k not in self.lru:
+                break
+            n += 1
+        return n
+
+    def touch(self, keys: Sequence[int]) -> None:
+        for k in keys:
+            self.lru.move_to_end(k)

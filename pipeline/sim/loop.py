@@ -112,8 +112,11 @@ from pipeline.sim.state import (
     C_SPEC_K,
     C_SWAP_BLOCK_BYTES,
     C_SWAP_BLOCKS,
+    C_TIER_BLOCK_BYTES,
+    C_TIER_BLOCKS,
     CF_SPEC_DRAFT,
     CF_SWAP_BLOCK_S,
+    CF_TIER_BLOCK_S,
     F_ARRIVAL,
     F_FINISH,
     F_FIRST_SCHED,
@@ -138,6 +141,8 @@ from pipeline.sim.state import (
     P_STEP_QUERY,
     P_STEP_SWAP_IN,
     P_STEP_SWAP_OUT,
+    P_STEP_TIER_BLK,
+    P_STEP_TIER_TOK,
     P_WQ_LEN,
     Q_AHEAD,
     Q_CLOCK,
@@ -157,7 +162,9 @@ from pipeline.sim.state import (
     R_SHARED,
     R_STATUS,
     R_UNIT_TOK,
+    S_CPU_HIT,
     S_DECODE,
+    S_DISK_HIT,
     S_EVICTED,
     S_KV_USED,
     S_NUM_STEPS,
@@ -172,6 +179,7 @@ from pipeline.sim.state import (
     S_STEP,
     S_SWAP_IN,
     S_SWAP_OUT,
+    S_TIER_LOAD,
     S_WAITING,
     SF_ATTN,
     SF_CTX,
@@ -501,11 +509,16 @@ def _finish(s: State, kc: PrefixCaches, r: int, k: int, step: Step) -> None:
     # vLLM async: steps 2..k are decided while the one before runs, so each caches a
     # decode's blocks only up to the token that one is sampling (policies/vllm.py)
     lag = s.cfg[C_ASYNC]
+    load_s = 0.0  # KV offloading: the step's wait for its loads
     if k == 1:
         duration = step_time(s.cost, p_tok, p_attn, float(n_pf + d), float(d), ctx)
         if s.cfg[C_SWAP_BLOCKS] != 0:  # swap preemption: the step waits for its copies
             moved = s.rp[r, P_STEP_SWAP_OUT] + s.rp[r, P_STEP_SWAP_IN]
             duration += moved * s.cfgf[CF_SWAP_BLOCK_S]
+        if s.cfg[C_TIER_BLOCKS] != 0:  # KV offloading: the step waits for its loads
+            cpu_blk, disk_blk = s.rp[r, P_STEP_TIER_BLK], s.rp[r, P_STEP_TIER_BLK + 1]
+            load_s = cpu_blk * s.cfgf[CF_TIER_BLOCK_S] + disk_blk * s.cfgf[CF_TIER_BLOCK_S + 1]
+            duration += load_s
         duration += step.draft_s
     else:  # steps 2..k: the same decodes again
         duration = decode_run_s(s.cost, d, ctx, k)
@@ -583,13 +596,20 @@ def _finish(s: State, kc: PrefixCaches, r: int, k: int, step: Step) -> None:
     s.st[row, S_SWAP_IN] = s.rp[r, P_STEP_SWAP_IN] * swap_bytes
     s.st[row, S_SPEC_DRAFT] = step.drafted
     s.st[row, S_SPEC_ACC] = step.acc
+    # KV offloading tiers: 0 unless on (and no loads in runs: there are none with tiers)
+    s.st[row, S_CPU_HIT] = s.rp[r, P_STEP_TIER_TOK]
+    s.st[row, S_DISK_HIT] = s.rp[r, P_STEP_TIER_TOK + 1]
+    tier_blocks = s.rp[r, P_STEP_TIER_BLK] + s.rp[r, P_STEP_TIER_BLK + 1]
+    s.st[row, S_TIER_LOAD] = tier_blocks * s.cfg[C_TIER_BLOCK_BYTES]
     s.stf[row, SF_START] = start
     s.stf[row, SF_DURATION] = duration
     s.stf[row, SF_ATTN] = p_attn
     s.stf[row, SF_CTX] = ctx
     cpu_s = exposed = 0.0  # the scheduler's CPU time (sched_cpu.py), when the profile has it
     if s.cost[SCHED_CPU] + s.cost[SCHED_CPU_SEQ] > 0:
-        cpu_s, exposed = sched_cpu.row(s.cost, k, duration, p_tok, p_attn, float(n_pf + d), d, ctx)
+        # (a load from the offloading tiers is no scheduler time the GPU failed to hide)
+        busy = duration - load_s
+        cpu_s, exposed = sched_cpu.row(s.cost, k, busy, p_tok, p_attn, float(n_pf + d), d, ctx)
     s.stf[row, SF_SCHED_CPU] = cpu_s
     s.stf[row, SF_SCHED_EXPOSED] = exposed
     s.g[G_ROWS] = row + 1

@@ -28,6 +28,7 @@ import numpy as np
 
 from pipeline.sim import autoscale, sched_cpu
 from pipeline.sim.cost_model import step_time
+from pipeline.sim.kv_tiers import LoopTier
 from pipeline.sim.policies import orca, sarathi, sglang, static, vllm
 from pipeline.sim.prefix import extend_keys
 from pipeline.sim.reference_engines import EngineSchedulers
@@ -170,6 +171,7 @@ class ReferenceLoop(EngineSchedulers):
     def schedule_vllm(self, rep: Replica) -> tuple[Scheduled, int, int]:
         """One step as vLLM's engine core decides it (synchronous, or async scheduling)."""
         self.step_swap[rep.index] = [0, 0]
+        rep.step_tier = [0, 0, 0, 0]
         if not self.p.async_scheduling:
             return self.vllm_scheduler(rep)
         start = rep.clock
@@ -314,7 +316,9 @@ class ReferenceLoop(EngineSchedulers):
             looked = self.caching and req.computed == 0
             hits, idle = self.lookup(rep, req) if looked else ([], 0)
             hit = req.hit_tokens(len(hits))
-            new = req.num_tokens - req.computed - hit
+            c, d = self.tier_lookup(rep, req, len(hits)) if looked else (0, 0)
+            loaded = req.hit_tokens(len(hits) + c + d) - hit  # from the offloading tiers
+            new = req.num_tokens - req.computed - hit - loaded
             if (
                 k
                 and new == 1
@@ -331,7 +335,7 @@ class ReferenceLoop(EngineSchedulers):
                 break
             new = min(new, room)
             keep_free = watermark if rep.running else 0
-            end = req.computed + hit + new
+            end = req.computed + hit + loaded + new
             if k:
                 end = min(end + look, max_len)
             chunk = self.blocks_for(end) - req.hit_blocks(len(hits))
@@ -344,9 +348,13 @@ class ReferenceLoop(EngineSchedulers):
                 break
             self.use_hits(rep, req, hits)
             req.computed += hit  # (a remote prefill's KV came with it: computed > 0, no hits)
+            if loaded:  # loaded into blocks of its own, then committed as computed
+                self.tier_load(rep, req, len(hits), c, d)
+                req.computed += loaded
             assert self.grow(rep, req, end)
             if looked:
                 self.count_lookup(rep, req, len(hits))
+                req.hits += loaded
             if self.caching:
                 self.commit(rep, req, min(req.computed + new, req.num_tokens), False)
             if req.index in self.swapped:  # swapped back in: resumes where it stopped
@@ -500,10 +508,18 @@ class ReferenceLoop(EngineSchedulers):
         swap_out, swap_in = self.step_swap.get(rep.index, [0, 0])
         if self.swap_blocks:  # the step waits for its copies over the host link
             duration += (swap_out + swap_in) * self.swap_block_s
+        tiers = self.sc.kv_tiers
+        load_s = 0.0
+        if tiers is not None:  # the step waits for its loads from the offloading tiers
+            cpu_s = tiers.block_bytes / tiers.cpu_bytes_per_s
+            disk_s = tiers.block_bytes / tiers.disk_bytes_per_s
+            load_s = rep.step_tier[2] * cpu_s + rep.step_tier[3] * disk_s
+            duration += load_s
         if sp is not None and sp.draft_cost > 0 and m:  # k draft passes (speculation.py)
             plain_s = float(step_time(self.cost, 0.0, 0.0, m, m, plain))
             duration += sp.draft_cost * sp.num_tokens * plain_s
-        cpu = sched_cpu.row(self.cost, 1, duration, p_tok, p_attn, n_pf + d, d, ctx)
+        # (a load from the offloading tiers is no scheduler time the GPU failed to hide)
+        cpu = sched_cpu.row(self.cost, 1, duration - load_s, p_tok, p_attn, n_pf + d, d, ctx)
         end = start + duration
         for req, t in scheduled:
             if math.isnan(req.first_scheduled_s):
@@ -546,6 +562,7 @@ class ReferenceLoop(EngineSchedulers):
                     rep.running.remove(req)
                     if self.sc.policy == "sglang" and decoding:
                         rep.pending += 1  # leaves the running batch at the next decode
+        tb = tiers.block_bytes if tiers is not None else 0
         rep.rows.append(
             (
                 [
@@ -565,6 +582,9 @@ class ReferenceLoop(EngineSchedulers):
                     swap_in * self.swap_block_bytes,
                     drafted,
                     acc,
+                    rep.step_tier[0],
+                    rep.step_tier[1],
+                    (rep.step_tier[2] + rep.step_tier[3]) * tb,
                 ],
                 [start, duration, float(p_attn), float(ctx), *cpu],
             )
@@ -636,7 +656,10 @@ class ReferenceLoop(EngineSchedulers):
         self.scaler = Scaler(auto) if auto is not None else None
         count = auto.max_replicas if auto is not None else self.sc.replicas
         reps = [Replica(r, self.num_blocks, self.sc.by_priority) for r in range(count)]
+        tiers = self.sc.kv_tiers
         for rep in reps:
+            if tiers is not None:  # KV offloading (kv_tiers.py): empty tiers, warm-up or not
+                rep.tiers = [LoopTier(tiers.cpu_blocks), LoopTier(tiers.disk_blocks)]
             rep.ratio = self.ratio_init
             rep.rng = (self.sc.seed * 1_000_003 + rep.index) & ((1 << 64) - 1)
             if self.caching and inp.warmup is not None:

@@ -19,6 +19,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass
 from itertools import accumulate
 
+from pipeline.sim.kv_tiers import LoopTier
 from pipeline.sim.scenario import Scenario
 
 
@@ -204,6 +205,9 @@ class Replica:
         self.queued = 0  # waiting requests when the scheduler was called
         self.step_query = 0  # first-lookup tokens of the step being decided
         self.step_hit = 0
+        # KV offloading tiers (kv_tiers.py): [CPU, disk] (None: off), and the step's loads
+        self.tiers: list[LoopTier] | None = None
+        self.step_tier = [0, 0, 0, 0]  # tokens from CPU, from disk; blocks from CPU, disk
         # sglang
         self.chunked: Req | None = None
         self.full = False
@@ -312,6 +316,33 @@ class ReferenceKV:
                 req.settled.append(rep.cache.insert(req.keys[k], m))
             req.private -= m
             req.shared += m
+            if rep.tiers is not None:  # the offloading connector stores it as computed
+                cpu, disk = rep.tiers
+                for key, blocks in cpu.put(req.keys[k], m):
+                    if disk.cap:
+                        disk.put(key, blocks)
+
+    def tier_lookup(self, rep: Replica, req: Req, gpu_units: int) -> tuple[int, int]:
+        """(units the CPU tier holds after the GPU hits, then units the disk tier holds)."""
+        if rep.tiers is None or req.unit_tokens == 0:
+            return 0, 0
+        cpu, disk = rep.tiers
+        n = req.units_within(req.num_tokens - 1)
+        c = cpu.run(req.keys[gpu_units:n])
+        d = disk.run(req.keys[gpu_units + c : n]) if disk.cap else 0
+        return c, d
+
+    def tier_load(self, rep: Replica, req: Req, h: int, c: int, d: int) -> None:
+        """Load the units found: the most recently used of their tier; the step's counts."""
+        assert rep.tiers is not None
+        cpu, disk = rep.tiers
+        cpu.touch(req.keys[h : h + c])
+        disk.touch(req.keys[h + c : h + c + d])
+        st = rep.step_tier
+        st[0] += req.hit_tokens(h + c) - req.hit_tokens(h)
+        st[1] += req.hit_tokens(h + c + d) - req.hit_tokens(h + c)
+        st[2] += req.hit_blocks(h + c) - req.hit_blocks(h)
+        st[3] += req.hit_blocks(h + c + d) - req.hit_blocks(h + c)
 
     def drop(self, rep: Replica, req: Req) -> None:
         """Recompute preemption: drop its KV and forget its progress."""

@@ -27,7 +27,9 @@ from pipeline.sim.state import (
     R_QDEPTH,
     R_REPLICA,
     R_SWAPS,
+    S_CPU_HIT,
     S_DECODE,
+    S_DISK_HIT,
     S_KV_USED,
     S_NUM_STEPS,
     S_PHIT,
@@ -41,6 +43,7 @@ from pipeline.sim.state import (
     S_STEP,
     S_SWAP_IN,
     S_SWAP_OUT,
+    S_TIER_LOAD,
     S_WAITING,
     SF_ATTN,
     SF_CTX,
@@ -179,6 +182,9 @@ def sim_steps_table(
             "swap_out_bytes": st[:, S_SWAP_OUT],
             "swap_in_bytes": st[:, S_SWAP_IN],
             **_speculation(st),
+            "cpu_hit_tokens": st[:, S_CPU_HIT],
+            "disk_hit_tokens": st[:, S_DISK_HIT],
+            "tier_load_bytes": st[:, S_TIER_LOAD],
         }
     )
 

@@ -89,6 +89,8 @@ from pipeline.sim.cost_model import OPTIONAL_COEFFICIENTS, StepCost
 from pipeline.sim.disagg import DECODE_ROUTERS, DEFAULT_LINK, LINKS, Disagg, policy_error
 from pipeline.sim.frontend import SCENARIO_KEYS as FRONTEND_KEYS
 from pipeline.sim.frontend import Frontend
+from pipeline.sim.kv_tiers import Tiers
+from pipeline.sim.kv_tiers import resolve as resolve_tiers
 from pipeline.sim.policies import MODULES, POLICIES, Memory
 from pipeline.sim.policies.dispatch import hooks_of
 from pipeline.sim.pools import MATCH_KEYS, Pool, check_pool_tables, parse_match, replicas_of
@@ -271,6 +273,8 @@ class Scenario:
     disagg: Disagg | None = None
     # swap preemption (swap.py): vllm's host swap space; None: recompute preemption
     swap: Swap | None = None
+    # KV offloading tiers (kv_tiers.py): vllm's CPU (and disk) tiers; None: off
+    kv_tiers: Tiers | None = None
 
     @property
     def is_fleet(self) -> bool:
@@ -321,6 +325,8 @@ class Scenario:
             cfgf[k] = fv
         if self.swap is not None:
             self.swap.pack(cfg, cfgf)
+        if self.kv_tiers is not None:
+            self.kv_tiers.pack(cfg, cfgf)
         if self.speculative is not None:
             self.speculative.pack(cfg, cfgf, self.memory.max_model_len)
         return EngineConfig(
@@ -365,6 +371,7 @@ class Scenario:
             **({"pools": [p.to_dict() for p in self.pools]} if self.pools else {}),
             **(self.disagg.to_dict() if self.disagg is not None else {}),
             **(self.swap.to_dict() if self.swap is not None else {}),
+            **(self.kv_tiers.to_dict() if self.kv_tiers is not None else {}),
             **({"autoscale": self.autoscale.to_dict()} if self.autoscale else {}),
             **({"speculative": self.speculative.to_dict()} if self.speculative else {}),
         }
@@ -626,9 +633,17 @@ def build_scenario(values: dict[str, Any], *, where: str = "scenario") -> Scenar
         raise ScenarioError(f"{where}: num_gpu_blocks ({num_gpu_blocks}) leaves no usable block")
     caching, router_params = _check_caching_and_routing(got, policy, params, where)
     swap = None
+    tiers = None
     if policy == "vllm":
         custom = "cost" in values
         swap = resolve_swap(
+            params,
+            profile=None if custom else got["profile"] or "",
+            block_size=got["block_size"],
+            caching=caching,
+            where=where,
+        )
+        tiers = resolve_tiers(
             params,
             profile=None if custom else got["profile"] or "",
             block_size=got["block_size"],
@@ -663,6 +678,16 @@ def build_scenario(values: dict[str, Any], *, where: str = "scenario") -> Scenar
                 "swap and V1's spec-decode path never ran together); drop one of them"
             )
         speculative.check(params.max_num_batched_tokens, where)
+    if tiers is not None:  # KV offloading tiers: what they are not modelled with
+        for other, what in (
+            (speculative is not None, "speculative"),
+            (disagg is not None, "prefill_replicas/decode_replicas"),
+            (autoscale is not None, "[autoscale]"),
+        ):
+            if other:
+                raise ScenarioError(
+                    f"{where}: kv_offloading_size_gb with {what} is not modelled; drop one of them"
+                )
     return Scenario(
         name=name,
         policy=policy,
@@ -694,6 +719,7 @@ def build_scenario(values: dict[str, Any], *, where: str = "scenario") -> Scenar
         autoscale=autoscale,
         swap=swap,
         speculative=speculative,
+        kv_tiers=tiers,
     )
 
 

@@ -22,6 +22,7 @@ import numpy.typing as npt
 
 from pipeline.sim import autoscale
 from pipeline.sim.cache import cache_sizes, empty_caches, warm_all
+from pipeline.sim.kv_tiers import tier_slots
 from pipeline.sim.loop import G_NEXT, G_ROWS, NG, RET_FULL, RET_SCALE_FULL, RET_YIELD, replay_loop
 from pipeline.sim.policies import by_code
 from pipeline.sim.prefix import extend_keys
@@ -36,6 +37,7 @@ from pipeline.sim.state import (
     C_ROUTER,
     C_SEED,
     C_SWAP_BLOCKS,
+    C_TIER_BLOCKS,
     CF_RATIO_INIT,
     NRP,
     NRPF,
@@ -48,6 +50,7 @@ from pipeline.sim.state import (
     P_RNG,
     P_SLOT_FREE,
     P_SWAP_FREE,
+    P_TIER_CAP,
     Q_AHEAD,
     Q_RATIO,
     SF_START,
@@ -162,7 +165,10 @@ def simulate(
     index = 0  # the prefix_aware router's index of which replicas hold each unit
     if eng.get(C_ROUTER) == PREFIX_AWARE and num_replicas > 1:
         index = min(num_replicas * distinct, len(pk.keys) + len(warmup.keys))
-    kc = empty_caches(num_replicas, slots, pk.keys, index=index, num_keys=distinct)
+    tiers = tier_slots(eng.cfg, len(pk.keys))  # KV offloading tiers (kv_tiers.py; 0: off)
+    kc = empty_caches(
+        num_replicas, slots, pk.keys, index=index, num_keys=distinct, tier_slots=tiers
+    )
     rqf = request_times(np.require(inp.arrival_s, np.float64, "C"))
     remote = inp.remote_tokens  # tokens it starts with but did not compute here
     del inp  # copied into rq/rqf: a caller that let go of it frees it while the loop runs
@@ -173,6 +179,8 @@ def simulate(
     rp[:, P_SLOT_FREE] = 0
     rp[:, P_CHUNKED] = -1
     rp[:, P_SWAP_FREE] = eng.get(C_SWAP_BLOCKS)  # swap preemption's host blocks (swap.py)
+    rp[:, P_TIER_CAP] = eng.get(C_TIER_BLOCKS)  # KV offloading tiers' blocks (kv_tiers.py)
+    rp[:, P_TIER_CAP + 1] = eng.get(C_TIER_BLOCKS + 1)
     rp[:, P_RNG] = eng.get(C_SEED) * 1_000_003 + np.arange(num_replicas)
     rpf = np.zeros((num_replicas, NRPF))
     rpf[:, Q_RATIO] = eng.cfgf[CF_RATIO_INIT]

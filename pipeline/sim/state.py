@@ -98,7 +98,7 @@ NEVER = 2**31 - 1  # R_NEXT of a request with no unit left to settle
 # Cumulative counts can pass 2**31 for a request preempted thousands of times.
 W_HOFF = 11  # offset of its prefix keys in kc's key array
 W_DISCARDED = 12  # computed tokens thrown away by preemptions (recomputed later)
-W_HITS = 13  # tokens found in the cache over all its lookups
+W_HITS = 13  # tokens found in the cache over all its lookups (KV offloading tiers too)
 W_TOTAL = 14  # tokens computed over its life, recomputation included
 
 # --- rqf: float64 per request ----------------------------------------------
@@ -151,7 +151,13 @@ P_QUEUED = 30  # waiting requests when the scheduler was called (after taking th
 P_SWAP_FREE = 31  # free KV blocks of host (swap) memory
 P_STEP_SWAP_OUT = 32  # blocks swapped out by the step being decided
 P_STEP_SWAP_IN = 33  # blocks swapped in by the step being decided
-NRP = 34
+# KV offloading tiers (kv_tiers.py): tier t = 0 (CPU memory) or 1 (local disk) at P_TIER_* + t
+P_TIER_CAP = 34  # KV blocks tier t holds (34, 35; 0: no such tier)
+P_TIER_USED = 36  # ... of which holding offloaded blocks (36, 37)
+P_TIER_CLOCK = 38  # the tiers' LRU clock: the stamp of the latest store or hit
+P_STEP_TIER_TOK = 39  # tokens the step being decided loads from tier t (39, 40)
+P_STEP_TIER_BLK = 41  # ... KV blocks (41, 42)
+NRP = 43
 
 Q_CLOCK = 0  # earliest start of its next step (end of the previous one, or an arrival)
 Q_LAST_END = 1  # end of its latest step
@@ -179,7 +185,11 @@ S_SWAP_IN = 13  # ... swapped back in
 # speculative decoding (speculation.py): 0 in every row when it is off
 S_SPEC_DRAFT = 14  # draft tokens verified in the row
 S_SPEC_ACC = 15  # ... of which accepted
-NST = 16
+# KV offloading tiers (kv_tiers.py): 0 in every row when they are off
+S_CPU_HIT = 16  # prompt tokens loaded from the CPU tier in the row (every lookup)
+S_DISK_HIT = 17  # ... from the disk tier
+S_TIER_LOAD = 18  # KV bytes loaded from the tiers in the row
+NST = 19
 SF_START = 0
 SF_DURATION = 1
 SF_ATTN = 2  # the step's prefill attention pairs (A of the cost model)
@@ -225,7 +235,10 @@ C_SPEC_K = 29  # draft tokens proposed per decode (num_speculative_tokens)
 C_SPEC_LOOK = 30  # KV slots reserved past the scheduled tokens (vLLM num_lookahead_tokens)
 C_SPEC_SLOTS = 31  # budget slots per scheduled request for drafting (max_num_new_slots_...)
 C_SPEC_MAXLEN = 32  # max_model_len (the scheduler's bound on a decode's tokens)
-NCFG = 33
+# KV offloading tiers (kv_tiers.py); C_TIER_BLOCKS = 0: off
+C_TIER_BLOCKS = 33  # KV blocks of the CPU tier per replica (33), of the disk tier (34)
+C_TIER_BLOCK_BYTES = 35  # ... bytes of one KV block
+NCFG = 36
 CF_MAX_WAIT_S = 0  # static: longest the oldest request waits for a batch to fill
 CF_RATIO_INIT = 1  # sglang: initial new_token_ratio
 CF_RATIO_MIN = 2  # sglang: its floor
@@ -237,7 +250,9 @@ CF_SWAP_BLOCK_S = 7  # swap preemption (swap.py): seconds one KV block takes ove
 # speculative decoding (speculation.py)
 CF_SPEC_DRAFT = 8  # draft cost: share of a decode step per draft token
 CF_SPEC_RATE = 9  # CF_SPEC_RATE + j: acceptance of draft position j given j - 1 accepted
-NCFGF = 9 + 16  # (speculation.MAX_TOKENS positions)
+# KV offloading tiers (kv_tiers.py): seconds one KV block takes to load from tier t
+CF_TIER_BLOCK_S = 9 + 16  # (speculation.MAX_TOKENS positions before it): CPU 25, disk 26
+NCFGF = CF_TIER_BLOCK_S + 2
 
 Q_FIFO = 0
 Q_PRIORITY = 1

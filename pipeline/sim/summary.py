@@ -29,6 +29,12 @@ numpy's default and DuckDB's quantile_cont):
 - Swap preemption (``swap.py``; only when something was swapped): ``swap`` holds the
   swaps (each a swap-out and its later swap-in), the requests swapped, and the bytes
   each way over the host link.
+- KV offloading tiers (``kv_tiers.py``; only when something was loaded from them):
+  ``kv_tiers`` holds the tokens loaded from the CPU tier and from the disk tier past
+  the GPU prefix hits (every lookup, resumptions too), and the KV bytes those loads
+  moved. The prefix figures above stay the GPU cache's (vLLM's ``prefix_cache_*``
+  counters; its connector's hits are counted apart), and the resumed hit tokens
+  leave the tiers' out.
 """
 
 from __future__ import annotations
@@ -53,6 +59,8 @@ from pipeline.sim.state import (
     R_PROMPT,
     R_SWAPS,
     R_UNIT_TOK,
+    S_CPU_HIT,
+    S_DISK_HIT,
     S_EVICTED,
     S_KV_USED,
     S_NUM_STEPS,
@@ -63,6 +71,7 @@ from pipeline.sim.state import (
     S_SPEC_DRAFT,
     S_SWAP_IN,
     S_SWAP_OUT,
+    S_TIER_LOAD,
     S_WAITING,
     SF_DURATION,
     SF_SCHED_CPU,
@@ -118,6 +127,9 @@ class StepTotals:
     max_kv_used: int = 0
     swap_out_bytes: int = 0  # swap preemption (swap.py)
     swap_in_bytes: int = 0
+    cpu_hit_tokens: int = 0  # KV offloading tiers (kv_tiers.py)
+    disk_hit_tokens: int = 0
+    tier_load_bytes: int = 0
     draft_tokens: int = 0  # speculative decoding: drafts verified
     accepted_tokens: int = 0  # ... of which accepted
     _busy: int = 0  # sum of durations, units of 2**-1126 s
@@ -149,6 +161,9 @@ class StepTotals:
         self.max_kv_used = max(self.max_kv_used, int(st[:, S_KV_USED].max()))
         self.swap_out_bytes += int(st[:, S_SWAP_OUT].sum())
         self.swap_in_bytes += int(st[:, S_SWAP_IN].sum())
+        self.cpu_hit_tokens += int(st[:, S_CPU_HIT].sum())
+        self.disk_hit_tokens += int(st[:, S_DISK_HIT].sum())
+        self.tier_load_bytes += int(st[:, S_TIER_LOAD].sum())
         self._busy = _exact_sum(self._busy, dur)
         self._waiting_s = _exact_sum(self._waiting_s, waiting * dur)
         if stf[:, SF_SCHED_CPU].any():
@@ -169,6 +184,9 @@ class StepTotals:
         self.max_kv_used = max(self.max_kv_used, other.max_kv_used)
         self.swap_out_bytes += other.swap_out_bytes
         self.swap_in_bytes += other.swap_in_bytes
+        self.cpu_hit_tokens += other.cpu_hit_tokens
+        self.disk_hit_tokens += other.disk_hit_tokens
+        self.tier_load_bytes += other.tier_load_bytes
         self._busy += other._busy
         self._waiting_s += other._waiting_s
         self._sched_cpu += other._sched_cpu
@@ -313,6 +331,7 @@ def summarize(res: SimResult, steps: StepTotals | None = None) -> dict[str, Any]
         **steps.sched_cpu(),
         **({"disagg": _disagg(res)} if res.disagg_times is not None else {}),
         **({"swap": swap_summary(res, steps)} if steps.swap_out_bytes else {}),
+        **({"kv_tiers": tier_summary(steps)} if steps.tier_load_bytes else {}),
         **speculation_summary(steps),
     }
 
@@ -326,6 +345,15 @@ def swap_summary(res: SimResult, steps: StepTotals) -> dict[str, Any]:
         "num_swapped_requests": int((res.rq[:, R_SWAPS] > 0).sum()),
         "swap_out_bytes": steps.swap_out_bytes,
         "swap_in_bytes": steps.swap_in_bytes,
+    }
+
+
+def tier_summary(steps: StepTotals) -> dict[str, Any]:
+    """The KV offloading tiers' figures (kv_tiers.py): tokens loaded from each, bytes moved."""
+    return {
+        "cpu_hit_tokens": steps.cpu_hit_tokens,
+        "disk_hit_tokens": steps.disk_hit_tokens,
+        "tier_load_bytes": steps.tier_load_bytes,
     }
 
 
@@ -361,6 +389,8 @@ def prefix_summary(res: SimResult, steps: StepTotals | None = None) -> dict[str,
         "prefix_request_hit_rate": float((res.rq[looked, R_CACHED] > 0).mean())
         if looked.any()
         else None,
-        "prefix_resumed_hit_tokens": int((res.rqw[:, W_HITS] - res.rq[:, R_CACHED]).sum()),
+        "prefix_resumed_hit_tokens": int((res.rqw[:, W_HITS] - res.rq[:, R_CACHED]).sum())
+        - steps.cpu_hit_tokens  # (W_HITS counts the offloading tiers' loads too)
+        - steps.disk_hit_tokens,
         "prefix_evicted_blocks": steps.evicted_blocks,
     }

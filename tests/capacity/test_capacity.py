@@ -245,3 +245,42 @@ def test_capacity_takes_the_scenario_flags_of_replay(small_warehouse: Callable[.
     r = CliRunner().invoke(cli, ["capacity", "--help"])
     for flag in ("--router", "--replicas", "--max-num-seqs", "--time-scale", "--gpu-hour-price"):
         assert flag in r.output
+
+
+def test_the_kv_offloading_search_finds_the_smallest_cpu_tier(
+    small_warehouse: Callable[..., Path],
+) -> None:
+    wh = small_warehouse(120)
+    base = {
+        **BASE,
+        "async_scheduling": False,
+        "kv_offloading_kv_bytes_per_token": 131072,
+        "kv_offloading_link_gb_s": 25.0,
+    }
+    result = run_capacity(
+        wh,
+        base,
+        parse_slos(["e2e_p50=30s"]),
+        [SearchSpec("kv_offloading", hi=8)],
+        summary_only=True,
+        quiet=True,
+        intervals=False,
+    )
+    (search,) = result.searches
+    assert search.knob == "kv_offloading_size_gb"
+    v = _verdicts(search)
+    assert set(v) <= set(range(1, 9)) and search.answer is not None and v[search.answer]
+    assert search.answer == 1 or v[search.answer - 1] is False  # the smallest that meets
+    assert all("-kv_offloading-" in o.name for o in search.probes)
+    from pipeline.cli.capacity import format_search
+
+    text = format_search(search, parse_slos(["e2e_p50=30s"]), result.base_rate)
+    assert text.startswith("kv_offloading: smallest CPU KV tier")
+    with pytest.raises(ConfigError, match="policy = vllm"):
+        run_capacity(
+            wh,
+            {**BASE, "policy": "sglang"},
+            parse_slos(["e2e_p50=30s"]),
+            [SearchSpec("kv_offloading")],
+            quiet=True,
+        )

@@ -37,7 +37,9 @@ from pipeline.sim.state import (
     R_STATUS,
     R_TAIL,
     R_UNIT_TOK,
+    S_CPU_HIT,
     S_DECODE,
+    S_DISK_HIT,
     S_EVICTED,
     S_KV_USED,
     S_NUM_STEPS,
@@ -50,6 +52,7 @@ from pipeline.sim.state import (
     S_SPEC_ACC,
     S_SPEC_DRAFT,
     S_STEP,
+    S_TIER_LOAD,
     S_WAITING,
     SF_SCHED_CPU,
     SF_SCHED_EXPOSED,
@@ -71,6 +74,7 @@ def _case(
     replicas: tuple[int, int] = (1, 3),
     routers: tuple[str, ...] = ("round_robin", "least_outstanding", "prefix_aware"),
     speculative: bool = False,
+    kv_tiers: bool = False,
 ) -> tuple[SimInput, Scenario]:
     seed = draw(st.integers(0, 2**32 - 1))
     n = draw(st.integers(1, 40))
@@ -224,6 +228,18 @@ def _case(
             ):
                 break
             values["num_gpu_blocks"] += 1
+    if kv_tiers:  # KV offloading tiers (kv_tiers.py): from a block to more than the replay's
+        kv = 4096  # KV bytes per token: a block is whole pages, a tier's GiB exact
+        block_bytes = kv * block_size
+        cpu = draw(st.sampled_from([1, 4, 16, 64, 10**4]))
+        disk = draw(st.sampled_from([0, 0, 8, 64]))
+        values |= {
+            "kv_offloading_size_gb": cpu * block_bytes / 2**30,
+            "kv_disk_size_gb": disk * block_bytes / 2**30,
+            "kv_offloading_kv_bytes_per_token": kv,
+            "kv_offloading_link_gb_s": float(rng.uniform(0.01, 1.0)),
+            "kv_disk_read_gb_s": float(rng.uniform(0.005, 0.5)),
+        }
     sc = build_scenario(values)
     inp = SimInput(arrival, prompt.astype(np.int64), output.astype(np.int64), priority=priority)
     sc.cap_lengths(inp.prompt_tokens, inp.output_tokens, np.zeros(n, dtype=np.int64))
@@ -239,9 +255,13 @@ def _case(
 
 @st.composite
 def cases(
-    draw: Any, policy: str, caching: bool | None = None, speculative: bool = False
+    draw: Any,
+    policy: str,
+    caching: bool | None = None,
+    speculative: bool = False,
+    kv_tiers: bool = False,
 ) -> tuple[SimInput, Scenario]:
-    return _case(draw, policy, caching=caching, speculative=speculative)
+    return _case(draw, policy, caching=caching, speculative=speculative, kv_tiers=kv_tiers)
 
 
 def expand(res: SimResult) -> np.ndarray:
@@ -259,6 +279,9 @@ def expand(res: SimResult) -> np.ndarray:
         S_PHIT,
         S_SPEC_DRAFT,
         S_SPEC_ACC,
+        S_CPU_HIT,
+        S_DISK_HIT,
+        S_TIER_LOAD,
     ]
     rows = np.repeat(res.st[:, cols], res.st[:, S_NUM_STEPS], axis=0)
     offsets = np.concatenate([np.arange(k) for k in res.st[:, S_NUM_STEPS]])
@@ -372,6 +395,9 @@ def check_case(case: tuple[SimInput, Scenario]) -> None:
         units = np.maximum(rq[:, R_UNIT_TOK], 1)
         tail_hit = (rq[:, R_TAIL] > 0) & (rq[:, R_CACHED] % units != 0)
         event(f"tail units: {'hit' if tail_hit.any() else 'yes' if rq[:, R_TAIL].any() else 'no'}")
+    if case[1].kv_tiers is not None:
+        event(f"CPU tier hits: {'yes' if fast.st[:, S_CPU_HIT].any() else 'no'}")
+        event(f"disk tier hits: {'yes' if fast.st[:, S_DISK_HIT].any() else 'no'}")
 
 
 # (policy, caching, examples): hypothesis draws this many cases of each; caching None lets
@@ -387,6 +413,7 @@ FAST_EQUALS_REFERENCE = [
     pytest.param("tgi", None, 40, id="tgi"),
     pytest.param("vllm-speculative", None, 60, id="vllm-speculative"),
     pytest.param("vllm-speculative", True, 40, id="vllm-speculative-prefix-caching"),
+    pytest.param("vllm-kv-tiers", True, 100, id="vllm-kv-tiers"),  # ~1 in 4 hits a tier
 ]
 
 
@@ -405,8 +432,9 @@ def test_fast_equals_reference(
     key = request.node.nodeid.encode()
     fast_equals_reference._hypothesis_internal_add_digest = key  # type: ignore[attr-defined]
     speculative = policy == "vllm-speculative"
-    policy = policy.removesuffix("-speculative")
-    strategy = cases(policy, caching, speculative)
+    kv_tiers = policy == "vllm-kv-tiers"
+    policy = policy.removesuffix("-speculative").removesuffix("-kv-tiers")
+    strategy = cases(policy, caching, speculative, kv_tiers)
     settings(max_examples=examples)(given(strategy)(fast_equals_reference))()
 
 

@@ -1,10 +1,41 @@
-"""kv_tiers.replay_hits: what each tier adds to the GPU prefix hits."""
+"""kv_tiers.replay_hits: what each tier adds to the GPU prefix hits; and the tiers in
+the replay loops: a hit below the GPU, the load the step waits for, a full tier, the
+disk tier below the CPU one, the keys' checks."""
 
 from __future__ import annotations
 
 import random
+from typing import Any
 
+import numpy as np
+import pytest
+
+from pipeline.contracts import SIM_STEPS
+from pipeline.errors import ScenarioError
+from pipeline.plan.grid import build_grid
+from pipeline.sim.cost_model import step_time
 from pipeline.sim.kv_tiers import DiskTier, num_chunks, replay_hits
+from pipeline.sim.replay_tables import sim_steps_table
+from pipeline.sim.scenario import Scenario, build_scenario
+from pipeline.sim.simulate import simulate
+from pipeline.sim.state import (
+    S_CPU_HIT,
+    S_DECODE,
+    S_DISK_HIT,
+    S_PHIT,
+    S_PREFILL,
+    S_RUNNING,
+    S_TIER_LOAD,
+    SF_ATTN,
+    SF_CTX,
+    SF_DURATION,
+    W_TOTAL,
+    SimInput,
+    SimResult,
+)
+from pipeline.sim.summary import summarize
+from tests.helpers import with_prefix
+from tests.sim.test_differential import _COST_KEYS, check_equal
 
 BT, BPB = 16, 1000
 
@@ -74,3 +105,175 @@ def test_disk_tier_keeps_what_the_cpu_tier_evicts() -> None:
         assert two.cpu_tokens + two.disk_tokens == big.cpu_tokens
         none = replay_hits(ps, 6, 4, 0, BT, BPB, store_batch_blocks=4)
         assert none.cpu_tokens < big.cpu_tokens
+
+
+# --- the tiers in the replay loops ---------------------------------------------------
+# Three requests, one at a time: A, then B (another prompt, whose blocks evict most of
+# A's from a GPU pool that holds one request), then C = A's prompt again. Each prompt is
+# 4 blocks of 16 tokens; a lookup may hit 3 of them (the last token is computed).
+BLOCK = 16
+KV = 4096  # KV bytes per token
+BLOCK_BYTES = KV * BLOCK
+UNITS = 3  # units C may hit: its first 63 tokens hold 3 whole blocks
+
+
+def _replay(**tiers: Any) -> tuple[SimInput, Scenario]:
+    prompt = np.array([4 * BLOCK] * 3, dtype=np.int64)
+    inp = SimInput(np.array([0.0, 10.0, 20.0]), prompt, np.ones(3, dtype=np.int64))
+    inp = with_prefix(inp, [[1, 2, 3, 4], [5, 6, 7, 8], [1, 2, 3, 4]], BLOCK, BLOCK)
+    values = {
+        "policy": "vllm",
+        "cost": {**dict.fromkeys(_COST_KEYS, 0.0), "fixed_s": 0.01, "flop_s_per_token": 1e-5},
+        "num_gpu_blocks": 6,  # 5 usable: A's 4 blocks, then B's take 3 of them
+        "block_size": BLOCK,
+        "max_model_len": 128,
+        "async_scheduling": False,
+        "enable_prefix_caching": True,
+        "kv_offloading_kv_bytes_per_token": KV,
+        "kv_offloading_link_gb_s": 0.5,
+        "kv_disk_read_gb_s": 0.1,
+        **{k: v * BLOCK_BYTES / 2**30 for k, v in tiers.items()},  # sizes in blocks
+    }
+    return inp, build_scenario(values)
+
+
+def _c_row(res: SimResult) -> np.ndarray:
+    """The step that admitted C (the last request: its prefill is the last step)."""
+    return res.st[-1]
+
+
+def test_a_hit_below_the_gpu_counts_as_computed() -> None:
+    inp, sc = _replay(kv_offloading_size_gb=16)
+    res = check_equal(inp, sc)
+    off = simulate(*_without_tiers())
+    row, row_off = _c_row(res), _c_row(off)
+    gpu = int(row_off[S_PHIT])  # what the GPU still holds of A's prompt: its first unit
+    assert 0 < gpu < UNITS * BLOCK
+    assert row[S_PHIT] == gpu  # the CPU tier adds to the GPU's hits, it takes none
+    assert row[S_CPU_HIT] == UNITS * BLOCK - gpu  # ... up to the lookup's bound
+    assert row[S_DISK_HIT] == 0
+    assert row[S_TIER_LOAD] == row[S_CPU_HIT] // BLOCK * BLOCK_BYTES
+    assert res.st[:-1, S_CPU_HIT].sum() == 0  # A and B find nothing below the GPU
+    # C computes the loaded tokens no more
+    assert off.rqw[2, W_TOTAL] - res.rqw[2, W_TOTAL] == row[S_CPU_HIT]
+    assert res.rqw[:2, W_TOTAL].tolist() == off.rqw[:2, W_TOTAL].tolist()
+
+
+def _without_tiers() -> tuple[SimInput, Any]:
+    inp, sc = _replay()
+    assert sc.kv_tiers is None
+    return inp, sc.engine()
+
+
+def test_the_step_waits_for_its_load() -> None:
+    inp, sc = _replay(kv_offloading_size_gb=16, kv_disk_size_gb=64)
+    assert sc.kv_tiers is not None
+    res = simulate(inp, sc.engine())
+    compute = np.array(
+        [
+            step_time(sc.cost.as_array(), float(r[S_PREFILL]), a, float(r[S_RUNNING]),
+                      float(r[S_DECODE]), c)
+            for r, a, c in zip(res.st, res.stf[:, SF_ATTN], res.stf[:, SF_CTX], strict=True)
+        ]
+    )  # fmt: skip
+    loads = res.st[:, S_TIER_LOAD] / sc.kv_tiers.cpu_bytes_per_s  # every hit is the CPU's here
+    assert res.st[:, S_DISK_HIT].sum() == 0 and loads[-1] > 0
+    assert np.allclose(res.stf[:, SF_DURATION], compute + loads, rtol=1e-12, atol=0)
+
+
+def test_a_full_tier_keeps_its_latest_units() -> None:
+    # 2 blocks: A's units evict each other, then B's evict A's: C finds nothing after
+    # the GPU's hit (the CPU tier holds B's last two units)
+    inp, sc = _replay(kv_offloading_size_gb=2)
+    res = check_equal(inp, sc)
+    assert res.st[:, S_CPU_HIT].sum() == 0
+    assert res.st[:, S_PHIT].tolist() == simulate(*_without_tiers()).st[:, S_PHIT].tolist()
+
+
+def test_the_disk_tier_takes_the_cpu_tiers_evictions() -> None:
+    inp, sc = _replay(kv_offloading_size_gb=2, kv_disk_size_gb=8)
+    assert sc.kv_tiers is not None
+    res = check_equal(inp, sc)
+    row = _c_row(res)
+    gpu = int(row[S_PHIT])
+    assert row[S_CPU_HIT] == 0 and row[S_DISK_HIT] == UNITS * BLOCK - gpu
+    blocks = row[S_DISK_HIT] // BLOCK
+    assert row[S_TIER_LOAD] == blocks * BLOCK_BYTES
+    # C's step waits for the load at the disk's bandwidth
+    a, c = res.stf[-1, SF_ATTN], res.stf[-1, SF_CTX]
+    counts = float(row[S_PREFILL]), float(row[S_RUNNING]), float(row[S_DECODE])
+    compute = step_time(sc.cost.as_array(), counts[0], a, counts[1], counts[2], c)
+    wait = res.stf[-1, SF_DURATION] - compute
+    assert np.isclose(wait, blocks * BLOCK_BYTES / sc.kv_tiers.disk_bytes_per_s, rtol=1e-9)
+
+
+def test_off_is_the_same_replay() -> None:
+    inp, sc = _replay(kv_offloading_size_gb=0)
+    base = simulate(*_without_tiers())
+    res = simulate(inp, sc.engine())
+    assert np.array_equal(res.rq, base.rq) and np.array_equal(res.st, base.st)
+    assert np.array_equal(res.stf, base.stf)
+
+
+def test_sizes_become_blocks() -> None:
+    _, sc = _replay(kv_offloading_size_gb=16, kv_disk_size_gb=64)
+    assert sc.kv_tiers is not None
+    assert (sc.kv_tiers.cpu_blocks, sc.kv_tiers.disk_blocks) == (16, 64)
+    assert sc.kv_tiers.block_bytes == BLOCK_BYTES
+    # from the profile: its KV bytes and its GPU's host link (8 GiB of a llama-3-8b)
+    sc = build_scenario({"policy": "vllm", "kv_offloading_size_gb": 8.0})
+    assert sc.kv_tiers is not None and sc.kv_tiers.cpu_bytes_per_s > 0
+    per_block = sc.kv_tiers.block_bytes
+    assert sc.kv_tiers.cpu_blocks == num_chunks(8.0, per_block, 1)
+
+
+@pytest.mark.parametrize(
+    ("values", "words"),
+    [
+        ({"kv_offloading_size_gb": -1.0}, "kv_offloading_size_gb must be a finite number >= 0"),
+        ({"kv_offloading_size_gb": float("nan")}, "kv_offloading_size_gb"),
+        ({"kv_offloading_size_gb": float("inf")}, "kv_offloading_size_gb"),
+        ({"kv_disk_size_gb": 4.0}, "needs kv_offloading_size_gb"),
+        ({"kv_offloading_size_gb": 4.0, "enable_prefix_caching": False}, "enable_prefix_caching"),
+        ({"kv_offloading_link_gb_s": -2.0}, "kv_offloading_link_gb_s"),
+        ({"policy": "sglang", "kv_offloading_size_gb": 4.0}, "kv_offloading_size_gb"),
+        (
+            {
+                "kv_offloading_size_gb": 4.0,
+                "async_scheduling": False,
+                "speculative": {"method": "ngram", "num_tokens": 2},
+            },
+            "speculative",
+        ),
+    ],
+)
+def test_bad_tier_keys_are_refused(values: dict[str, Any], words: str) -> None:
+    with pytest.raises(ScenarioError, match=words):
+        build_scenario({"policy": "vllm", **values})
+
+
+def test_summary_and_steps_table_report_the_tiers() -> None:
+    inp, sc = _replay(kv_offloading_size_gb=2, kv_disk_size_gb=8)
+    res = simulate(inp, sc.engine())
+    s = summarize(res)
+    assert s["kv_tiers"] == {
+        "cpu_hit_tokens": int(res.st[:, S_CPU_HIT].sum()),
+        "disk_hit_tokens": int(res.st[:, S_DISK_HIT].sum()),
+        "tier_load_bytes": int(res.st[:, S_TIER_LOAD].sum()),
+    }
+    assert s["kv_tiers"]["disk_hit_tokens"] > 0
+    assert s["prefix_resumed_hit_tokens"] == 0  # nothing was preempted: the tiers' are apart
+    table = sim_steps_table("c", res.st, res.stf, res.num_kv_blocks)
+    want = [(f.name, f.type) for f in SIM_STEPS.schema()]
+    assert [(f.name, f.type) for f in table.schema] == want
+    assert table["disk_hit_tokens"].to_pylist() == res.st[:, S_DISK_HIT].tolist()
+    assert "kv_tiers" not in summarize(simulate(*_without_tiers()))
+
+
+def test_a_sweep_turns_the_cpu_tier_size() -> None:
+    grid = build_grid(
+        {"base": {"policy": "vllm"}, "axes": {"vllm": {"kv_offloading_size_gb": [0, 8, 64]}}}
+    )
+    tiers = [p.scenario.kv_tiers for p in grid.points]
+    assert tiers[0] is None and tiers[1] is not None and tiers[2] is not None
+    assert tiers[2].cpu_blocks == 8 * tiers[1].cpu_blocks

@@ -100,7 +100,17 @@ import numpy.typing as npt
 from numba import njit
 
 from pipeline.errors import ScenarioError
-from pipeline.sim.cache import PrefixCaches, commit, hit_blocks, hit_tokens, settles, use_hits
+from pipeline.sim.cache import (
+    PrefixCaches,
+    commit,
+    hit_blocks,
+    hit_tokens,
+    settles,
+    tier_commit,
+    tier_load,
+    tier_lookup,
+    use_hits,
+)
 from pipeline.sim.kv import blocks_needed, grow, release
 from pipeline.sim.policies.base import (
     Memory,
@@ -130,6 +140,7 @@ from pipeline.sim.state import (
     C_SPEC_SLOTS,
     C_SWAP_BLOCKS,
     C_THRESHOLD,
+    C_TIER_BLOCKS,
     C_WM_BLOCKS,
     F_ARRIVAL,
     P_EVICTABLE,
@@ -144,6 +155,8 @@ from pipeline.sim.state import (
     P_STEP,
     P_STEP_SWAP_IN,
     P_STEP_SWAP_OUT,
+    P_STEP_TIER_BLK,
+    P_STEP_TIER_TOK,
     P_WQ_LEN,
     Q_FIFO,
     Q_LAST_END,
@@ -155,11 +168,13 @@ from pipeline.sim.state import (
     R_PREEMPT,
     R_PRIORITY,
     R_PROMPT,
+    R_SETTLED,
     R_SHARED,
     R_STATUS,
     R_UNIT_TOK,
     ST_FINISHED,
     ST_SWAPPED,
+    W_HITS,
     State,
     cdiv,
     drop_finished,
@@ -167,6 +182,7 @@ from pipeline.sim.state import (
     uindex,
     wait_head,
     wait_requeue,
+    wide,
 )
 from pipeline.sim.swap import swap_in, swap_out
 
@@ -230,6 +246,30 @@ class Params:
     swap_kv_bytes_per_token: int = field(
         default=0,
         metadata={"help": "swap: KV bytes per token moved; 0 = the profile's"},
+    )
+    # KV offloading tiers (kv_tiers.py): vLLM's offloading connector, --kv-offloading-size
+    kv_offloading_size_gb: float = field(
+        default=0.0,
+        metadata={
+            "help": "GiB of CPU memory per replica for offloaded KV blocks (vLLM "
+            "--kv-offloading-size; 0 = off); needs enable_prefix_caching"
+        },
+    )
+    kv_disk_size_gb: float = field(
+        default=0.0,
+        metadata={"help": "GiB of local disk below the CPU tier, taking its evictions (0 = none)"},
+    )
+    kv_offloading_link_gb_s: float = field(
+        default=0.0,
+        metadata={"help": "CPU tier: host link GB/s one way per GPU; 0 = the GPU's PCIe line rate"},
+    )
+    kv_disk_read_gb_s: float = field(
+        default=0.0,
+        metadata={"help": "disk tier: read GB/s; 0 = 13 (a PCIe 5.0 NVMe drive)"},
+    )
+    kv_offloading_kv_bytes_per_token: int = field(
+        default=0,
+        metadata={"help": "KV offloading: KV bytes per token moved; 0 = the profile's"},
     )
 
 
@@ -516,6 +556,7 @@ def _schedule_once(
         threshold = 0
     budget = cfg[C_BUDGET]
     caching = cfg[C_CACHING] != 0
+    tiers = cfg[C_TIER_BLOCKS] != 0  # KV offloading tiers (kv_tiers.py; vLLM only)
     by_priority = cfg[C_QUEUE] == Q_PRIORITY
     lag = rp[r, P_PIPE]  # async: the step in flight is still sampling its decodes' next token
     rp[r, P_STABLE] = 1
@@ -583,7 +624,10 @@ def _schedule_once(
         if spec > 0 and known > num_tokens(rq, i):
             known = num_tokens(rq, i)  # draft tokens are not cached (allocate_slots)
         if caching and settles(rq, i, known):  # prompt and generated blocks
+            k0 = rq[i, R_SETTLED]
             commit(rq, rp, i, r, known, False, kc)
+            if tiers:  # KV offloading: stored as computed (kv_tiers.py)
+                tier_commit(rq, rp, i, r, k0, kc)
         n = add_scheduled(sched_q, sched_t, n, i, new)
         budget -= new
         k += 1
@@ -603,7 +647,11 @@ def _schedule_once(
         if looked:
             h, idle = cache_lookup(cfg, rq, r, i, kc)
         hit = hit_tokens(rq, i, h)
-        new = num_tokens(rq, i) - rq[i, R_COMPUTED] - hit
+        c = d = loaded = 0  # KV offloading tiers (kv_tiers.py): units and tokens loaded
+        if looked and tiers:
+            c, d = tier_lookup(rq, rp, i, r, h, kc)
+            loaded = hit_tokens(rq, i, h + c + d) - hit
+        new = num_tokens(rq, i) - rq[i, R_COMPUTED] - hit - loaded
         room = budget if spec == 0 else budget - slots * (n + 1)  # request_token_budget
         if spec > 0 and new == 1:
             pad = padded_tokens(cfg, rq, sched_q, n_running, rq[i, R_COMPUTED] + hit)
@@ -618,7 +666,7 @@ def _schedule_once(
             new = room
         keep_free = cfg[C_WM_BLOCKS] if rp[r, P_RUN_N] > 0 else 0  # (bool(self.running))
         shared = hit_blocks(rq, i, h)
-        slot_end = rq[i, R_COMPUTED] + hit + new
+        slot_end = rq[i, R_COMPUTED] + hit + loaded + new
         if spec > 0:  # the drafter's lookahead slots, within max_model_len
             slot_end = min(slot_end + cfg[C_SPEC_LOOK], cfg[C_SPEC_MAXLEN])
         need = cdiv(slot_end, bs) - shared
@@ -634,6 +682,9 @@ def _schedule_once(
         if h > 0:
             use_hits(rq, rp, i, r, h, kc)
             rq[i, R_COMPUTED] = hit
+        if loaded > 0:  # loaded into blocks of its own (below), then committed as computed
+            tier_load(rq, rp, i, r, h, c, d, kc)
+            rq[i, R_COMPUTED] = hit + loaded
         if need <= rp[r, P_FREE]:
             rp[r, P_FREE] -= need
             rq[i, R_HELD] += need
@@ -642,11 +693,16 @@ def _schedule_once(
         known = rq[i, R_COMPUTED] + new
         if spec > 0 and known > num_tokens(rq, i):
             known = num_tokens(rq, i)  # padded draft slots are not cached
+        k0 = rq[i, R_SETTLED]
         if looked:
             count_lookup(rq, rp, r, i, h)
+            if loaded > 0:
+                wide(rq)[i, W_HITS] += loaded
             commit(rq, rp, i, r, known, False, kc)
         elif caching and rq[i, R_COMPUTED] > 0:  # its KV came with it (remote prefill):
             commit(rq, rp, i, r, known, False, kc)  # cached on receipt
+        if tiers:  # KV offloading: stored as computed (kv_tiers.py)
+            tier_commit(rq, rp, i, r, k0, kc)
         if rq[i, R_STATUS] == ST_SWAPPED:  # swap preemption: it resumes where it stopped
             pf_end = rq[i, R_PF_END]
             admit(cfg, rq, rqf, rp, run, wq, r)
@@ -680,7 +736,10 @@ def _processed(
     for e in range(rp[r, P_PEND_FREE]):
         i = run[r, done + e]
         if caching and settles(rq, i, rq[i, R_COMPUTED]):
+            k0 = rq[i, R_SETTLED]
             commit(rq, rp, i, r, rq[i, R_COMPUTED], False, kc)
+            if cfg[C_TIER_BLOCKS] != 0:  # KV offloading: stored as computed
+                tier_commit(rq, rp, i, r, k0, kc)
         release(rq, rp, r, i, kc)
     drop_finished(rq, rp, run, r)
     rp[r, P_PEND_FREE] = 0
@@ -707,6 +766,11 @@ def schedule(s: State, kc: PrefixCaches, r: int, now: float) -> tuple[int, int, 
     if cfg[C_SWAP_BLOCKS] != 0:  # swap preemption (synchronous only): this step's traffic
         rp[r, P_STEP_SWAP_OUT] = 0
         rp[r, P_STEP_SWAP_IN] = 0
+    tiers = cfg[C_TIER_BLOCKS] != 0  # KV offloading (kv_tiers.py): this step's loads
+    if tiers:
+        for t in range(2):
+            rp[r, P_STEP_TIER_TOK + t] = 0
+            rp[r, P_STEP_TIER_BLK + t] = 0
     while True:
         if is_async:  # the requests the core has taken from its input queue by now
             take = rp[r, P_INBOX_OLD] if pipelined else rp[r, P_INBOX]
@@ -716,8 +780,8 @@ def schedule(s: State, kc: PrefixCaches, r: int, now: float) -> tuple[int, int, 
             rp[r, P_QUEUED] = rp[r, P_WQ_LEN]  # the step's queue depth
         n, n_pre, n_adm = _schedule_once(r, cfg, rq, rqf, rp, run, wq, sched_q, sched_t, kc)
         if not is_async:
-            if cfg[C_SPEC_K] > 0:  # speculative: the steps differ (accepted counts): no runs
-                rp[r, P_STABLE] = 0
+            if cfg[C_SPEC_K] > 0 or tiers:  # speculative: the steps differ (accepted counts);
+                rp[r, P_STABLE] = 0  # tiers: runs would store to them in another order: no runs
             return n, n_pre, n_adm
         rp[r, P_PIPE] = 0
         if rp[r, P_PEND_FREE] > 0:
@@ -728,6 +792,6 @@ def schedule(s: State, kc: PrefixCaches, r: int, now: float) -> tuple[int, int, 
         n_pre0 = n_pre  # (what the empty decision preempted stays preempted)
     rp[r, P_INBOX_OLD] = rp[r, P_INBOX]  # the next decision takes these
     # the next decision sees them, or the blocks and slots just freed: no decode run
-    if rp[r, P_INBOX] > 0 or (pipelined and pending and rp[r, P_WQ_LEN] > 0):
+    if rp[r, P_INBOX] > 0 or (pipelined and pending and rp[r, P_WQ_LEN] > 0) or tiers:
         rp[r, P_STABLE] = 0
     return n, n_pre + n_pre0, n_adm
