@@ -2,6 +2,7 @@
 
     python bench/conformance.py          # the configurations the test suite runs
     python bench/conformance.py --full   # 2,000 requests of the real Azure trace, 1,500 blocks
+    python bench/conformance.py --spec   # speculative decoding (docs/replay.md)
 
 Prints one markdown row per configuration (see docs/conformance.md): steps and
 preemptions on each side, the prompt tokens each found in its prefix cache
@@ -24,21 +25,24 @@ from tests.conformance.harness import (  # noqa: E402
     Request,
     compare,
     configurations,
+    speculative_configurations,
     vllm_version,
 )
 
 
 def main() -> None:
     full = "--full" in sys.argv[1:]
+    spec = "--spec" in sys.argv[1:]
     compare(Config("warm-up", [Request(0.0, [1] * 40, 3)], 100))  # import vLLM, compile numba
-    print(f"vLLM {vllm_version()}, {'full' if full else 'test-suite'} set, {time.strftime('%F')}")
+    which = "speculative" if spec else "full" if full else "test-suite"
+    print(f"vLLM {vllm_version()}, {which} set, {time.strftime('%F')}")
     print()
     print(
         "| configuration | requests | KV blocks | steps vLLM / sim | preemptions vLLM / sim "
         "| prefix hits vLLM / sim | TTFT diff max / mean | E2E diff max / mean | identical | s |"
     )
     print("|---|---:|---:|---:|---:|---:|---:|---:|---|---:|")
-    for cfg in configurations(full):
+    for cfg in speculative_configurations() if spec else configurations(full):
         t0 = time.perf_counter()
         c = compare(cfg)
         wall = time.perf_counter() - t0

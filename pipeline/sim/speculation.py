@@ -216,7 +216,7 @@ def _mix(x: np.uint64) -> np.uint64:
     return x ^ (x >> np.uint64(31))
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")  # one call site, once per verify
 def accepted(cfgf: npt.NDArray[np.float64], seed: int, i: int, g: int, s: int) -> int:
     """Leading drafts accepted of the s verified by request i after g tokens (the draws)."""
     h = _mix(np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15) + np.uint64(i))  # GOLDEN
@@ -248,7 +248,7 @@ def accepted_py(rates: tuple[float, ...], seed: int, i: int, g: int, s: int) -> 
     return a
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")  # one call site, once per step
 def draft_s(cost: npt.NDArray[np.float64], frac: float, k: int, m: int, ctx: float) -> float:
     """The draft's time in a step: k draft passes, each ``frac`` of a plain decode step of
     the m verifying requests at total context ctx (0 for n-grams)."""

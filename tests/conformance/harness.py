@@ -54,6 +54,7 @@ from pipeline.sim.reference import ReferenceLoop
 from pipeline.sim.reference_kv import Replica, Req, Scheduled
 from pipeline.sim.scenario import Scenario, build_scenario
 from pipeline.sim.simulate import simulate
+from pipeline.sim.speculation import accepted_py, check_table
 from pipeline.sim.state import (
     F_FINISH,
     F_FIRST_TOKEN,
@@ -104,10 +105,13 @@ class Config:
     output_hashes: bool = False  # the simulator gets the hashes of generated blocks
     what: str = ""  # one line for the docs
     sim_values: dict[str, Any] = field(default_factory=dict)  # simulator-only overrides
+    speculative: dict[str, Any] | None = None  # the simulator's [speculative] table
 
     def scenario(self) -> Scenario:
+        spec = {} if self.speculative is None else {"speculative": self.speculative}
         return build_scenario(
             self.sim_values
+            | spec
             | {
                 "policy": "vllm",
                 "profile": PROFILE,
@@ -134,6 +138,7 @@ class Step:
     duration: float
     scheduled: dict[int, int]  # request index -> tokens
     preempted: list[int]  # request indices, sorted
+    blocks: int | None = None  # KV blocks in use once scheduled (speculative configurations)
 
 
 @dataclass
@@ -142,31 +147,55 @@ class Run:
     first_token: np.ndarray = field(default_factory=lambda: np.zeros(0))
     finish: np.ndarray = field(default_factory=lambda: np.zeros(0))
     cached: np.ndarray = field(default_factory=lambda: np.zeros(0))  # hits, first lookup
+    # speculative decoding, vLLM's side: verifies, drafts, accepted, padded rows, verifies
+    # of fewer than k drafts
+    spec: dict[str, int] = field(default_factory=dict)
 
     @property
     def preemptions(self) -> int:
         return sum(len(s.preempted) for s in self.steps)
 
 
-def cost_function(cost: np.ndarray) -> StepCost:
-    """The simulator's ``step_time`` on a batch's features (P, A, [N,] D, C)."""
+def cost_function(cost: np.ndarray, draft: tuple[float, int] | None = None) -> StepCost:
+    """The simulator's ``step_time`` on a batch's features (P, A, [N,] D, C).
+
+    A decode of t > 1 tokens verifies t - 1 drafts (speculative decoding): t decode
+    rows over its context, its extra (query, key) pairs in A; ``draft`` = (draft_cost,
+    k) adds the drafter's k passes, each ``draft_cost`` of a plain decode step of the
+    verifying requests (``speculation.py``).
+    """
     fn = getattr(step_time, "py_func", step_time)
     with_n = len(inspect.signature(fn).parameters) == 6  # cost model v2 counts sequences
 
     def batch_cost(batch: Batch) -> float:
-        p = a = d = c = 0
+        p = a = d = c = n = m = plain = 0
         for c0, t, decode in batch:
             if decode:
-                d += 1
-                c += c0 + 1
+                d += t
+                c += c0 + t
+                a += (t - 1) * c0 + t * (t - 1) // 2
+                n += t
+                m += 1
+                plain += c0 + 1
             else:
                 p += t
                 a += t * c0 + t * (t + 1) // 2
+                n += 1
         if with_n:
-            return float(step_time(cost, p, a, len(batch), d, c))  # type: ignore[call-arg]
+            s = float(step_time(cost, p, a, n, d, c))  # type: ignore[call-arg]
+            if draft is not None and draft[0] > 0 and m:
+                s += draft[0] * draft[1] * float(step_time(cost, 0.0, 0.0, m, m, plain))  # type: ignore[call-arg]
+            return s
         return float(step_time(cost, p, a, d, c))
 
     return batch_cost
+
+
+def own_cost(cfg: Config) -> StepCost:
+    """``cost_function`` of ``cfg``'s scenario, its drafter included."""
+    sc = cfg.scenario()
+    sp = sc.speculative
+    return cost_function(sc.cost.as_array(), None if sp is None else (sp.draft_cost, sp.num_tokens))
 
 
 # --- the simulator side ------------------------------------------------------------
@@ -183,6 +212,7 @@ class _Recording(ReferenceLoop):
     def __init__(self, scenario: Scenario) -> None:
         super().__init__(scenario)
         self.log: list[tuple[dict[int, int], list[int]]] = []
+        self.blocks: list[int] = []  # KV blocks in use once each step is scheduled
         self._pre: list[int] = []
 
     def preempt(self, rep: Replica, req: Req) -> None:
@@ -193,6 +223,7 @@ class _Recording(ReferenceLoop):
         out = super().vllm_scheduler(rep)
         if out[0] or not self.deferred_free:
             self.log.append(({req.index: t for req, t in out[0]}, sorted(self._pre)))
+            self.blocks.append(self.num_blocks - rep.cache.free - rep.cache.evictable)
             self._pre = []
         return out
 
@@ -254,9 +285,10 @@ def run_simulator(cfg: Config) -> tuple[Run, Run]:
     ref_loop = _Recording(sc)
     ref = ref_loop.run(inp)
     cached = ref.rq[:, R_CACHED].astype(np.float64)
+    spec = cfg.speculative is not None
     steps = [
-        Step(float(ref.stf[k, 0]), float(ref.stf[k, 1]), sched, pre)
-        for k, (sched, pre) in enumerate(ref_loop.log)
+        Step(float(ref.stf[k, 0]), float(ref.stf[k, 1]), sched, pre, used if spec else None)
+        for k, ((sched, pre), used) in enumerate(zip(ref_loop.log, ref_loop.blocks, strict=True))
     ]
     fast = simulate(inp, sc.engine())
     fast_run = Run(first_token=fast.rqf[:, F_FIRST_TOKEN], finish=fast.rqf[:, F_FINISH])
@@ -295,6 +327,20 @@ def _model_dir(max_model_len: int) -> str:
     }
     Path(d, "config.json").write_text(json.dumps(config))
     return d
+
+
+def speculative_config(cfg: Config) -> Any:
+    """vLLM's ``SpeculativeConfig`` of ``cfg``'s drafter, as n-grams (None without one)."""
+    if cfg.speculative is None:
+        return None
+    from vllm.config import SpeculativeConfig
+
+    return SpeculativeConfig(
+        method="ngram",
+        num_speculative_tokens=int(cfg.speculative["num_tokens"]),
+        prompt_lookup_max=4,
+        prompt_lookup_min=1,
+    )
 
 
 def build_scheduler(cfg: Config, kv_transfer_config: Any = None) -> Any:
@@ -343,7 +389,14 @@ def build_scheduler(cfg: Config, kv_transfer_config: Any = None) -> Any:
         cache_config=cache,
         device_config=DeviceConfig("cpu"),
         kv_transfer_config=kv_transfer_config,
+        speculative_config=speculative_config(cfg),
     )
+    if cfg.speculative is not None and cfg.speculative["method"] != "ngram":
+        # an EAGLE head or a draft model needs its weights' config to be built: build the
+        # n-gram one and name the method after, which is all the scheduler reads of it
+        # (use_eagle, uses_draft_model: lookahead slots and drafting slots)
+        spec_config = vllm_config.speculative_config
+        object.__setattr__(spec_config, "method", cfg.speculative["method"])
     spec = FullAttentionSpec(block_size=BLOCK, num_kv_heads=1, head_size=1, dtype=torch.float32)
     kv = KVCacheConfig(
         num_blocks=cfg.num_blocks,
@@ -372,7 +425,9 @@ class _VllmSide:
         self.step_cost = step_cost
         self.sched = build_scheduler(cfg)
         init_none_hash(sha256)
-        self.hasher = get_request_block_hasher(BLOCK, sha256)
+        # as the engine core builds it: an EAGLE drafter's hashes cover the token after
+        # each block too (VllmConfig.num_hash_lookahead_tokens)
+        self.hasher = get_request_block_hasher(BLOCK, sha256, self.sched.num_hash_lookahead_tokens)
         n = len(cfg.requests)
         self.reqs: dict[str, Any] = {}
         self.index: dict[str, int] = {}
@@ -383,6 +438,10 @@ class _VllmSide:
         self.looked: set[str] = set()  # scheduled once (a resumed one may come as new again)
         self.next = 0  # next request to arrive
         self.done = 0
+        # the drafter: k drafts after every step that samples, accepted as the simulator
+        # draws them for cfg.speculative (whatever sim_values tell the simulator)
+        self.spec = None if cfg.speculative is None else check_table(cfg.speculative, cfg.name)
+        self.seed = cfg.scenario().seed
 
     def add_arrived(self, clock: float) -> None:
         """Hand the scheduler every request that has arrived by ``clock``."""
@@ -429,12 +488,30 @@ class _VllmSide:
                 self.run.cached[i] = c0
                 self.looked.add(rid)
             batch.append((c0, t, c0 >= self.pf_end[rid]))
-            token = 1 + i % (VOCAB - 1)
-            own = self.cfg.requests[i].output_ids
-            if own is not None:  # its next token: after those delivered and those in flight
-                token = own[len(vr.output_token_ids) + max(vr.num_output_placeholders - 1, 0)]
             # a step samples unless it leaves the request in prefill (its placeholders count)
-            sampled.append([] if vr.is_prefill_chunk else [token])
+            if vr.is_prefill_chunk:
+                sampled.append([])
+                continue
+            drafts = out.scheduled_spec_decode_tokens.get(rid, [])
+            accepted = 0  # the verified drafts accepted: the simulator's draws, none padded
+            if self.spec is not None and drafts and -1 not in drafts:
+                g = len(vr.output_token_ids)
+                accepted = accepted_py(self.spec.acceptance, self.seed, i, g, len(drafts))
+                self.count("verifies", 1)
+                self.count("drafts", len(drafts))
+                self.count("accepted", accepted)
+                self.count("short", len(drafts) < self.spec.num_tokens)
+            elif drafts:
+                self.count("padded", 1)
+            own = self.cfg.requests[i].output_ids
+            toks = []
+            for j in range(1 + accepted):  # (vLLM trims what passes max_tokens)
+                token = 1 + i % (VOCAB - 1)
+                if own is not None:  # its next token: after those delivered and in flight
+                    at = len(vr.output_token_ids) + max(vr.num_output_placeholders - 1, 0) + j
+                    token = own[min(at, len(own) - 1)]
+                toks.append(token)
+            sampled.append(toks)
         return out, ids, batch, sampled
 
     def record(self, out: Any, start: float, duration: float, preempted: list[str]) -> None:
@@ -444,7 +521,17 @@ class _VllmSide:
                 duration,
                 {self.index[rid]: t for rid, t in out.num_scheduled_tokens.items()},
                 sorted(self.index[rid] for rid in preempted),
+                self.blocks_in_use() if self.spec is not None else None,
             )
+        )
+
+    def count(self, what: str, n: int) -> None:
+        self.run.spec[what] = self.run.spec.get(what, 0) + int(n)
+
+    def blocks_in_use(self) -> int:
+        """KV blocks neither free nor cached-and-idle (the null block not counted)."""
+        return int(
+            self.cfg.num_blocks - 1 - self.sched.kv_cache_manager.block_pool.get_num_free_blocks()
         )
 
     def processed(self, out: Any, ids: list[str], sampled: list[list[int]], clock: float) -> None:
@@ -457,6 +544,12 @@ class _VllmSide:
             sampled_token_ids=sampled,
         )
         self.sched.update_from_output(out, result)
+        if self.spec is not None:  # the drafter's k drafts for every request it ran
+            from vllm.v1.outputs import DraftTokenIds
+
+            k = self.spec.num_tokens
+            drafts = [[1 + self.index[rid] % (VOCAB - 1)] * k for rid in ids]
+            self.sched.update_draft_token_ids(DraftTokenIds(ids, drafts))
         for rid, toks in zip(ids, sampled, strict=True):
             if not toks:
                 continue
@@ -574,13 +667,14 @@ def _rel_diff(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def compare(cfg: Config, step_cost: StepCost | None = None) -> Comparison:
     """Run both sides on ``cfg`` and measure how far apart they are."""
     if step_cost is None:
-        step_cost = cost_function(cfg.scenario().cost.as_array())
+        step_cost = own_cost(cfg)
     ref, fast = run_simulator(cfg)
     v = run_vllm(cfg, step_cost)
     first = None
     for k, (a, b) in enumerate(zip(v.steps, ref.steps, strict=False)):
         late = _rel_diff(np.array([a.start, a.duration]), np.array([b.start, b.duration]))
-        if a.scheduled != b.scheduled or a.preempted != b.preempted or late.any():
+        blocks = a.blocks is not None and b.blocks is not None and a.blocks != b.blocks
+        if a.scheduled != b.scheduled or a.preempted != b.preempted or late.any() or blocks:
             first = k
             break
     if first is None and len(v.steps) != len(ref.steps):
@@ -910,5 +1004,81 @@ def _sync_configurations(
             3_000,
             max_num_batched_tokens=512,
             what="3,000-token prompts, budget 512: every prompt in chunks",
+        ),
+    ]
+
+
+def speculative_configurations() -> list[Config]:
+    """Speculative decoding against vLLM's synchronous ``Scheduler`` with a
+    ``SpeculativeConfig``: the fake runner returns 1 + accepted tokens per verify (the
+    simulator's draws) and k drafts after every step; KV blocks in use are compared too."""
+    tiny = small_requests(43, 40, 0.02)
+    azure = azure_requests(120)
+    shared = shared_prefix_requests(120, rate=8.0)
+    rng = np.random.default_rng(45)
+    once = [  # prompts of 16 m + 1 tokens, each sent again: a whole hit but the last token
+        Request(0.03 * k, rng.integers(1, VOCAB, 16 * int(rng.integers(2, 12)) + 1).tolist(),
+                int(rng.integers(5, 60)))
+        for k in range(40)
+    ]  # fmt: skip
+    retried = sorted(
+        once + [dataclasses.replace(r, arrival_s=r.arrival_s + 0.4) for r in once],
+        key=lambda r: r.arrival_s,
+    )
+    edge = small_requests(44, 30, 0.01)
+    edge_len = max(len(r.prompt) + r.output for r in edge)
+    kw: dict[str, Any] = {"max_num_batched_tokens": 256, "max_num_seqs": 8}
+    return [
+        *(
+            Config(
+                f"spec_{m}_tiny_kv",
+                tiny,
+                60,
+                speculative={"method": m, "num_tokens": 3, "acceptance": 0.7},
+                what=f"{m}, k = 3, acceptance 0.7; 40 requests on 60 KV blocks, budget 256: "
+                "preemptions"
+                + (", lookahead slots" if m != "ngram" else "")
+                + (", a drafting slot per request" if m == "draft_model" else ""),
+                **kw,
+            )
+            for m in ("ngram", "eagle", "draft_model")
+        ),
+        Config(
+            "spec_eagle_azure_tight",
+            azure,
+            400,
+            max_num_batched_tokens=512,
+            long_prefill_token_threshold=128,
+            speculative={"method": "eagle", "num_tokens": 4, "acceptance": [0.9, 0.7, 0.5, 0.3]},
+            what="eagle, k = 4, acceptance per position; Azure at 4x on 400 blocks, budget "
+            "512, threshold 128: chunked prompts beside verifies, preemptions",
+        ),
+        Config(
+            "spec_ngram_prefix_tight",
+            shared,
+            300,
+            enable_prefix_caching=True,
+            max_num_batched_tokens=1024,
+            speculative={"method": "ngram", "num_tokens": 5, "acceptance": 0.6},
+            what="ngram, k = 5, prefix caching with shared prefixes on 300 blocks",
+        ),
+        Config(
+            "spec_eagle_prefix_retries",
+            retried,
+            20_000,
+            enable_prefix_caching=True,
+            speculative={"method": "eagle", "num_tokens": 3, "acceptance": 0.7},
+            what="prompts sent twice, prefix caching: a retry that hits all but its last token "
+            "is padded to 1 + k rows",
+        ),
+        Config(
+            "spec_draft_model_max_model_len",
+            edge,
+            40,
+            max_model_len=edge_len,
+            speculative={"method": "draft_model", "num_tokens": 8, "acceptance": 0.8},
+            what="draft_model, k = 8, max_model_len the longest request's length: drafts and "
+            "lookahead capped at max_model_len, 40 blocks",
+            **kw,
         ),
     ]

@@ -487,7 +487,7 @@ def _decodes(
     return k, n, budget
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")  # one call site, once per decode
 def speculative_tokens(
     cfg: npt.NDArray[np.int64], rq: npt.NDArray[np.int32], i: int, new: int, room: int
 ) -> int:
