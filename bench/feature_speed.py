@@ -56,7 +56,7 @@ FEATURES: dict[str, dict[str, Any]] = {
         "async_scheduling": False,
         "enable_prefix_caching": False,
     },
-    "CPU KV tier": {"cpu_kv_cache_gb": 64.0},
+    "CPU KV tier": {"kv_offloading_size_gb": 64.0},
     # the scheduler's CPU time (docs/replay.md): about vLLM's 1.5 ms + 10 us per sequence
     "sched CPU (async)": {"sched_cpu_s": 1.5e-3, "sched_cpu_per_seq_s": 1e-5},
     "sched CPU (sync)": {
@@ -71,8 +71,9 @@ FEATURES: dict[str, dict[str, Any]] = {
 }
 ALL_ON = "all on"
 # features "all on" leaves out: the asynchronous variant contradicts the synchronous one
-# (which speculation needs), and swap is refused with speculation
-NOT_IN_ALL = ("off", "sched CPU (async)", "swap")
+# (which speculation needs), and swap and the CPU tier are refused with speculation (and
+# with each other: swap needs prefix caching off, the tier needs it on)
+NOT_IN_ALL = ("off", "sched CPU (async)", "swap", "CPU KV tier")
 
 LOOP = """
 import numpy as np

@@ -9,15 +9,24 @@ Llama-3-70B's (80 layers, 8 KV heads of 128, bf16: 327,680 bytes), the load
 bandwidth PCIe 5.0 x16. The cache alone: no timing and no concurrency, so
 no TTFT.
 
+``--replay``: the same trace replayed by the vllm policy with the CPU tier in
+the loop (``kv_offloading_size_gb`` 0, 8 and 64), Llama-3-70B on 8 H200s at a
+quarter of the trace's rate (bench/prefix_cache.py's scenario), with the
+profile's KV cache and with one shrunk to ``--gpu-blocks`` blocks of 16 tokens:
+GPU and CPU-tier hit shares of prompt tokens, TTFT p50 and p99, the GB loaded,
+and the seconds ``simulate`` took (its second run: the first compiles).
+
 Run from the repository root:
 
     .venv/bin/python bench/tier_study.py
+    .venv/bin/python bench/tier_study.py --replay
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,7 +42,64 @@ GPU_BLOCKS = 1_000  # bench/prefix_cache.py's smallest cache: 512k tokens
 CPU_GIB = [0, 8, 64, 256, 1024]
 
 
+def replay(gpu_blocks: int) -> None:
+    """The loop's tiers: hit shares, TTFT and the bytes loaded at 0, 8 and 64 GiB."""
+    import tempfile
+
+    from pipeline.contracts import REQUESTS
+    from pipeline.ingest import IngestOptions, ingest_logs
+    from pipeline.sim.replay_input import prepare, read_requests
+    from pipeline.sim.scenario import build_scenario
+    from pipeline.sim.simulate import simulate
+    from pipeline.sim.summary import summarize
+    from pipeline.warehouse import Warehouse
+
+    with tempfile.TemporaryDirectory() as tmp:
+        wh = Warehouse(Path(tmp) / "wh")
+        ingest_logs([str(MOONCAKE)], wh, IngestOptions(quiet=True))
+        frame = read_requests(wh.files(REQUESTS))
+    base = {"policy": "vllm", "profile": "llama-3-70b_h200_tp8", "max_model_len": 131072}
+    base |= {"time_scale": 4.0, "block_size": 16}
+    print(
+        "| GPU KV blocks | CPU tier | GPU hit | CPU hit | TTFT p50 s | TTFT p99 s | loaded GB "
+        "| loop s |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for blocks in (None, gpu_blocks):
+        for gib in (0, 8, 64):
+            values = {**base, "kv_offloading_size_gb": float(gib)}
+            if blocks is not None:
+                values["num_gpu_blocks"] = blocks
+            sc = build_scenario(values)
+            inp = prepare(frame, sc).inp
+            eng = sc.engine()
+            simulate(inp, eng)  # compiles, warms
+            t = time.perf_counter()
+            res = simulate(inp, eng)
+            loop_s = time.perf_counter() - t
+            s = summarize(res)
+            tiers = s.get("kv_tiers") or {}
+            prompt = float(inp.prompt_tokens.sum())
+            gpu_hit = s["prefix_token_hit_rate"] or 0.0
+            cpu = tiers.get("cpu_hit_tokens", 0) / prompt
+            print(
+                f"| {sc.num_kv_blocks} | {gib} GiB | {gpu_hit:.1%} | {cpu:.1%} | "
+                f"{s['ttft_p50_s']:.2f} | {s['ttft_p99_s']:.2f} | "
+                f"{tiers.get('tier_load_bytes', 0) / 1e9:.0f} | {loop_s:.2f} |",
+                flush=True,
+            )
+
+
 def main() -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--replay", action="store_true", help="the replay loop's tiers, with TTFT")
+    ap.add_argument("--gpu-blocks", type=int, default=8000)
+    args = ap.parse_args()
+    if args.replay:
+        replay(args.gpu_blocks)
+        return
     prompts = []
     with MOONCAKE.open() as f:
         for line in f:
