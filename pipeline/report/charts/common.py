@@ -223,3 +223,59 @@ def slo_rules(lines: tuple[SloLine, ...], *, axis: Literal["x", "y"] = "y") -> l
             )
             out.append(mark.encode(x=alt.datum(line.limit_s), y=alt.value(0)))
     return out
+
+
+def timeline_rows(
+    df: pl.DataFrame,
+    opts: ChartOptions,
+    measures: dict[str, str],
+    *,
+    title: str,
+    label_limit: int = 140,
+) -> AnyChart:
+    """Measures over simulated time as step lines: one row of panels per measure (its own
+    y scale), one column per panel of the layout, the scenarios coloured by series.
+
+    ``df``: scenario, bucket_start_s, bucket_s and the columns of ``measures`` (column ->
+    the row's label).
+    """
+    long = (
+        with_layout(df, opts)
+        .unpivot(
+            index=["scenario", "series", "panel", "bucket_start_s", "bucket_s"],
+            on=list(measures),
+            variable_name="measure",
+            value_name="value",
+        )
+        .with_columns(pl.col("measure").replace_strict(measures))
+    )
+    grid = opts.grid
+    width = WIDTH if not grid.faceted else max(180, WIDTH // max(1, len(grid.panels)) - 40)
+    chart = interactive(
+        alt.Chart(values(long), width=width, height=HEIGHT // 2)
+        .mark_line(interpolate="step-after")
+        .encode(
+            x=alt.X("bucket_start_s:Q", title="simulated time (s)"),
+            y=alt.Y("value:Q", title=None),
+            color=series_color(opts),
+            detail="scenario:N",
+            opacity=highlight_opacity(),
+            tooltip=[
+                alt.Tooltip("scenario:N"),
+                alt.Tooltip("measure:N"),
+                alt.Tooltip("bucket_start_s:Q", title="bucket start (s)", format=",.1f"),
+                alt.Tooltip("value:Q", format=",.3~f"),
+            ],
+        )
+    )
+    row = alt.Row(
+        "measure:N",
+        title=None,
+        sort=list(measures.values()),
+        header=alt.Header(labelAngle=0, labelAlign="left", labelLimit=label_limit),
+    )
+    if grid.faceted:
+        return chart.facet(
+            row=row, column=alt.Column("panel:N", title=None, sort=grid.panels), title=title
+        ).resolve_scale(y="independent")
+    return chart.facet(row=row, title=title).resolve_scale(y="independent")

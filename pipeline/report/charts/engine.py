@@ -3,19 +3,12 @@ preemptions over simulated time."""
 
 from __future__ import annotations
 
-import altair as alt
 import polars as pl
 
 from pipeline.report.charts.common import (
-    HEIGHT,
-    WIDTH,
     AnyChart,
     ChartOptions,
-    highlight_opacity,
-    interactive,
-    series_color,
-    values,
-    with_layout,
+    timeline_rows,
 )
 
 
@@ -54,43 +47,4 @@ def engine_timeline(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
                 f"{title} (time axis cut at {clip:,.0f} s; {longer} scenario"
                 f"{'s' if longer != 1 else ''} run longer)"
             )
-    long = (
-        with_layout(df, opts)
-        .unpivot(
-            index=["scenario", "series", "panel", "bucket_start_s", "bucket_s"],
-            on=list(measures),
-            variable_name="measure",
-            value_name="value",
-        )
-        .with_columns(pl.col("measure").replace_strict(measures))
-    )
-    grid = opts.grid
-    width = WIDTH if not grid.faceted else max(180, WIDTH // max(1, len(grid.panels)) - 40)
-    chart = interactive(
-        alt.Chart(values(long), width=width, height=HEIGHT // 2)
-        .mark_line(interpolate="step-after")
-        .encode(
-            x=alt.X("bucket_start_s:Q", title="simulated time (s)"),
-            y=alt.Y("value:Q", title=None),
-            color=series_color(opts),
-            detail="scenario:N",
-            opacity=highlight_opacity(),
-            tooltip=[
-                alt.Tooltip("scenario:N"),
-                alt.Tooltip("measure:N"),
-                alt.Tooltip("bucket_start_s:Q", title="bucket start (s)", format=",.1f"),
-                alt.Tooltip("value:Q", format=",.3~f"),
-            ],
-        )
-    )
-    row = alt.Row(
-        "measure:N",
-        title=None,
-        sort=list(measures.values()),
-        header=alt.Header(labelAngle=0, labelAlign="left", labelLimit=140),
-    )
-    if grid.faceted:
-        return chart.facet(
-            row=row, column=alt.Column("panel:N", title=None, sort=grid.panels), title=title
-        ).resolve_scale(y="independent")
-    return chart.facet(row=row, title=title).resolve_scale(y="independent")
+    return timeline_rows(df, opts, measures, title=title)

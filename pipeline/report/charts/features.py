@@ -4,19 +4,12 @@ a run that has the feature (``requires`` in reports/review.toml)."""
 
 from __future__ import annotations
 
-import altair as alt
 import polars as pl
 
 from pipeline.report.charts.common import (
-    HEIGHT,
-    WIDTH,
     AnyChart,
     ChartOptions,
-    highlight_opacity,
-    interactive,
-    series_color,
-    values,
-    with_layout,
+    timeline_rows,
 )
 
 SWAP_MEASURES = {
@@ -55,54 +48,6 @@ def _filled(df: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _rows_of_panels(
-    long: pl.DataFrame, opts: ChartOptions, measures: dict[str, str], fmt: str
-) -> AnyChart:
-    grid = opts.grid
-    width = WIDTH if not grid.faceted else max(180, WIDTH // max(1, len(grid.panels)) - 40)
-    chart = interactive(
-        alt.Chart(values(long), width=width, height=HEIGHT // 2)
-        .mark_line(interpolate="step-after")
-        .encode(
-            x=alt.X("bucket_start_s:Q", title="simulated time (s)"),
-            y=alt.Y("value:Q", title=None),
-            color=series_color(opts),
-            detail="scenario:N",
-            opacity=highlight_opacity(),
-            tooltip=[
-                alt.Tooltip("scenario:N"),
-                alt.Tooltip("measure:N"),
-                alt.Tooltip("bucket_start_s:Q", title="bucket start (s)", format=",.1f"),
-                alt.Tooltip("value:Q", format=fmt),
-            ],
-        )
-    )
-    row = alt.Row(
-        "measure:N",
-        title=None,
-        sort=list(measures.values()),
-        header=alt.Header(labelAngle=0, labelAlign="left", labelLimit=160),
-    )
-    if grid.faceted:
-        return chart.facet(
-            row=row, column=alt.Column("panel:N", title=None, sort=grid.panels), title=opts.title
-        ).resolve_scale(y="independent")
-    return chart.facet(row=row, title=opts.title).resolve_scale(y="independent")
-
-
-def _long(df: pl.DataFrame, opts: ChartOptions, measures: dict[str, str]) -> pl.DataFrame:
-    return (
-        with_layout(df, opts)
-        .unpivot(
-            index=["scenario", "series", "panel", "bucket_start_s", "bucket_s"],
-            on=list(measures),
-            variable_name="measure",
-            value_name="value",
-        )
-        .with_columns(pl.col("measure").replace_strict(measures))
-    )
-
-
 def swap_timeline(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
     """KV swapped out and in (MB per bucket), and the share of its step time the busiest
     replica waited for the copies, over simulated time: one row of panels per measure, the
@@ -121,7 +66,7 @@ def swap_timeline(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
         )
         .sort("scenario", "bucket_start_s")
     )
-    return _rows_of_panels(_long(per, opts, SWAP_MEASURES), opts, SWAP_MEASURES, ",.3~f")
+    return timeline_rows(per, opts, SWAP_MEASURES, title=opts.title, label_limit=160)
 
 
 def spec_timeline(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
@@ -132,4 +77,4 @@ def spec_timeline(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
     Expects: scenario, bucket_start_s, bucket_s, accepted_per_step, acceptance_rate.
     """
     per = df.select("scenario", "bucket_start_s", "bucket_s", *SPEC_MEASURES)
-    return _rows_of_panels(_long(per, opts, SPEC_MEASURES), opts, SPEC_MEASURES, ",.3~f")
+    return timeline_rows(per, opts, SPEC_MEASURES, title=opts.title, label_limit=160)
