@@ -413,6 +413,8 @@ def interval_dict(search: SearchOutcome) -> dict[str, Any] | None:
     "[default: the first pool].",
 )
 @opt.intervals
+@opt.jobs
+@opt.ray
 @opt.gpu_hour_price
 @opt.output
 @opt.locked
@@ -435,6 +437,8 @@ def capacity_command(
     compare_split: bool,
     shared_like: str | None,
     no_intervals: bool,
+    jobs: int | None,
+    ray_address: str | None,
     gpu_hour_price: float | None,
     quiet: bool,
     as_json: bool,
@@ -482,6 +486,8 @@ def capacity_command(
         max_replicas=max_replicas,
     )
     prices = gpu_prices(cfg, gpu_hour_price)
+    # where the intervals' independent replays run (replicates, cost-scaled replays)
+    parallel: dict[str, Any] = {"jobs": jobs, "ray_address": ray_address}
     if "pool" not in inputs.base and _disaggregated(inputs.base):
         # its knob is the (prefill, decode) pair: searched as a fleet of one pool
         name = str(inputs.base.get("name") or "pd")
@@ -492,11 +498,11 @@ def capacity_command(
             specs = [s for s in inputs.specs if s.kind == "replicas"] or inputs.specs
             inputs = dataclasses.replace(inputs, specs=specs)
         _fleet(wh, inputs, requests, summary_only, quiet, no_intervals, compare_split,
-               shared_like, prices, margin_pct, recommend_out, as_json)  # fmt: skip
+               shared_like, prices, margin_pct, recommend_out, as_json, parallel)  # fmt: skip
         return
     if inputs.base.get("autoscale"):
         _autoscaled(wh, inputs, kinds, requests, summary_only, quiet, no_intervals, prices,
-                    margin_pct, recommend_out, as_json)  # fmt: skip
+                    margin_pct, recommend_out, as_json, parallel)  # fmt: skip
         return
     if compare_split or shared_like is not None:
         flag = "--compare-split" if compare_split else "--shared-like"
@@ -513,6 +519,7 @@ def capacity_command(
         summary_only=summary_only,
         quiet=quiet,
         intervals=not no_intervals,
+        **parallel,
     )
     rec = recommend(result, inputs.base, prices, margin_pct)
     if rec.chosen is not None:
@@ -551,6 +558,7 @@ def _autoscaled(
     margin_pct: float,
     recommend_out: Path | None,
     as_json: bool,
+    parallel: dict[str, Any],
 ) -> None:
     """``capacity`` for an autoscaled scenario: the fewest fixed replicas beside the
     autoscaled replay (``plan/autoscale_plan.py``)."""
@@ -576,6 +584,7 @@ def _autoscaled(
         summary_only=summary_only,
         quiet=quiet,
         intervals=not no_intervals,
+        **parallel,
     )
     rec = recommend(result, fixed_values(inputs.base), prices, margin_pct)
     if rec.chosen is not None:
@@ -616,6 +625,7 @@ def _fleet(
     margin_pct: float,
     recommend_out: Path | None,
     as_json: bool,
+    parallel: dict[str, Any],
 ) -> None:
     """``capacity`` for a fleet: each pool's fewest replicas, the total, shared vs split."""
     from pipeline.cli.fleet_capacity import (
@@ -634,6 +644,7 @@ def _fleet(
         summary_only=summary_only,
         quiet=quiet,
         intervals=not no_intervals,
+        **parallel,
         compare_split=compare_split,
         shared_like=shared_like,
         prices=prices,

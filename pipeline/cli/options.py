@@ -725,3 +725,20 @@ def lock_timeout(f: F) -> F:
         help="Wait this long for another command writing the warehouse, then give up "
         "[env TRACEREPLAY_LOCK_TIMEOUT].",
     )(f)
+
+
+jobs = click.option(
+    "--jobs",
+    "-j",
+    type=BoundedInt(1, 4096),
+    default=None,
+    help="Local worker processes [default: every core; 1 runs in this process].",
+)
+ray = click.option(
+    "--ray",
+    "ray_address",
+    metavar="ADDRESS",
+    default=None,
+    help="Run on the Ray cluster at ADDRESS (what `ray start --head` prints; 'auto' for a "
+    "local one). Needs pip install 'tracereplay[ray]' on every node.",
+)

@@ -138,21 +138,8 @@ def result_dict(
 @opt.warehouse
 @opt.config_file
 @opt.selection
-@click.option(
-    "--jobs",
-    "-j",
-    type=opt.BoundedInt(1, 4096),
-    default=None,
-    help="Local worker processes [default: every core; 1 runs in this process].",
-)
-@click.option(
-    "--ray",
-    "ray_address",
-    metavar="ADDRESS",
-    default=None,
-    help="Run on the Ray cluster at ADDRESS (what `ray start --head` prints; 'auto' for a "
-    "local one). Needs pip install 'tracereplay[ray]' on every node.",
-)
+@opt.jobs
+@opt.ray
 @click.option(
     "--slo",
     "slo_items",

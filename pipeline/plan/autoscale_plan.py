@@ -182,6 +182,8 @@ def run_autoscale_capacity(
     run_id: str | None = None,
     selection: RequestFilter | None = None,
     intervals: bool = True,
+    jobs: int | None = None,
+    ray_address: str | None = None,
 ) -> tuple[CapacityResult, AutoscaleComparison]:
     """Autoscaled against fixed for a scenario with an autoscale table (module docstring).
 
@@ -229,6 +231,8 @@ def run_autoscale_capacity(
         selection=selection,
         intervals=intervals,
         extra=step,
+        jobs=jobs,
+        ray_address=ray_address,
     )
     return result, found[0]
 

@@ -45,6 +45,7 @@ import pyarrow as pa
 from pipeline.contracts import CAPACITY_SEARCH
 from pipeline.errors import ConfigError, ScenarioError
 from pipeline.lock import with_warehouse_lock
+from pipeline.plan.executor import default_jobs
 from pipeline.plan.intervals import END_TOLERANCE, FEWEST, AnswerInterval, Knob, Reversal
 from pipeline.plan.knobs import concurrency_knob, swap_knob
 from pipeline.plan.prober import ProbeContext, Prober
@@ -385,6 +386,8 @@ def run_capacity(
     selection: RequestFilter | None = None,
     intervals: bool = True,
     extra: Callable[[ProbeContext, CapacityResult], dict[str, Any]] | None = None,
+    jobs: int | None = None,
+    ray_address: str | None = None,
 ) -> CapacityResult:
     """Run the capacity searches for one base scenario and write every probe.
 
@@ -404,6 +407,9 @@ def run_capacity(
             to ``ctx.outcomes`` are written with the probes); what it returns is the
             result's ``extra`` and goes into the runs row's details
             (``autoscale_plan.py``: the autoscaled replay beside the fixed search).
+        jobs: local worker processes for the intervals' independent replays (an answer's
+            replicates and cost-scaled replays; default: every core; 1 runs here).
+        ray_address: run those on the Ray cluster at this address instead.
 
     Raises:
         ConfigError: no SLO, an empty range, no requests selected, a fleet (``fleet.py``).
@@ -454,8 +460,9 @@ def run_capacity(
         with progress("capacity search", total=None, quiet=quiet) as bar:
             window = trace_window(frame["arrival_s"].to_numpy()) if intervals else None
             ctx = ProbeContext(
-                frame, base_values, base.name, slos, run_id, wh, summary_only, outcomes, bar, window
-            )
+                frame, base_values, base.name, slos, run_id, wh, summary_only, outcomes, bar,
+                window, jobs=jobs or default_jobs(), ray_address=ray_address,
+            )  # fmt: skip
             for spec, knob, lo, hi in plans:
                 prober = Prober(ctx, spec, knob)
                 found = _search(spec, prober.verdict, lo, hi, base_rate)

@@ -70,6 +70,7 @@ from pipeline.plan.capacity import (
     capacity_table,
 )
 from pipeline.plan.disagg_plan import DisaggPlan, plan_disaggregation
+from pipeline.plan.executor import default_jobs
 from pipeline.plan.intervals import END_TOLERANCE, Knob
 from pipeline.plan.prober import ProbeContext, Prober
 from pipeline.plan.recommend import Recommendation, recommend, toml_text, toml_value
@@ -419,6 +420,8 @@ def run_fleet_capacity(
     run_id: str | None = None,
     selection: RequestFilter | None = None,
     intervals: bool = True,
+    jobs: int | None = None,
+    ray_address: str | None = None,
     compare_split: bool = False,
     shared_like: str | None = None,
     prices: dict[str, float] | None = None,
@@ -577,6 +580,7 @@ def run_fleet_capacity(
                     ctx = ProbeContext(
                         share, p.values, p.scenario.name, p.slos, run_id, wh, summary_only,
                         outcomes, bar, window, prepare_once=True,
+                        jobs=jobs or default_jobs(), ray_address=ray_address,
                     )  # fmt: skip
                     prober = Prober(ctx, pool_spec, "replicas")
                     found = _search(pool_spec, prober.verdict, lo, hi, None)

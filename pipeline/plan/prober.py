@@ -12,6 +12,7 @@ unless the run is summary only); those only the interval needed are
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -67,6 +68,10 @@ class ProbeContext:
     trace_window: int | None = None  # requests per window when replicates resample the trace
     # the knob leaves the requests' preparation alone (replicas): prepare them once
     prepare_once: bool = False
+    # where the interval's independent replays run (``replicates.measure_all``): local
+    # worker processes, or the Ray cluster at ``ray_address``
+    jobs: int = 1
+    ray_address: str | None = None
 
 
 @dataclass
@@ -134,27 +139,40 @@ class Prober:
         """The probes only the interval needed, in the order they ran."""
         return [(v, o) for v, o in self.done.items() if self.role[v] == "interval"]
 
-    def _at_cost(self, value: float, prep: Prepared | None = None) -> list[dict[str, float | None]]:
-        """Each SLO's statistic at ``value`` replayed at the low and the high step cost of
-        the profile term (none when its sd is 0)."""
+    def _at_cost(self, value: float, prep: Prepared | None = None) -> list[replicates.Measurement]:
+        """The replays of ``value`` at the low and the high step cost of the profile term
+        (none when its sd is 0)."""
         sc = self.scenario(value)
         unc = sc.cost_uncertainty
         if unc.log_sd <= 0:
             return []
         prep = prep or self.prepared(sc)
         return [
-            replicates.measure(
-                dataclasses.replace(sc, cost=scaled_cost(sc.cost, factor)), prep, self.ctx.slos
+            replicates.Measurement(
+                dataclasses.replace(sc, cost=scaled_cost(sc.cost, factor)),
+                prep,
+                tuple(self.ctx.slos),
             )
             for factor in cost_factors(unc.log_sd, Z)
         ]
 
-    def _profile_term(self, value: float) -> dict[str, tuple[float, float]]:
-        main, at_cost = self.measured(value), self._at_cost(value)
-        return {
-            s.key: civ.profile_halfwidths(main[s.key], [a[s.key] for a in at_cost])
-            for s in self.ctx.slos
-        }
+    def _measure_all(self, ms: list[replicates.Measurement]) -> list[replicates.Measured]:
+        found = replicates.measure_all(ms, jobs=self.ctx.jobs, ray_address=self.ctx.ray_address)
+        return [m for m, _ in found]
+
+    def _profile_terms(self, values: list[float]) -> dict[float, dict[str, tuple[float, float]]]:
+        """The profile term at each of ``values``: their cost-scaled replays run at once."""
+        at_cost = [self._at_cost(v) for v in values]
+        flat = self._measure_all([m for ms in at_cost for m in ms])
+        out, k = {}, 0
+        for v, ms in zip(values, at_cost, strict=True):
+            main, mine = self.measured(v), flat[k : k + len(ms)]
+            k += len(ms)
+            out[v] = {
+                s.key: civ.profile_halfwidths(main[s.key], [a[s.key] for a in mine])
+                for s in self.ctx.slos
+            }
+        return out
 
     def answer_interval(
         self, answer: float, knob: civ.Knob, num_replicates: int = replicates.REPLICATES
@@ -165,13 +183,24 @@ class Prober:
         c, slos = self.ctx, self.ctx.slos
         sc = self.scenario(answer)
         prep = self.prepared(sc)
-        main, bootstrap = replicates.measure_with_bootstrap(sc, prep, slos)
         c.bar.describe(f"capacity search: {self.spec.kind} interval at {fmt_value(answer)}")
-        reps = [
-            replicates.measure(*replicates.replicate(c.frame, sc, r, c.trace_window), slos)
-            for r in range(1, num_replicates + 1)
-        ]
-        at_cost = self._at_cost(answer, prep)
+        # the answer's own replay (for its bootstrap), its replicates and its cost-scaled
+        # replays are independent: one batch, in parallel where jobs allow
+        # (a generator: each replicate's requests are prepared as a worker gets free)
+        batch = itertools.chain(
+            [replicates.Measurement(sc, prep, tuple(slos), bootstrap=True)],
+            (
+                replicates.Measurement(
+                    *replicates.replicate(c.frame, sc, r, c.trace_window), tuple(slos)
+                )
+                for r in range(1, num_replicates + 1)
+            ),
+            self._at_cost(answer, prep),
+        )
+        found = replicates.measure_all(batch, jobs=c.jobs, ray_address=c.ray_address)
+        main, bootstrap = found[0]
+        reps = [m for m, _ in found[1 : num_replicates + 1]]
+        at_cost = [m for m, _ in found[num_replicates + 1 :]]
         model = civ.SpreadModel(
             arrivals={
                 s.key: civ.arrivals_halfwidth(
@@ -192,8 +221,9 @@ class Prober:
 
         ends = civ.answer_ends(self.spec.kind, answer, probe, lambda: list(self.done), knob, slos)
         if sc.cost_uncertainty.log_sd > 0:  # the profile term where the ends are, then again
-            for end in sorted({e for e in ends if e is not None and e != answer}):
-                model.profile[end] = self._profile_term(end)
+            model.profile.update(
+                self._profile_terms(sorted({e for e in ends if e is not None and e != answer}))
+            )
             ends = civ.answer_ends(
                 self.spec.kind, answer, probe, lambda: list(self.done), knob, slos
             )

@@ -25,6 +25,8 @@ SLO's statistic is kept.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -32,9 +34,11 @@ import numpy.typing as npt
 import polars as pl
 
 from pipeline.busiest import WARMUP_COLUMN
+from pipeline.errors import ScenarioError
+from pipeline.plan.executor import run_tasks
 from pipeline.plan.intervals import slo_bootstrap
 from pipeline.plan.slo import Slo, evaluate
-from pipeline.plan.tasks import sim_metrics
+from pipeline.plan.tasks import sim_metrics, writable
 from pipeline.sim import intervals as iv
 from pipeline.sim.disagg import simulate_disaggregated
 from pipeline.sim.replay_input import Prepared, prepare
@@ -108,6 +112,59 @@ def replicate(
     rng = np.random.default_rng([sc.seed, number, SEED_SALT])
     resampled = resample_trace(frame, window or trace_window(frame["arrival_s"].to_numpy()), rng)
     return sc, prepare(resampled, sc)
+
+
+Measured = dict[str, float | None]  # SLO key -> statistic (None: no request completed)
+Bootstrap = dict[str, tuple[float, float] | None]  # SLO key -> bootstrap interval
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One replay to measure, nothing written: what a worker process needs."""
+
+    scenario: Scenario
+    prepared: Prepared
+    slos: tuple[Slo, ...]
+    bootstrap: bool = False
+
+
+def run_measurement(m: Measurement) -> tuple[Measured, Bootstrap]:
+    """``measure_with_bootstrap`` of one ``Measurement`` (a task of ``measure_all``)."""
+    return measure_with_bootstrap(
+        m.scenario, writable(m.prepared), list(m.slos), bootstrap=m.bootstrap
+    )
+
+
+def measure_all(
+    measurements: Iterable[Measurement], *, jobs: int = 1, ray_address: str | None = None
+) -> list[tuple[Measured, Bootstrap]]:
+    """Every measurement's statistics, in order: replayed at once on ``jobs`` local worker
+    processes (forked: they inherit the loaded loop) or on the Ray cluster at
+    ``ray_address``, each replay independent of the others; ``jobs == 1`` here, one after
+    the other. ``measurements`` is drawn lazily, a few ahead of the free workers, so a
+    generator keeps only those in flight prepared. The results are the same whichever
+    runs them.
+
+    Raises:
+        ScenarioError: a replay failed (the first, by position).
+    """
+    names: list[str] = []
+
+    def drawn() -> Iterator[Measurement]:
+        for m in measurements:
+            names.append(m.scenario.name)
+            yield m
+
+    found: dict[int, tuple[Measured, Bootstrap] | BaseException | None] = {}
+    for i, res in run_tasks(run_measurement, drawn(), jobs=max(1, jobs), ray_address=ray_address):
+        found[i] = res
+    out = []
+    for i, name in enumerate(names):
+        got = found.get(i)
+        if got is None or isinstance(got, BaseException):
+            raise ScenarioError(f"interval replay {name} failed: {got}")
+        out.append(got)
+    return out
 
 
 def measure(sc: Scenario, prep: Prepared, slos: list[Slo]) -> dict[str, float | None]:

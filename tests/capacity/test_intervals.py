@@ -22,9 +22,16 @@ from pipeline.contracts import (
     VERSION_KEY,
     read_table,
 )
+from pipeline.errors import ScenarioError
 from pipeline.plan import intervals as civ
 from pipeline.plan.capacity import SearchSpec, run_capacity
-from pipeline.plan.replicates import replicate_seed, resample_trace, trace_window
+from pipeline.plan.replicates import (
+    Measurement,
+    measure_all,
+    replicate_seed,
+    resample_trace,
+    trace_window,
+)
 from pipeline.plan.slo import parse_slos
 from pipeline.report.sql import query
 from pipeline.sim.replay_input import read_requests, select_request_files
@@ -192,6 +199,29 @@ def test_intervals_are_deterministic_given_the_seed(
         assert a.interval.replicates == b.interval.replicates
     other = run_capacity(wh, {**BASE, "name": "base", "seed": 5}, slos, specs[1:], quiet=True)
     assert other.searches[0].interval.replicates != result.searches[1].interval.replicates
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_intervals_are_the_same_whichever_process_replays_them(searched: Any, jobs: int) -> None:
+    """The answers' replicates and cost-scaled replays run in worker processes (jobs=2)
+    or here (jobs=1): the same intervals as the default run's."""
+    wh, result, specs, slos = searched
+    again = run_capacity(wh, {**BASE, "name": "base"}, slos, specs, quiet=True, jobs=jobs)
+    for a, b in zip(result.searches, again.searches, strict=True):
+        assert a.interval is not None and b.interval is not None
+        assert (a.answer, a.interval.lo, a.interval.hi) == (b.answer, b.interval.lo, b.interval.hi)
+        assert a.interval.replicates == b.interval.replicates
+        assert a.interval.at_cost == b.interval.at_cost
+        assert a.interval.model.profile == b.interval.model.profile
+    assert again.num_interval_replays == result.num_interval_replays
+
+
+def test_a_failing_interval_replay_names_its_scenario(searched: Any) -> None:
+    _, result, _, slos = searched
+    sc = result.searches[0].answer_probe.run.scenario
+    bad = Measurement(sc, None, tuple(slos))  # type: ignore[arg-type]
+    with pytest.raises(ScenarioError, match=f"interval replay {sc.name} failed"):
+        measure_all([bad, bad], jobs=2)
 
 
 def test_the_search_table_stores_the_intervals(searched: Any) -> None:
