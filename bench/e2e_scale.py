@@ -12,7 +12,13 @@ first, so the figures exclude start-up):
   sim_steps), with its parts: read, prepare, loop (the compiled loop alone),
   and write (the rest: building and writing the tables, whose step rows are
   written as the loop hands them out, and the summary);
-- peak RSS of the end-to-end process (whole process, max over runs).
+- peak RSS of the end-to-end process (whole process, max over runs);
+- at the first size, the end to end replay with ``jobs=1`` (the profile term's
+  two replays for the intervals one after the other, in this process) against
+  ``jobs=2`` (in forked children beside the main replay), alternating.
+
+The end to end replays carry intervals (the default): three replays of the loop,
+whose two profile replays are in ``write``.
 
 Run from the repository root:
 
@@ -73,10 +79,10 @@ def timed(name, fn):
         finally:
             parts[name] += time.perf_counter() - t
     return wrapper
-rp.read_requests = timed("read", rp.read_requests)
+rp.read_window = timed("read", rp.read_window)
 rp.prepare = timed("prepare", rp.prepare)
 t = time.perf_counter()
-result = rp.replay(Path({wh!r}), [sc], quiet=True, run_id="bench-e2e")
+result = rp.replay(Path({wh!r}), [sc], quiet=True, run_id="bench-e2e", jobs={jobs})
 e2e_s = time.perf_counter() - t
 for table in ("sim_requests", "sim_steps", "scenarios"):
     shutil.rmtree(Path({wh!r}) / table / "run_id=bench-e2e", ignore_errors=True)
@@ -105,7 +111,7 @@ def main() -> None:
     for n in sizes:
         prep = {key: statistics.median(r[key] for r in preps[n]) for key in preps[n][0]}
         reps = 1 if n >= 10_000_000 else args.repeats
-        e2e = child(E2E.format(scenario=SCENARIO, wh=str(whs[n])), repeats=reps)
+        e2e = child(E2E.format(scenario=SCENARIO, wh=str(whs[n]), jobs=None), repeats=reps)
         rows.append((n, prep, e2e))
         print(
             f"{n:>10,}: read+prepare {prep['read_prepare_s']:.2f} s (read {prep['read_s']:.2f}, "
@@ -114,10 +120,33 @@ def main() -> None:
             f"write {e2e['write_s']:.2f}); peak RSS {e2e['peak_rss_mb']:,.0f} MB",
             flush=True,
         )
+    n0 = sizes[0]  # the profile term's replays beside the main one, or one after the other
+    side: dict[int, list[dict[str, float]]] = {1: [], 2: []}
+    for _ in range(args.repeats):
+        for jobs in (1, 2):
+            code = E2E.format(scenario=SCENARIO, wh=str(whs[n0]), jobs=jobs)
+            side[jobs].append(child(code, repeats=1))
+    walls = {j: statistics.median(r["e2e_s"] for r in rs) for j, rs in side.items()}
+    pairs = [b["e2e_s"] / a["e2e_s"] for a, b in zip(side[1], side[2], strict=True)]
+    print(
+        f"{n0:,} end to end with intervals: {walls[1]:.2f} s with --jobs 1, {walls[2]:.2f} s "
+        f"with --jobs 2 (the profile replays in forked children): {walls[2] / walls[1]:.2f}x, "
+        f"median of {len(pairs)} pairs {statistics.median(pairs):.2f}x; load average "
+        f"{os.getloadavg()[0]:.1f}",
+        flush=True,
+    )
     base = rows[0]
     for n, prep, _ in rows[1:]:
         ratio = prep["read_prepare_s"] / base[1]["read_prepare_s"]
-        print(f"read+prepare {n:,} / {base[0]:,}: {ratio:.2f}x (linear: {n / base[0]:.1f}x)")
+        pairs = [  # each round's sizes ran one after the other: their ratio saw one load
+            a["read_prepare_s"] / b["read_prepare_s"]
+            for a, b in zip(preps[n], preps[base[0]], strict=False)
+        ]
+        print(
+            f"read+prepare {n:,} / {base[0]:,}: {ratio:.2f}x of the medians, "
+            f"{statistics.median(pairs):.2f}x the median of {len(pairs)} pairs "
+            f"({', '.join(f'{p:.2f}' for p in pairs)}; linear: {n / base[0]:.1f}x)"
+        )
     if sizes != [1_000_000, 5_000_000, 10_000_000]:
         return
     lines = [

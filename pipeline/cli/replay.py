@@ -252,6 +252,7 @@ def result_dict(
 )
 @opt.scenario_flags
 @opt.intervals
+@opt.jobs
 @opt.gpu_hour_price
 @opt.output
 @opt.locked
@@ -265,6 +266,7 @@ def replay_command(
     scenario_flags: dict[str, Any],
     sets: tuple[str, ...],
     no_intervals: bool,
+    jobs: int | None,
     gpu_hour_price: float | None,
     quiet: bool,
     as_json: bool,
@@ -276,7 +278,8 @@ def replay_command(
     Policies: {policies}; see docs/replay.md for every key.
     Prints per scenario: throughput, TTFT, TPOT and E2E percentiles with their
     90% intervals (arrivals: a block bootstrap of the replayed requests;
-    profile: two more replays at the step cost's error; --no-intervals leaves
+    profile: two more replays at the step cost's error, beside the main one
+    on a spare core (--jobs 1: one after the other); --no-intervals leaves
     them out), queue depth, preemptions and KV peak usage; per tenant and per
     model (where there are several) the same percentiles, and with --slo each
     SLO's verdict and the goodput, whole traffic and per class; for a fleet
@@ -303,6 +306,7 @@ def replay_command(
         quiet=quiet,
         intervals=not no_intervals,
         slos=parse_slos(slo_items),
+        jobs=jobs,
     )
     prices = gpu_prices(cfg, gpu_hour_price)
     if as_json:

@@ -45,7 +45,6 @@ import pyarrow as pa
 from pipeline.contracts import CAPACITY_SEARCH
 from pipeline.errors import ConfigError, ScenarioError
 from pipeline.lock import with_warehouse_lock
-from pipeline.plan.executor import default_jobs
 from pipeline.plan.intervals import END_TOLERANCE, FEWEST, AnswerInterval, Knob, Reversal
 from pipeline.plan.knobs import concurrency_knob, swap_knob
 from pipeline.plan.prober import ProbeContext, Prober
@@ -56,6 +55,7 @@ from pipeline.plan.search import SearchResult, highest_float, highest_int, lowes
 from pipeline.plan.slo import Slo, format_seconds, parse_slos
 from pipeline.plan.tasks import TaskOutcome, offered_rate, write_scenarios
 from pipeline.plan.unloaded import explain_none
+from pipeline.processes import default_jobs
 from pipeline.progress import progress
 from pipeline.runs import write_run_row
 from pipeline.selection import RequestFilter

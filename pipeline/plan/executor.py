@@ -28,11 +28,9 @@ that a caller can build large inputs (prepared requests) just in time.
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import multiprocessing
 import os
-import signal
 import sys
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -41,19 +39,12 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any, TypeVar
 
 from pipeline.errors import ConfigError
+from pipeline.processes import die_with_parent
 
 T = TypeVar("T")
 R = TypeVar("R")
 
 AHEAD = 2  # tasks queued per worker beyond the one it runs
-
-
-def default_jobs() -> int:
-    """Every core this process may run on."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not on Linux
-        return max(1, os.cpu_count() or 1)
 
 
 def run_tasks(
@@ -91,29 +82,11 @@ def _run_here(fn: Callable[[T], R], tasks: Iterable[T]) -> Iterator[tuple[int, R
             yield i, exc
 
 
-_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
-
-
-def _die_with_parent(parent: int) -> None:
-    """Worker initializer: be killed when the parent dies, however it dies.
-
-    # NOTE: without it a worker of a parent killed with SIGKILL is re-parented
-    # and blocks on its task pipe forever. The signal fires when the *thread*
-    # that forked the worker ends; the pool forks from the thread that submits
-    # tasks, which lives as long as the sweep.
-    """
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent:  # the parent died before the request took effect
-        os._exit(1)
-
-
 def _pool(jobs: int) -> ProcessPoolExecutor:
     return ProcessPoolExecutor(
         max_workers=jobs,
         mp_context=_context(),
-        initializer=_die_with_parent,
+        initializer=die_with_parent,
         initargs=(os.getpid(),),
     )
 

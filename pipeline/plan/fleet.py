@@ -70,7 +70,6 @@ from pipeline.plan.capacity import (
     capacity_table,
 )
 from pipeline.plan.disagg_plan import DisaggPlan, plan_disaggregation
-from pipeline.plan.executor import default_jobs
 from pipeline.plan.intervals import END_TOLERANCE, Knob
 from pipeline.plan.prober import ProbeContext, Prober
 from pipeline.plan.recommend import Recommendation, recommend, toml_text, toml_value
@@ -79,6 +78,7 @@ from pipeline.plan.slo import Slo
 from pipeline.plan.tasks import ScenarioTask, TaskOutcome, offered_rate, run_task, write_scenarios
 from pipeline.plan.tasks import write_tables as _write_tables
 from pipeline.pricing import deployment_cost, gpu_kind
+from pipeline.processes import default_jobs
 from pipeline.progress import progress
 from pipeline.runs import write_run_row
 from pipeline.selection import RequestFilter

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.lock import with_warehouse_lock
-from pipeline.plan.executor import default_jobs, run_tasks
+from pipeline.plan.executor import run_tasks
 from pipeline.plan.grid import Grid
 from pipeline.plan.slo import Slo
 from pipeline.plan.tasks import (
@@ -34,6 +34,7 @@ from pipeline.plan.tasks import (
     write_scenarios,
     write_tables,
 )
+from pipeline.processes import default_jobs
 from pipeline.progress import progress
 from pipeline.runs import write_run_row
 from pipeline.selection import RequestFilter

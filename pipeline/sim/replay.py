@@ -184,6 +184,7 @@ def replay(
     chunk_rows: int = CHUNK_ROWS,
     intervals: bool = True,
     slos: Sequence[Slo] = (),
+    jobs: int | None = None,
 ) -> ReplayResult:
     """Replay the selected requests through every scenario and write the results.
 
@@ -200,7 +201,9 @@ def replay(
             row group of sim_requests (bounds the memory the writing takes).
         intervals: give each summary's TTFT, TPOT and E2E percentiles their 90%
             intervals (``pipeline.sim.uncertainty``: a bootstrap, and two more
-            replays for the profile term).
+            replays for the profile term, in forked children beside the main replay
+            when ``jobs`` leaves a core to spare: ``uncertainty.start_profile_statistics``).
+        jobs: cores a replay may use (default: every core; 1: one process).
         slos: objectives (``pipeline.plan.slo``): each summary gets each one's verdict
             and the goodput, for the whole traffic and per class (``sim.classes``).
 
@@ -230,7 +233,7 @@ def replay(
         if scenarios:
             load_loop(scenarios[0].engine(), quiet=quiet)
         run_one = functools.partial(
-            _run_one, quiet=quiet, rows=chunk_rows, intervals=intervals, slos=slos
+            _run_one, quiet=quiet, rows=chunk_rows, intervals=intervals, slos=slos, jobs=jobs
         )
         for sc in scenarios:  # each scenario's inputs are let go once it has run
             runs.append(run_one(wh, run_id, sc, prepared.pop(0)))
@@ -278,14 +281,16 @@ def _run_one(
     rows: int,
     intervals: bool = False,
     slos: Sequence[Slo] = (),
+    jobs: int | None = None,
 ) -> ScenarioRun:
     """Run one scenario; its step rows are written as the loop hands them out."""
     if isinstance(prep, FleetPrepared):
         return _run_fleet(
             wh, run_id, sc, prep, quiet=quiet, rows=rows, intervals=intervals, slos=slos
         )
-    # the profile term's replays run first, while the input is still held
-    at_cost = uncertainty.profile_statistics(sc, prep.inp) if intervals else None
+    # the profile term's replays start first, while the input is still held: in forked
+    # children beside the main replay where a core is free, else here, now
+    at_cost = uncertainty.start_profile_statistics(sc, prep.inp, jobs=jobs) if intervals else None
     n, inputs, ids, facts = len(prep.inp), [prep.inp], prep.request_ids, _facts(prep)
     classes = prep.classes
     del prep  # the caller holds it no more: the loop frees the input once it has copied it
@@ -307,8 +312,8 @@ def _run_one(
     if slos:
         summary.update(whole_traffic_slos(res, classes, slos, summary["duration_s"]))
     summary["classes"] = class_summary(res, classes, slos, summary["duration_s"])
-    if intervals:
-        summary["intervals"] = uncertainty.summary_intervals(sc, res, at_cost)
+    if at_cost is not None:
+        summary["intervals"] = uncertainty.summary_intervals(sc, res, at_cost())
     paths = {
         "sim_steps": steps_out.path,
         "sim_requests": write_sim_requests(

@@ -9,7 +9,8 @@ Two sources, one interval each, added side by side in quadrature
   exp(-z sd) and exp(+z sd) (``cost_uncertainty.py``; z = 1.645 for 90%): where
   the statistic rises with the step cost, as latencies do, those two replays
   are exactly its 5th and 95th percentiles under the profile's error. Skipped
-  when the sd is 0.
+  when the sd is 0. Where a core is free they run in forked children while the
+  main replay runs (``forked.py``; the same statistics either way).
 
 What the summary stores, under ``intervals`` (JSON): the level, the windows and
 resamples, the sd and its source, and per statistic its interval (``lo``,
@@ -20,11 +21,13 @@ cost (``at_cost``), from which ``compare`` builds the interval of a change.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from pipeline.sim import forked
 from pipeline.sim import intervals as iv
 from pipeline.sim.cost_uncertainty import cost_factors, scaled_cost
 from pipeline.sim.disagg import simulate_disaggregated
@@ -67,23 +70,41 @@ def statistics(res: SimResult) -> dict[str, float | None]:
     return out
 
 
-def profile_statistics(
-    sc: Scenario, inp: SimInput
-) -> tuple[dict[str, float | None], dict[str, float | None]] | None:
+AtCost = tuple[dict[str, float | None], dict[str, float | None]]  # at the low, the high cost
+
+
+def profile_statistics(sc: Scenario, inp: SimInput) -> AtCost | None:
     """The statistics replayed at the low and at the high step cost of the profile term,
     or None when the scenario's sd is 0."""
+    return start_profile_statistics(sc, inp, jobs=1)()
+
+
+def start_profile_statistics(
+    sc: Scenario, inp: SimInput, *, jobs: int | None = None
+) -> Callable[[], AtCost | None]:
+    """``profile_statistics``, started now: the call it returns gives the result. With a
+    core to spare (``jobs``, default every core) and a replay long enough to pay for it
+    (``forked.worth_forking``), the two replays run in forked children while the caller
+    runs its own replay; otherwise they run here, now. Either way the same statistics.
+    The returned call holds ``inp`` until it is called (a child that died is replayed
+    here then)."""
     sd = sc.cost_uncertainty.log_sd
     if sd <= 0:
-        return None
-    low, high = cost_factors(sd, iv.Z)
-    out = []
-    for factor in (low, high):
-        scaled = dataclasses.replace(sc, cost=scaled_cost(sc.cost, factor))
-        if scaled.disagg is not None:  # both sides at the scaled cost
-            out.append(statistics(simulate_disaggregated(inp, scaled).result))
-            continue
-        out.append(statistics(simulate(inp, scaled.engine(), on_steps=_drop)))
-    return out[0], out[1]
+        return lambda: None
+    factors = cost_factors(sd, iv.Z)
+    if not forked.worth_forking(len(inp), len(factors), jobs):
+        low, high = (_at_factor(sc, inp, f) for f in factors)
+        return lambda: (low, high)
+    children = [forked.start(_at_factor, sc, inp, f) for f in factors]
+    return lambda: (children[0].result(), children[1].result())
+
+
+def _at_factor(sc: Scenario, inp: SimInput, factor: float) -> dict[str, float | None]:
+    """The statistics of ``sc`` replayed with every step cost scaled by ``factor``."""
+    scaled = dataclasses.replace(sc, cost=scaled_cost(sc.cost, factor))
+    if scaled.disagg is not None:  # both sides at the scaled cost
+        return statistics(simulate_disaggregated(inp, scaled).result)
+    return statistics(simulate(inp, scaled.engine(), on_steps=_drop))
 
 
 def _thinned(x: npt.NDArray[np.float64]) -> tuple[npt.NDArray[np.float64], int]:
@@ -120,7 +141,7 @@ def windows_for(series: list[npt.NDArray[np.float64]], n: int, seed: int) -> iv.
 def summary_intervals(
     sc: Scenario,
     res: SimResult,
-    at_cost: tuple[dict[str, float | None], dict[str, float | None]] | None,
+    at_cost: AtCost | None,
 ) -> dict[str, Any]:
     """The ``intervals`` entry of a scenario's summary (see the module docstring).
 

@@ -85,3 +85,26 @@ def test_no_intervals_leaves_the_summary_as_it_was(root: Path) -> None:
     full = replay(root, [sc], quiet=True).runs[0].summary
     assert "intervals" not in plain
     assert {k: v for k, v in full.items() if k != "intervals"} == plain
+
+
+def test_the_profile_replays_beside_the_main_one_give_the_same_summary(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``replay`` with the profile term's two replays in forked children (forced here: the
+    trace is below ``forked.MIN_REQUESTS``) writes the intervals it writes with one process."""
+    from pipeline.sim import forked
+
+    sc = make_scenario("vllm", H100_8B_COST, num_gpu_blocks=4000, name="v")
+    one = replay(root, [sc], quiet=True, jobs=1, run_id="one")
+    calls: list[int] = []
+
+    def always(n: int, children: int, jobs: int | None = None) -> bool:
+        calls.append(n)
+        return True
+
+    monkeypatch.setattr(forked, "worth_forking", always)
+    two = replay(root, [sc], quiet=True, jobs=2, run_id="two")
+    assert calls == [400]
+    a, b = one.runs[0].summary["intervals"], two.runs[0].summary["intervals"]
+    assert a["stats"] and a == b
+    assert _summaries(root, "one")["v"]["intervals"] == _summaries(root, "two")["v"]["intervals"]
