@@ -38,14 +38,20 @@ import os
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline.errors import ContractError
 from pipeline.storage import discard
+
+if TYPE_CHECKING:
+    import pyarrow.compute as pc
+else:  # loaded when a table is checked, not by `tracereplay sql` (about 0.1 s)
+    from pipeline.lazy import lazy_import
+
+    pc = lazy_import("pyarrow.compute")
 
 TABLE_KEY = b"tracereplay.table"
 VERSION_KEY = b"tracereplay.schema_version"

@@ -78,3 +78,12 @@ def format_number(x: float | None, digits: int = 4) -> str:
     if "." in text:
         text = text.rstrip("0").rstrip(".")
     return "0" if text in ("-0", "") else text
+
+
+def seconds(x: float | None) -> str:
+    """0.183 s as '183 ms', 12.5 s as '12.5 s', 27,867 s as '7.7 h'; None as '-'."""
+    return "-" if x is None else format_duration(x)
+
+
+def number(x: float | None, digits: int = 2) -> str:
+    return "-" if x is None else f"{x:,.{digits}f}"

@@ -51,6 +51,21 @@ def test_help_imports_no_command_and_no_heavy_library() -> None:
     assert not commands
 
 
+def test_sql_select_1_prints_its_table_without_polars(tmp_path) -> None:
+    from pipeline.warehouse import Warehouse
+
+    Warehouse(tmp_path).init()
+    code = (
+        "from pipeline.cli import cli\n"
+        f"try:\n    cli(['sql', '--warehouse', {str(tmp_path)!r}, 'select 1 AS one'])\n"
+        "except SystemExit as e:\n    assert not e.code, e.code"
+    )
+    loaded = _modules_after(code)
+    # polars is there as a lazy module (pipeline.lazy), never loaded
+    assert not {"polars.dataframe", "numba", "pipeline.sim", "pipeline.plan"} & loaded
+    assert "duckdb" in loaded  # it did run the query
+
+
 def test_sql_command_does_not_load_the_charts() -> None:
     loaded = _modules_after("import pipeline.cli.sql")
     assert "pipeline.report" in loaded

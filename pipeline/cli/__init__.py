@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,5 +101,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
     """Ingest LLM serving logs, replay them through scheduler models, report on them."""
     ctx.obj = CliState(debug=debug)
     if debug:  # tracebacks of errors the commands catch and report in one line
+        import logging  # here: --help and most commands never log
+
         logging.basicConfig(format="%(name)s: %(message)s")
         logging.getLogger("pipeline").setLevel(logging.DEBUG)

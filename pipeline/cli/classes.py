@@ -9,9 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from pipeline.cli.sweep import number, seconds
 from pipeline.sim.classes import shown_kinds
-from pipeline.text import render_table
+from pipeline.text import number, render_table, seconds
 
 
 def slo_cells(entry: Mapping[str, Any]) -> list[str]:

@@ -11,8 +11,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pipeline.cli.classes import slo_cells
-from pipeline.cli.sweep import seconds
-from pipeline.text import render_table
+from pipeline.text import render_table, seconds
 
 HEADERS = ["pool", "takes", "policy", "profile", "replicas", "requests", "completed",
            "TTFT p50", "TTFT p99", "TPOT p99"]  # fmt: skip

@@ -12,7 +12,6 @@ from pipeline.busiest import selection_lines
 from pipeline.cli import options as opt
 from pipeline.cli.classes import class_lines
 from pipeline.cli.pools import pool_lines
-from pipeline.cli.sweep import seconds
 from pipeline.config import load_config, warehouse_path
 from pipeline.objectstore import display
 from pipeline.plan.slo import parse_slos
@@ -22,7 +21,7 @@ from pipeline.sim.replay import ReplayResult, ScenarioRun
 from pipeline.sim.replay import replay as replay_requests
 from pipeline.sim.scenario import Scenario, resolve_scenarios
 from pipeline.sim.trace_prefix import no_hashes_warning, observed_line
-from pipeline.text import format_duration, render_table
+from pipeline.text import format_duration, render_table, seconds
 
 
 def _fmt(x: float | None, unit: str = "s", scale: float = 1.0, digits: int = 3) -> str:

@@ -5,22 +5,25 @@ from __future__ import annotations
 import io
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-import polars as pl
 
-from pipeline import shell
 from pipeline.cli import options as opt
 from pipeline.config import load_config, warehouse_path
 from pipeline.report.sql import (
     QueryError,
+    Rows,
     connect_views,
     format_result,
     read_query_source,
     run_sql,
+    table_fetch,
 )
 from pipeline.warehouse import SQL_DIR, VIEWS_SQL, Warehouse, derived_views_sql
+
+if TYPE_CHECKING:
+    import polars as pl
 
 FORMATS = ("table", "csv", "json", "parquet")
 
@@ -58,12 +61,13 @@ def _read_sql(sql: str | None, file: str | None) -> tuple[str, str]:
     return read_query_source(file)
 
 
-def _emit(df: pl.DataFrame, fmt: str, output: Path | None, max_rows: int) -> None:
+def _emit(df: pl.DataFrame | Rows, fmt: str, output: Path | None, max_rows: int) -> None:
     if fmt != "parquet":
         _write_text(format_result(df, fmt, max_rows), output)
         return
     if output is None and sys.stdout.isatty():
         raise click.UsageError("parquet is binary: pass -o FILE or redirect stdout")
+    assert not isinstance(df, Rows)  # only a table is fetched as Rows
     buf = io.BytesIO()
     df.write_parquet(buf)
     if output is None:
@@ -194,7 +198,9 @@ def sql(
         )
     con = connect_views(root)
     try:
-        df = run_sql(con, text, where, values, text_values=True)
+        # a small table of plain columns prints without importing polars
+        fetch = {"fetch": table_fetch(max_rows)} if fmt == "table" else {}
+        df = run_sql(con, text, where, values, text_values=True, **fetch)
     finally:
         con.close()
     if df is None:
@@ -217,6 +223,8 @@ def _shell(
         raise click.UsageError(
             "--param takes a query; in the shell set one with SET VARIABLE name = value;"
         )
+    from pipeline import shell
+
     con = connect_views(root)
     try:
         session = shell.Shell(con, sys.stdout, sys.stderr, mode=fmt or "table", max_rows=max_rows)

@@ -18,16 +18,7 @@ from pipeline.plan.sweep import SweepResult
 from pipeline.plan.sweep import sweep as run_sweep
 from pipeline.plan.tasks import TaskOutcome
 from pipeline.pricing import gpu_prices, scenario_cost
-from pipeline.text import format_duration, render_table
-
-
-def seconds(x: float | None) -> str:
-    """0.183 s as '183 ms', 12.5 s as '12.5 s', 27,867 s as '7.7 h'; None as '-'."""
-    return "-" if x is None else format_duration(x)
-
-
-def number(x: float | None, digits: int = 2) -> str:
-    return "-" if x is None else f"{x:,.{digits}f}"
+from pipeline.text import number, render_table, seconds
 
 
 def outcome_row(o: TaskOutcome, with_slo: bool) -> list[str]:

@@ -20,22 +20,24 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import duckdb
-import polars as pl
 
 from pipeline import __version__
 from pipeline.errors import ConfigError, PipelineError
 from pipeline.pricing import prices_json
 from pipeline.report.layout import Layout, build_layout
-from pipeline.report.slos import ReportSlos
-from pipeline.report.slos import resolve as resolve_slos
 
 if TYPE_CHECKING:
+    import polars as pl
+
     from pipeline.report import charts, render
-else:  # altair and jinja2 load when a report is built, not when `tracereplay sql` runs
+    from pipeline.report.slos import ReportSlos
+else:  # altair, jinja2, polars and numpy load when a report is built, not when
+    # `tracereplay sql` runs (which imports pipeline.report.sql, hence this package)
     from pipeline.lazy import lazy_import
 
     charts = lazy_import("pipeline.report.charts")
     render = lazy_import("pipeline.report.render")
+    pl = lazy_import("polars")
 from pipeline.report.sql import load_query, query
 from pipeline.warehouse import Warehouse
 
@@ -324,6 +326,8 @@ def build_report(
         if compare is not None and compare not in runs["run_id"].to_list():
             known = ", ".join(runs["run_id"].head(5).to_list()) or "none"
             raise PipelineError(f"--compare: no run {compare!r} in the warehouse; latest: {known}")
+        from pipeline.report.slos import resolve as resolve_slos
+
         judged = resolve_slos(slos, run_row.get("slos"), slo_ttft_s)
         pairs_json = None
         if compare is not None and run_id is not None:

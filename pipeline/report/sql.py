@@ -21,16 +21,22 @@ runs the file, so values never leak from one query into the next.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
-import polars as pl
 
 from pipeline.errors import PipelineError, UnknownQueryError
 from pipeline.warehouse import DERIVED_VIEWS, SQL_DIR, VIEWS_SQL
+
+if TYPE_CHECKING:
+    import polars as pl
+else:  # `tracereplay sql "select 1"` prints a small table without importing polars
+    from pipeline.lazy import lazy_import
+
+    pl = lazy_import("polars")
 
 _PARAM_LINE = re.compile(r"^--\s+(?:Params:\s+)?([a-z_][a-z0-9_]*)\s+([A-Z]+)\s+(.*)$")
 _GETVARIABLE = re.compile(r"getvariable\('([a-z_][a-z0-9_]*)'\)")
@@ -332,15 +338,24 @@ def _article(word: str) -> str:
     return "an" if word[:1] in "AEIOU" else "a"
 
 
+def _frame(rel: duckdb.DuckDBPyRelation) -> pl.DataFrame:
+    return rel.pl()
+
+
 def run_statements(
-    con: duckdb.DuckDBPyConnection, sql: str, *, every: bool = True
-) -> Iterator[pl.DataFrame | None]:
+    con: duckdb.DuckDBPyConnection,
+    sql: str,
+    *,
+    every: bool = True,
+    fetch: Callable[[duckdb.DuckDBPyRelation], Any] = _frame,
+) -> Iterator[Any]:
     """Run a SQL text of one or more statements read-only, yielding each one's result.
 
     Every statement is parsed and checked (``check_read_only``) before the first
     runs. A statement that returns no rows (e.g. SET VARIABLE) yields None. With
     ``every=False`` only the last statement's result is fetched and yielded; the
-    others run unfetched.
+    others run unfetched. ``fetch`` turns a statement's relation into its result
+    (default: a polars frame; ``table_fetch`` for a table printed without polars).
 
     Raises:
         QueryError: a write, a syntax error or a failing statement, as one line.
@@ -355,14 +370,18 @@ def run_statements(
                 con.execute(st.text)
                 continue
             rel = con.sql(st.text)
-            result = None if rel is None else rel.pl()
+            result = None if rel is None else fetch(rel)
         except duckdb.Error as exc:
             where = f"statement {i + 1}: " if len(statements) > 1 else ""
             raise QueryError(where + describe_error(exc, st.text, st.line_offset)) from exc
         yield result
 
 
-def run_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> pl.DataFrame | None:
+def run_read_only(
+    con: duckdb.DuckDBPyConnection,
+    sql: str,
+    fetch: Callable[[duckdb.DuckDBPyRelation], Any] = _frame,
+) -> Any:
     """Run a SQL text of one or more statements read-only; the last result as a frame.
 
     Returns None when the last statement returns no rows (e.g. SET VARIABLE).
@@ -370,7 +389,7 @@ def run_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> pl.DataFrame | No
     Raises:
         QueryError: a write, a syntax error or a failing statement, as one line.
     """
-    results = list(run_statements(con, sql, every=False))
+    results = list(run_statements(con, sql, every=False, fetch=fetch))
     return results[-1] if results else None
 
 
@@ -399,9 +418,11 @@ def run_sql(
     params: dict[str, Any] | None = None,
     *,
     text_values: bool = False,
-) -> pl.DataFrame | None:
+    fetch: Callable[[duckdb.DuckDBPyRelation], Any] = _frame,
+) -> Any:
     """Run a SQL text (inline, or a query file's) read-only with its parameters; the last
-    statement's result (None: it returns no rows).
+    statement's result (None: it returns no rows): a polars frame, or what ``fetch``
+    makes of the relation.
 
     A text whose header declares parameters (``-- Params:``) takes only those, cast to
     their declared types; every parameter the text reads and is not given is set to
@@ -428,7 +449,7 @@ def run_sql(
     for name in header.params or variables_used(text):
         values.setdefault(name, None)
     set_params(con, values, {n: p.sql_type for n, p in header.params.items()})
-    return run_read_only(con, text)
+    return run_read_only(con, text, fetch)
 
 
 def _number_or_text(value: Any) -> Any:
@@ -441,9 +462,14 @@ def _number_or_text(value: Any) -> Any:
     return value
 
 
-def format_result(df: pl.DataFrame, fmt: str, max_rows: int = 50) -> str:
+def format_result(df: pl.DataFrame | Rows, fmt: str, max_rows: int = 50) -> str:
     """A result as text: ``table`` (at most ``max_rows`` rows, and how many there were),
-    ``csv`` (nested columns as JSON, ``flat_for_csv``) or ``json`` (one array of rows)."""
+    ``csv`` (nested columns as JSON, ``flat_for_csv``) or ``json`` (one array of rows).
+    ``Rows`` (``table_fetch``) print as a table only."""
+    if isinstance(df, Rows):
+        if fmt != "table":
+            raise ValueError(f"Rows print as a table, not {fmt}")
+        return df.table()
     if fmt == "table":
         with pl.Config(
             tbl_rows=max_rows,
@@ -486,3 +512,95 @@ def flat_for_csv(df: pl.DataFrame) -> pl.DataFrame:
         else:
             out.append(col)
     return pl.DataFrame(out) if out else df
+
+
+# The polars names of the DuckDB types whose values ``Rows`` prints as polars would.
+_PLAIN_TYPES = {
+    "TINYINT": "i8",
+    "SMALLINT": "i16",
+    "INTEGER": "i32",
+    "BIGINT": "i64",
+    "UTINYINT": "u8",
+    "USMALLINT": "u16",
+    "UINTEGER": "u32",
+    "UBIGINT": "u64",
+    "BOOLEAN": "bool",
+    "VARCHAR": "str",
+    "NULL": "null",
+}
+_TABLE_WIDTH = 200  # narrower than format_result's 240 characters: polars wraps none
+
+
+@dataclass(frozen=True)
+class Rows:
+    """A small result of plain columns (integers, booleans, short ASCII text), fetched and
+    printed without polars, as ``format_result`` prints the same frame as a table."""
+
+    columns: list[str]
+    dtypes: list[str]  # polars' short names: i32, str, bool, ...
+    cells: list[list[str]]  # each row's values as polars prints them
+
+    @property
+    def height(self) -> int:
+        return len(self.cells)
+
+    def table(self) -> str:
+        widths = [
+            max(len(name), 3, len(dtype), *(len(row[i]) for row in self.cells))
+            for i, (name, dtype) in enumerate(zip(self.columns, self.dtypes, strict=True))
+        ]
+
+        def rule(left: str, fill: str, mid: str, right: str) -> str:
+            return left + mid.join(fill * (w + 2) for w in widths) + right
+
+        def line(values: list[str]) -> str:
+            return "│" + "┆".join(f" {v:<{w}} " for v, w in zip(values, widths, strict=True)) + "│"
+
+        lines = [
+            rule("┌", "─", "┬", "┐"),
+            line(self.columns),
+            line(["---"] * len(widths)),
+            line(self.dtypes),
+            rule("╞", "═", "╪", "╡"),
+            *(line(row) for row in self.cells),
+            rule("└", "─", "┴", "┘"),
+        ]
+        return "\n".join(lines) + "\n"
+
+
+def _plain_text(text: str) -> bool:
+    """Text that polars prints as it is in a table cell: printable ASCII, no space at
+    either end, at most 80 characters (format_result's fmt_str_lengths)."""
+    return 0 < len(text) <= 80 and text.isascii() and text.isprintable() and text == text.strip()
+
+
+def _cell(value: Any) -> str | None:
+    """A plain value as polars prints it in a table; None: not plain."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str) and _plain_text(value):
+        return value
+    return None
+
+
+def table_fetch(max_rows: int) -> Callable[[duckdb.DuckDBPyRelation], Rows | pl.DataFrame]:
+    """A ``fetch`` for results printed as a table: ``Rows`` when the result is at most
+    ``max_rows`` rows of plain columns that fit the width, else the polars frame."""
+
+    def fetch(rel: duckdb.DuckDBPyRelation) -> Rows | pl.DataFrame:
+        columns = list(rel.columns)
+        dtypes = [_PLAIN_TYPES.get(str(t)) for t in rel.types]
+        if columns and all(dtypes) and all(_plain_text(c) for c in columns):
+            rows = rel.limit(max_rows + 1).fetchall()
+            cells = [[_cell(v) for v in row] for row in rows]
+            if len(rows) <= max_rows and all(c is not None for row in cells for c in row):
+                result = Rows(columns, [str(d) for d in dtypes], cells)  # type: ignore[arg-type]
+                if len(result.table().partition("\n")[0]) <= _TABLE_WIDTH:
+                    return result
+        return rel.pl()
+
+    return fetch
