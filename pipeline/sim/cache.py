@@ -74,7 +74,14 @@ import numpy as np
 import numpy.typing as npt
 from numba import njit
 
-from pipeline.sim.kv_tiers import count_load, tier_run, tier_store, tier_touch, tier_words
+from pipeline.sim.kv_tiers import (
+    count_load,
+    tier_init,
+    tier_run,
+    tier_store,
+    tier_touch,
+    tier_words,
+)
 from pipeline.sim.prefetch import prefetch
 from pipeline.sim.prefix_index import index_add, index_remove, new_index
 from pipeline.sim.state import (
@@ -87,6 +94,7 @@ from pipeline.sim.state import (
     P_NCACHED,
     P_SLOT_FREE,
     P_TIER_CAP,
+    R_COMPUTED,
     R_GENERATED,
     R_HELD,
     R_NEXT,
@@ -209,6 +217,7 @@ def empty_caches(
     ht = np.zeros((num_replicas, size, 2), dtype=np.uint64)
     uslot = np.full(len(keys) + tier_words(num_replicas, tier_slots), -1, dtype=np.int64)
     uslot[len(keys) :] = 0  # the tiers' entries: all empty
+    tier_init(uslot, len(keys), tier_slots)
     # writable: numba compiles a loop of its own for read-only arrays (Ray's object store)
     gk, gb, gn = new_index(num_replicas, index)
     return PrefixCaches(ck, cs, ht, np.require(keys, np.uint64, ["C", "W"]), uslot, gk, gb, gn)
@@ -637,6 +646,46 @@ def tier_commit(
     for k in range(lo, rq[i, R_SETTLED]):
         b = hit_blocks(rq, i, k + 1) - hit_blocks(rq, i, k)
         tier_store(kc.uslot, n0, rp, r, np.int64(kc.ukey[base + k]), b)
+
+
+@njit(cache=True, error_model="numpy")
+def tier_commit_run(
+    rq: npt.NDArray[np.int32],
+    rp: npt.NDArray[np.int64],
+    r: int,
+    sched_q: npt.NDArray[np.int64],
+    n: int,
+    settled0: npt.NDArray[np.int64],
+    steps: int,
+    lag: int,
+    kc: PrefixCaches,
+) -> None:
+    """Store to the CPU tier the units that steps 2..k of a decode run (``steps`` = k - 1)
+    committed, in the order the steps one at a time would: by step, then by the requests'
+    order in it (the tier's LRU order is its stores'). ``settled0[j]``: ``R_SETTLED`` of
+    request ``sched_q[j]`` before the run's commits; a decode settles at most one unit a
+    step, the one ending at the step's commit point (``loop._finish``)."""
+    total = 0
+    for j in range(n):
+        total += rq[sched_q[j], R_SETTLED] - settled0[j]
+    if total == 0:
+        return
+    order = np.empty(total, dtype=np.int64)  # step * n + j: one unit each
+    unit = np.empty(total, dtype=np.int64)
+    e = 0
+    for j in range(n):
+        i = sched_q[j]
+        first = rq[i, R_COMPUTED] - steps - lag  # step 1's commit point; step 1 + s's is + s
+        for k in range(settled0[j], rq[i, R_SETTLED]):
+            order[e] = (unit_end(rq, i, k) - first) * n + j
+            unit[e] = k
+            e += 1
+    n0 = kc.ukey.shape[0]
+    for q in np.argsort(order):
+        i = sched_q[order[q] % n]
+        k = unit[q]
+        b = hit_blocks(rq, i, k + 1) - hit_blocks(rq, i, k)
+        tier_store(kc.uslot, n0, rp, r, np.int64(kc.ukey[_keys_at(rq, i) + k]), b)
 
 
 @njit(cache=True, error_model="numpy")

@@ -75,7 +75,7 @@ from numba import njit
 from pipeline.sim import autoscale, sched_cpu
 from pipeline.sim.autoscale import Scaling
 from pipeline.sim.borrow import borrow
-from pipeline.sim.cache import PrefixCaches, commit, flush, settles, take
+from pipeline.sim.cache import PrefixCaches, commit, flush, settles, take, tier_commit_run
 from pipeline.sim.cost_model import (
     SCHED_CPU,
     SCHED_CPU_SEQ,
@@ -159,6 +159,7 @@ from pipeline.sim.state import (
     R_PROMPT,
     R_QDEPTH,
     R_REPLICA,
+    R_SETTLED,
     R_SHARED,
     R_STATUS,
     R_UNIT_TOK,
@@ -547,10 +548,16 @@ def _finish(s: State, kc: PrefixCaches, r: int, k: int, step: Step) -> None:
         else:
             take(s.rp, r, total, kc)
         if settle:  # what steps 2..k commit, once the blocks are taken
+            tiers = s.cfg[C_TIER_BLOCKS] != 0  # KV offloading: stored as computed
+            settled0 = np.empty(n if tiers else 0, dtype=np.int64)
             for j in range(n):
                 i = s.sched_q[j]
+                if tiers:
+                    settled0[j] = s.rq[i, R_SETTLED]
                 if settles(s.rq, i, s.rq[i, R_COMPUTED] - lag):
                     commit(s.rq, s.rp, i, r, s.rq[i, R_COMPUTED] - lag, False, kc)
+            if tiers:  # ... in the steps' order (the tier's LRU order is its stores')
+                tier_commit_run(s.rq, s.rp, r, s.sched_q, n, settled0, k - 1, lag, kc)
         if s.cfg[C_HOOKS] & HOOK_DECODE_RUN:  # the policy keeps per-step counts
             dispatch.on_decode_run(s, r, k - 1)
     end = start + duration
@@ -596,7 +603,7 @@ def _finish(s: State, kc: PrefixCaches, r: int, k: int, step: Step) -> None:
     s.st[row, S_SWAP_IN] = s.rp[r, P_STEP_SWAP_IN] * swap_bytes
     s.st[row, S_SPEC_DRAFT] = step.drafted
     s.st[row, S_SPEC_ACC] = step.acc
-    # KV offloading tiers: 0 unless on (and no loads in runs: there are none with tiers)
+    # KV offloading tiers: 0 unless on (and no loads in runs: a run admits nobody)
     s.st[row, S_CPU_HIT] = s.rp[r, P_STEP_TIER_TOK]
     s.st[row, S_DISK_HIT] = s.rp[r, P_STEP_TIER_TOK + 1]
     tier_blocks = s.rp[r, P_STEP_TIER_BLK] + s.rp[r, P_STEP_TIER_BLK + 1]
