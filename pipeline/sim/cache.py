@@ -105,8 +105,11 @@ from pipeline.sim.state import (
     R_TAIL,
     R_UNIT_BLK,
     R_UNIT_TOK,
+    W_CPU_HITS,
+    W_DISK_HITS,
     W_HOFF,
     PrefixKeys,
+    wide,
 )
 
 CS_REF = 0
@@ -727,8 +730,12 @@ def tier_load(
     gc = hit_tokens(rq, i, h + c)
     bg = hit_blocks(rq, i, h)
     bc = hit_blocks(rq, i, h + c)
+    gcd = hit_tokens(rq, i, h + c + d)
     count_load(rp, r, 0, gc - g, bc - bg)
-    count_load(rp, r, 1, hit_tokens(rq, i, h + c + d) - gc, hit_blocks(rq, i, h + c + d) - bc)
+    count_load(rp, r, 1, gcd - gc, hit_blocks(rq, i, h + c + d) - bc)
+    rqw = wide(rq)
+    rqw[i, W_CPU_HITS] += gc - g
+    rqw[i, W_DISK_HITS] += gcd - gc
 
 
 @njit(cache=True, error_model="numpy", inline="always")

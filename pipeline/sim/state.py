@@ -90,7 +90,7 @@ R_LOOKUPS = 18  # prefix-cache lookups made for it (the first, then one per resu
 R_TAIL = 19  # tokens of its prompt's tail unit, shorter than a unit (0: none; prefix.py)
 R_NEXT = 20  # tokens at which its next unit settles (cache.settles); NEVER when none is left
 R_SWAPS = 21  # swap preemption (swap.py): times swapped out to host memory (and back in)
-NRQ = 30  # int32 columns of rq (22 narrow, 4 wide ones of two each)
+NRQ = 34  # int32 columns of rq (22 narrow, 6 wide ones of two each)
 NEVER = 2**31 - 1  # R_NEXT of a request with no unit left to settle
 
 # --- wide(rq): int64 per request, in rq's last 8 int32 columns ------------------
@@ -100,6 +100,10 @@ W_HOFF = 11  # offset of its prefix keys in kc's key array
 W_DISCARDED = 12  # computed tokens thrown away by preemptions (recomputed later)
 W_HITS = 13  # tokens found in the cache over all its lookups (KV offloading tiers too)
 W_TOTAL = 14  # tokens computed over its life, recomputation included
+# KV offloading tiers (kv_tiers.py): tokens loaded from the CPU tier, and from the disk
+# tier, over all its lookups (counted in W_HITS too)
+W_CPU_HITS = 15
+W_DISK_HITS = 16
 
 # --- rqf: float64 per request ----------------------------------------------
 F_ARRIVAL = 0
