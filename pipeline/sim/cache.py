@@ -658,19 +658,23 @@ def tier_commit_run(
     r: int,
     sched_q: npt.NDArray[np.int64],
     n: int,
-    settled0: npt.NDArray[np.int64],
     steps: int,
     lag: int,
     kc: PrefixCaches,
 ) -> None:
-    """Store to the CPU tier the units that steps 2..k of a decode run (``steps`` = k - 1)
-    committed, in the order the steps one at a time would: by step, then by the requests'
-    order in it (the tier's LRU order is its stores'). ``settled0[j]``: ``R_SETTLED`` of
-    request ``sched_q[j]`` before the run's commits; a decode settles at most one unit a
-    step, the one ending at the step's commit point (``loop._finish``)."""
+    """Commit what steps 2..k of a decode run (``steps`` = k - 1) settle, once its blocks
+    are taken (as ``loop._finish`` does without tiers), and store those units to the CPU
+    tier in the order the steps one at a time would: by step, then by the requests' order
+    in it (the tier's LRU order is its stores'). A decode settles at most one unit a step,
+    the one ending at the step's commit point (``lag`` tokens short of its computed ones)."""
+    settled0 = np.empty(n, dtype=np.int64)  # R_SETTLED before the run's commits
     total = 0
     for j in range(n):
-        total += rq[sched_q[j], R_SETTLED] - settled0[j]
+        i = sched_q[j]
+        settled0[j] = rq[i, R_SETTLED]
+        if settles(rq, i, rq[i, R_COMPUTED] - lag):
+            commit(rq, rp, i, r, rq[i, R_COMPUTED] - lag, False, kc)
+        total += rq[i, R_SETTLED] - settled0[j]
     if total == 0:
         return
     order = np.empty(total, dtype=np.int64)  # step * n + j: one unit each

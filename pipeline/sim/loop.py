@@ -159,7 +159,6 @@ from pipeline.sim.state import (
     R_PROMPT,
     R_QDEPTH,
     R_REPLICA,
-    R_SETTLED,
     R_SHARED,
     R_STATUS,
     R_UNIT_TOK,
@@ -547,17 +546,13 @@ def _finish(s: State, kc: PrefixCaches, r: int, k: int, step: Step) -> None:
             s.rp[r, P_FREE] -= total
         else:
             take(s.rp, r, total, kc)
-        if settle:  # what steps 2..k commit, once the blocks are taken
-            tiers = s.cfg[C_TIER_BLOCKS] != 0  # KV offloading: stored as computed
-            settled0 = np.empty(n if tiers else 0, dtype=np.int64)
+        if settle and s.cfg[C_TIER_BLOCKS] != 0:  # KV offloading: stored as computed too
+            tier_commit_run(s.rq, s.rp, r, s.sched_q, n, k - 1, lag, kc)
+        elif settle:  # what steps 2..k commit, once the blocks are taken
             for j in range(n):
                 i = s.sched_q[j]
-                if tiers:
-                    settled0[j] = s.rq[i, R_SETTLED]
                 if settles(s.rq, i, s.rq[i, R_COMPUTED] - lag):
                     commit(s.rq, s.rp, i, r, s.rq[i, R_COMPUTED] - lag, False, kc)
-            if tiers:  # ... in the steps' order (the tier's LRU order is its stores')
-                tier_commit_run(s.rq, s.rp, r, s.sched_q, n, settled0, k - 1, lag, kc)
         if s.cfg[C_HOOKS] & HOOK_DECODE_RUN:  # the policy keeps per-step counts
             dispatch.on_decode_run(s, r, k - 1)
     end = start + duration
