@@ -337,11 +337,37 @@ SIM_REQUESTS = _contract(
             "or recompute preemption)",
             COUNT,
         ),
+        _c(
+            "cpu_hit_tokens",
+            pa.int64(),
+            "KV offloading: tokens loaded for it from the CPU tier, past its GPU prefix "
+            "hits, over all its lookups (resumptions too; 0: none, or no tiers)",
+            COUNT,
+        ),
+        _c("disk_hit_tokens", pa.int64(), "KV offloading: ... from the disk tier", COUNT),
     ],
     # engine_*: added with cost model v3, pool with fleets, kv_transfer_s with
-    # disaggregation, num_swaps with swap preemption (files written before lack them)
-    nullable={"tpot_s", "engine_ttft_s", "engine_e2e_s", "pool", "kv_transfer_s", "num_swaps"},
-    optional={"engine_ttft_s", "engine_e2e_s", "pool", "kv_transfer_s", "num_swaps"},
+    # disaggregation, num_swaps with swap preemption, the tier columns with KV offloading
+    # (files written before lack them)
+    nullable={
+        "tpot_s",
+        "engine_ttft_s",
+        "engine_e2e_s",
+        "pool",
+        "kv_transfer_s",
+        "num_swaps",
+        "cpu_hit_tokens",
+        "disk_hit_tokens",
+    },
+    optional={
+        "engine_ttft_s",
+        "engine_e2e_s",
+        "pool",
+        "kv_transfer_s",
+        "num_swaps",
+        "cpu_hit_tokens",
+        "disk_hit_tokens",
+    },
     primary_key=("scenario", "request_id"),
     partition_by=("run_id",),
 )

@@ -74,7 +74,14 @@ import numpy as np
 import numpy.typing as npt
 from numba import njit
 
-from pipeline.sim.kv_tiers import count_load, tier_run, tier_store, tier_touch, tier_words
+from pipeline.sim.kv_tiers import (
+    count_load,
+    tier_init,
+    tier_run,
+    tier_store,
+    tier_touch,
+    tier_words,
+)
 from pipeline.sim.prefetch import prefetch
 from pipeline.sim.prefix_index import index_add, index_remove, new_index
 from pipeline.sim.state import (
@@ -87,6 +94,7 @@ from pipeline.sim.state import (
     P_NCACHED,
     P_SLOT_FREE,
     P_TIER_CAP,
+    R_COMPUTED,
     R_GENERATED,
     R_HELD,
     R_NEXT,
@@ -97,8 +105,11 @@ from pipeline.sim.state import (
     R_TAIL,
     R_UNIT_BLK,
     R_UNIT_TOK,
+    W_CPU_HITS,
+    W_DISK_HITS,
     W_HOFF,
     PrefixKeys,
+    wide,
 )
 
 CS_REF = 0
@@ -209,6 +220,7 @@ def empty_caches(
     ht = np.zeros((num_replicas, size, 2), dtype=np.uint64)
     uslot = np.full(len(keys) + tier_words(num_replicas, tier_slots), -1, dtype=np.int64)
     uslot[len(keys) :] = 0  # the tiers' entries: all empty
+    tier_init(uslot, len(keys), tier_slots)
     # writable: numba compiles a loop of its own for read-only arrays (Ray's object store)
     gk, gb, gn = new_index(num_replicas, index)
     return PrefixCaches(ck, cs, ht, np.require(keys, np.uint64, ["C", "W"]), uslot, gk, gb, gn)
@@ -640,6 +652,50 @@ def tier_commit(
 
 
 @njit(cache=True, error_model="numpy")
+def tier_commit_run(
+    rq: npt.NDArray[np.int32],
+    rp: npt.NDArray[np.int64],
+    r: int,
+    sched_q: npt.NDArray[np.int64],
+    n: int,
+    steps: int,
+    lag: int,
+    kc: PrefixCaches,
+) -> None:
+    """Commit what steps 2..k of a decode run (``steps`` = k - 1) settle, once its blocks
+    are taken (as ``loop._finish`` does without tiers), and store those units to the CPU
+    tier in the order the steps one at a time would: by step, then by the requests' order
+    in it (the tier's LRU order is its stores'). A decode settles at most one unit a step,
+    the one ending at the step's commit point (``lag`` tokens short of its computed ones)."""
+    settled0 = np.empty(n, dtype=np.int64)  # R_SETTLED before the run's commits
+    total = 0
+    for j in range(n):
+        i = sched_q[j]
+        settled0[j] = rq[i, R_SETTLED]
+        if settles(rq, i, rq[i, R_COMPUTED] - lag):
+            commit(rq, rp, i, r, rq[i, R_COMPUTED] - lag, False, kc)
+        total += rq[i, R_SETTLED] - settled0[j]
+    if total == 0:
+        return
+    order = np.empty(total, dtype=np.int64)  # step * n + j: one unit each
+    unit = np.empty(total, dtype=np.int64)
+    e = 0
+    for j in range(n):
+        i = sched_q[j]
+        first = rq[i, R_COMPUTED] - steps - lag  # step 1's commit point; step 1 + s's is + s
+        for k in range(settled0[j], rq[i, R_SETTLED]):
+            order[e] = (unit_end(rq, i, k) - first) * n + j
+            unit[e] = k
+            e += 1
+    n0 = kc.ukey.shape[0]
+    for q in np.argsort(order):
+        i = sched_q[order[q] % n]
+        k = unit[q]
+        b = hit_blocks(rq, i, k + 1) - hit_blocks(rq, i, k)
+        tier_store(kc.uslot, n0, rp, r, np.int64(kc.ukey[_keys_at(rq, i) + k]), b)
+
+
+@njit(cache=True, error_model="numpy")
 def tier_lookup(
     rq: npt.NDArray[np.int32], rp: npt.NDArray[np.int64], i: int, r: int, h: int, kc: PrefixCaches
 ) -> tuple[int, int]:
@@ -678,8 +734,12 @@ def tier_load(
     gc = hit_tokens(rq, i, h + c)
     bg = hit_blocks(rq, i, h)
     bc = hit_blocks(rq, i, h + c)
+    gcd = hit_tokens(rq, i, h + c + d)
     count_load(rp, r, 0, gc - g, bc - bg)
-    count_load(rp, r, 1, hit_tokens(rq, i, h + c + d) - gc, hit_blocks(rq, i, h + c + d) - bc)
+    count_load(rp, r, 1, gcd - gc, hit_blocks(rq, i, h + c + d) - bc)
+    rqw = wide(rq)
+    rqw[i, W_CPU_HITS] += gc - g
+    rqw[i, W_DISK_HITS] += gcd - gc
 
 
 @njit(cache=True, error_model="numpy", inline="always")

@@ -61,7 +61,9 @@ from pipeline.sim.state import (
     R_REPLICA,
     S_REPLICA,
     SF_START,
+    W_CPU_HITS,
     W_DISCARDED,
+    W_DISK_HITS,
     W_HITS,
     W_TOTAL,
     PrefixKeys,
@@ -182,9 +184,10 @@ class DisaggResult:
     # client-facing: arrival, first scheduled (on the prefill worker), first token and
     # finish (on the decode worker); R_REPLICA the decode worker (numbered after the
     # prefill workers), R_PREEMPT / R_CHUNKS / R_LOOKUPS / W_HITS / W_DISCARDED /
-    # W_TOTAL summed over both sides, R_QDEPTH and R_CACHED the prefill side's, the rest
-    # the decode side's; st/stf both sides' step rows by start, replicas numbered
-    # prefill 0..x-1, decode x..x+y-1; num_kv_blocks the decode workers'
+    # W_TOTAL / W_CPU_HITS / W_DISK_HITS summed over both sides, R_QDEPTH and R_CACHED
+    # the prefill side's, the rest the decode side's; st/stf both sides' step rows by
+    # start, replicas numbered prefill 0..x-1, decode x..x+y-1; num_kv_blocks the decode
+    # workers'
     result: SimResult
     prefill: SimResult  # the prefill side (its requests of max_tokens = 1), input order
     decode: SimResult  # the decode side, input order; its replicas 0..y-1, its own clock
@@ -399,7 +402,7 @@ def _combine(inp: SimInput, d: Disagg, pre: SimResult, dec: SimResult) -> SimRes
     rq[:, R_QDEPTH] = pre.rq[:, R_QDEPTH]
     rq[:, R_CACHED] = pre.rq[:, R_CACHED]
     rqw, pw = wide(rq), wide(pre.rq)
-    for wcol in (W_HITS, W_DISCARDED, W_TOTAL):
+    for wcol in (W_HITS, W_DISCARDED, W_TOTAL, W_CPU_HITS, W_DISK_HITS):
         rqw[:, wcol] += pw[:, wcol]
     rqf = dec.rqf.copy()
     rqf[:, F_ARRIVAL] = np.asarray(inp.arrival_s, dtype=np.float64)

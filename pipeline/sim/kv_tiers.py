@@ -53,6 +53,7 @@ import numpy.typing as npt
 from numba import njit
 
 from pipeline.errors import ScenarioError
+from pipeline.sim.prefix_index import _home
 from pipeline.sim.state import (
     C_TIER_BLOCK_BYTES,
     C_TIER_BLOCKS,
@@ -60,7 +61,6 @@ from pipeline.sim.state import (
     P_STEP_TIER_BLK,
     P_STEP_TIER_TOK,
     P_TIER_CAP,
-    P_TIER_CLOCK,
     P_TIER_USED,
 )
 from pipeline.sim.swap import HOST_LINK_BYTES_PER_S, PCIE5_X16, _profile_gpu
@@ -459,51 +459,193 @@ def tier_slots(cfg: npt.NDArray[np.int64], num_keys: int) -> int:
 
 # The compiled side. The tiers of every replica live in one flat int64 array ``tt``
 # from offset ``n0`` on (``cache.py`` keeps them after the requests' unit slots, so
-# that no compiled signature grows when they are off): tier t of replica r (of R) has
-# S entries of (key, blocks, LRU stamp) at ``n0 + ((t * R + r) * S + s) * 3``; blocks
-# 0 is an empty entry, the key is the unit key's bits. Each tier is scanned whole (its
-# entries are few: GiBs of host memory over MiB blocks); its LRU order is the stamps'.
-TIER_WORDS = 3
+# that no compiled signature grows when they are off). ``tt[n0]`` is S, the entries of
+# one tier, ``tt[n0 + 1]`` T, its hash table's size (a power of two >= 2 S); tier t of
+# replica r (of R) then takes ``HDR + EW * S + 2 * T`` words from
+# ``n0 + 2 + (t * R + r) * that`` on:
+#
+# - a header: its LRU list's head + 1 (the least recently used entry; 0: empty), its
+#   tail + 1 (the most recent), the entries handed out so far, the free list's head + 1;
+# - S entries of (key, blocks, prev + 1, next + 1): the key is the unit key's bits, the
+#   links make the LRU list (a free entry's next links the free list);
+# - T table entries of (key, entry + 1; 0: empty): open addressing with linear probing,
+#   deletion by backward shift (as ``cache.py``'s and ``prefix_index.py``'s tables,
+#   whose hash it uses).
+#
+# Every store, hit and eviction is O(1) (the table's probes aside). The list is the
+# LRU order the stamps of a clock gave before (every store or hit moves its unit to
+# the tail, stamped newest; eviction takes the head, the oldest stamp). All zeros
+# but the two sizes is every tier empty (``tier_init``).
+HDR = 4
+EW = 4
+
+
+def tier_table(slots: int) -> int:
+    """Hash table entries of a tier of ``slots`` entries (load <= 1/2)."""
+    return 1 << max(4, (2 * slots - 1).bit_length())
 
 
 def tier_words(num_replicas: int, slots: int) -> int:
-    """Words of ``tt`` the tiers take (2 tiers of ``slots`` entries per replica)."""
-    return 2 * num_replicas * slots * TIER_WORDS
+    """Words of ``tt`` the tiers take (2 tiers of ``slots`` entries per replica; 0: off)."""
+    if slots <= 0:
+        return 0
+    return 2 + 2 * num_replicas * (HDR + EW * slots + 2 * tier_table(slots))
+
+
+def tier_init(tt: npt.NDArray[np.int64], n0: int, slots: int) -> None:
+    """Empty tiers in ``tt[n0:]`` (all zeros), of ``slots`` entries each (0: off)."""
+    if slots > 0:
+        tt[n0] = slots
+        tt[n0 + 1] = tier_table(slots)
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def _base(tt: npt.NDArray[np.int64], n0: int, nrep: int, t: int, r: int) -> tuple[int, int]:
-    """(offset of tier t of replica r, its entries)."""
-    slots = (tt.shape[0] - n0) // (2 * nrep * TIER_WORDS)
-    return n0 + (t * nrep + r) * slots * TIER_WORDS, slots
+def _base(tt: npt.NDArray[np.int64], n0: int, nrep: int, t: int, r: int) -> tuple[int, int, int]:
+    """(offset of tier t of replica r, of its hash table, the table's mask)."""
+    slots = tt[n0]
+    size = tt[n0 + 1]
+    b0 = n0 + 2 + (t * nrep + r) * (HDR + EW * slots + 2 * size)
+    return b0, b0 + HDR + EW * slots, size - 1
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _find(tt: npt.NDArray[np.int64], tb: int, mask: int, key: int | np.int64) -> int:
+    """The entry holding ``key`` (-1: none)."""
+    j = _home(np.uint64(key), mask)
+    while True:
+        v = tt[tb + 2 * j + 1]
+        if v == 0:
+            return -1
+        if tt[tb + 2 * j] == key:
+            return int(v - 1)
+        j = (j + 1) & mask
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _unlink(tt: npt.NDArray[np.int64], b0: int, e: int) -> None:
+    q = b0 + HDR + EW * e
+    prev = tt[q + 2]
+    nxt = tt[q + 3]
+    if prev > 0:
+        tt[b0 + HDR + EW * (prev - 1) + 3] = nxt
+    else:
+        tt[b0] = nxt
+    if nxt > 0:
+        tt[b0 + HDR + EW * (nxt - 1) + 2] = prev
+    else:
+        tt[b0 + 1] = prev
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _append(tt: npt.NDArray[np.int64], b0: int, e: int) -> None:
+    """Entry e becomes the most recently used (the list's tail)."""
+    q = b0 + HDR + EW * e
+    tail = tt[b0 + 1]
+    tt[q + 2] = tail
+    tt[q + 3] = 0
+    if tail > 0:
+        tt[b0 + HDR + EW * (tail - 1) + 3] = e + 1
+    else:
+        tt[b0] = e + 1
+    tt[b0 + 1] = e + 1
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _to_tail(tt: npt.NDArray[np.int64], b0: int, e: int) -> None:
+    if tt[b0 + 1] != e + 1:
+        _unlink(tt, b0, e)
+        _append(tt, b0, e)
 
 
 @njit(cache=True, error_model="numpy")
-def _find(tt: npt.NDArray[np.int64], b0: int, slots: int, key: int | np.int64) -> int:
-    for e in range(slots):
-        q = b0 + e * TIER_WORDS
-        if tt[q + 1] > 0 and tt[q] == key:
-            return e
-    return -1
+def _add(
+    tt: npt.NDArray[np.int64],
+    b0: int,
+    tb: int,
+    mask: int,
+    rp: npt.NDArray[np.int64],
+    r: int,
+    t: int,
+    key: int | np.int64,
+    b: int,
+) -> None:
+    """A new unit (not held, and room made for it) becomes the most recently used."""
+    e = tt[b0 + 3] - 1
+    if e >= 0:  # a free entry, reused
+        tt[b0 + 3] = tt[b0 + HDR + EW * e + 3]
+    else:
+        e = tt[b0 + 2]
+        tt[b0 + 2] = e + 1  # never more than S at once: sized for every key (tier_slots)
+    q = b0 + HDR + EW * e
+    tt[q] = key
+    tt[q + 1] = b
+    _append(tt, b0, e)
+    j = _home(np.uint64(key), mask)
+    while tt[tb + 2 * j + 1] != 0:
+        j = (j + 1) & mask
+    tt[tb + 2 * j] = key
+    tt[tb + 2 * j + 1] = e + 1
+    rp[r, P_TIER_USED + t] += b
 
 
 @njit(cache=True, error_model="numpy")
-def _lru(tt: npt.NDArray[np.int64], b0: int, slots: int) -> int:
-    """The least recently used entry (-1: none)."""
-    best = -1
-    stamp = 0
-    for e in range(slots):
-        q = b0 + e * TIER_WORDS
-        if tt[q + 1] > 0 and (best < 0 or tt[q + 2] < stamp):
-            best = e
-            stamp = tt[q + 2]
-    return best
+def _pop(
+    tt: npt.NDArray[np.int64],
+    b0: int,
+    tb: int,
+    mask: int,
+    rp: npt.NDArray[np.int64],
+    r: int,
+    t: int,
+) -> tuple[int, int]:
+    """Evict the least recently used unit: its (key, blocks)."""
+    e = tt[b0] - 1
+    q = b0 + HDR + EW * e
+    key = tt[q]
+    b = tt[q + 1]
+    _unlink(tt, b0, e)
+    tt[q + 3] = tt[b0 + 3]  # onto the free list
+    tt[b0 + 3] = e + 1
+    rp[r, P_TIER_USED + t] -= b
+    i = _home(np.uint64(key), mask)
+    while tt[tb + 2 * i] != key or tt[tb + 2 * i + 1] == 0:
+        i = (i + 1) & mask
+    j = i
+    while True:  # backward shift: move later entries of the probe run into the hole
+        j = (j + 1) & mask
+        if tt[tb + 2 * j + 1] == 0:
+            break
+        k = _home(np.uint64(tt[tb + 2 * j]), mask)
+        # leave j where it is if its home lies cyclically in (i, j]
+        if (i < j and i < k <= j) or (i > j and (k > i or k <= j)):
+            continue
+        tt[tb + 2 * i] = tt[tb + 2 * j]
+        tt[tb + 2 * i + 1] = tt[tb + 2 * j + 1]
+        i = j
+    tt[tb + 2 * i + 1] = 0
+    return int(key), int(b)
 
 
-@njit(cache=True, error_model="numpy")
-def _stamp(tt: npt.NDArray[np.int64], q: int, rp: npt.NDArray[np.int64], r: int) -> None:
-    rp[r, P_TIER_CLOCK] += 1
-    tt[q + 2] = rp[r, P_TIER_CLOCK]
+@njit(cache=True, error_model="numpy", inline="always")
+def _admit(
+    tt: npt.NDArray[np.int64],
+    n0: int,
+    rp: npt.NDArray[np.int64],
+    r: int,
+    t: int,
+    key: int | np.int64,
+    b: int,
+) -> tuple[int, int, int]:
+    """Where tier t must add a unit of b blocks, or b0 = -1 when it need not: the unit is
+    larger than the tier (not stored), or held already (it becomes the most recent)."""
+    if b <= 0 or b > rp[r, P_TIER_CAP + t]:
+        return -1, 0, 0
+    b0, tb, mask = _base(tt, n0, rp.shape[0], t, r)
+    e = _find(tt, tb, mask, key)
+    if e >= 0:
+        _to_tail(tt, b0, e)
+        return -1, 0, 0
+    return b0, tb, mask
 
 
 @njit(cache=True, error_model="numpy")
@@ -516,61 +658,22 @@ def _put(
     key: int | np.int64,
     b: int,
 ) -> None:
-    """Store (or refresh) a unit of b blocks in tier t; the CPU tier's evictions go down
-    to the disk tier, if any; the disk's vanish."""
-    cap = rp[r, P_TIER_CAP + t]
-    if b <= 0 or b > cap:
-        return
-    nrep = rp.shape[0]
-    b0, slots = _base(tt, n0, nrep, t, r)
-    e = _find(tt, b0, slots, key)
-    if e >= 0:
-        _stamp(tt, b0 + e * TIER_WORDS, rp, r)
+    """Store (or refresh) a unit of b blocks in tier t, evicting the least recently used
+    units until it fits; tier 0's evictions go down to tier 1, if any, each stored there
+    the same way as it leaves; tier 1's vanish (no recursion: numba)."""
+    b0, tb, mask = _admit(tt, n0, rp, r, t, key, b)
+    if b0 < 0:
         return
     down = t == 0 and rp[r, P_TIER_CAP + 1] > 0
-    while rp[r, P_TIER_USED + t] + b > cap:
-        q = b0 + _lru(tt, b0, slots) * TIER_WORDS
-        rp[r, P_TIER_USED + t] -= tt[q + 1]
+    while rp[r, P_TIER_USED + t] + b > rp[r, P_TIER_CAP + t]:
+        k, kb = _pop(tt, b0, tb, mask, rp, r, t)
         if down:
-            _put_disk(tt, n0, rp, r, tt[q], tt[q + 1])
-        tt[q + 1] = 0
-    for e in range(slots):
-        q = b0 + e * TIER_WORDS
-        if tt[q + 1] == 0:
-            tt[q] = key
-            tt[q + 1] = b
-            _stamp(tt, q, rp, r)
-            rp[r, P_TIER_USED + t] += b
-            return
-    raise AssertionError("tier full")  # sized for every key of the replay (tier_slots)
-
-
-@njit(cache=True, error_model="numpy")
-def _put_disk(
-    tt: npt.NDArray[np.int64], n0: int, rp: npt.NDArray[np.int64], r: int, key: int, b: int
-) -> None:
-    """The disk tier takes a unit the CPU tier evicted (no recursion: numba)."""
-    cap = rp[r, P_TIER_CAP + 1]
-    if b > cap:
-        return
-    b0, slots = _base(tt, n0, rp.shape[0], 1, r)
-    e = _find(tt, b0, slots, key)
-    if e >= 0:
-        _stamp(tt, b0 + e * TIER_WORDS, rp, r)
-        return
-    while rp[r, P_TIER_USED + 1] + b > cap:
-        q = b0 + _lru(tt, b0, slots) * TIER_WORDS
-        rp[r, P_TIER_USED + 1] -= tt[q + 1]
-        tt[q + 1] = 0
-    for e in range(slots):
-        q = b0 + e * TIER_WORDS
-        if tt[q + 1] == 0:
-            tt[q] = key
-            tt[q + 1] = b
-            _stamp(tt, q, rp, r)
-            rp[r, P_TIER_USED + 1] += b
-            return
-    raise AssertionError("tier full")
+            d0, db, dmask = _admit(tt, n0, rp, r, 1, k, kb)
+            if d0 >= 0:
+                while rp[r, P_TIER_USED + 1] + kb > rp[r, P_TIER_CAP + 1]:
+                    _pop(tt, d0, db, dmask, rp, r, 1)
+                _add(tt, d0, db, dmask, rp, r, 1, k, kb)
+    _add(tt, b0, tb, mask, rp, r, t, key, b)
 
 
 @njit(cache=True, error_model="numpy")
@@ -603,9 +706,9 @@ def tier_run(
     hi: int,
 ) -> int:
     """How many of ``keys[lo:hi]``, from the first on, tier t of replica r holds."""
-    b0, slots = _base(tt, n0, nrep, t, r)
+    _, tb, mask = _base(tt, n0, nrep, t, r)
     n = 0
-    while lo + n < hi and _find(tt, b0, slots, np.int64(keys[lo + n])) >= 0:
+    while lo + n < hi and _find(tt, tb, mask, np.int64(keys[lo + n])) >= 0:
         n += 1
     return n
 
@@ -622,10 +725,11 @@ def tier_touch(
     hi: int,
 ) -> None:
     """A load of ``keys[lo:hi]`` from tier t: each becomes the most recently used, in order."""
-    b0, slots = _base(tt, n0, rp.shape[0], t, r)
+    if lo >= hi:
+        return
+    b0, tb, mask = _base(tt, n0, rp.shape[0], t, r)
     for q in range(lo, hi):
-        e = _find(tt, b0, slots, np.int64(keys[q]))
-        _stamp(tt, b0 + e * TIER_WORDS, rp, r)
+        _to_tail(tt, b0, _find(tt, tb, mask, np.int64(keys[q])))
 
 
 @njit(cache=True, error_model="numpy")

@@ -68,7 +68,9 @@ from pipeline.sim.state import (
     R_UNIT_BLK,
     R_UNIT_TOK,
     ST_FINISHED,
+    W_CPU_HITS,
     W_DISCARDED,
+    W_DISK_HITS,
     W_HITS,
     W_HOFF,
     W_TOTAL,
@@ -740,6 +742,8 @@ class ReferenceLoop(EngineSchedulers):
             rq[k, R_CACHED] = q.cached
             rq[k, R_LOOKUPS] = q.lookups
             rqw[k, W_HITS] = q.hits
+            rqw[k, W_CPU_HITS] = q.cpu_hits
+            rqw[k, W_DISK_HITS] = q.disk_hits
             rqf[k, F_ARRIVAL] = q.arrival_s
             rqf[k, F_FIRST_SCHED] = q.first_scheduled_s
             rqf[k, F_FIRST_TOKEN] = q.first_token_s

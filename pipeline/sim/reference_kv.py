@@ -149,6 +149,8 @@ class Req:
         self.lookups = 0
         self.cached = 0  # hit tokens at its first lookup
         self.hits = 0  # hit tokens over all lookups
+        self.cpu_hits = 0  # ... of which loaded from the CPU tier (KV offloading)
+        self.disk_hits = 0  # ... from the disk tier
 
     def set_units(self, keys: list[int], unit_tokens: int, block_size: int, tail: int) -> None:
         """Its cache units: whole ones of ``unit_tokens``, except its tail (``tail`` > 0)
@@ -339,8 +341,12 @@ class ReferenceKV:
         cpu.touch(req.keys[h : h + c])
         disk.touch(req.keys[h + c : h + c + d])
         st = rep.step_tier
-        st[0] += req.hit_tokens(h + c) - req.hit_tokens(h)
-        st[1] += req.hit_tokens(h + c + d) - req.hit_tokens(h + c)
+        cpu_tokens = req.hit_tokens(h + c) - req.hit_tokens(h)
+        disk_tokens = req.hit_tokens(h + c + d) - req.hit_tokens(h + c)
+        st[0] += cpu_tokens
+        st[1] += disk_tokens
+        req.cpu_hits += cpu_tokens
+        req.disk_hits += disk_tokens
         st[2] += req.hit_blocks(h + c) - req.hit_blocks(h)
         st[3] += req.hit_blocks(h + c + d) - req.hit_blocks(h + c)
 

@@ -51,6 +51,8 @@ from pipeline.sim.state import (
     SF_SCHED_CPU,
     SF_SCHED_EXPOSED,
     SF_START,
+    W_CPU_HITS,
+    W_DISK_HITS,
     SimResult,
 )
 from pipeline.sim.summary import request_metrics
@@ -78,7 +80,7 @@ def sim_requests_table(
 ) -> pa.Table:
     """The sim_requests rows of one scenario (of its requests ``rows``); ``pools``: each
     request's pool, in a fleet (null otherwise)."""
-    rq, rqf = res.rq[rows], res.rqf[rows]
+    rq, rqf, rqw = res.rq[rows], res.rqf[rows], res.rqw[rows]
     n = len(rq)
     m = request_metrics(res, rows, engine=True)
     i32 = np.int32
@@ -106,6 +108,8 @@ def sim_requests_table(
             "queue_depth_at_arrival": rq[:, R_QDEPTH].astype(i32),
             "kv_transfer_s": _transfer(res, rows, n),
             "num_swaps": rq[:, R_SWAPS].astype(i32),
+            "cpu_hit_tokens": rqw[:, W_CPU_HITS],
+            "disk_hit_tokens": rqw[:, W_DISK_HITS],
         }
     )
 

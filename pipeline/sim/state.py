@@ -90,7 +90,7 @@ R_LOOKUPS = 18  # prefix-cache lookups made for it (the first, then one per resu
 R_TAIL = 19  # tokens of its prompt's tail unit, shorter than a unit (0: none; prefix.py)
 R_NEXT = 20  # tokens at which its next unit settles (cache.settles); NEVER when none is left
 R_SWAPS = 21  # swap preemption (swap.py): times swapped out to host memory (and back in)
-NRQ = 30  # int32 columns of rq (22 narrow, 4 wide ones of two each)
+NRQ = 34  # int32 columns of rq (22 narrow, 6 wide ones of two each)
 NEVER = 2**31 - 1  # R_NEXT of a request with no unit left to settle
 
 # --- wide(rq): int64 per request, in rq's last 8 int32 columns ------------------
@@ -100,6 +100,10 @@ W_HOFF = 11  # offset of its prefix keys in kc's key array
 W_DISCARDED = 12  # computed tokens thrown away by preemptions (recomputed later)
 W_HITS = 13  # tokens found in the cache over all its lookups (KV offloading tiers too)
 W_TOTAL = 14  # tokens computed over its life, recomputation included
+# KV offloading tiers (kv_tiers.py): tokens loaded from the CPU tier, and from the disk
+# tier, over all its lookups (counted in W_HITS too)
+W_CPU_HITS = 15
+W_DISK_HITS = 16
 
 # --- rqf: float64 per request ----------------------------------------------
 F_ARRIVAL = 0
@@ -154,7 +158,7 @@ P_STEP_SWAP_IN = 33  # blocks swapped in by the step being decided
 # KV offloading tiers (kv_tiers.py): tier t = 0 (CPU memory) or 1 (local disk) at P_TIER_* + t
 P_TIER_CAP = 34  # KV blocks tier t holds (34, 35; 0: no such tier)
 P_TIER_USED = 36  # ... of which holding offloaded blocks (36, 37)
-P_TIER_CLOCK = 38  # the tiers' LRU clock: the stamp of the latest store or hit
+P_TIER_CLOCK = 38  # unused (was the tiers' LRU clock; they keep an LRU list, kv_tiers.py)
 P_STEP_TIER_TOK = 39  # tokens the step being decided loads from tier t (39, 40)
 P_STEP_TIER_BLK = 41  # ... KV blocks (41, 42)
 NRP = 43

@@ -97,9 +97,11 @@ CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any], Rows]] = {
     "validation_without_a_run": ("validation", {}, {}, []),
     "validation_cdf_without_a_run": ("validation_cdf", {}, {}, []),
     "validation_requests_without_a_run": ("validation_requests", {}, {}, []),
-    # the tiny warehouse's run has no swap, speculation or scheduler CPU time (its steps'
-    # columns are null); tests/report/test_feature_views.py checks these queries' rows
+    # the tiny warehouse's run has no swap, speculation, scheduler CPU time or KV tier (its
+    # steps' columns are null); tests/report/test_feature_views.py and
+    # tests/report/test_kv_tiers_view.py check these queries' rows
     "swaps_without_swaps": ("swaps", {}, {}, []),
+    "kv_tiers_without_tiers": ("kv_tiers", {}, {}, []),
     "speculation_without_drafts": ("speculation", {}, {}, []),
     "sched_cpu_without_cpu_time": ("sched_cpu", {}, {}, []),
     "replay_runs": ("replay_runs", {}, {}, [

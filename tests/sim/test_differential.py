@@ -57,7 +57,9 @@ from pipeline.sim.state import (
     SF_SCHED_CPU,
     SF_SCHED_EXPOSED,
     ST_FINISHED,
+    W_CPU_HITS,
     W_DISCARDED,
+    W_DISK_HITS,
     W_HITS,
     W_TOTAL,
     SimInput,
@@ -514,3 +516,18 @@ def test_decode_runs_are_compressed() -> None:
     assert res.num_steps == 500
     assert len(res.st) == 2
     check_equal(inp, sc)
+
+
+@settings(max_examples=40)
+@given(cases("vllm", True, kv_tiers=True))
+def test_kv_tier_hits_per_request_match_the_steps(case: tuple[SimInput, Scenario]) -> None:
+    # each request's CPU and disk tier tokens (sim_requests), fast == reference (rq), add
+    # up to the steps' (sim_steps) and are part of its hits over all its lookups
+    fast = check_equal(*case)
+    rqw = fast.rqw
+    assert rqw[:, W_CPU_HITS].sum() == fast.st[:, S_CPU_HIT].sum()
+    assert rqw[:, W_DISK_HITS].sum() == fast.st[:, S_DISK_HIT].sum()
+    assert (rqw[:, W_CPU_HITS] >= 0).all() and (rqw[:, W_DISK_HITS] >= 0).all()
+    assert (rqw[:, W_CPU_HITS] + rqw[:, W_DISK_HITS] <= rqw[:, W_HITS]).all()
+    event(f"per-request tier hits: {'yes' if rqw[:, W_CPU_HITS : W_DISK_HITS + 1].any() else 'no'}")
+    event(f"decode runs compressed: {'yes' if len(fast.st) < fast.num_steps else 'no'}")

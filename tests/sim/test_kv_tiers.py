@@ -8,20 +8,22 @@ import random
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
-from pipeline.contracts import SIM_STEPS
+from pipeline.contracts import SIM_REQUESTS, SIM_STEPS
 from pipeline.errors import ScenarioError
 from pipeline.plan.grid import build_grid
 from pipeline.sim.cost_model import step_time
 from pipeline.sim.kv_tiers import DiskTier, num_chunks, replay_hits
-from pipeline.sim.replay_tables import sim_steps_table
+from pipeline.sim.replay_tables import sim_requests_table, sim_steps_table
 from pipeline.sim.scenario import Scenario, build_scenario
 from pipeline.sim.simulate import simulate
 from pipeline.sim.state import (
     S_CPU_HIT,
     S_DECODE,
     S_DISK_HIT,
+    S_NUM_STEPS,
     S_PHIT,
     S_PREFILL,
     S_RUNNING,
@@ -29,6 +31,8 @@ from pipeline.sim.state import (
     SF_ATTN,
     SF_CTX,
     SF_DURATION,
+    W_CPU_HITS,
+    W_DISK_HITS,
     W_TOTAL,
     SimInput,
     SimResult,
@@ -277,3 +281,51 @@ def test_a_sweep_turns_the_cpu_tier_size() -> None:
     tiers = [p.scenario.kv_tiers for p in grid.points]
     assert tiers[0] is None and tiers[1] is not None and tiers[2] is not None
     assert tiers[2].cpu_blocks == 8 * tiers[1].cpu_blocks
+
+
+def test_each_request_counts_its_tier_hits() -> None:
+    # C's loads are its own: the requests table's columns are the steps', request by request
+    inp, sc = _replay(kv_offloading_size_gb=2, kv_disk_size_gb=8)
+    res = check_equal(inp, sc)
+    row = _c_row(res)
+    assert row[S_DISK_HIT] > 0
+    assert res.rqw[:, W_CPU_HITS].tolist() == [0, 0, int(row[S_CPU_HIT])]
+    assert res.rqw[:, W_DISK_HITS].tolist() == [0, 0, int(row[S_DISK_HIT])]
+    table = sim_requests_table("c", pa.array(["a", "b", "c"]), res)
+    schema = {f.name: f.type for f in SIM_REQUESTS.schema()}
+    assert {f.name: f.type for f in table.schema}.items() <= schema.items()
+    assert {"cpu_hit_tokens", "disk_hit_tokens"} <= set(table.column_names)
+    assert table["cpu_hit_tokens"].to_pylist() == res.rqw[:, W_CPU_HITS].tolist()
+    assert table["disk_hit_tokens"].to_pylist() == [0, 0, int(row[S_DISK_HIT])]
+    off = simulate(*_without_tiers())
+    assert not off.rqw[:, W_CPU_HITS].any() and not off.rqw[:, W_DISK_HITS].any()
+
+
+def test_decode_runs_skip_steps_with_tiers_on() -> None:
+    # three requests decode together, each settling a generated unit every BLOCK tokens a
+    # few tokens after the one before: the runs store several units of each to a CPU tier
+    # of 3 blocks (it evicts as it stores), in the steps' order, as the reference does step
+    # by step; D, preempted by nobody, then reads A's prompt back from what is left
+    prompt = np.array([2 * BLOCK + 1, 2 * BLOCK + 5, 2 * BLOCK + 9, 2 * BLOCK], dtype=np.int64)
+    output = np.array([6 * BLOCK, 6 * BLOCK + 3, 6 * BLOCK + 7, 2], dtype=np.int64)
+    arrival = np.array([0.0, 0.0, 0.0, 100.0])
+    inp = SimInput(arrival, prompt, output)
+    inp = with_prefix(inp, [[1, 2], [3, 4], [5, 6], [1, 2]], BLOCK, BLOCK)
+    for cpu in (3, 64):
+        values = {
+            "policy": "vllm",
+            "cost": {**dict.fromkeys(_COST_KEYS, 0.0), "fixed_s": 0.01, "flop_s_per_token": 1e-5},
+            "num_gpu_blocks": 200,
+            "block_size": BLOCK,
+            "max_model_len": 512,
+            "async_scheduling": False,
+            "enable_prefix_caching": True,
+            "kv_offloading_kv_bytes_per_token": KV,
+            "kv_offloading_link_gb_s": 0.5,
+            "kv_offloading_size_gb": cpu * BLOCK_BYTES / 2**30,
+        }
+        for is_async in (False, True):
+            sc = build_scenario({**values, "async_scheduling": is_async})
+            res = check_equal(inp, sc)
+            assert len(res.st) < res.num_steps  # runs were skipped
+            assert (res.st[:, S_NUM_STEPS] > BLOCK).any()  # ... some across unit boundaries

@@ -31,7 +31,7 @@ from pipeline.report.charts.classes import class_panels
 from pipeline.report.charts.common import AnyChart, ChartOptions
 from pipeline.report.charts.compare import compare_runs
 from pipeline.report.charts.engine import engine_timeline
-from pipeline.report.charts.features import spec_timeline, swap_timeline
+from pipeline.report.charts.features import spec_timeline, swap_timeline, tier_timeline
 from pipeline.report.charts.latency import latency_cdf, latency_intervals
 from pipeline.report.charts.pools import pool_panels
 from pipeline.report.charts.prefix import (
@@ -71,6 +71,7 @@ CHARTS: dict[str, Callable[[pl.DataFrame, ChartOptions], AnyChart]] = {
         engine_timeline,
         swap_timeline,
         spec_timeline,
+        tier_timeline,
         prefix_hit_rate_overall,
         prefix_hit_rate_over_time,
         prefix_hit_rate_by_cache_size,

@@ -1,6 +1,7 @@
-"""The charts of the report's swap and speculation sections: KV swapped to host memory and
-back, and draft tokens accepted per step, over simulated time. Each section shows only for
-a run that has the feature (``requires`` in reports/review.toml)."""
+"""The charts of the report's swap, speculation and KV offloading sections: KV swapped to
+host memory and back, draft tokens accepted per step, and the prefix hits of the GPU and
+of the tiers below it, over simulated time. Each section shows only for a run that has the
+feature (``requires`` in reports/review.toml)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,12 @@ SWAP_MEASURES = {
 SPEC_MEASURES = {
     "accepted_per_step": "accepted per step",
     "acceptance_rate": "acceptance rate",
+}
+TIER_MEASURES = {
+    "gpu_hit_rate": "GPU prefix hits (share of looked-up tokens)",
+    "cpu_hit_rate": "CPU tier hits (share)",
+    "disk_hit_rate": "disk tier hits (share)",
+    "load_mb": "loaded from the tiers (MB)",
 }
 
 
@@ -78,3 +85,22 @@ def spec_timeline(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
     """
     per = df.select("scenario", "bucket_start_s", "bucket_s", *SPEC_MEASURES)
     return timeline_rows(per, opts, SPEC_MEASURES, title=opts.title, label_limit=160)
+
+
+def tier_timeline(df: pl.DataFrame, opts: ChartOptions) -> AnyChart:
+    """The shares of the looked-up prompt tokens found in the GPU prefix cache, loaded from
+    the CPU tier and from the disk tier, and the MB the tiers loaded, over simulated time,
+    one row of panels per measure. Buckets without a lookup or a load are left out (the
+    line holds its last value over an idle spell).
+
+    Expects: scenario, bucket_start_s, bucket_s, gpu_hit_rate, cpu_hit_rate,
+    disk_hit_rate, tier_load_bytes.
+    """
+    per = df.select(
+        "scenario",
+        "bucket_start_s",
+        "bucket_s",
+        *(pl.col(c).fill_null(0) for c in ("gpu_hit_rate", "cpu_hit_rate", "disk_hit_rate")),
+        (pl.col("tier_load_bytes") / 1e6).alias("load_mb"),
+    )
+    return timeline_rows(per, opts, TIER_MEASURES, title=opts.title, label_limit=200)
