@@ -381,7 +381,7 @@ def _step(s: State, kc: PrefixCaches, r: int, until: float) -> None:
         if spec != 0 and c0 >= s.rq[i, R_PF_END]:  # a decode verifying t - 1 drafts
             t = s.sched_t[j]
             g0 = s.rq[i, R_GENERATED]
-            a = accepted(s.cfgf, s.cfg[C_SEED], i, g0, t - 1)
+            a = accepted(s.cfg, s.cfg[C_SEED], i, g0, t - 1)
             ctx_sum += c0 + t  # its KV, read once by the t queries
             attn_sum += (t - 1) * c0 + t * (t - 1) // 2  # their (query, key) pairs past that
             spec_rows += t - 1

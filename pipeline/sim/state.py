@@ -238,7 +238,10 @@ C_SPEC_MAXLEN = 32  # max_model_len (the scheduler's bound on a decode's tokens)
 # KV offloading tiers (kv_tiers.py); C_TIER_BLOCKS = 0: off
 C_TIER_BLOCKS = 33  # KV blocks of the CPU tier per replica (33), of the disk tier (34)
 C_TIER_BLOCK_BYTES = 35  # ... bytes of one KV block
-NCFG = 36
+# speculative decoding: C_SPEC_THR + j, draft position j's acceptance as an integer threshold
+# on the draw's 53 bits (speculation.thresholds), speculation.MAX_TOKENS positions
+C_SPEC_THR = 36
+NCFG = C_SPEC_THR + 16
 CF_MAX_WAIT_S = 0  # static: longest the oldest request waits for a batch to fill
 CF_RATIO_INIT = 1  # sglang: initial new_token_ratio
 CF_RATIO_MIN = 2  # sglang: its floor

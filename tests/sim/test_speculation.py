@@ -5,13 +5,30 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 
 from pipeline.errors import ScenarioError
 from pipeline.sim.scenario import build_scenario
 from pipeline.sim.simulate import simulate
-from pipeline.sim.speculation import accepted, accepted_py
-from pipeline.sim.state import CF_SPEC_RATE, NCFGF, S_DECODE, S_SPEC_ACC, S_SPEC_DRAFT, SimInput
+from pipeline.sim.speculation import (
+    GOLDEN,
+    MASK64,
+    STRIDE,
+    Speculation,
+    _mix_py,
+    accepted,
+    accepted_py,
+)
+from pipeline.sim.state import (
+    CF_SPEC_RATE,
+    NCFG,
+    NCFGF,
+    S_DECODE,
+    S_SPEC_ACC,
+    S_SPEC_DRAFT,
+    SimInput,
+)
 from pipeline.sim.summary import summarize
 
 COST = {
@@ -65,14 +82,31 @@ def test_other_policies_and_async_are_refused() -> None:
         build_scenario(_values() | {"async_scheduling": True})
 
 
+def _packed(rates: tuple[float, ...]) -> npt.NDArray[np.int64]:
+    cfg, cfgf = np.zeros(NCFG, dtype=np.int64), np.zeros(NCFGF)
+    Speculation("eagle", len(rates), rates, 0.05).pack(cfg, cfgf, 4096)
+    assert (cfgf[CF_SPEC_RATE : CF_SPEC_RATE + len(rates)] == rates).all()
+    return cfg
+
+
 def test_compiled_and_python_draws_agree() -> None:
     rates = (0.9, 0.6, 0.3, 0.8)
-    cfgf = np.zeros(NCFGF)
-    cfgf[CF_SPEC_RATE : CF_SPEC_RATE + 4] = rates
+    cfg = _packed(rates)
     for seed in (0, 7, 2**40):
         for i in range(20):
             for g in range(0, 200, 13):
-                assert accepted(cfgf, seed, i, g, 4) == accepted_py(rates, seed, i, g, 4)
+                assert accepted(cfg, seed, i, g, 4) == accepted_py(rates, seed, i, g, 4)
+
+
+def test_integer_thresholds_draw_as_the_float_compare_at_its_edges() -> None:
+    # a rate exactly on a draw's uniform rejects it (u < rate is false), one ulp of the
+    # draw's 53 bits above accepts it; rates 0 and 1 never and always accept
+    seed, i, g = 5, 3, 11
+    h = _mix_py((seed * GOLDEN + i) & MASK64)
+    m = _mix_py((h + g * STRIDE + 1) & MASK64) >> 11
+    for rate, want in ((m / 2**53, 0), ((m + 1) / 2**53, 1), (0.0, 0), (1.0, 1)):
+        assert accepted_py((rate,), seed, i, g, 1) == want, rate
+        assert accepted(_packed((rate,)), seed, i, g, 1) == want, rate
 
 
 def test_draws_follow_the_rates() -> None:
