@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import Any
 
 import numpy as np
@@ -24,6 +26,7 @@ from pipeline.sim.state import (
     CF_SPEC_RATE,
     NCFG,
     NCFGF,
+    R_GENERATED,
     S_DECODE,
     S_SPEC_ACC,
     S_SPEC_DRAFT,
@@ -145,3 +148,45 @@ def test_accepted_tokens_shorten_decoding() -> None:
     s = summarize(full)
     assert s["spec_acceptance_rate"] == 1.0
     assert "spec_draft_tokens" not in summarize(off)
+
+
+# A request past max_model_len, given to simulate() directly (Scenario.cap_lengths not
+# called): the scheduler bounds a decode's tokens by max_model_len - computed - 1, which is
+# negative there, and the loop used to schedule such a request fewer than no tokens step
+# after step, the timeline growing without end. In a child process under a memory cap
+# and a timeout, so that the old behaviour fails the test instead of hanging it.
+_TOO_LONG = """
+import resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+import numpy as np
+from pipeline.sim.scenario import build_scenario
+from pipeline.sim.simulate import simulate
+from pipeline.sim.state import SimInput
+sc = build_scenario({values!r})
+try:
+    simulate(SimInput(np.array([0.0]), np.array([{prompt}]), np.array([{output}])), sc.engine())
+except ValueError as exc:
+    print("refused:", exc)
+    sys.exit(0)
+print("ran")
+"""
+
+
+@pytest.mark.parametrize(("prompt", "output"), [(600, 5), (512, 2), (500, 13)])
+def test_simulate_refuses_requests_past_max_model_len(prompt: int, output: int) -> None:
+    code = _TOO_LONG.format(values=_values(), prompt=prompt, output=output)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    line = done.stdout.strip()
+    assert line.startswith("refused:") and "max_model_len (512)" in line, line
+    assert "\n" not in line
+
+
+def test_requests_that_fit_max_model_len_run() -> None:
+    # the limits themselves: prompt + output = max_model_len, and the longest prompt
+    sc = build_scenario(_values())
+    inp = SimInput(np.array([0.0, 0.1]), np.array([500, 511]), np.array([12, 1]))
+    res = simulate(inp, sc.engine())
+    assert (res.rq[:, R_GENERATED] == inp.output_tokens).all()
