@@ -151,13 +151,14 @@ def test_accepted_tokens_shorten_decoding() -> None:
 
 
 # A request past max_model_len, given to simulate() directly (Scenario.cap_lengths not
-# called): the scheduler bounds a decode's tokens by max_model_len - computed - 1, which is
-# negative there, and the loop used to schedule such a request fewer than no tokens step
-# after step, the timeline growing without end. In a child process under a memory cap
-# and a timeout, so that the old behaviour fails the test instead of hanging it.
+# called): the scheduler bounds a running request's tokens by max_model_len - computed - 1,
+# and a prompt longer than max_model_len, chunked, reaches a chunk of no tokens, which the
+# loop scheduled step after step, the timeline growing without end. In a child process
+# under a memory cap and a timeout, so that the old behaviour fails the test instead of
+# hanging it.
 _TOO_LONG = """
 import resource, sys
-resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
 import numpy as np
 from pipeline.sim.scenario import build_scenario
 from pipeline.sim.simulate import simulate
@@ -170,23 +171,29 @@ except ValueError as exc:
     sys.exit(0)
 print("ran")
 """
+_CHUNKED = {"enable_chunked_prefill": True, "max_num_batched_tokens": 16, "max_num_seqs": 4}
 
 
-@pytest.mark.parametrize(("prompt", "output"), [(600, 5), (512, 2), (500, 13)])
+@pytest.mark.parametrize(
+    ("prompt", "output"),
+    [(100, 5), (64, 2), (40, 25)],
+    ids=["prompt-past-chunked", "prompt-at", "prompt-plus-output-past"],
+)
 def test_simulate_refuses_requests_past_max_model_len(prompt: int, output: int) -> None:
-    code = _TOO_LONG.format(values=_values(), prompt=prompt, output=output)
+    values = _values() | _CHUNKED | {"max_model_len": 64}
+    code = _TOO_LONG.format(values=values, prompt=prompt, output=output)
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False
     )
     assert done.returncode == 0, done.stderr[-2000:]
     line = done.stdout.strip()
-    assert line.startswith("refused:") and "max_model_len (512)" in line, line
+    assert line.startswith("refused:") and "max_model_len (64)" in line, line
     assert "\n" not in line
 
 
 def test_requests_that_fit_max_model_len_run() -> None:
     # the limits themselves: prompt + output = max_model_len, and the longest prompt
-    sc = build_scenario(_values())
-    inp = SimInput(np.array([0.0, 0.1]), np.array([500, 511]), np.array([12, 1]))
+    sc = build_scenario(_values() | _CHUNKED | {"max_model_len": 64})
+    inp = SimInput(np.array([0.0, 0.1]), np.array([40, 63]), np.array([24, 1]))
     res = simulate(inp, sc.engine())
     assert (res.rq[:, R_GENERATED] == inp.output_tokens).all()
