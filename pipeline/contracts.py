@@ -267,6 +267,9 @@ RUNS = _contract(
     primary_key=("run_id",),
 )
 
+# speculative decoding (sim/speculation.py): sim_requests columns, null when it is off
+SPEC_REQUEST_COLUMNS = ("num_draft_tokens", "num_accepted_tokens")
+
 SIM_REQUESTS = _contract(
     "sim_requests",
     1,
@@ -331,11 +334,41 @@ SIM_REQUESTS = _contract(
             "or recompute preemption)",
             COUNT,
         ),
+        # speculative decoding (sim/speculation.py); null when no step has drafts
+        _c(
+            "num_draft_tokens",
+            pa.int32(),
+            "speculative decoding: draft tokens its steps verified (padded ones too; redone "
+            "after a preemption too: they sum to sim_steps'; null: no drafts)",
+            COUNT,
+        ),
+        _c(
+            "num_accepted_tokens",
+            pa.int32(),
+            "speculative decoding: of which accepted (null: no drafts)",
+            COUNT,
+        ),
     ],
     # engine_*: added with cost model v3, pool with fleets, kv_transfer_s with
-    # disaggregation, num_swaps with swap preemption (files written before lack them)
-    nullable={"tpot_s", "engine_ttft_s", "engine_e2e_s", "pool", "kv_transfer_s", "num_swaps"},
-    optional={"engine_ttft_s", "engine_e2e_s", "pool", "kv_transfer_s", "num_swaps"},
+    # disaggregation, num_swaps with swap preemption, the draft columns with speculative
+    # decoding (files written before lack them)
+    nullable={
+        "tpot_s",
+        "engine_ttft_s",
+        "engine_e2e_s",
+        "pool",
+        "kv_transfer_s",
+        "num_swaps",
+        *SPEC_REQUEST_COLUMNS,
+    },
+    optional={
+        "engine_ttft_s",
+        "engine_e2e_s",
+        "pool",
+        "kv_transfer_s",
+        "num_swaps",
+        *SPEC_REQUEST_COLUMNS,
+    },
     primary_key=("scenario", "request_id"),
     partition_by=("run_id",),
 )

@@ -90,16 +90,19 @@ R_LOOKUPS = 18  # prefix-cache lookups made for it (the first, then one per resu
 R_TAIL = 19  # tokens of its prompt's tail unit, shorter than a unit (0: none; prefix.py)
 R_NEXT = 20  # tokens at which its next unit settles (cache.settles); NEVER when none is left
 R_SWAPS = 21  # swap preemption (swap.py): times swapped out to host memory (and back in)
-NRQ = 30  # int32 columns of rq (22 narrow, 4 wide ones of two each)
+# speculative decoding (speculation.py): over its verify steps (redone ones too), 0 when off
+R_SPEC_ACC = 22  # draft tokens accepted
+R_SPEC_DRAFT = 23  # draft tokens verified (and padded ones, never accepted), as sim_steps'
+NRQ = 32  # int32 columns of rq (24 narrow, 4 wide ones of two each)
 NEVER = 2**31 - 1  # R_NEXT of a request with no unit left to settle
 
 # --- wide(rq): int64 per request, in rq's last 8 int32 columns ------------------
 # ``wide(rq)[i, W_*]`` (a view of the same memory; ``SimResult.rqw`` in Python).
 # Cumulative counts can pass 2**31 for a request preempted thousands of times.
-W_HOFF = 11  # offset of its prefix keys in kc's key array
-W_DISCARDED = 12  # computed tokens thrown away by preemptions (recomputed later)
-W_HITS = 13  # tokens found in the cache over all its lookups (KV offloading tiers too)
-W_TOTAL = 14  # tokens computed over its life, recomputation included
+W_HOFF = 12  # offset of its prefix keys in kc's key array
+W_DISCARDED = 13  # computed tokens thrown away by preemptions (recomputed later)
+W_HITS = 14  # tokens found in the cache over all its lookups (KV offloading tiers too)
+W_TOTAL = 15  # tokens computed over its life, recomputation included
 
 # --- rqf: float64 per request ----------------------------------------------
 F_ARRIVAL = 0

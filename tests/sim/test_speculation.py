@@ -8,9 +8,11 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import pyarrow as pa
 import pytest
 
 from pipeline.errors import ScenarioError
+from pipeline.sim.replay_tables import sim_requests_table
 from pipeline.sim.scenario import build_scenario
 from pipeline.sim.simulate import simulate
 from pipeline.sim.speculation import (
@@ -27,6 +29,9 @@ from pipeline.sim.state import (
     NCFG,
     NCFGF,
     R_GENERATED,
+    R_OUTPUT,
+    R_SPEC_ACC,
+    R_SPEC_DRAFT,
     S_DECODE,
     S_SPEC_ACC,
     S_SPEC_DRAFT,
@@ -197,3 +202,22 @@ def test_requests_that_fit_max_model_len_run() -> None:
     inp = SimInput(np.array([0.0, 0.1]), np.array([40, 63]), np.array([24, 1]))
     res = simulate(inp, sc.engine())
     assert (res.rq[:, R_GENERATED] == inp.output_tokens).all()
+
+
+def test_each_request_counts_its_drafts_and_accepted_tokens() -> None:
+    # per request, over its verify steps: they add up to the steps' counts, never accept
+    # more than generated past the prompt's token, and sim_requests carries them (null off)
+    off, _ = _replay(None)
+    on, sc = _replay(0.6)
+    assert not off.rq[:, R_SPEC_DRAFT].any() and not off.rq[:, R_SPEC_ACC].any()
+    assert on.rq[:, R_SPEC_DRAFT].sum() == on.st[:, S_SPEC_DRAFT].sum() > 0
+    assert on.rq[:, R_SPEC_ACC].sum() == on.st[:, S_SPEC_ACC].sum() > 0
+    assert (on.rq[:, R_SPEC_ACC] <= on.rq[:, R_SPEC_DRAFT]).all()
+    assert (on.rq[:, R_SPEC_ACC] <= on.rq[:, R_OUTPUT] - 1).all()
+    ids = pa.array([str(j) for j in range(len(on.rq))])
+    table = sim_requests_table(sc.name, ids, on)
+    assert table["num_accepted_tokens"].to_pylist() == on.rq[:, R_SPEC_ACC].tolist()
+    assert table["num_draft_tokens"].to_pylist() == on.rq[:, R_SPEC_DRAFT].tolist()
+    assert table.schema.field("num_draft_tokens").type == pa.int32()
+    plain = sim_requests_table(sc.name, ids, off)
+    assert plain["num_accepted_tokens"].null_count == len(off.rq)
