@@ -273,6 +273,9 @@ RUNS = _contract(
     primary_key=("run_id",),
 )
 
+# speculative decoding (sim/speculation.py): sim_requests columns, null when it is off
+SPEC_REQUEST_COLUMNS = ("num_draft_tokens", "num_accepted_tokens")
+
 SIM_REQUESTS = _contract(
     "sim_requests",
     1,
@@ -345,10 +348,24 @@ SIM_REQUESTS = _contract(
             COUNT,
         ),
         _c("disk_hit_tokens", pa.int64(), "KV offloading: ... from the disk tier", COUNT),
+        # speculative decoding (sim/speculation.py); null when no step has drafts
+        _c(
+            "num_draft_tokens",
+            pa.int32(),
+            "speculative decoding: draft tokens its steps verified (padded ones too; redone "
+            "after a preemption too: they sum to sim_steps'; null: no drafts)",
+            COUNT,
+        ),
+        _c(
+            "num_accepted_tokens",
+            pa.int32(),
+            "speculative decoding: of which accepted (null: no drafts)",
+            COUNT,
+        ),
     ],
     # engine_*: added with cost model v3, pool with fleets, kv_transfer_s with
-    # disaggregation, num_swaps with swap preemption, the tier columns with KV offloading
-    # (files written before lack them)
+    # disaggregation, num_swaps with swap preemption, the tier columns with KV offloading,
+    # the draft columns with speculative decoding (files written before lack them)
     nullable={
         "tpot_s",
         "engine_ttft_s",
@@ -358,6 +375,7 @@ SIM_REQUESTS = _contract(
         "num_swaps",
         "cpu_hit_tokens",
         "disk_hit_tokens",
+        *SPEC_REQUEST_COLUMNS,
     },
     optional={
         "engine_ttft_s",
@@ -367,6 +385,7 @@ SIM_REQUESTS = _contract(
         "num_swaps",
         "cpu_hit_tokens",
         "disk_hit_tokens",
+        *SPEC_REQUEST_COLUMNS,
     },
     primary_key=("scenario", "request_id"),
     partition_by=("run_id",),

@@ -160,6 +160,8 @@ from pipeline.sim.state import (
     R_QDEPTH,
     R_REPLICA,
     R_SHARED,
+    R_SPEC_ACC,
+    R_SPEC_DRAFT,
     R_STATUS,
     R_UNIT_TOK,
     S_CPU_HIT,
@@ -381,12 +383,14 @@ def _step(s: State, kc: PrefixCaches, r: int, until: float) -> None:
         if spec != 0 and c0 >= s.rq[i, R_PF_END]:  # a decode verifying t - 1 drafts
             t = s.sched_t[j]
             g0 = s.rq[i, R_GENERATED]
-            a = accepted(s.cfgf, s.cfg[C_SEED], i, g0, t - 1)
+            a = accepted(s.cfg, s.cfg[C_SEED], i, g0, t - 1)
             ctx_sum += c0 + t  # its KV, read once by the t queries
             attn_sum += (t - 1) * c0 + t * (t - 1) // 2  # their (query, key) pairs past that
             spec_rows += t - 1
             drafted += t - 1
             acc += a
+            s.rq[i, R_SPEC_ACC] += a
+            s.rq[i, R_SPEC_DRAFT] += t - 1
             m_spec += 1
             plain_ctx += c0 + 1
             gen = min(g0 + 1 + a, s.rq[i, R_OUTPUT])  # accepted + the bonus token
@@ -422,7 +426,9 @@ def _step(s: State, kc: PrefixCaches, r: int, until: float) -> None:
                 s.rq[i, R_CHUNKS] += 1
             s.rq[i, R_COMPUTED] = c0 + t
             if spec != 0 and c0 + t > s.rq[i, R_PROMPT] + s.rq[i, R_GENERATED]:
-                drafted += c0 + t - s.rq[i, R_PROMPT] - s.rq[i, R_GENERATED]  # padded drafts,
+                pad = c0 + t - s.rq[i, R_PROMPT] - s.rq[i, R_GENERATED]  # padded drafts,
+                drafted += pad
+                s.rq[i, R_SPEC_DRAFT] += pad
                 s.rq[i, R_COMPUTED] = s.rq[i, R_PROMPT] + s.rq[i, R_GENERATED]  # all rejected
             if c0 + t >= s.rq[i, R_PROMPT] + s.rq[i, R_GENERATED]:
                 gen = s.rq[i, R_GENERATED] + 1

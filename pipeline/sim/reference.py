@@ -62,6 +62,8 @@ from pipeline.sim.state import (
     R_REPLICA,
     R_SETTLED,
     R_SHARED,
+    R_SPEC_ACC,
+    R_SPEC_DRAFT,
     R_STATUS,
     R_SWAPS,
     R_TAIL,
@@ -161,6 +163,7 @@ class ReferenceLoop(EngineSchedulers):
         self.host_free: dict[int, int] = {}  # replica -> free host blocks (once it swapped)
         self.swapped: dict[int, int] = {}  # request -> its host blocks, while swapped out
         self.swaps: dict[int, int] = {}  # request -> times swapped out
+        self.spec: dict[int, list[int]] = {}  # request -> [drafts accepted, drafts verified]
         self.step_swap: dict[int, list[int]] = {}  # replica -> [out, in] blocks of its step
         if scenario.policy == "sglang":
             self.max_running = sglang.max_running(self.p, scenario.memory)
@@ -534,6 +537,9 @@ class ReferenceLoop(EngineSchedulers):
                 a = accepted_py(sp.acceptance, self.sc.seed, req.index, req.generated, t - 1)
                 drafted += t - 1
                 acc += a
+                mine = self.spec.setdefault(req.index, [0, 0])
+                mine[0] += a
+                mine[1] += t - 1
                 req.generated = min(req.generated + 1 + a, req.output)  # + the bonus token
                 verified = req.num_tokens - 1 - req.computed  # the rejected drafts roll back
                 req.computed += verified
@@ -546,6 +552,7 @@ class ReferenceLoop(EngineSchedulers):
                 req.total_computed += t
                 if sp is not None and req.computed > req.num_tokens:  # padded drafts: rejected
                     drafted += req.computed - req.num_tokens
+                    self.spec.setdefault(req.index, [0, 0])[1] += req.computed - req.num_tokens
                     req.total_computed -= req.computed - req.num_tokens
                     req.computed = req.num_tokens
                 if req.computed == req.num_tokens:
@@ -729,6 +736,7 @@ class ReferenceLoop(EngineSchedulers):
             rq[k, R_CHUNKS] = q.chunks
             rq[k, R_QDEPTH] = q.queue_depth
             rq[k, R_SWAPS] = self.swaps.get(k, 0)
+            rq[k, R_SPEC_ACC], rq[k, R_SPEC_DRAFT] = self.spec.get(k, (0, 0))
             rqw[k, W_TOTAL] = q.total_computed
             rqw[k, W_DISCARDED] = q.discarded
             rqw[k, W_HOFF] = off[k]

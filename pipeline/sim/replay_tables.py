@@ -13,7 +13,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from pipeline.contracts import TableWriter
+from pipeline.contracts import SPEC_REQUEST_COLUMNS, TableWriter
 from pipeline.sim.state import (
     F_ARRIVAL,
     F_FINISH,
@@ -26,6 +26,8 @@ from pipeline.sim.state import (
     R_PROMPT,
     R_QDEPTH,
     R_REPLICA,
+    R_SPEC_ACC,
+    R_SPEC_DRAFT,
     R_SWAPS,
     S_CPU_HIT,
     S_DECODE,
@@ -110,8 +112,20 @@ def sim_requests_table(
             "num_swaps": rq[:, R_SWAPS].astype(i32),
             "cpu_hit_tokens": rqw[:, W_CPU_HITS],
             "disk_hit_tokens": rqw[:, W_DISK_HITS],
+            **_request_speculation(res, rq),
         }
     )
+
+
+def _request_speculation(res: SimResult, rq: npt.NDArray[np.int32]) -> dict[str, Any]:
+    """sim_requests' draft and accepted tokens (of rows ``rq`` of ``res.rq``): null columns
+    when no request of the scenario had drafts (as sim_steps' when no row has)."""
+    if not res.rq[:, R_SPEC_DRAFT].any():
+        return {c: pa.nulls(len(rq), pa.int32()) for c in SPEC_REQUEST_COLUMNS}
+    return {
+        "num_draft_tokens": rq[:, R_SPEC_DRAFT].astype(np.int32),
+        "num_accepted_tokens": rq[:, R_SPEC_ACC].astype(np.int32),
+    }
 
 
 def _transfer(res: SimResult, rows: slice, n: int) -> pa.Array:

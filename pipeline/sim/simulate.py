@@ -36,6 +36,8 @@ from pipeline.sim.state import (
     C_REPLICAS,
     C_ROUTER,
     C_SEED,
+    C_SPEC_K,
+    C_SPEC_MAXLEN,
     C_SWAP_BLOCKS,
     C_TIER_BLOCKS,
     CF_RATIO_INIT,
@@ -110,6 +112,27 @@ def _steps_from(
     return st, stf
 
 
+def _check_spec_lengths(inp: SimInput, max_model_len: int) -> None:
+    """Speculative decoding bounds a request's tokens by max_model_len (vLLM's scheduler:
+    ``speculation.py``), so a request must fit it as ``Scenario.cap_lengths`` leaves it:
+    a prompt shorter than max_model_len, prompt + output within it. Past that a decode
+    would be scheduled no tokens, or fewer than none, step after step.
+
+    Raises:
+        ValueError: the first request that does not fit, in one line.
+    """
+    prompt, output = inp.prompt_tokens, inp.output_tokens
+    bad = np.flatnonzero((prompt >= max_model_len) | (prompt + output > max_model_len))
+    if len(bad):
+        k = int(bad[0])
+        raise ValueError(
+            f"request {k} has {int(prompt[k]):,} prompt + {int(output[k]):,} output tokens, "
+            f"more than max_model_len ({max_model_len:,}) allows with speculative decoding "
+            "(a prompt under it, prompt + output within it); cap the lengths first "
+            "(Scenario.cap_lengths) or raise max_model_len"
+        )
+
+
 def simulate(
     inp: SimInput,
     eng: EngineConfig,
@@ -140,7 +163,13 @@ def simulate(
     Returns:
         Per-request outcomes and the (compressed) step timeline; of a ``LeadInput``,
         those of the requests after its lead.
+
+    Raises:
+        ValueError: a request's lengths do not fit the simulator (``request_state``) or,
+            with speculative decoding, max_model_len (``_check_spec_lengths``).
     """
+    if eng.get(C_SPEC_K) > 0:
+        _check_spec_lengths(inp, eng.get(C_SPEC_MAXLEN))
     lead, t0 = _lead_of(inp)
     if lead and on_steps is not None:
         on_steps = _trimmed_sink(on_steps, t0)

@@ -23,6 +23,7 @@ context), and the accepted count is the number of leading drafts accepted.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -38,6 +39,7 @@ from pipeline.sim.state import (
     C_SPEC_LOOK,
     C_SPEC_MAXLEN,
     C_SPEC_SLOTS,
+    C_SPEC_THR,
     CF_SPEC_DRAFT,
     CF_SPEC_RATE,
 )
@@ -127,6 +129,8 @@ class Speculation:
         cfgf[CF_SPEC_DRAFT] = self.draft_cost
         for j, a in enumerate(self.acceptance):
             cfgf[CF_SPEC_RATE + j] = a
+        for j, thr in enumerate(thresholds(self.acceptance)):
+            cfg[C_SPEC_THR + j] = thr
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -209,6 +213,13 @@ def refuse(policy: str, where: str) -> None:
 # --- the draws: one source for the compiled loop, one for Python (same numbers) ---
 
 
+def thresholds(rates: tuple[float, ...]) -> list[int]:
+    """Each rate as the integer the compiled draws compare with: a draw's uniform is
+    u = m / 2**53 for its top 53 bits m, and u < rate exactly when m < ceil(rate * 2**53)
+    (the scaling by a power of two is exact), so the integer compare draws the same."""
+    return [math.ceil(a * 2.0**53) for a in rates]
+
+
 @njit(cache=True, error_model="numpy", inline="always")
 def _mix(x: np.uint64) -> np.uint64:
     x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
@@ -217,14 +228,15 @@ def _mix(x: np.uint64) -> np.uint64:
 
 
 @njit(cache=True, error_model="numpy", inline="always")  # one call site, once per verify
-def accepted(cfgf: npt.NDArray[np.float64], seed: int, i: int, g: int, s: int) -> int:
-    """Leading drafts accepted of the s verified by request i after g tokens (the draws)."""
+def accepted(cfg: npt.NDArray[np.int64], seed: int, i: int, g: int, s: int) -> int:
+    """Leading drafts accepted of the s verified by request i after g tokens (the draws,
+    compared as integers with ``thresholds``: see there)."""
     h = _mix(np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15) + np.uint64(i))  # GOLDEN
+    base = h + np.uint64(g) * np.uint64(0xD1B54A32D192ED03)  # STRIDE
     a = 0
     while a < s:
-        x = _mix(h + np.uint64(g) * np.uint64(0xD1B54A32D192ED03) + np.uint64(a + 1))  # STRIDE
-        u = float(x >> np.uint64(11)) * (1.0 / 9007199254740992.0)
-        if not u < cfgf[CF_SPEC_RATE + a]:
+        m = _mix(base + np.uint64(a + 1)) >> np.uint64(11)
+        if not np.int64(m) < cfg[C_SPEC_THR + a]:
             break
         a += 1
     return a

@@ -90,20 +90,23 @@ R_LOOKUPS = 18  # prefix-cache lookups made for it (the first, then one per resu
 R_TAIL = 19  # tokens of its prompt's tail unit, shorter than a unit (0: none; prefix.py)
 R_NEXT = 20  # tokens at which its next unit settles (cache.settles); NEVER when none is left
 R_SWAPS = 21  # swap preemption (swap.py): times swapped out to host memory (and back in)
-NRQ = 34  # int32 columns of rq (22 narrow, 6 wide ones of two each)
+# speculative decoding (speculation.py): over its verify steps (redone ones too), 0 when off
+R_SPEC_ACC = 22  # draft tokens accepted
+R_SPEC_DRAFT = 23  # draft tokens verified (and padded ones, never accepted), as sim_steps'
+NRQ = 36  # int32 columns of rq (24 narrow, 6 wide ones of two each)
 NEVER = 2**31 - 1  # R_NEXT of a request with no unit left to settle
 
 # --- wide(rq): int64 per request, in rq's last 8 int32 columns ------------------
 # ``wide(rq)[i, W_*]`` (a view of the same memory; ``SimResult.rqw`` in Python).
 # Cumulative counts can pass 2**31 for a request preempted thousands of times.
-W_HOFF = 11  # offset of its prefix keys in kc's key array
-W_DISCARDED = 12  # computed tokens thrown away by preemptions (recomputed later)
-W_HITS = 13  # tokens found in the cache over all its lookups (KV offloading tiers too)
-W_TOTAL = 14  # tokens computed over its life, recomputation included
+W_HOFF = 12  # offset of its prefix keys in kc's key array
+W_DISCARDED = 13  # computed tokens thrown away by preemptions (recomputed later)
+W_HITS = 14  # tokens found in the cache over all its lookups (KV offloading tiers too)
+W_TOTAL = 15  # tokens computed over its life, recomputation included
 # KV offloading tiers (kv_tiers.py): tokens loaded from the CPU tier, and from the disk
 # tier, over all its lookups (counted in W_HITS too)
-W_CPU_HITS = 15
-W_DISK_HITS = 16
+W_CPU_HITS = 16
+W_DISK_HITS = 17
 
 # --- rqf: float64 per request ----------------------------------------------
 F_ARRIVAL = 0
@@ -242,7 +245,10 @@ C_SPEC_MAXLEN = 32  # max_model_len (the scheduler's bound on a decode's tokens)
 # KV offloading tiers (kv_tiers.py); C_TIER_BLOCKS = 0: off
 C_TIER_BLOCKS = 33  # KV blocks of the CPU tier per replica (33), of the disk tier (34)
 C_TIER_BLOCK_BYTES = 35  # ... bytes of one KV block
-NCFG = 36
+# speculative decoding: C_SPEC_THR + j, draft position j's acceptance as an integer threshold
+# on the draw's 53 bits (speculation.thresholds), speculation.MAX_TOKENS positions
+C_SPEC_THR = 36
+NCFG = C_SPEC_THR + 16
 CF_MAX_WAIT_S = 0  # static: longest the oldest request waits for a batch to fill
 CF_RATIO_INIT = 1  # sglang: initial new_token_ratio
 CF_RATIO_MIN = 2  # sglang: its floor

@@ -487,6 +487,70 @@ def _decodes(
     return k, n, budget
 
 
+@njit(cache=True, error_model="numpy", inline="always")
+def _verify_decodes(
+    cfg: npt.NDArray[np.int64],
+    rq: npt.NDArray[np.int32],
+    rp: npt.NDArray[np.int64],
+    run: npt.NDArray[np.int64],
+    sched_q: npt.NDArray[np.int64],
+    sched_t: npt.NDArray[np.int64],
+    r: int,
+    k: int,
+    n: int,
+    budget: int,
+    threshold: int,
+) -> tuple[int, int, int]:
+    """Speculative decoding's common case (``_decodes`` for verify steps): (k, n, budget).
+
+    Schedules running requests from position k on while each is a decode that
+    verifies all k drafts (``speculative_tokens`` caps none: the budget after the
+    drafting slots, ``max_model_len`` and the threshold all have room for 1 + k)
+    whose new blocks, if any, are free (no eviction, no preemption) and that
+    settles no cache unit; stops before the first that is not (or when the
+    budget is down to the drafting slots), which the general loop takes.
+    Synchronous only (speculation refuses async scheduling): nothing is in flight.
+    """
+    bs = cfg[C_BLOCK_SIZE]
+    caching = cfg[C_CACHING] != 0
+    new = 1 + cfg[C_SPEC_K]
+    look = cfg[C_SPEC_LOOK]
+    maxlen = cfg[C_SPEC_MAXLEN]
+    slots = cfg[C_SPEC_SLOTS]
+    if 0 < threshold < new:
+        return k, n, budget
+    n_run = rp[r, P_RUN_N]
+    free = rp[r, P_FREE]
+    while k < n_run:
+        if budget - slots * (n + 1) < new:  # (the general loop breaks at <= slots * (n + 1))
+            break
+        i = uindex(run[r, uindex(k)])
+        c0 = rq[i, R_COMPUTED]
+        if c0 < rq[i, R_PF_END] or rq[i, R_PROMPT] + rq[i, R_GENERATED] != c0 + 1:
+            break
+        if c0 + new > maxlen - 1 or rq[i, R_STATUS] == ST_FINISHED:
+            break
+        if caching and settles(rq, i, c0 + 1):  # known: its tokens, drafts are not cached
+            break
+        end = min(c0 + new + look, maxlen)
+        held = rq[i, R_HELD]
+        short = end - (held + rq[i, R_SHARED]) * bs  # tokens beyond its blocks
+        need = 0
+        if short > 0:
+            need = (short + bs - 1) // bs
+            if need > free:
+                break
+            free -= need
+            rq[i, R_HELD] = held + need
+        sched_q[uindex(n)] = i
+        sched_t[uindex(n)] = new
+        n += 1
+        budget -= new
+        k += 1
+    rp[r, P_FREE] = free
+    return k, n, budget
+
+
 @njit(cache=True, error_model="numpy", inline="always")  # one call site, once per decode
 def speculative_tokens(
     cfg: npt.NDArray[np.int64], rq: npt.NDArray[np.int32], i: int, new: int, room: int
@@ -572,8 +636,12 @@ def _schedule_once(
             k, n, budget = _decodes(cfg, rq, rp, run, sched_q, sched_t, r, k, n, budget, lag)
             if k >= rp[r, P_RUN_N] or budget <= 0:
                 break
-        elif budget <= slots * (n + 1):  # vLLM: input_budget <= draft_slots
-            break
+        else:  # speculative decoding: its verify decodes, the same way
+            k, n, budget = _verify_decodes(
+                cfg, rq, rp, run, sched_q, sched_t, r, k, n, budget, threshold
+            )
+            if k >= rp[r, P_RUN_N] or budget <= slots * (n + 1):  # vLLM: input_budget <= slots
+                break
         i = run[r, k]
         if rq[i, R_STATUS] == ST_FINISHED:  # async: its last token is in flight: not scheduled
             k += 1
