@@ -75,7 +75,7 @@ from numba import njit
 from pipeline.sim import autoscale, sched_cpu
 from pipeline.sim.autoscale import Scaling
 from pipeline.sim.borrow import borrow
-from pipeline.sim.cache import PrefixCaches, commit, flush, settles, take, tier_commit_run
+from pipeline.sim.cache import PrefixCaches, commit, flush, settles, take
 from pipeline.sim.cost_model import (
     SCHED_CPU,
     SCHED_CPU_SEQ,
@@ -552,9 +552,7 @@ def _finish(s: State, kc: PrefixCaches, r: int, k: int, step: Step) -> None:
             s.rp[r, P_FREE] -= total
         else:
             take(s.rp, r, total, kc)
-        if settle and s.cfg[C_TIER_BLOCKS] != 0:  # KV offloading: stored as computed too
-            tier_commit_run(s.rq, s.rp, r, s.sched_q, n, k - 1, lag, kc)
-        elif settle:  # what steps 2..k commit, once the blocks are taken
+        if settle:  # what steps 2..k commit, once the blocks are taken
             for j in range(n):
                 i = s.sched_q[j]
                 if settles(s.rq, i, s.rq[i, R_COMPUTED] - lag):
@@ -604,7 +602,7 @@ def _finish(s: State, kc: PrefixCaches, r: int, k: int, step: Step) -> None:
     s.st[row, S_SWAP_IN] = s.rp[r, P_STEP_SWAP_IN] * swap_bytes
     s.st[row, S_SPEC_DRAFT] = step.drafted
     s.st[row, S_SPEC_ACC] = step.acc
-    # KV offloading tiers: 0 unless on (and no loads in runs: a run admits nobody)
+    # KV offloading tiers: 0 unless on (and no loads in runs: there are none with tiers)
     s.st[row, S_CPU_HIT] = s.rp[r, P_STEP_TIER_TOK]
     s.st[row, S_DISK_HIT] = s.rp[r, P_STEP_TIER_TOK + 1]
     tier_blocks = s.rp[r, P_STEP_TIER_BLK] + s.rp[r, P_STEP_TIER_BLK + 1]

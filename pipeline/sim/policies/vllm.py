@@ -848,7 +848,10 @@ def schedule(s: State, kc: PrefixCaches, r: int, now: float) -> tuple[int, int, 
             rp[r, P_QUEUED] = rp[r, P_WQ_LEN]  # the step's queue depth
         n, n_pre, n_adm = _schedule_once(r, cfg, rq, rqf, rp, run, wq, sched_q, sched_t, kc)
         if not is_async:
-            if cfg[C_SPEC_K] > 0:  # speculative: the steps differ (accepted counts): no runs
+            # speculative: the steps differ (accepted counts); tiers: a run's steps would
+            # store their settled units to the tier in another order than one at a time
+            # (a hypothesis case of tests/sim/test_differential.py's vllm-kv-tiers): no runs
+            if cfg[C_SPEC_K] > 0 or tiers:
                 rp[r, P_STABLE] = 0
             return n, n_pre, n_adm
         rp[r, P_PIPE] = 0
@@ -860,6 +863,6 @@ def schedule(s: State, kc: PrefixCaches, r: int, now: float) -> tuple[int, int, 
         n_pre0 = n_pre  # (what the empty decision preempted stays preempted)
     rp[r, P_INBOX_OLD] = rp[r, P_INBOX]  # the next decision takes these
     # the next decision sees them, or the blocks and slots just freed: no decode run
-    if rp[r, P_INBOX] > 0 or (pipelined and pending and rp[r, P_WQ_LEN] > 0):
+    if rp[r, P_INBOX] > 0 or (pipelined and pending and rp[r, P_WQ_LEN] > 0) or tiers:
         rp[r, P_STABLE] = 0
     return n, n_pre + n_pre0, n_adm
