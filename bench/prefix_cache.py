@@ -24,7 +24,8 @@ Run from the repository root:
     .venv/bin/python bench/prefix_cache.py           # writes "## Prefix caching" to RESULTS.md
     .venv/bin/python bench/prefix_cache.py --quick   # prints only
 
-Target (issue): caching costs at most 2x the no-cache replay speed.
+Targets: caching costs at most 2x the no-cache replay speed (issue 20), at most
+1.5x (issue 26).
 """
 
 from __future__ import annotations
@@ -43,7 +44,9 @@ OUT = ROOT / "bench" / "out" / "prefix"
 MOONCAKE = ROOT.parent / "shared" / "traces_raw" / "mooncake" / "conversation_trace.jsonl"
 BASE = {"profile": "llama-3-70b_h200_tp8", "max_model_len": 131072, "time_scale": 4.0}
 SIZES = [1_000, 5_000, 20_000, None]  # KV blocks of 512 tokens; None: unbounded
-UNBOUNDED_TOKENS = 2**40
+# the most KV blocks a scenario takes (int32), more than the trace's requests ever hold
+# at once: an unbounded cache, it never evicts
+UNBOUNDED_BLOCKS = 2**31 - 1
 
 SPEED = """
 import numpy as np
@@ -94,11 +97,9 @@ def curve(wh: Path, policy: str) -> list[dict[str, float]]:
     rows = []
     bs = block_size(policy)
     for size in SIZES:
-        tokens = UNBOUNDED_TOKENS if size is None else size * 512
         extra = 1 if policy == "vllm" else 0  # vLLM's null block
-        sc = build_scenario(
-            {**BASE, "policy": policy, "block_size": bs, "num_gpu_blocks": tokens // bs + extra}
-        )
+        blocks = UNBOUNDED_BLOCKS if size is None else size * 512 // bs + extra
+        sc = build_scenario({**BASE, "policy": policy, "block_size": bs, "num_gpu_blocks": blocks})
         s = summarize(simulate(prepare(frame, sc).inp, sc.engine()))
         rows.append(
             {
@@ -200,7 +201,7 @@ def partial_blocks() -> dict[str, Any]:
         for partial in (False, True):
             sc = build_scenario(
                 {**BASE, "policy": policy, "block_size": bs, "prefix_partial_blocks": partial,
-                 "num_gpu_blocks": UNBOUNDED_TOKENS // bs + 1}
+                 "num_gpu_blocks": UNBOUNDED_BLOCKS}
             )  # fmt: skip
             s = summarize(simulate(prepare(frame, sc).inp, sc.engine()))
             rates[policy, partial] = float(s["prefix_token_hit_rate"])
@@ -298,13 +299,16 @@ def main() -> None:
     costs = {p: speed[p, False]["requests_per_s"] / speed[p, True]["requests_per_s"]
              for p in ("vllm", "sglang")}  # fmt: skip
     verdict = "; ".join(
-        f"{p} {c:.2f}x: {'met' if c <= 2 else '**not met**'}" for p, c in costs.items()
+        f"{p} {c:.2f}x: 2x {'met' if c <= 2 else '**not met**'}, "
+        f"1.5x {'met' if c <= 1.5 else '**not met**'}"
+        for p, c in costs.items()
     )
     rates, v, s = tails["rates"], tails["vllm"], tails["sglang"]
     lines += [
         "",
         "Unbounded, the token hit rate equals a direct count over the trace's JSON lines "
-        f"(`tests/sim/test_mooncake.py`). Target: caching costs at most 2x ({verdict}).",
+        f"(`tests/sim/test_mooncake.py`). Targets: caching costs at most 2x (issue 20) "
+        f"and at most 1.5x (issue 26): {verdict}.",
         "",
         "**Partial last trace blocks** (a synthetic trace in Mooncake's format, 12,000 "
         f"requests, {tails['short']:.0%} of the prompts shorter than one 512-token block, "
