@@ -141,6 +141,7 @@ def simulate(
     chunk: int = 1 << 16,
     on_steps: StepSink | None = None,
     step_rows: int = 1 << 17,
+    replica_ids: npt.NDArray[np.int64] | None = None,
 ) -> SimResult:
     """Replay ``inp`` through the engine configuration with the compiled loop.
 
@@ -159,6 +160,9 @@ def simulate(
             are empty (add the chunks up with ``summary.StepTotals``).
             Without it the timeline is kept whole and returned.
         step_rows: rows per chunk handed to ``on_steps``.
+        replica_ids: each replica's index in a larger replay this one is a shard of
+            (``shard.py``): it seeds that replica's random generator as the whole
+            replay would. Default: 0, 1, ...
 
     Returns:
         Per-request outcomes and the (compressed) step timeline; of a ``LeadInput``,
@@ -210,7 +214,9 @@ def simulate(
     rp[:, P_SWAP_FREE] = eng.get(C_SWAP_BLOCKS)  # swap preemption's host blocks (swap.py)
     rp[:, P_TIER_CAP] = eng.get(C_TIER_BLOCKS)  # KV offloading tiers' blocks (kv_tiers.py)
     rp[:, P_TIER_CAP + 1] = eng.get(C_TIER_BLOCKS + 1)
-    rp[:, P_RNG] = eng.get(C_SEED) * 1_000_003 + np.arange(num_replicas)
+    ids = np.arange(num_replicas) if replica_ids is None else np.asarray(replica_ids, np.int64)
+    assert len(ids) == num_replicas, "replica_ids: one per replica"
+    rp[:, P_RNG] = eng.get(C_SEED) * 1_000_003 + ids
     rpf = np.zeros((num_replicas, NRPF))
     rpf[:, Q_RATIO] = eng.cfgf[CF_RATIO_INIT]
     rpf[:, Q_AHEAD] = -np.inf
