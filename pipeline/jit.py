@@ -1,11 +1,18 @@
 """Where numba keeps the compiled simulator, and the notice when it compiles.
 
 The simulator is compiled by numba on first use (about a minute) and cached on
-disk, next to the sources (``__pycache__``) when the installed package is
-writable. When it is not (a read-only site-packages, a system install), the
-cache goes to ``$XDG_CACHE_HOME/tracereplay/numba`` (default
-``~/.cache/tracereplay/numba``) instead, so that a machine compiles once, not
-in every process. ``NUMBA_CACHE_DIR``, when set, wins.
+disk in ``$XDG_CACHE_HOME/tracereplay/numba/<stamp>`` (default
+``~/.cache/tracereplay/numba/<stamp>``), where the stamp is a digest of the
+compiled sources, numba's and Python's versions and the machine
+(``_stamp``): a reinstall, a second clone or a second virtualenv of the same
+sources on one machine loads what the first one compiled, and an edit of any
+compiled source compiles into a folder of its own (the oldest folders beyond
+``KEEP_STAMPS`` go). numba's own index keys every compiled signature by the CPU
+it was compiled for. ``digest_locator()`` puts the package's functions there;
+when that folder cannot be written, numba's default applies (next to the
+sources, ``__pycache__``) and, when the package is read-only too, numba's
+user-wide folder under ``$XDG_CACHE_HOME/tracereplay/numba``.
+``NUMBA_CACHE_DIR``, when set, wins over both.
 
 ``compile_notice`` wraps the first call of the compiled code: when this
 machine has not compiled the current sources yet, it prints one line on stderr
@@ -14,6 +21,7 @@ and, on a terminal, a bar that moves while numba works.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import os
@@ -91,6 +99,8 @@ def drop_stale_cache() -> None:
 def _cache_folders() -> list[Path]:
     """Where numba keeps the cache files of the simulator's folders."""
     custom = os.environ.get("NUMBA_CACHE_DIR")
+    if not custom and _DIGEST_ROOT:
+        return [_DIGEST_ROOT[0] / sub for sub in JIT_FOLDERS]
     if not custom:
         return [PACKAGE / sub / "__pycache__" for sub in JIT_FOLDERS]
     # numba's user-wide locator: the source folder's path under the cache directory
@@ -121,12 +131,24 @@ def _writable(folder: Path) -> bool:
     return os.access(pycache if pycache.is_dir() else folder, os.W_OK)
 
 
+def _can_create(folder: Path) -> bool:
+    """Whether ``folder`` is, or can be made, a writable folder (its nearest existing
+    ancestor is writable)."""
+    for f in (folder, *folder.parents):
+        if f.exists():
+            return f.is_dir() and os.access(f, os.W_OK | os.X_OK)
+    return False
+
+
 def use_writable_cache() -> None:
-    """Point numba at the user cache directory when the package's folders are read-only.
+    """Point numba at the user cache directory when neither the digest folders
+    (``use_digest_cache``) nor the package's folders can be written.
 
     Called when ``pipeline`` is imported, before any compiled function is defined.
     """
     if os.environ.get("NUMBA_CACHE_DIR"):
+        return
+    if _can_create(user_cache_dir() / "numba"):  # the digest folders (use_digest_cache)
         return
     if all(_writable(PACKAGE / sub) for sub in JIT_FOLDERS):
         return
@@ -137,10 +159,108 @@ def use_writable_cache() -> None:
         config.CACHE_DIR = where  # type: ignore[attr-defined]
 
 
+KEEP_STAMPS = 4  # digest folders kept in the user cache (the newest; the others go)
+_DIGEST_ROOT: list[Path] = []  # the digest folder digest_locator() uses, once registered
+
+
+def digest_root() -> Path:
+    """``$XDG_CACHE_HOME/tracereplay/numba/<stamp>``: this tree's compiled simulator."""
+    return user_cache_dir() / "numba" / _stamp()
+
+
+def use_digest_cache() -> None:
+    """Put the package's compiled functions in ``digest_root()`` (``digest_locator()``).
+
+    Called when ``pipeline.sim`` is imported, before any of its compiled functions is
+    defined (numba picks a function's cache folder when it is decorated). Does nothing
+    when ``NUMBA_CACHE_DIR`` is set or the folder cannot be written."""
+    if os.environ.get("NUMBA_CACHE_DIR") or _DIGEST_ROOT:
+        return
+    root = digest_root()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        if not os.access(root, os.W_OK):
+            return
+    except OSError:
+        return
+    from numba.core import caching
+
+    _DIGEST_ROOT.append(root)
+    impl = getattr(caching, "CacheImpl", None) or caching._CacheImpl  # type: ignore[attr-defined]
+    locators = impl._locator_classes
+    locator = digest_locator()
+    if locator not in locators:
+        locators.insert(0, locator)
+    _prune(root)
+
+
+def _prune(keep: Path) -> None:
+    """Drop the oldest digest folders beyond ``KEEP_STAMPS`` (never ``keep``)."""
+    try:
+        os.utime(keep)  # the newest: this one is in use
+        folders = [p for p in keep.parent.iterdir() if p.is_dir() and p != keep]
+        folders.sort(key=lambda p: p.stat().st_mtime, reverse=True)
+        import shutil
+
+        for old in folders[KEEP_STAMPS - 1 :]:
+            shutil.rmtree(old, ignore_errors=True)
+    except OSError:
+        pass
+
+
+@functools.cache
+def digest_locator() -> type:
+    """numba's cache locator for the package's functions (built on first use: importing
+    ``pipeline`` imports no numba)."""
+    from numba.core.caching import _CacheLocator
+
+    class _DigestCacheLocator(_CacheLocator):  # type: ignore[misc]
+        """numba's cache folder for the package's functions: ``digest_root()``, by the
+        function's folder in the package (``sim``, ``sim/policies``). The stamp numba
+        checks is the digest of every compiled source, not the function's own file's:
+        a function inlines others from other files."""
+
+        def __init__(self, py_func: object, rel: Path) -> None:
+            self._lineno = py_func.__code__.co_firstlineno  # type: ignore[attr-defined]
+            self._cache_path = str(_DIGEST_ROOT[0] / rel)
+
+        def get_cache_path(self) -> str:
+            return self._cache_path
+
+        def get_source_stamp(self) -> str:
+            return _DIGEST_ROOT[0].name
+
+        def get_disambiguator(self) -> str:
+            return str(self._lineno)
+
+        @classmethod
+        def from_function(cls, py_func: object, py_file: str) -> object:
+            from numba.core import config
+
+            if getattr(config, "CACHE_DIR", "") or not _DIGEST_ROOT:
+                return None
+            try:
+                rel = Path(py_file).resolve().parent.relative_to(PACKAGE)
+            except ValueError:  # not the package's (a registered policy's module)
+                return None
+            self = cls(py_func, rel)
+            try:
+                self.ensure_cache_path()
+            except OSError:
+                return None
+            return self
+
+    return _DigestCacheLocator
+
+
 def cache_root() -> Path:
     """The folder that holds the simulator's compiled code on this machine."""
     custom = os.environ.get("NUMBA_CACHE_DIR")
-    return Path(custom) if custom else PACKAGE / "sim" / "__pycache__"
+    if custom:
+        return Path(custom)
+    if _DIGEST_ROOT:
+        return _DIGEST_ROOT[0]
+    return PACKAGE / "sim" / "__pycache__"
 
 
 def _stamp() -> str:

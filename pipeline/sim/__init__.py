@@ -2,4 +2,5 @@
 
 from pipeline import jit
 
+jit.use_digest_cache()  # where numba keeps the compiled simulator (before any is defined)
 jit.drop_stale_cache()  # before any compiled function of the simulator is loaded

@@ -1,4 +1,5 @@
-"""The compiled simulator's cache: the notice on first compile, a read-only install."""
+"""The compiled simulator's cache: the digest folders, the notice on first compile, a
+read-only install."""
 
 from __future__ import annotations
 
@@ -50,12 +51,75 @@ def test_writable_package_keeps_numba_default(monkeypatch: pytest.MonkeyPatch) -
     assert "NUMBA_CACHE_DIR" not in os.environ
 
 
+def test_a_writable_user_cache_takes_the_digest_folders(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(jit, "_writable", lambda folder: False)  # even a read-only package
+    jit.use_writable_cache()
+    assert "NUMBA_CACHE_DIR" not in os.environ
+
+
+def test_the_package_compiles_into_its_digest_folder() -> None:
+    """This process's compiled functions live under the digest of the compiled sources
+    (when the tests run without NUMBA_CACHE_DIR), and a function from outside the package
+    keeps numba's own locators."""
+    if os.environ.get("NUMBA_CACHE_DIR") or not jit._DIGEST_ROOT:
+        pytest.skip("NUMBA_CACHE_DIR is set or the user cache is not writable")
+    from numba.core import caching
+
+    import pipeline.sim.loop as loop
+    from pipeline.sim.policies import vllm
+
+    root = jit.digest_root()
+    assert jit._DIGEST_ROOT == [root] and jit.cache_root() == root
+    assert root.name == jit._stamp() and root.parent == jit.user_cache_dir() / "numba"
+    assert loop.replay_loop._cache._cache_path == str(root / "sim")
+    assert vllm.schedule._cache._cache_path == str(root / "sim" / "policies")
+    locator = jit.digest_locator()
+    assert locator in caching.CacheImpl._locator_classes
+    assert locator.from_function(_outside, __file__) is None
+    found = locator.from_function(loop.replay_loop.py_func, loop.__file__)
+    assert found.get_source_stamp() == root.name
+
+
+def _outside() -> None:
+    pass
+
+
+def test_a_copy_elsewhere_has_the_same_digest_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second clone or reinstall of the same sources loads what the first compiled; an
+    edit of a compiled source gets a folder of its own."""
+    before = jit.digest_root()
+    copy = tmp_path / "elsewhere" / "pipeline"
+    shutil.copytree(Path(pipeline.__file__).parent / "sim", copy / "sim")
+    monkeypatch.setattr(jit, "PACKAGE", copy)
+    assert jit.digest_root() == before
+    path = copy / "sim" / "state.py"
+    path.write_text(path.read_text() + "\n# edited\n")
+    assert jit.digest_root() != before
+
+
+def test_old_digest_folders_are_pruned(tmp_path: Path) -> None:
+    folders = [tmp_path / f"stamp{k}" for k in range(7)]
+    for k, f in enumerate(folders):
+        f.mkdir()
+        os.utime(f, (1000 + k, 1000 + k))
+    jit._prune(folders[0])  # the oldest, in use: kept, with the newest KEEP_STAMPS - 1
+    kept = sorted(p.name for p in tmp_path.iterdir())
+    assert kept == sorted(f.name for f in [folders[0], *folders[-(jit.KEEP_STAMPS - 1) :]])
+
+
 def test_read_only_package_uses_the_user_cache(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.setattr(jit, "_writable", lambda folder: False)
+    monkeypatch.setattr(jit, "_can_create", lambda folder: False)  # no digest folders either
     import numba.core.config
 
     before = numba.core.config.CACHE_DIR
@@ -135,10 +199,19 @@ def test_read_only_install_compiles_once(tmp_path: Path) -> None:
     assert jit.NOTICE in runs[0].stderr
     assert jit.NOTICE not in runs[1].stderr
     loop_py = str(pkg / "pipeline" / "sim" / "loop.py")
-    assert runs[0].stdout.split() == [loop_py, str(user_cache), "0"]
-    assert runs[1].stdout.split() == [loop_py, str(user_cache), "1"]  # loaded, not compiled
-    assert list(user_cache.rglob("*.nbi"))
+    assert runs[0].stdout.split() == [loop_py, "None", "0"]  # the digest folder, no env
+    assert runs[1].stdout.split() == [loop_py, "None", "1"]  # loaded, not compiled
+    assert list(user_cache.glob(f"{jit._stamp()}/sim/*.nbi"))
     assert not list(pkg.rglob("*.nbi"))
+    # a second install of the same sources elsewhere (a reinstall, another clone): loaded
+    other = tmp_path / "other"
+    shutil.copytree(pkg, other)
+    again = subprocess.run(
+        python, env={**env, "PYTHONPATH": str(other)}, capture_output=True, text=True
+    )
+    assert again.returncode == 0, again.stderr
+    assert jit.NOTICE not in again.stderr
+    assert again.stdout.split() == [str(other / "pipeline" / "sim" / "loop.py"), "None", "1"]
 
 
 def test_the_compiled_sources_are_every_module_numba_compiles() -> None:
