@@ -11,6 +11,9 @@ Figures (wall seconds; medians of 5 fresh processes unless said):
   ``python -c "import polars"``, interleaved;
 - a replay of 1,000 requests in a warm process (``replay()`` again and again
   after the compiled loop is loaded; median of 5 calls);
+- the first replay of a second install of the same sources (the package copied to a
+  temporary folder, as a reinstall or a second clone has it): it loads what the first
+  compiled (``pipeline/jit.py``'s digest folders); one run, with or without the notice;
 - the first replay after a fresh install: ``tracereplay replay`` of the same
   1,000 requests with an empty numba cache (a temporary ``NUMBA_CACHE_DIR``):
   wall seconds, whether the compile notice was printed, and the second run's
@@ -72,10 +75,10 @@ out = {{"replay_s": times[2]}}
 """
 
 
-def wall(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, str]:
+def wall(cmd: list[str], env: dict[str, str] | None = None, cwd: Path = ROOT) -> tuple[float, str]:
     """Wall seconds of one run of ``cmd`` (must succeed) and its stderr."""
     t = time.perf_counter()
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd)
     took = time.perf_counter() - t
     if r.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)}: {r.stderr[-2000:]}")
@@ -139,6 +142,23 @@ def main() -> None:
         )
         warm = child(WARM.format(wh=str(wh)), repeats=1)
         print(f"replay of 1,000 requests in a warm process: {warm['replay_s']:.2f} s", flush=True)
+        # a second install of the same sources elsewhere (a reinstall, another clone or
+        # virtualenv): its first replay loads what this one compiled (pipeline/jit.py)
+        clone = tmp / "clone"
+        shutil.copytree(
+            ROOT / "pipeline",
+            clone / "pipeline",
+            ignore=shutil.ignore_patterns("__pycache__", "*.nbi", "*.nbc"),
+        )
+        clone_env = {**os.environ, "PYTHONPATH": str(clone)}
+        clone_env.pop("NUMBA_CACHE_DIR", None)
+        clone_cmd = [sys.executable, "-m", "pipeline", "replay", "--warehouse", str(wh), "--json"]
+        reinstall, err0 = wall(clone_cmd, clone_env, cwd=tmp)  # (not ROOT: -m looks there)
+        print(
+            f"first replay of a copy of the package elsewhere: {reinstall:.1f} s (notice "
+            f"printed: {NOTICE in err0})",
+            flush=True,
+        )
         cold: dict[str, object] = {}
         if not args.no_cold:
             env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp / "numba")}
@@ -171,6 +191,10 @@ def main() -> None:
         f"| replay of 1,000 requests, warm process (median of 5 calls) | "
         f"{warm['replay_s']:.2f} | 1.0 | |",
     ]
+    lines.append(
+        f"| first replay of a copy of the package elsewhere (a reinstall, a second clone), "
+        f"1 run | {reinstall:.1f} | 15 | notice: {'yes' if NOTICE in err0 else 'no'} |"
+    )
     if cold:
         lines += [
             f"| first `tracereplay replay` (1,000 requests), empty numba cache, 1 run | "
