@@ -94,6 +94,7 @@ from pipeline.sim.state import (
     P_NCACHED,
     P_SLOT_FREE,
     P_TIER_CAP,
+    R_COMPUTED,
     R_GENERATED,
     R_HELD,
     R_NEXT,
@@ -648,6 +649,50 @@ def tier_commit(
     for k in range(lo, rq[i, R_SETTLED]):
         b = hit_blocks(rq, i, k + 1) - hit_blocks(rq, i, k)
         tier_store(kc.uslot, n0, rp, r, np.int64(kc.ukey[base + k]), b)
+
+
+@njit(cache=True, error_model="numpy")
+def tier_commit_run(
+    rq: npt.NDArray[np.int32],
+    rp: npt.NDArray[np.int64],
+    r: int,
+    sched_q: npt.NDArray[np.int64],
+    n: int,
+    steps: int,
+    lag: int,
+    kc: PrefixCaches,
+) -> None:
+    """Commit what steps 2..k of a decode run (``steps`` = k - 1) settle, once its blocks
+    are taken (as ``loop._finish`` does without tiers), and store those units to the CPU
+    tier in the order the steps one at a time would: by step, then by the requests' order
+    in it (the tier's LRU order is its stores'). A decode settles at most one unit a step,
+    the one ending at the step's commit point (``lag`` tokens short of its computed ones)."""
+    settled0 = np.empty(n, dtype=np.int64)  # R_SETTLED before the run's commits
+    total = 0
+    for j in range(n):
+        i = sched_q[j]
+        settled0[j] = rq[i, R_SETTLED]
+        if settles(rq, i, rq[i, R_COMPUTED] - lag):
+            commit(rq, rp, i, r, rq[i, R_COMPUTED] - lag, False, kc)
+        total += rq[i, R_SETTLED] - settled0[j]
+    if total == 0:
+        return
+    order = np.empty(total, dtype=np.int64)  # step * n + j: one unit each
+    unit = np.empty(total, dtype=np.int64)
+    e = 0
+    for j in range(n):
+        i = sched_q[j]
+        first = rq[i, R_COMPUTED] - steps - lag  # step 1's commit point; step 1 + s's is + s
+        for k in range(settled0[j], rq[i, R_SETTLED]):
+            order[e] = (unit_end(rq, i, k) - first) * n + j
+            unit[e] = k
+            e += 1
+    n0 = kc.ukey.shape[0]
+    for q in np.argsort(order):
+        i = sched_q[order[q] % n]
+        k = unit[q]
+        b = hit_blocks(rq, i, k + 1) - hit_blocks(rq, i, k)
+        tier_store(kc.uslot, n0, rp, r, np.int64(kc.ukey[_keys_at(rq, i) + k]), b)
 
 
 @njit(cache=True, error_model="numpy")

@@ -75,7 +75,7 @@ from numba import njit
 from pipeline.sim import autoscale, sched_cpu
 from pipeline.sim.autoscale import Scaling
 from pipeline.sim.borrow import borrow
-from pipeline.sim.cache import PrefixCaches, commit, flush, settles, take
+from pipeline.sim.cache import PrefixCaches, commit, flush, settles, take, tier_commit_run
 from pipeline.sim.cost_model import (
     SCHED_CPU,
     SCHED_CPU_SEQ,
@@ -153,6 +153,7 @@ from pipeline.sim.state import (
     R_COMPUTED,
     R_GENERATED,
     R_HELD,
+    R_NEXT,
     R_NUNITS,
     R_OUTPUT,
     R_PF_END,
@@ -191,6 +192,8 @@ from pipeline.sim.state import (
     SF_START,
     ST_FINISHED,
     ST_WAITING,
+    STABLE_NO_EVICT,
+    STABLE_UNTIL_STORE,
     W_HOFF,
     State,
     drop_finished,
@@ -306,12 +309,22 @@ def _run_length(
     """
     kb = _steps_before(cost, start, until, d, ctx, k_max)  # the next arrival
     k_max = kb + ahead if kb < k_max else kb
+    if rp[r, P_STABLE] & STABLE_UNTIL_STORE:
+        # a waiting request's admission read the KV offloading tiers: the run stops before
+        # the first of its steps 2..k that settles a unit (and so stores it to the tier,
+        # which could evict what the request found). Step s commits a decode up to
+        # R_COMPUTED - lag + s - 1 (see _finish), so it settles R_NEXT at s = R_NEXT -
+        # R_COMPUTED + lag + 1 (>= 2: step 1 settled what ends up to its commit point).
+        lag = cfg[C_ASYNC]
+        for j in range(n):
+            i = sched_q[j]
+            k_max = min(k_max, max(1, rq[i, R_NEXT] - rq[i, R_COMPUTED] + lag))
     if k_max <= 1:
         return 1
     if cfg[C_RESERVES_UPFRONT] == 0:  # else every block a request needs is held already
         bs = cfg[C_BLOCK_SIZE]
         cap = rp[r, P_FREE] + rp[r, P_EVICTABLE]  # evictable cached blocks are free too
-        if rp[r, P_STABLE] == 2:  # ... unless evicting them could change what was decided
+        if rp[r, P_STABLE] & STABLE_NO_EVICT:  # ... unless evicting them could change it
             cap = rp[r, P_FREE]
         if cfg[C_APPEND_SLOT] != 0:
             cap -= 1  # every decode needs a free block before it (Sarathi's can_append_slot)
@@ -552,7 +565,9 @@ def _finish(s: State, kc: PrefixCaches, r: int, k: int, step: Step) -> None:
             s.rp[r, P_FREE] -= total
         else:
             take(s.rp, r, total, kc)
-        if settle:  # what steps 2..k commit, once the blocks are taken
+        if settle and s.cfg[C_TIER_BLOCKS] != 0:  # KV offloading: stored as computed too
+            tier_commit_run(s.rq, s.rp, r, s.sched_q, n, k - 1, lag, kc)
+        elif settle:  # what steps 2..k commit, once the blocks are taken
             for j in range(n):
                 i = s.sched_q[j]
                 if settles(s.rq, i, s.rq[i, R_COMPUTED] - lag):
@@ -602,7 +617,7 @@ def _finish(s: State, kc: PrefixCaches, r: int, k: int, step: Step) -> None:
     s.st[row, S_SWAP_IN] = s.rp[r, P_STEP_SWAP_IN] * swap_bytes
     s.st[row, S_SPEC_DRAFT] = step.drafted
     s.st[row, S_SPEC_ACC] = step.acc
-    # KV offloading tiers: 0 unless on (and no loads in runs: there are none with tiers)
+    # KV offloading tiers: 0 unless on (and no loads in runs: a run admits nobody)
     s.st[row, S_CPU_HIT] = s.rp[r, P_STEP_TIER_TOK]
     s.st[row, S_DISK_HIT] = s.rp[r, P_STEP_TIER_TOK + 1]
     tier_blocks = s.rp[r, P_STEP_TIER_BLK] + s.rp[r, P_STEP_TIER_BLK + 1]

@@ -301,12 +301,11 @@ def test_each_request_counts_its_tier_hits() -> None:
     assert not off.rqw[:, W_CPU_HITS].any() and not off.rqw[:, W_DISK_HITS].any()
 
 
-def test_decode_steps_with_tiers_on_run_one_at_a_time() -> None:
+def test_decode_runs_skip_steps_with_tiers_on() -> None:
     # three requests decode together, each settling a generated unit every BLOCK tokens a
-    # few tokens after the one before: each step stores its settled units to a CPU tier
-    # of 3 blocks (it evicts as it stores), as the reference does; D, preempted by nobody,
-    # then reads A's prompt back from what is left. The fast loop takes no decode runs with
-    # a tier (a run's stores came out in another LRU order in a hypothesis case)
+    # few tokens after the one before: the runs store several units of each to a CPU tier
+    # of 3 blocks (it evicts as it stores), in the steps' order, as the reference does step
+    # by step; D, preempted by nobody, then reads A's prompt back from what is left
     prompt = np.array([2 * BLOCK + 1, 2 * BLOCK + 5, 2 * BLOCK + 9, 2 * BLOCK], dtype=np.int64)
     output = np.array([6 * BLOCK, 6 * BLOCK + 3, 6 * BLOCK + 7, 2], dtype=np.int64)
     arrival = np.array([0.0, 0.0, 0.0, 100.0])
@@ -328,5 +327,82 @@ def test_decode_steps_with_tiers_on_run_one_at_a_time() -> None:
         for is_async in (False, True):
             sc = build_scenario({**values, "async_scheduling": is_async})
             res = check_equal(inp, sc)
-            assert len(res.st) == res.num_steps  # no steps were skipped
-            assert (res.st[:, S_NUM_STEPS] == 1).all()  # every row is one step
+            assert len(res.st) < res.num_steps  # runs were skipped
+            assert (res.st[:, S_NUM_STEPS] > BLOCK).any()  # ... some across unit boundaries
+
+
+def test_a_run_stops_before_a_store_that_could_let_a_waiting_request_in() -> None:
+    # A generated case (tests/sim/test_differential.py's vllm-kv-tiers, 12 requests, a CPU
+    # tier of 4 blocks, 7 GPU blocks, chunks of at most 17 tokens). Request 8 waits with
+    # its first unit in the tier: loaded, it would make the chunk reach 3 blocks, more
+    # than the free 2, so it waits while request 6 decodes alone. Five steps later request
+    # 6 settles a unit whose store evicts request 8's from the tier, and that step's
+    # decision admits request 8 with a chunk of 2 blocks. A run that stored its units (in
+    # the steps' order) but kept the first step's decision admitted it 30 steps late.
+    values = {
+        "policy": "vllm",
+        "cost": {
+            "comm_s_fixed": 0.0003716181628322084,
+            "comm_s_per_token": 3.691920961949619e-08,
+            "fixed_s": 0.0013865692489489516,
+            "flop_s_per_attn": 9.76347175579728e-09,
+            "flop_s_per_token": 3.5912561865162324e-05,
+            "mem_s_per_kv_token": 8.711997773504399e-07,
+            "mem_s_per_token": 9.088204492936823e-07,
+            "mem_s_weights": 0.007597140832153673,
+        },
+        "block_size": 16,
+        "num_gpu_blocks": 7,
+        "max_model_len": 144,
+        "max_num_batched_tokens": 144,
+        "max_num_seqs": 3,
+        "long_prefill_token_threshold": 17,
+        "enable_chunked_prefill": False,
+        "enable_prefix_caching": True,
+        "watermark": 0.0,
+        "async_scheduling": False,
+        "scheduler_reserve_full_isl": False,
+        "scheduling_policy": "fcfs",
+        "prefix_partial_blocks": False,
+        "kv_offloading_kv_bytes_per_token": 4096,
+        "kv_offloading_link_gb_s": 0.6746752615275203,
+        "kv_offloading_size_gb": 4 * 16 * 4096 / 2**30,
+        "kv_disk_size_gb": 0.0,
+        "kv_disk_read_gb_s": 0.21221967407237177,
+    }
+    arrival = [
+        0.00608751957821074,
+        0.01139921623459854,
+        0.012059843567178227,
+        0.016056808783230684,
+        0.019966589958899106,
+        0.022242757922435137,
+        0.024569185216681656,
+        0.03706903801459827,
+        0.037294971061723275,
+        0.04280042217203303,
+        0.07035091775390624,
+        0.07874741098708483,
+    ]
+    prompt = [27, 41, 37, 37, 41, 22, 40, 5, 63, 21, 10, 47]
+    output = [1, 52, 35, 25, 55, 2, 54, 16, 13, 13, 30, 24]
+    hashes = [
+        [1, 2, 3, 4, 5, 6],
+        [7, 8, 9, 10, 11, 12, 13, 14, 15, 16],
+        [1, 2, 3, 4, 17, 18, 19, 20, 21],
+        [1, 2, 3, 4, 17, 18, 19, 20, 21],
+        [22, 23, 24, 25, 26, 27, 28, 29, 30, 31],
+        [7, 8, 9, 10, 11],
+        [7, 8, 9, 10, 11, 12, 13, 32, 33, 34],
+        [7],
+        [1, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48],
+        [1, 2, 3, 4, 49],
+        [7, 8],
+        [1, 35, 36, 37, 38, 39, 40, 41, 50, 51, 52],
+    ]
+    sc = build_scenario(values)
+    inp = SimInput(np.array(arrival), np.array(prompt), np.array(output))
+    inp = with_prefix(inp, hashes, 4, 16, warmup=0, partial_blocks=False)
+    res = check_equal(inp, sc)
+    assert len(res.st) < res.num_steps  # runs were taken
+    assert res.st[:, S_CPU_HIT].any()  # ... and the tier was read

@@ -46,8 +46,10 @@ the waiting queue to the running list and preempted ones back to the waiting
 queue. It must schedule at most ``max_num_seqs`` requests and (where the
 policy has one) stay within the token budget. It sets ``rp[r, P_STABLE]`` to
 1 when a step of pure decodes would decide the same again while nothing
-arrives or finishes (the loop then skips ahead, see ``loop.py``), to 2 when
-that holds only as long as no cached block is evicted, and to 0 otherwise.
+arrives or finishes (the loop then skips ahead, see ``loop.py``), or'ed with
+``STABLE_NO_EVICT`` when that holds only as long as no cached block is
+evicted and ``STABLE_UNTIL_STORE`` when it holds only until a step stores a
+unit to a KV offloading tier, and to 0 otherwise.
 The loop does the rest: step time, token sampling, completions, the timeline.
 
     ready_at(s, r, clock) -> float

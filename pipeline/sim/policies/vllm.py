@@ -174,6 +174,8 @@ from pipeline.sim.state import (
     R_UNIT_TOK,
     ST_FINISHED,
     ST_SWAPPED,
+    STABLE_NO_EVICT,
+    STABLE_UNTIL_STORE,
     W_HITS,
     State,
     cdiv,
@@ -719,6 +721,9 @@ def _schedule_once(
         if looked and tiers:
             c, d = tier_lookup(rq, rp, i, r, h, kc)
             loaded = hit_tokens(rq, i, h + c + d) - hit
+            # what it finds decides its chunk and so whether it fits: a decode run must
+            # stop before its steps store a unit to the tier (which could evict one found)
+            rp[r, P_STABLE] |= STABLE_UNTIL_STORE
         new = num_tokens(rq, i) - rq[i, R_COMPUTED] - hit - loaded
         room = budget if spec == 0 else budget - slots * (n + 1)  # request_token_budget
         if spec > 0 and new == 1:
@@ -745,7 +750,7 @@ def _schedule_once(
                 gate = need
         if gate + idle + keep_free > rp[r, P_FREE] + rp[r, P_EVICTABLE]:
             if idle > 0:  # evicting its idle hits could let it in: decode runs must not evict
-                rp[r, P_STABLE] = 2
+                rp[r, P_STABLE] |= STABLE_NO_EVICT
             break
         if h > 0:
             use_hits(rq, rp, i, r, h, kc)
@@ -848,10 +853,7 @@ def schedule(s: State, kc: PrefixCaches, r: int, now: float) -> tuple[int, int, 
             rp[r, P_QUEUED] = rp[r, P_WQ_LEN]  # the step's queue depth
         n, n_pre, n_adm = _schedule_once(r, cfg, rq, rqf, rp, run, wq, sched_q, sched_t, kc)
         if not is_async:
-            # speculative: the steps differ (accepted counts); tiers: a run's steps would
-            # store their settled units to the tier in another order than one at a time
-            # (a hypothesis case of tests/sim/test_differential.py's vllm-kv-tiers): no runs
-            if cfg[C_SPEC_K] > 0 or tiers:
+            if cfg[C_SPEC_K] > 0:  # speculative: the steps differ (accepted counts): no runs
                 rp[r, P_STABLE] = 0
             return n, n_pre, n_adm
         rp[r, P_PIPE] = 0
@@ -863,6 +865,6 @@ def schedule(s: State, kc: PrefixCaches, r: int, now: float) -> tuple[int, int, 
         n_pre0 = n_pre  # (what the empty decision preempted stays preempted)
     rp[r, P_INBOX_OLD] = rp[r, P_INBOX]  # the next decision takes these
     # the next decision sees them, or the blocks and slots just freed: no decode run
-    if rp[r, P_INBOX] > 0 or (pipelined and pending and rp[r, P_WQ_LEN] > 0) or tiers:
+    if rp[r, P_INBOX] > 0 or (pipelined and pending and rp[r, P_WQ_LEN] > 0):
         rp[r, P_STABLE] = 0
     return n, n_pre + n_pre0, n_adm
