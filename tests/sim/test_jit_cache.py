@@ -207,7 +207,7 @@ def test_read_only_install_compiles_once(tmp_path: Path) -> None:
     other = tmp_path / "other"
     shutil.copytree(pkg, other)
     again = subprocess.run(
-        python, env={**env, "PYTHONPATH": str(other)}, capture_output=True, text=True
+        python, env={**env, "PYTHONPATH": str(other)}, capture_output=True, text=True, cwd=tmp_path
     )
     assert again.returncode == 0, again.stderr
     assert jit.NOTICE not in again.stderr
