@@ -22,10 +22,7 @@ and, on a terminal, a bar that moves while numba works.
 from __future__ import annotations
 
 import functools
-import hashlib
-import inspect
 import os
-import platform
 import re
 import sys
 from collections.abc import Iterator
@@ -59,6 +56,8 @@ def add_source(module: ModuleType) -> None:
     """A registered policy's module: the compiled loop now depends on it too.
 
     Drops the cache files that no longer match (``drop_stale_cache``)."""
+    import inspect
+
     path = Path(inspect.getfile(module)).resolve()
     if path not in _EXTRA:
         _EXTRA.append(path)
@@ -66,6 +65,8 @@ def add_source(module: ModuleType) -> None:
 
 
 def _sources_digest() -> str:
+    import hashlib  # (here, not at import: `tracereplay --help` imports this module)
+
     digest = hashlib.sha1()
     for path in compiled_sources():
         digest.update(path.read_bytes())
@@ -111,6 +112,8 @@ def _mirrored(folder: Path) -> str:
     """numba's name for a source folder's cache under ``NUMBA_CACHE_DIR``
     (``_CacheLocator.get_suitable_cache_subpath``): its name and a hash of its path."""
     path = os.path.abspath(folder)
+    import hashlib
+
     return f"{os.path.basename(path)}_{hashlib.sha1(path.encode()).hexdigest()}"
 
 
@@ -265,6 +268,8 @@ def cache_root() -> Path:
 
 def _stamp() -> str:
     """What the compiled code depends on: the simulator's sources, numba, Python, the CPU."""
+    import hashlib
+    import platform
     from importlib.metadata import version
 
     digest = hashlib.sha1(_sources_digest().encode())  # editing replay.py compiles nothing
