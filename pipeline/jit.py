@@ -100,10 +100,9 @@ def drop_stale_cache() -> None:
 def _cache_folders() -> list[Path]:
     """Where numba keeps the cache files of the simulator's folders."""
     custom = os.environ.get("NUMBA_CACHE_DIR")
-    if not custom and _DIGEST_ROOT:
-        return [_DIGEST_ROOT[0] / sub for sub in JIT_FOLDERS]
-    if not custom:
-        return [PACKAGE / sub / "__pycache__" for sub in JIT_FOLDERS]
+    if not custom:  # the digest folder (use_digest_cache), else numba's in-tree default
+        root = _DIGEST_ROOT[0] if _DIGEST_ROOT else None
+        return [root / sub if root else PACKAGE / sub / "__pycache__" for sub in JIT_FOLDERS]
     # numba's user-wide locator: the source folder's path under the cache directory
     return [Path(custom) / _mirrored(PACKAGE / sub) for sub in JIT_FOLDERS]
 
@@ -111,9 +110,9 @@ def _cache_folders() -> list[Path]:
 def _mirrored(folder: Path) -> str:
     """numba's name for a source folder's cache under ``NUMBA_CACHE_DIR``
     (``_CacheLocator.get_suitable_cache_subpath``): its name and a hash of its path."""
-    path = os.path.abspath(folder)
     import hashlib
 
+    path = os.path.abspath(folder)
     return f"{os.path.basename(path)}_{hashlib.sha1(path.encode()).hexdigest()}"
 
 
