@@ -734,6 +734,29 @@ jobs = click.option(
     default=None,
     help="Local worker processes [default: every core; 1 runs in this process].",
 )
+
+
+def shards(f: Callable[..., Any]) -> Callable[..., Any]:
+    """``--shards N`` and ``--shard-warmup DURATION`` (``pipeline.sim.shard``)."""
+    f = click.option(
+        "--shard-warmup",
+        "shard_warmup_s",
+        type=Duration(zero=True),
+        default=None,
+        metavar="DURATION",
+        help="Cut by time, each window replayed after this much of the traffic before it "
+        "[default for a load-aware router: 60s].",
+    )(f)
+    return click.option(
+        "--shards",
+        type=BoundedInt(1, 1 << 20),
+        default=None,
+        metavar="N",
+        help="Replay each scenario in N parts, one at a time, to bound memory: replica "
+        "groups under round_robin (exact), else time windows with a warm-up (approximate).",
+    )(f)
+
+
 ray = click.option(
     "--ray",
     "ray_address",

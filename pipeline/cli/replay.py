@@ -52,6 +52,7 @@ def format_run(run: ScenarioRun, prices: dict[str, float] | None = None) -> str:
             f"({s['kv_peak_blocks']:,} of {s['num_kv_blocks']:,} blocks)   "
             f"{s['num_steps']:,} steps, simulated in {run.sim_s:.2f} s",
             *_prefix_lines(s),
+            *_sharding_lines(s),
             *[
                 f"  {x}"
                 for x in (observed_line(s), no_hashes_warning(sc.prefix_caching, s), cost)
@@ -59,6 +60,15 @@ def format_run(run: ScenarioRun, prices: dict[str, float] | None = None) -> str:
             ],
         ]
     )
+
+
+def _sharding_lines(s: dict[str, Any]) -> list[str]:
+    """How a sharded replay was cut (the summary's ``sharding`` entry)."""
+    d = s.get("sharding")
+    if not d:
+        return []
+    line = f"  replayed in {d['description']}"
+    return [line + (f"; {d['coupling']}" if d.get("coupling") else "")]
 
 
 def _disagg_lines(s: dict[str, Any]) -> list[str]:
@@ -252,6 +262,7 @@ def result_dict(
 @opt.scenario_flags
 @opt.intervals
 @opt.jobs
+@opt.shards
 @opt.gpu_hour_price
 @opt.output
 @opt.locked
@@ -266,6 +277,8 @@ def replay_command(
     sets: tuple[str, ...],
     no_intervals: bool,
     jobs: int | None,
+    shards: int | None,
+    shard_warmup_s: float | None,
     gpu_hour_price: float | None,
     quiet: bool,
     as_json: bool,
@@ -284,6 +297,12 @@ def replay_command(
     SLO's verdict and the goodput, whole traffic and per class; for a fleet
     ([[pool]] tables), one row per pool: its replicas, policy, profile, TTFT
     and TPOT (and its SLOs met).
+
+    --shards N replays each scenario in N parts, one after the other, so that a
+    fleet's day fits in memory: groups of replicas under round_robin (exact:
+    the same rows as one replay), else time windows, each after --shard-warmup
+    of the traffic before it (approximate; the summary says which). A sharded
+    summary has the whole traffic's figures, without intervals, classes or SLOs.
 
     Example:
 
@@ -306,6 +325,8 @@ def replay_command(
         intervals=not no_intervals,
         slos=parse_slos(slo_items),
         jobs=jobs,
+        shards=shards,
+        shard_warmup_s=shard_warmup_s,
     )
     prices = gpu_prices(cfg, gpu_hour_price)
     if as_json:

@@ -31,6 +31,7 @@ import pyarrow as pa
 
 from pipeline.busiest import BusiestWindow
 from pipeline.contracts import SCENARIOS, SIM_REQUESTS, SIM_STEPS
+from pipeline.errors import ScenarioError
 from pipeline.jit import compile_notice
 from pipeline.lock import with_warehouse_lock
 from pipeline.progress import progress
@@ -61,9 +62,10 @@ from pipeline.sim.replay_tables import (
     write_sim_requests,
 )
 from pipeline.sim.scenario import Scenario
+from pipeline.sim.shard import ShardPlan, plan_shards, run_shards, sharding_record
 from pipeline.sim.simulate import simulate, warm_up
 from pipeline.sim.state import C_NUM_BLOCKS, EngineConfig, SimInput, SimResult
-from pipeline.sim.summary import StepTotals, summarize
+from pipeline.sim.summary import RequestTotals, StepTotals, summarize, summarize_totals
 from pipeline.warehouse import Warehouse, new_run_id
 
 
@@ -185,6 +187,8 @@ def replay(
     intervals: bool = True,
     slos: Sequence[Slo] = (),
     jobs: int | None = None,
+    shards: int | None = None,
+    shard_warmup_s: float | None = None,
 ) -> ReplayResult:
     """Replay the selected requests through every scenario and write the results.
 
@@ -206,6 +210,13 @@ def replay(
         jobs: cores a replay may use (default: every core; 1: one process).
         slos: objectives (``pipeline.plan.slo``): each summary gets each one's verdict
             and the goodput, for the whole traffic and per class (``sim.classes``).
+        shards: replay each scenario in this many parts, one after the other, so that
+            only one part's loop state lives at once (``shard.py``): replica groups,
+            exact, where the router is independent of load, else time windows after
+            ``shard_warmup_s`` of warm-up (approximate). Each summary's ``sharding``
+            says which; a sharded summary has the whole traffic's figures only (no
+            intervals, classes or SLO verdicts).
+        shard_warmup_s: the time windows' warm-up (asks for time windows).
 
     Returns:
         The run id, the inputs and each scenario's summary and files.
@@ -223,6 +234,10 @@ def replay(
     frame, window = read_window(files, selection)
     chosen = selection_record(selection, window)
     # every check before any run; the groups (tenant, model) are only for SLOs
+    plans = [
+        None if shards is None else plan_sharding(sc, shards, shard_warmup_s, slos)
+        for sc in scenarios
+    ]
     prepared = [prepare(frame, sc, with_groups=False) for sc in scenarios]
     rows_read = frame.height
     del frame  # the prepared arrays are all the runs need: free the frame's memory
@@ -235,8 +250,12 @@ def replay(
         run_one = functools.partial(
             _run_one, quiet=quiet, rows=chunk_rows, intervals=intervals, slos=slos, jobs=jobs
         )
-        for sc in scenarios:  # each scenario's inputs are let go once it has run
-            runs.append(run_one(wh, run_id, sc, prepared.pop(0)))
+        for sc, plan in zip(scenarios, plans, strict=True):
+            # each scenario's inputs are let go once it has run
+            if plan is not None:
+                runs.append(_run_sharded(wh, run_id, sc, prepared.pop(0), plan, quiet, chunk_rows))
+            else:
+                runs.append(run_one(wh, run_id, sc, prepared.pop(0)))
         wh.write(SCENARIOS, _scenarios_table(runs), {"run_id": run_id}, "scenarios")
         status = "ok"
     finally:
@@ -320,6 +339,79 @@ def _run_one(
             wh.writer(SIM_REQUESTS, part, sc.name), sc.name, ids, res, rows
         ),
     }
+    return ScenarioRun(
+        scenario=sc, summary=summary, num_dropped=facts["num_dropped"], sim_s=sim_s, paths=paths
+    )
+
+
+def plan_sharding(
+    sc: Scenario, shards: int, warmup_s: float | None, slos: Sequence[Slo] = ()
+) -> ShardPlan:
+    """How ``sc`` is cut into ``shards`` (``shard.plan_shards``), checked before any run.
+
+    Raises:
+        ScenarioError: it cannot be sharded, or SLOs were asked (not judged per shard).
+    """
+    if slos:
+        raise ScenarioError(
+            f"scenario {sc.name!r}: --shards gives the whole traffic's figures only; "
+            "judge SLOs on a replay without --shards"
+        )
+    return plan_shards(sc, shards, warmup_s=warmup_s)
+
+
+def _run_sharded(
+    wh: Warehouse,
+    run_id: str,
+    sc: Scenario,
+    prep: Prepared,
+    plan: ShardPlan,
+    quiet: bool,
+    rows: int,
+) -> ScenarioRun:
+    """Run one scenario in the shards of ``plan``; each shard's step rows and requests are
+    written as it ends, and only its state and the summary's totals are kept."""
+    assert not isinstance(prep, FleetPrepared), "plan_sharding refuses fleets"
+    inp, ids, facts = prep.inp, prep.request_ids, _facts(prep)
+    del prep
+    blocks = sc.engine().get(C_NUM_BLOCKS)
+    part = {"run_id": run_id}
+    totals, steps = RequestTotals(), StepTotals()
+    t0 = time.perf_counter()
+    kept_s = 0.0
+    with (
+        progress(f"replay {sc.name}", total=len(inp), quiet=quiet) as bar,
+        wh.writer(SIM_STEPS, part, sc.name) as steps_out,
+        wh.writer(SIM_REQUESTS, part, sc.name) as requests_out,
+    ):
+        seen = [0]
+
+        def on_progress(k: int) -> None:
+            bar.advance(k - seen[0])
+            seen[0] = k
+
+        def on_steps(st: npt.NDArray[np.int64], stf: npt.NDArray[np.float64]) -> None:
+            nonlocal kept_s
+            t = time.perf_counter()
+            steps_out.write(sim_steps_table(sc.name, st, stf, blocks))
+            kept_s += time.perf_counter() - t
+
+        shards = run_shards(
+            inp, sc, plan, on_steps=on_steps, step_rows=rows, on_progress=on_progress
+        )
+        for shard in shards:
+            t = time.perf_counter()
+            totals.add(shard.result)
+            steps.merge(shard.steps)
+            shard_ids = ids.take(pa.array(shard.rows))
+            for a in range(0, shard.result.num_requests, rows):
+                requests_out.write(
+                    sim_requests_table(sc.name, shard_ids, shard.result, slice(a, a + rows))
+                )
+            kept_s += time.perf_counter() - t
+    sim_s = time.perf_counter() - t0 - kept_s
+    summary = {**summarize_totals(totals, steps), **facts, "sharding": sharding_record(sc, plan)}
+    paths = {"sim_steps": steps_out.path, "sim_requests": requests_out.path}
     return ScenarioRun(
         scenario=sc, summary=summary, num_dropped=facts["num_dropped"], sim_s=sim_s, paths=paths
     )

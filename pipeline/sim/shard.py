@@ -27,7 +27,7 @@ A fleet (pools), disaggregated prefill and decode, and autoscaling are not shard
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -109,6 +109,18 @@ def plan_shards(sc: Scenario, shards: int, *, warmup_s: float | None = None) -> 
     return ShardPlan("time", shards, w)
 
 
+def sharding_record(sc: Scenario, plan: ShardPlan) -> dict[str, object]:
+    """What a sharded replay's summary says of its cut (``sharding``)."""
+    return {
+        "by": plan.by,
+        "shards": plan.shards,
+        "warmup_s": plan.warmup_s,
+        "exact": plan.by == "replicas",
+        "description": plan.describe(),
+        "coupling": coupling_note(sc),
+    }
+
+
 def coupling_note(sc: Scenario) -> str | None:
     """Why ``sc``'s replicas cannot be cut into groups exactly (None: they can)."""
     if sc.router in INDEPENDENT_ROUTERS:
@@ -116,7 +128,7 @@ def coupling_note(sc: Scenario) -> str | None:
     return (
         f"router {sc.router!r} reads the replicas' load"
         + (" and caches" if sc.router == "prefix_aware" else "")
-        + ": they are coupled, so the replay is cut by time (approximate)"
+        + ": they are coupled, so the replay is cut by time"
     )
 
 
@@ -168,9 +180,58 @@ def run_shards(
     numbering (a shard's rows are in time order; the shards' are not interleaved).
     """
     lead, t0 = _lead_of(inp)
-    measured = len(inp) - lead
     done = 0
-    for rows, sub, sub_lead, ids, lo_t, hi_t in _cuts(inp, sc, plan, lead):
+    for shard in _replay_cuts(sc, _cuts(inp, sc, plan, lead), t0, on_steps, step_rows, on_progress):
+        done += len(shard.rows)
+        yield shard
+    assert done == len(inp) - lead, "every measured request is in exactly one shard"
+
+
+def run_windows(
+    windows: Iterable[SimInput],
+    sc: Scenario,
+    *,
+    warmup_s: float = DEFAULT_WARMUP_S,
+    on_steps: StepSink | None = None,
+    step_rows: int = 1 << 17,
+    on_progress: Callable[[int], None] | None = None,
+) -> Iterator[Shard]:
+    """Replay a stream of consecutive time windows of requests, one window at a time.
+
+    ``windows`` yields each window's requests (plain inputs on one clock, each sorted,
+    each window's first arrival at or after the last one's last): a source that reads
+    or makes them a window at a time, so that a day of requests never lives whole. Each
+    window is replayed after the requests of the ``warmup_s`` seconds before it (from
+    the window before: a longer warm-up is cut there), which are not counted; its step
+    rows are those that start before the next window's first arrival. Shards' ``rows``
+    number the requests from 0 across the windows. Approximate, as time shards are.
+
+    Raises:
+        ScenarioError: the scenario cannot be sharded, a window holds prefix keys or
+            priorities (not streamed), or the windows are out of order.
+    """
+    check_shardable(sc)
+    if warmup_s < 0:
+        raise ScenarioError(f"warm-up must be >= 0 s, got {warmup_s:g}")
+    yield from _replay_cuts(
+        sc, _window_cuts(windows, warmup_s, sc.replicas), 0.0, on_steps, step_rows, on_progress
+    )
+
+
+Cut = tuple[npt.NDArray[np.int64], SimInput, int, npt.NDArray[np.int64], float, float]
+
+
+def _replay_cuts(
+    sc: Scenario,
+    cuts: Iterator[Cut],
+    t0: float,
+    on_steps: StepSink | None,
+    step_rows: int,
+    on_progress: Callable[[int], None] | None,
+) -> Iterator[Shard]:
+    """Replay each cut (``_cuts``), its times from ``t0``, its replicas numbered globally."""
+    done = 0
+    for rows, sub, sub_lead, ids, lo_t, hi_t in cuts:
         steps = StepTotals()
 
         def sink(
@@ -206,12 +267,58 @@ def run_shards(
         if on_progress is not None:
             on_progress(done)
         yield Shard(rows, res, steps)
-    assert done == measured, "every measured request is in exactly one shard"
 
 
-def _cuts(
-    inp: SimInput, sc: Scenario, plan: ShardPlan, lead: int
-) -> Iterator[tuple[npt.NDArray[np.int64], SimInput, int, npt.NDArray[np.int64], float, float]]:
+def _concat(a: SimInput, b: SimInput) -> SimInput:
+    """The requests of ``a`` then those of ``b`` (no prefix keys, no priorities)."""
+    return SimInput(
+        np.concatenate([a.arrival_s, b.arrival_s]),
+        np.concatenate([a.prompt_tokens, b.prompt_tokens]),
+        np.concatenate([a.output_tokens, b.output_tokens]),
+    )
+
+
+def _window_cuts(windows: Iterable[SimInput], warmup_s: float, replicas: int) -> Iterator[Cut]:
+    """``_cuts`` of a stream of windows: each one's rows, its input behind its warm-up
+    (from the window before), and its step rows' window [its first arrival, the next's)."""
+    ids = np.arange(replicas, dtype=np.int64)
+    it = iter(windows)
+    cur = next(it, None)
+    prev: SimInput | None = None
+    offset = 0
+    k = 0
+    while cur is not None:
+        nxt = next(it, None)  # one window ahead: where this one's step rows end
+        if cur.prefix is not None or cur.priority is not None or cur.remote_tokens is not None:
+            raise ScenarioError(
+                f"window {k}: streamed windows carry arrivals and lengths only "
+                "(no prefix keys, priorities or remote prefill); replay it whole"
+            )
+        if len(cur):
+            a0 = float(cur.arrival_s[0])
+            if prev is not None and a0 < float(prev.arrival_s[-1]):
+                raise ScenarioError(
+                    f"window {k}: its first arrival {a0:g} s is before the last one of the "
+                    f"window before ({float(prev.arrival_s[-1]):g} s); yield windows in time order"
+                )
+            sub, lead = cur, 0
+            if prev is not None and warmup_s > 0:
+                w0 = int(np.searchsorted(prev.arrival_s, a0 - warmup_s, side="left"))
+                sub = _concat(take(prev, np.arange(w0, len(prev), dtype=np.int64)), cur)
+                lead = len(prev) - w0
+            lo_t = a0 if prev is not None else -np.inf
+            hi_t = np.inf
+            if nxt is not None and len(nxt):
+                hi_t = float(nxt.arrival_s[0])
+            yield np.arange(offset, offset + len(cur), dtype=np.int64), sub, lead, ids, lo_t, hi_t
+            del sub
+            offset += len(cur)
+            prev = cur
+        cur, nxt = nxt, None
+        k += 1
+
+
+def _cuts(inp: SimInput, sc: Scenario, plan: ShardPlan, lead: int) -> Iterator[Cut]:
     """Per shard: its measured rows (from 0 at the first measured request), its input and
     how many of its first requests are not measured, its replicas' global indices, and
     the window [lo, hi) its step rows are kept in (on the whole replay's clock, from the

@@ -39,7 +39,8 @@ numpy's default and DuckDB's quantile_cont):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -204,7 +205,7 @@ class StepTotals:
         return self._waiting_s / self._busy if self._busy > 0 else 0.0
 
 
-def _pct(x: npt.NDArray[np.float64], q: float) -> float | None:
+def _pct(x: npt.NDArray[np.floating[Any]], q: float) -> float | None:
     return float(np.percentile(x, q)) if len(x) else None
 
 
@@ -263,6 +264,95 @@ def request_metrics(
     return {name: request_metric(res, name, rows) for name in names}
 
 
+@dataclass
+class RequestTotals:
+    """What the summary needs of the per-request state, added up part by part.
+
+    A sharded replay (``shard.py``) ends one shard at a time and drops each shard's
+    state: ``add`` each shard's result here. Counts are exact sums; the latency
+    percentiles are taken over every completed request's metric, kept per part as
+    ``dtype`` (float32 halves what a fleet's day of 100M requests holds, 20 bytes a
+    request, at a relative error of 6e-8; float64 gives ``summarize``'s own figures).
+    """
+
+    dtype: type[np.floating[Any]] = np.float64
+    num_requests: int = 0
+    completed: int = 0
+    first_arrival: float = np.inf
+    last_finish: float = -np.inf  # of the completed requests
+    out_tokens: int = 0  # of the completed requests
+    in_tokens: int = 0
+    preempted_requests: int = 0
+    looked_up: int = 0  # requests with prefix keys looked up at least once
+    looked_up_hit: int = 0  # ... of which found at least one token at the first lookup
+    all_hit_tokens: int = 0  # prefix hits of every lookup, the tiers' loads included
+    first_hit_tokens: int = 0  # ... of the first lookups
+    swaps: int = 0
+    swapped_requests: int = 0
+    num_kv_blocks: int = 0
+    basis: str = "engine"
+    disagg: dict[str, Any] | None = None
+    _metrics: dict[str, list[npt.NDArray[np.floating[Any]]]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, res: SimResult) -> RequestTotals:
+        totals = cls()
+        totals.add(res)
+        return totals
+
+    def add(self, res: SimResult, *, metrics: bool = True) -> None:
+        """Add one part's requests (a whole replay's, or one shard's); ``metrics``: keep
+        their latency metrics too (``summarize`` takes them from ``res`` one at a time)."""
+        rq, rqf = res.rq, res.rqf
+        done = ~np.isnan(rqf[:, F_FINISH])
+        completed = int(done.sum())
+        self.num_requests += res.num_requests
+        self.completed += completed
+        if len(rqf):
+            self.first_arrival = min(self.first_arrival, float(rqf[:, F_ARRIVAL].min()))
+        if completed:
+            self.last_finish = max(self.last_finish, float(rqf[done, F_FINISH].max()))
+        self.out_tokens += int(rq[done, R_OUTPUT].sum())
+        self.in_tokens += int(rq[done, R_PROMPT].sum())
+        self.preempted_requests += int((rq[:, R_PREEMPT] > 0).sum())
+        looked = (rq[:, R_UNIT_TOK] > 0) & (rq[:, R_LOOKUPS] > 0)
+        self.looked_up += int(looked.sum())
+        self.looked_up_hit += int((rq[looked, R_CACHED] > 0).sum())
+        self.all_hit_tokens += int(res.rqw[:, W_HITS].sum())
+        self.first_hit_tokens += int(rq[:, R_CACHED].sum())
+        self.swaps += int(rq[:, R_SWAPS].sum())
+        self.swapped_requests += int((rq[:, R_SWAPS] > 0).sum())
+        self.num_kv_blocks = res.num_kv_blocks
+        self.basis = latency_basis(res)
+        if res.disagg_times is not None:
+            self.disagg = _disagg(res)
+        for name in _SUMMARY_METRICS if metrics else ():
+            self._metrics.setdefault(name, []).append(
+                _completed_metric(res, name, done).astype(self.dtype, copy=False)
+            )
+
+    def metric(self, name: str) -> npt.NDArray[np.floating[Any]]:
+        """One of the summary's metrics over every completed request of every part (TPOT:
+        of those with more than one token)."""
+        parts = self._metrics.get(name, [])
+        return np.concatenate(parts) if parts else np.zeros(0, self.dtype)
+
+    def drop(self, name: str) -> None:
+        """Let one metric's values go once its percentiles are taken."""
+        self._metrics.pop(name, None)
+
+
+_SUMMARY_METRICS = ("ttft_s", "tpot_s", "e2e_s", "queue_s", "engine_ttft_s")
+
+
+def _completed_metric(
+    res: SimResult, name: str, done: npt.NDArray[np.bool_]
+) -> npt.NDArray[np.float64]:
+    """``name`` of the completed requests (TPOT: of those with more than one token)."""
+    x = request_metric(res, name)[done]
+    return x[~np.isnan(x)] if name == "tpot_s" else x
+
+
 def summarize(res: SimResult, steps: StepTotals | None = None) -> dict[str, Any]:
     """The summary figures of one replayed scenario (JSON-able).
 
@@ -271,40 +361,46 @@ def summarize(res: SimResult, steps: StepTotals | None = None) -> dict[str, Any]
     """
     if steps is None:
         steps = StepTotals.of(res.st, res.stf)
+    rt = RequestTotals()
+    rt.add(res, metrics=False)
     done = ~np.isnan(res.rqf[:, F_FINISH])
-    completed = int(done.sum())
-    if completed:
-        span = float(res.rqf[done, F_FINISH].max() - res.rqf[:, F_ARRIVAL].min())
-    else:
-        span = 0.0
-    out_tokens = int(res.rq[done, R_OUTPUT].sum())
-    in_tokens = int(res.rq[done, R_PROMPT].sum())
+    # one metric at a time, dropped once its percentiles are taken (10M requests: 80 MB each)
+    return summarize_totals(rt, steps, lambda name: _completed_metric(res, name, done))
+
+
+def summarize_totals(
+    rt: RequestTotals,
+    steps: StepTotals,
+    metric: Callable[[str], npt.NDArray[np.floating[Any]]] | None = None,
+) -> dict[str, Any]:
+    """``summarize``'s figures from the requests' and the timeline's totals (of a whole
+    replay, or of every shard of one: ``shard.py``). The metrics' values are ``rt``'s
+    (taken out of it as they are used: one at a time lives), or ``metric``'s."""
+    span = rt.last_finish - rt.first_arrival if rt.completed else 0.0
 
     def per_s(x: float) -> float | None:
         return x / span if span > 0 else None
 
-    # one metric at a time, dropped once its percentiles are taken (10M requests: 80 MB each)
-    ttft = request_metric(res, "ttft_s")[done]
-    ttft_pct = {q: _pct(ttft, q) for q in (50, 90, 99)}
-    del ttft
-    tpot = request_metric(res, "tpot_s")[done]
-    tpot = tpot[~np.isnan(tpot)]
-    tpot_pct = {q: _pct(tpot, q) for q in (50, 90, 99)}
-    del tpot
-    e2e = request_metric(res, "e2e_s")[done]
-    e2e_pct = {q: _pct(e2e, q) for q in (50, 90, 99)}
-    del e2e
-    queue_p99 = _pct(request_metric(res, "queue_s")[done], 99)
-    engine_ttft = request_metric(res, "engine_ttft_s")[done]
-    engine_ttft_pct = {q: _pct(engine_ttft, q) for q in (50, 99)}
-    del engine_ttft
+    def pct(name: str, qs: tuple[int, ...] = (50, 90, 99)) -> dict[int, float | None]:
+        if metric is not None:
+            x = metric(name)
+        else:
+            x = rt.metric(name)
+            rt.drop(name)
+        return {q: _pct(x, q) for q in qs}
+
+    ttft_pct = pct("ttft_s")
+    tpot_pct = pct("tpot_s")
+    e2e_pct = pct("e2e_s")
+    queue_p99 = pct("queue_s", (99,))[99]
+    engine_ttft_pct = pct("engine_ttft_s", (50, 99))
     return {
-        "num_requests": res.num_requests,
-        "completed": completed,
+        "num_requests": rt.num_requests,
+        "completed": rt.completed,
         "duration_s": span,
-        "request_throughput": per_s(completed),
-        "output_token_throughput": per_s(out_tokens),
-        "total_token_throughput": per_s(out_tokens + in_tokens),
+        "request_throughput": per_s(rt.completed),
+        "output_token_throughput": per_s(rt.out_tokens),
+        "total_token_throughput": per_s(rt.out_tokens + rt.in_tokens),
         "ttft_p50_s": ttft_pct[50],
         "ttft_p90_s": ttft_pct[90],
         "ttft_p99_s": ttft_pct[99],
@@ -315,34 +411,34 @@ def summarize(res: SimResult, steps: StepTotals | None = None) -> dict[str, Any]
         "e2e_p90_s": e2e_pct[90],
         "e2e_p99_s": e2e_pct[99],
         "queue_p99_s": queue_p99,
-        "latency_basis": latency_basis(res),
+        "latency_basis": rt.basis,
         "engine_ttft_p50_s": engine_ttft_pct[50],
         "engine_ttft_p99_s": engine_ttft_pct[99],
         "max_queue_depth": steps.max_waiting,
         "mean_queue_depth": steps.mean_waiting,
         "num_preemptions": steps.preemptions,
-        "num_preempted_requests": int((res.rq[:, R_PREEMPT] > 0).sum()),
-        "kv_peak_usage": steps.max_kv_used / res.num_kv_blocks if steps.rows else 0.0,
+        "num_preempted_requests": rt.preempted_requests,
+        "kv_peak_usage": steps.max_kv_used / rt.num_kv_blocks if steps.rows else 0.0,
         "kv_peak_blocks": steps.max_kv_used,
-        "num_kv_blocks": res.num_kv_blocks,
+        "num_kv_blocks": rt.num_kv_blocks,
         "num_steps": steps.steps,
         "num_step_rows": steps.rows,
-        **prefix_summary(res, steps),
+        **_prefix_figures(rt, steps),
         **steps.sched_cpu(),
-        **({"disagg": _disagg(res)} if res.disagg_times is not None else {}),
-        **({"swap": swap_summary(res, steps)} if steps.swap_out_bytes else {}),
+        **({"disagg": rt.disagg} if rt.disagg is not None else {}),
+        **({"swap": _swap_figures(rt, steps)} if steps.swap_out_bytes else {}),
         **({"kv_tiers": tier_summary(steps)} if steps.tier_load_bytes else {}),
         **speculation_summary(steps),
     }
 
 
-def swap_summary(res: SimResult, steps: StepTotals) -> dict[str, Any]:
+def _swap_figures(rt: RequestTotals, steps: StepTotals) -> dict[str, Any]:
     """Swap preemption's figures (swap.py): swaps (each a swap-out and, later, its swap-in:
     a replay runs until every request is done), the requests swapped, and the bytes moved
     each way over the host link."""
     return {
-        "num_swaps": int(res.rq[:, R_SWAPS].sum()),  # each out, and back in later
-        "num_swapped_requests": int((res.rq[:, R_SWAPS] > 0).sum()),
+        "num_swaps": rt.swaps,  # each out, and back in later
+        "num_swapped_requests": rt.swapped_requests,
         "swap_out_bytes": steps.swap_out_bytes,
         "swap_in_bytes": steps.swap_in_bytes,
     }
@@ -375,21 +471,16 @@ def speculation_summary(steps: StepTotals | None) -> dict[str, Any]:
     }
 
 
-def prefix_summary(res: SimResult, steps: StepTotals | None = None) -> dict[str, Any]:
-    """Prefix-cache figures: token and request hit rates, resumed hits, evictions."""
-    if steps is None:
-        steps = StepTotals.of(res.st, res.stf)
-    looked = (res.rq[:, R_UNIT_TOK] > 0) & (res.rq[:, R_LOOKUPS] > 0)
+def _prefix_figures(rt: RequestTotals, steps: StepTotals) -> dict[str, Any]:
     query = steps.prefix_query_tokens
     hit = steps.prefix_hit_tokens
     return {
         "prefix_query_tokens": query,
         "prefix_hit_tokens": hit,
         "prefix_token_hit_rate": hit / query if query else None,
-        "prefix_request_hit_rate": float((res.rq[looked, R_CACHED] > 0).mean())
-        if looked.any()
-        else None,
-        "prefix_resumed_hit_tokens": int((res.rqw[:, W_HITS] - res.rq[:, R_CACHED]).sum())
+        "prefix_request_hit_rate": rt.looked_up_hit / rt.looked_up if rt.looked_up else None,
+        "prefix_resumed_hit_tokens": rt.all_hit_tokens
+        - rt.first_hit_tokens
         - steps.cpu_hit_tokens  # (W_HITS counts the offloading tiers' loads too)
         - steps.disk_hit_tokens,
         "prefix_evicted_blocks": steps.evicted_blocks,

@@ -6,6 +6,8 @@ for bit; time windows under a load-aware router are approximate, within a loose 
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 from typing import Any
 
 import numpy as np
@@ -16,10 +18,24 @@ from hypothesis import strategies as st
 from pipeline.errors import ScenarioError
 from pipeline.sim.policies import POLICIES
 from pipeline.sim.scenario import Scenario, resolve_scenarios
-from pipeline.sim.shard import ShardPlan, coupling_note, plan_shards, simulate_sharded
+from pipeline.sim.shard import (
+    ShardPlan,
+    coupling_note,
+    plan_shards,
+    run_shards,
+    run_windows,
+    simulate_sharded,
+    take,
+)
 from pipeline.sim.simulate import LeadInput, simulate
 from pipeline.sim.state import S_REPLICA, SF_START, W_HOFF, SimInput
-from pipeline.sim.summary import StepTotals, request_metric, summarize
+from pipeline.sim.summary import (
+    RequestTotals,
+    StepTotals,
+    request_metric,
+    summarize,
+    summarize_totals,
+)
 from tests.sim.test_differential import _case
 
 
@@ -121,3 +137,71 @@ def test_step_totals_of_shards_add_up() -> None:
         np.concatenate([a for a, _ in rows]), np.concatenate([b for _, b in rows])
     )
     assert whole == totals
+
+
+def _shard_totals(inp: SimInput, sc: Scenario, plan: ShardPlan, dtype: Any) -> dict[str, Any]:
+    """The summary of ``plan``'s shards, added up shard by shard as a sharded replay does."""
+    rt, steps = RequestTotals(dtype=dtype), StepTotals()
+    for sh in run_shards(inp, sc, plan):
+        rt.add(sh.result)
+        steps.merge(sh.steps)
+    return summarize_totals(rt, steps)
+
+
+def test_shard_by_shard_totals_give_the_whole_summary() -> None:
+    """A summary added up shard by shard (``RequestTotals``) is the whole replay's: exactly
+    in float64, to float32's precision in float32 (a fleet's day's)."""
+    inp = _poisson(6000, 80.0)
+    sc = _scenario(replicas=6)
+    whole = summarize(simulate(inp, sc.engine()))
+    plan = plan_shards(sc, 3)
+    assert _shard_totals(inp, sc, plan, np.float64) == whole
+    narrow = _shard_totals(inp, sc, plan, np.float32)
+    assert narrow.keys() == whole.keys()
+    for key, value in whole.items():
+        if isinstance(value, float):
+            assert narrow[key] == pytest.approx(value, rel=1e-6), key
+        else:
+            assert narrow[key] == value, key
+
+
+def _windows(inp: SimInput, starts: Any) -> list[SimInput]:
+    return [take(inp, np.arange(a, b, dtype=np.int64)) for a, b in itertools.pairwise(starts)]
+
+
+def test_streamed_windows_are_the_time_shards() -> None:
+    """Windows handed in one at a time replay as the time shards of the whole input do
+    (when each warm-up lies within the window before)."""
+    inp = _poisson(8000, 60.0)
+    sc = _scenario(replicas=4, router="least_outstanding")
+    plan = plan_shards(sc, 4, warmup_s=20.0)
+    cut = list(run_shards(inp, sc, plan))
+    starts = [int(sh.rows[0]) for sh in cut] + [len(inp)]
+    streamed = list(run_windows(_windows(inp, starts), sc, warmup_s=20.0))
+    assert len(streamed) == len(cut)
+    for a, b in zip(streamed, cut, strict=True):
+        np.testing.assert_array_equal(a.rows, b.rows)
+        np.testing.assert_array_equal(a.result.rq, b.result.rq)
+        np.testing.assert_array_equal(a.result.rqf, b.result.rqf)
+        assert a.steps == b.steps
+
+
+def test_streamed_windows_bad_input() -> None:
+    inp = _poisson(2000, 40.0)
+    sc = _scenario(replicas=2)
+    half = len(inp) // 2
+    first, second = _windows(inp, [0, half, len(inp)])
+    with pytest.raises(ScenarioError, match="window 1: its first arrival .* time order") as err:
+        list(run_windows([second, first], sc))
+    assert "\n" not in str(err.value)
+    keyed = dataclasses.replace(first, priority=np.zeros(len(first), dtype=np.int64))
+    with pytest.raises(ScenarioError, match="window 0: streamed windows carry"):
+        list(run_windows([keyed], sc))
+    with pytest.raises(ScenarioError, match="warm-up must be >= 0"):
+        list(run_windows([first], sc, warmup_s=-1.0))
+    pooled = _scenario(replicas=2, autoscale={"max_replicas": 2, "target": 4.0})
+    with pytest.raises(ScenarioError, match="autoscaling"):
+        list(run_windows([first], pooled))
+    # empty windows are skipped; the rows still count from 0 across the windows
+    got = list(run_windows([first, take(inp, np.arange(0, dtype=np.int64)), second], sc))
+    assert [int(sh.rows[0]) for sh in got] == [0, half]

@@ -1,0 +1,124 @@
+"""``replay --shards``: a replay cut into parts writes what the whole replay writes.
+
+Replica groups under round_robin are exact: every sim_requests and sim_steps row, and
+the summary, are the whole replay's. Time windows under a load-aware router replay
+every request once, within a loose bound of the whole replay's figures. Scenarios that
+cannot be cut, and SLOs (not judged per shard), are refused before anything is written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from click.testing import CliRunner
+
+from pipeline.cli import cli
+from pipeline.contracts import SIM_REQUESTS, SIM_STEPS, read_table
+from pipeline.errors import ScenarioError
+from pipeline.plan.slo import parse_slos
+from pipeline.sim.replay import replay
+from tests.helpers import H100_8B_COST, make_scenario, requests_table
+
+N = 1200
+
+
+def _table(gap_s: float) -> pa.Table:
+    rng = np.random.default_rng(11)
+    return requests_table(
+        rng.integers(10, 1500, N),
+        rng.integers(1, 200, N),
+        rng.exponential(gap_s, N),
+        start=datetime(2024, 5, 1, 12, tzinfo=UTC),
+    )
+
+
+@pytest.fixture
+def root(warehouse_with: Callable[..., Path]) -> Path:
+    """Overloaded: queues grow over the replay."""
+    return warehouse_with(_table(0.01))
+
+
+@pytest.fixture
+def steady(warehouse_with: Callable[..., Path]) -> Path:
+    """Loaded but not overloaded: the queues a warm-up must refill stay short."""
+    return warehouse_with(_table(0.05))
+
+
+def _rows(path: Path, contract: Any, keys: list[str]) -> pa.Table:
+    return read_table(path, contract).sort_by([(k, "ascending") for k in keys])
+
+
+def _scenario(**kw: Any) -> Any:
+    kw.setdefault("num_gpu_blocks", 400)  # tight: preemptions
+    return make_scenario("vllm", H100_8B_COST, **kw)
+
+
+def test_replica_groups_write_the_whole_replay(root: Path) -> None:
+    sc = _scenario(name="rr", replicas=6, router="round_robin")
+    whole = replay(root, [sc], quiet=True, run_id="whole", intervals=False).runs[0]
+    cut = replay(root, [sc], quiet=True, run_id="cut", shards=4, chunk_rows=50).runs[0]
+    sharding = cut.summary.pop("sharding")
+    assert sharding["by"] == "replicas" and sharding["shards"] == 3  # (the most <= 4 dividing 6)
+    assert sharding["exact"] and sharding["coupling"] is None
+    assert whole.summary["num_preemptions"] > 0  # a loaded replay, not an idle one
+    whole.summary.pop("classes")
+    assert cut.summary == whole.summary
+    for name, contract, keys in (
+        ("sim_requests", SIM_REQUESTS, ["request_id"]),
+        ("sim_steps", SIM_STEPS, ["replica", "step"]),
+    ):
+        a = _rows(whole.paths[name], contract, keys)
+        b = _rows(cut.paths[name], contract, keys)
+        assert a.num_rows == b.num_rows > N // 2
+        assert b.equals(a), name
+
+
+def test_time_windows_replay_every_request_once(steady: Path) -> None:
+    sc = _scenario(name="lo", replicas=4, router="least_outstanding", num_gpu_blocks=4000)
+    whole = replay(steady, [sc], quiet=True, run_id="whole", intervals=False).runs[0]
+    cut = replay(steady, [sc], quiet=True, run_id="cut", shards=3, shard_warmup_s=2.0).runs[0]
+    sharding = cut.summary["sharding"]
+    assert (sharding["by"], sharding["shards"], sharding["warmup_s"]) == ("time", 3, 2.0)
+    assert not sharding["exact"] and "coupled" in sharding["coupling"]
+    ids = read_table(cut.paths["sim_requests"], SIM_REQUESTS)["request_id"].to_pylist()
+    assert sorted(ids) == sorted(
+        read_table(whole.paths["sim_requests"], SIM_REQUESTS)["request_id"].to_pylist()
+    )
+    assert len(set(ids)) == len(ids) == N
+    assert whole.summary["max_queue_depth"] > 0  # loaded: a warm-up has queues to refill
+    for key in ("ttft_p50_s", "ttft_p99_s", "e2e_p50_s", "request_throughput"):
+        assert cut.summary[key] == pytest.approx(whole.summary[key], rel=0.2), key
+
+
+def test_what_cannot_be_sharded_is_refused_before_writing(root: Path) -> None:
+    sc = _scenario(name="rr", replicas=2)
+    auto = _scenario(
+        name="auto", replicas=2, autoscale={"max_replicas": 2, "target": 4.0, "startup_s": 30.0}
+    )
+    for scenarios, kw, words in (
+        ([sc, auto], {}, "autoscaling"),
+        ([sc], {"slos": parse_slos(("ttft_p99=200ms",))}, "judge SLOs on a replay without"),
+    ):
+        with pytest.raises(ScenarioError, match=words) as err:
+            replay(root, scenarios, quiet=True, run_id="bad", shards=2, **kw)
+        assert "\n" not in str(err.value)
+        assert not list(root.rglob("run_id=bad"))
+
+
+def test_cli_says_how_the_replay_was_cut(root: Path) -> None:
+    args = ["replay", "--warehouse", str(root), "--quiet", "--replicas", "4"]
+    res = CliRunner().invoke(cli, [*args, "--router", "round_robin", "--shards", "2"])
+    assert res.exit_code == 0, res.output
+    assert "replayed in 2 replica groups (exact" in res.output
+    res = CliRunner().invoke(cli, [*args, "--router", "least_outstanding", "--shards", "2"])
+    assert res.exit_code == 0, res.output
+    assert "2 time windows, 60 s warm-up each (approximate)" in res.output
+    assert "reads the replicas' load" in res.output
+    res = CliRunner().invoke(cli, [*args, "--shards", "0"])
+    assert res.exit_code == 1 and "--shards" in res.output and "Traceback" not in res.output
