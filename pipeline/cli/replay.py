@@ -263,6 +263,7 @@ def result_dict(
 @opt.intervals
 @opt.jobs
 @opt.shards
+@opt.ray
 @opt.gpu_hour_price
 @opt.output
 @opt.locked
@@ -279,6 +280,7 @@ def replay_command(
     jobs: int | None,
     shards: int | None,
     shard_warmup_s: float | None,
+    ray_address: str | None,
     gpu_hour_price: float | None,
     quiet: bool,
     as_json: bool,
@@ -303,6 +305,8 @@ def replay_command(
     the same rows as one replay), else time windows, each after --shard-warmup
     of the traffic before it (approximate; the summary says which). A sharded
     summary has the whole traffic's figures, without intervals, classes or SLOs.
+    The parts run --jobs at once in local processes, or on a Ray cluster with
+    --ray ADDRESS (which needs --shards).
 
     Example:
 
@@ -311,6 +315,8 @@ def replay_command(
         tracereplay replay --scenario examples/scenarios/vllm.toml \\
             --scenario examples/scenarios/static.toml --from 2023-11-16 --json
     """
+    if ray_address is not None and shards is None:
+        raise click.UsageError("--ray replays the parts of a sharded replay: give --shards N too")
     cfg = load_config(config_file)
     wh = warehouse_path(str(warehouse) if warehouse else None, cfg)
     values = {"name": name, **scenario_flags, **opt.parse_sets(sets)}
@@ -327,6 +333,7 @@ def replay_command(
         jobs=jobs,
         shards=shards,
         shard_warmup_s=shard_warmup_s,
+        ray_address=ray_address,
     )
     prices = gpu_prices(cfg, gpu_hour_price)
     if as_json:

@@ -829,7 +829,7 @@ def _control(
     sc.gi[autoscale.GI_TICK] += 1
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", nogil=True)
 def replay_loop(
     s: State, kc: PrefixCaches, trees: Trees, max_arrivals: int, scaling: Scaling
 ) -> int:

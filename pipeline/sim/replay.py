@@ -31,7 +31,6 @@ import pyarrow as pa
 
 from pipeline.busiest import BusiestWindow
 from pipeline.contracts import SCENARIOS, SIM_REQUESTS, SIM_STEPS
-from pipeline.errors import ScenarioError
 from pipeline.jit import compile_notice
 from pipeline.lock import with_warehouse_lock
 from pipeline.progress import progress
@@ -55,6 +54,7 @@ from pipeline.sim.replay_input import (
     read_window,
     select_request_files,
 )
+from pipeline.sim.replay_sharded import plan_sharding, run_sharded
 from pipeline.sim.replay_tables import (
     CHUNK_ROWS,
     sim_requests_table,
@@ -62,10 +62,10 @@ from pipeline.sim.replay_tables import (
     write_sim_requests,
 )
 from pipeline.sim.scenario import Scenario
-from pipeline.sim.shard import ShardPlan, plan_shards, run_shards, sharding_record
+from pipeline.sim.shard import ShardPlan
 from pipeline.sim.simulate import simulate, warm_up
 from pipeline.sim.state import C_NUM_BLOCKS, EngineConfig, SimInput, SimResult
-from pipeline.sim.summary import RequestTotals, StepTotals, summarize, summarize_totals
+from pipeline.sim.summary import StepTotals, summarize
 from pipeline.warehouse import Warehouse, new_run_id
 
 
@@ -189,6 +189,7 @@ def replay(
     jobs: int | None = None,
     shards: int | None = None,
     shard_warmup_s: float | None = None,
+    ray_address: str | None = None,
 ) -> ReplayResult:
     """Replay the selected requests through every scenario and write the results.
 
@@ -217,6 +218,9 @@ def replay(
             says which; a sharded summary has the whole traffic's figures only (no
             intervals, classes or SLO verdicts).
         shard_warmup_s: the time windows' warm-up (asks for time windows).
+            The shards run ``jobs`` at once in forked processes (``jobs`` 1: one after
+            the other, here), or on the Ray cluster at ``ray_address``.
+        ray_address: with ``shards``, replay them on this Ray cluster.
 
     Returns:
         The run id, the inputs and each scenario's summary and files.
@@ -253,7 +257,11 @@ def replay(
         for sc, plan in zip(scenarios, plans, strict=True):
             # each scenario's inputs are let go once it has run
             if plan is not None:
-                runs.append(_run_sharded(wh, run_id, sc, prepared.pop(0), plan, quiet, chunk_rows))
+                runs.append(
+                    _run_sharded(
+                        wh, run_id, sc, prepared.pop(0), plan, run_one.keywords, ray_address
+                    )
+                )
             else:
                 runs.append(run_one(wh, run_id, sc, prepared.pop(0)))
         wh.write(SCENARIOS, _scenarios_table(runs), {"run_id": run_id}, "scenarios")
@@ -344,76 +352,36 @@ def _run_one(
     )
 
 
-def plan_sharding(
-    sc: Scenario, shards: int, warmup_s: float | None, slos: Sequence[Slo] = ()
-) -> ShardPlan:
-    """How ``sc`` is cut into ``shards`` (``shard.plan_shards``), checked before any run.
-
-    Raises:
-        ScenarioError: it cannot be sharded, or SLOs were asked (not judged per shard).
-    """
-    if slos:
-        raise ScenarioError(
-            f"scenario {sc.name!r}: --shards gives the whole traffic's figures only; "
-            "judge SLOs on a replay without --shards"
-        )
-    return plan_shards(sc, shards, warmup_s=warmup_s)
-
-
 def _run_sharded(
     wh: Warehouse,
     run_id: str,
     sc: Scenario,
     prep: Prepared,
     plan: ShardPlan,
-    quiet: bool,
-    rows: int,
+    kw: dict[str, Any],
+    ray_address: str | None,
 ) -> ScenarioRun:
-    """Run one scenario in the shards of ``plan``; each shard's step rows and requests are
-    written as it ends, and only its state and the summary's totals are kept."""
+    """Run one scenario in the parts of ``plan`` (``replay_sharded``)."""
     assert not isinstance(prep, FleetPrepared), "plan_sharding refuses fleets"
-    inp, ids, facts = prep.inp, prep.request_ids, _facts(prep)
-    del prep
-    blocks = sc.engine().get(C_NUM_BLOCKS)
-    part = {"run_id": run_id}
-    totals, steps = RequestTotals(), StepTotals()
-    t0 = time.perf_counter()
-    kept_s = 0.0
-    with (
-        progress(f"replay {sc.name}", total=len(inp), quiet=quiet) as bar,
-        wh.writer(SIM_STEPS, part, sc.name) as steps_out,
-        wh.writer(SIM_REQUESTS, part, sc.name) as requests_out,
-    ):
-        seen = [0]
-
-        def on_progress(k: int) -> None:
-            bar.advance(k - seen[0])
-            seen[0] = k
-
-        def on_steps(st: npt.NDArray[np.int64], stf: npt.NDArray[np.float64]) -> None:
-            nonlocal kept_s
-            t = time.perf_counter()
-            steps_out.write(sim_steps_table(sc.name, st, stf, blocks))
-            kept_s += time.perf_counter() - t
-
-        shards = run_shards(
-            inp, sc, plan, on_steps=on_steps, step_rows=rows, on_progress=on_progress
-        )
-        for shard in shards:
-            t = time.perf_counter()
-            totals.add(shard.result)
-            steps.merge(shard.steps)
-            shard_ids = ids.take(pa.array(shard.rows))
-            for a in range(0, shard.result.num_requests, rows):
-                requests_out.write(
-                    sim_requests_table(sc.name, shard_ids, shard.result, slice(a, a + rows))
-                )
-            kept_s += time.perf_counter() - t
-    sim_s = time.perf_counter() - t0 - kept_s
-    summary = {**summarize_totals(totals, steps), **facts, "sharding": sharding_record(sc, plan)}
-    paths = {"sim_steps": steps_out.path, "sim_requests": requests_out.path}
+    facts = _facts(prep)
+    summary, paths, sim_s = run_sharded(
+        wh,
+        run_id,
+        sc,
+        prep.inp,
+        prep.request_ids,
+        plan,
+        quiet=kw["quiet"],
+        rows=kw["rows"],
+        jobs=kw["jobs"],
+        ray_address=ray_address,
+    )
     return ScenarioRun(
-        scenario=sc, summary=summary, num_dropped=facts["num_dropped"], sim_s=sim_s, paths=paths
+        scenario=sc,
+        summary={**summary, **facts},
+        num_dropped=facts["num_dropped"],
+        sim_s=sim_s,
+        paths=paths,
     )
 
 

@@ -179,9 +179,9 @@ def run_shards(
     rows as ``simulate``'s does, already on the whole replay's clock and replica
     numbering (a shard's rows are in time order; the shards' are not interleaved).
     """
-    lead, t0 = _lead_of(inp)
+    lead, _ = _lead_of(inp)
     done = 0
-    for shard in _replay_cuts(sc, _cuts(inp, sc, plan, lead), t0, on_steps, step_rows, on_progress):
+    for shard in _replay_cuts(sc, cuts(inp, sc, plan), on_steps, step_rows, on_progress):
         done += len(shard.rows)
         yield shard
     assert done == len(inp) - lead, "every measured request is in exactly one shard"
@@ -214,59 +214,79 @@ def run_windows(
     if warmup_s < 0:
         raise ScenarioError(f"warm-up must be >= 0 s, got {warmup_s:g}")
     yield from _replay_cuts(
-        sc, _window_cuts(windows, warmup_s, sc.replicas), 0.0, on_steps, step_rows, on_progress
+        sc, _window_cuts(windows, warmup_s, sc.replicas), on_steps, step_rows, on_progress
     )
 
 
-Cut = tuple[npt.NDArray[np.int64], SimInput, int, npt.NDArray[np.int64], float, float]
+@dataclass
+class Cut:
+    """One shard to replay: what ``replay_cut`` needs, and nothing of the other shards
+    (so that it can be replayed in another process, or on another machine)."""
+
+    rows: npt.NDArray[np.int64]  # its measured requests' indices in the whole replay
+    inp: SimInput  # its input: the requests it does not measure first
+    lead: int  # how many of its first requests are not measured
+    ids: npt.NDArray[np.int64]  # its replicas' global indices
+    lo_t: float  # its step rows are those that start in [lo_t, hi_t) ...
+    hi_t: float
+    t0: float = 0.0  # ... on the whole replay's clock, which starts at this arrival
+
+
+def cuts(inp: SimInput, sc: Scenario, plan: ShardPlan) -> Iterator[Cut]:
+    """The shards of ``plan``, one at a time (each input taken from ``inp`` when asked)."""
+    lead, t0 = _lead_of(inp)
+    for cut in _cuts(inp, sc, plan, lead):
+        cut.t0 = t0
+        yield cut
 
 
 def _replay_cuts(
     sc: Scenario,
     cuts: Iterator[Cut],
-    t0: float,
     on_steps: StepSink | None,
     step_rows: int,
     on_progress: Callable[[int], None] | None,
 ) -> Iterator[Shard]:
-    """Replay each cut (``_cuts``), its times from ``t0``, its replicas numbered globally."""
+    """Replay each cut in turn."""
     done = 0
-    for rows, sub, sub_lead, ids, lo_t, hi_t in cuts:
-        steps = StepTotals()
-
-        def sink(
-            st: npt.NDArray[np.int64],
-            stf: npt.NDArray[np.float64],
-            ids: npt.NDArray[np.int64] = ids,
-            lo_t: float = lo_t,
-            hi_t: float = hi_t,
-            steps: StepTotals = steps,
-        ) -> None:
-            st, stf = st.copy(), stf.copy()
-            st[:, S_REPLICA] = ids[st[:, S_REPLICA]]
-            stf[:, SF_START] -= t0
-            keep = (stf[:, SF_START] >= lo_t) & (stf[:, SF_START] < hi_t)
-            if not keep.all():
-                st, stf = st[keep], stf[keep]
-            if len(st):
-                steps.add(st, stf)
-                if on_steps is not None:
-                    on_steps(st, stf)
-
-        eng = dataclasses.replace(sc, replicas=len(ids)).engine()
-        # a plain input: its lead-in (the replay's, or the window's warm-up) is cut here,
-        # against the replay's first measured arrival, not the shard's
-        res = simulate(sub, eng, on_steps=sink, step_rows=step_rows, replica_ids=ids)
-        del sub
-        rq, rqf = res.rq[sub_lead:], res.rqf[sub_lead:]
-        rq[:, R_REPLICA] = ids[rq[:, R_REPLICA]]
-        if t0:
-            rqf = rqf - t0  # NaN (never reached) stays NaN
-        res = dataclasses.replace(res, rq=rq, rqf=rqf)
-        done += len(rows)
+    for cut in cuts:
+        shard = replay_cut(sc, cut, on_steps=on_steps, step_rows=step_rows)
+        del cut  # (its input, once replayed)
+        done += len(shard.rows)
         if on_progress is not None:
             on_progress(done)
-        yield Shard(rows, res, steps)
+        yield shard
+
+
+def replay_cut(
+    sc: Scenario, cut: Cut, *, on_steps: StepSink | None = None, step_rows: int = 1 << 17
+) -> Shard:
+    """Replay one shard: its requests and step rows on the whole replay's clock and
+    replica numbering (``on_steps`` takes the step rows as ``simulate``'s does)."""
+    steps = StepTotals()
+    ids, t0 = cut.ids, cut.t0
+
+    def sink(st: npt.NDArray[np.int64], stf: npt.NDArray[np.float64]) -> None:
+        st, stf = st.copy(), stf.copy()
+        st[:, S_REPLICA] = ids[st[:, S_REPLICA]]
+        stf[:, SF_START] -= t0
+        keep = (stf[:, SF_START] >= cut.lo_t) & (stf[:, SF_START] < cut.hi_t)
+        if not keep.all():
+            st, stf = st[keep], stf[keep]
+        if len(st):
+            steps.add(st, stf)
+            if on_steps is not None:
+                on_steps(st, stf)
+
+    eng = dataclasses.replace(sc, replicas=len(ids)).engine()
+    # a plain input: its lead-in (the replay's, or the window's warm-up) is cut here,
+    # against the replay's first measured arrival, not the shard's
+    res = simulate(cut.inp, eng, on_steps=sink, step_rows=step_rows, replica_ids=ids)
+    rq, rqf = res.rq[cut.lead :], res.rqf[cut.lead :]
+    rq[:, R_REPLICA] = ids[rq[:, R_REPLICA]]
+    if t0:
+        rqf = rqf - t0  # NaN (never reached) stays NaN
+    return Shard(cut.rows, dataclasses.replace(res, rq=rq, rqf=rqf), steps)
 
 
 def _concat(a: SimInput, b: SimInput) -> SimInput:
@@ -310,7 +330,8 @@ def _window_cuts(windows: Iterable[SimInput], warmup_s: float, replicas: int) ->
             hi_t = np.inf
             if nxt is not None and len(nxt):
                 hi_t = float(nxt.arrival_s[0])
-            yield np.arange(offset, offset + len(cur), dtype=np.int64), sub, lead, ids, lo_t, hi_t
+            rows = np.arange(offset, offset + len(cur), dtype=np.int64)
+            yield Cut(rows, sub, lead, ids, lo_t, hi_t)
             del sub
             offset += len(cur)
             prev = cur
@@ -319,10 +340,10 @@ def _window_cuts(windows: Iterable[SimInput], warmup_s: float, replicas: int) ->
 
 
 def _cuts(inp: SimInput, sc: Scenario, plan: ShardPlan, lead: int) -> Iterator[Cut]:
-    """Per shard: its measured rows (from 0 at the first measured request), its input and
-    how many of its first requests are not measured, its replicas' global indices, and
-    the window [lo, hi) its step rows are kept in (on the whole replay's clock, from the
-    first measured arrival)."""
+    """Per shard (``Cut``): its measured rows (from 0 at the first measured request), its
+    input and how many of its first requests are not measured, its replicas' global
+    indices, and the window [lo, hi) its step rows are kept in (on the whole replay's
+    clock, from the first measured arrival)."""
     n = len(inp)
     t0 = float(inp.arrival_s[lead]) if lead else 0.0
     if plan.by == "replicas":
@@ -335,7 +356,7 @@ def _cuts(inp: SimInput, sc: Scenario, plan: ShardPlan, lead: int) -> Iterator[C
             if sub_lead >= len(every):
                 continue  # (more groups than measured requests: none here)
             ids = k + g * np.arange(per, dtype=np.int64)
-            yield every[sub_lead:] - lead, take(inp, every), sub_lead, ids, lo_t, np.inf
+            yield Cut(every[sub_lead:] - lead, take(inp, every), sub_lead, ids, lo_t, np.inf)
         return
     arrival = inp.arrival_s
     first = float(arrival[lead])
@@ -354,7 +375,7 @@ def _cuts(inp: SimInput, sc: Scenario, plan: ShardPlan, lead: int) -> Iterator[C
         sub = take(inp, np.arange(w0, b, dtype=np.int64))
         lo_t = float(arrival[a]) - t0 if k else (0.0 if lead else -np.inf)
         hi_t = float(arrival[b]) - t0 if b < n else np.inf
-        yield np.arange(a, b, dtype=np.int64) - lead, sub, a - w0, ids, lo_t, hi_t
+        yield Cut(np.arange(a, b, dtype=np.int64) - lead, sub, a - w0, ids, lo_t, hi_t)
 
 
 def simulate_sharded(

@@ -205,10 +205,6 @@ class StepTotals:
         return self._waiting_s / self._busy if self._busy > 0 else 0.0
 
 
-def _pct(x: npt.NDArray[np.floating[Any]], q: float) -> float | None:
-    return float(np.percentile(x, q)) if len(x) else None
-
-
 METRICS = ("ttft_s", "tpot_s", "e2e_s", "queue_s")
 ENGINE_METRICS = ("engine_ttft_s", "engine_tpot_s", "engine_e2e_s")
 
@@ -331,15 +327,43 @@ class RequestTotals:
                 _completed_metric(res, name, done).astype(self.dtype, copy=False)
             )
 
+    def merge(self, other: RequestTotals) -> None:
+        """Add another part's totals (a shard replayed elsewhere)."""
+        self.num_requests += other.num_requests
+        self.completed += other.completed
+        self.first_arrival = min(self.first_arrival, other.first_arrival)
+        self.last_finish = max(self.last_finish, other.last_finish)
+        self.out_tokens += other.out_tokens
+        self.in_tokens += other.in_tokens
+        self.preempted_requests += other.preempted_requests
+        self.looked_up += other.looked_up
+        self.looked_up_hit += other.looked_up_hit
+        self.all_hit_tokens += other.all_hit_tokens
+        self.first_hit_tokens += other.first_hit_tokens
+        self.swaps += other.swaps
+        self.swapped_requests += other.swapped_requests
+        self.num_kv_blocks = other.num_kv_blocks
+        self.basis = other.basis
+        self.disagg = other.disagg if other.disagg is not None else self.disagg
+        for name, parts in other._metrics.items():
+            self._metrics.setdefault(name, []).extend(
+                p.astype(self.dtype, copy=False) for p in parts
+            )
+
     def metric(self, name: str) -> npt.NDArray[np.floating[Any]]:
         """One of the summary's metrics over every completed request of every part (TPOT:
-        of those with more than one token)."""
-        parts = self._metrics.get(name, [])
-        return np.concatenate(parts) if parts else np.zeros(0, self.dtype)
-
-    def drop(self, name: str) -> None:
-        """Let one metric's values go once its percentiles are taken."""
-        self._metrics.pop(name, None)
+        of those with more than one token). Takes the values out of these totals: each
+        part is let go once copied, so the whole metric and one part live at once."""
+        parts = self._metrics.pop(name, [])
+        out = np.empty(sum(len(p) for p in parts), self.dtype)
+        at = 0
+        parts.reverse()
+        while parts:
+            p = parts.pop()
+            out[at : at + len(p)] = p
+            at += len(p)
+            del p
+        return out
 
 
 _SUMMARY_METRICS = ("ttft_s", "tpot_s", "e2e_s", "queue_s", "engine_ttft_s")
@@ -375,19 +399,20 @@ def summarize_totals(
 ) -> dict[str, Any]:
     """``summarize``'s figures from the requests' and the timeline's totals (of a whole
     replay, or of every shard of one: ``shard.py``). The metrics' values are ``rt``'s
-    (taken out of it as they are used: one at a time lives), or ``metric``'s."""
+    (taken out of it as they are used: one at a time lives), or ``metric``'s (a fresh
+    array each call: the percentiles are taken in it, in place)."""
     span = rt.last_finish - rt.first_arrival if rt.completed else 0.0
 
     def per_s(x: float) -> float | None:
         return x / span if span > 0 else None
 
     def pct(name: str, qs: tuple[int, ...] = (50, 90, 99)) -> dict[int, float | None]:
-        if metric is not None:
-            x = metric(name)
-        else:
-            x = rt.metric(name)
-            rt.drop(name)
-        return {q: _pct(x, q) for q in qs}
+        x = metric(name) if metric is not None else rt.metric(name)
+        if not len(x):
+            return dict.fromkeys(qs)
+        # the values are this call's own: partitioned in place, not copied
+        got = np.percentile(x, qs, overwrite_input=True)
+        return {q: float(v) for q, v in zip(qs, got, strict=True)}
 
     ttft_pct = pct("ttft_s")
     tpot_pct = pct("tpot_s")

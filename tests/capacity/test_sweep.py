@@ -4,13 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import signal
-import socket
-import subprocess
-import sys
-import tempfile
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,7 +18,7 @@ from pipeline.contracts import RUNS, SCENARIOS, SIM_REQUESTS, SIM_STEPS, read_ta
 from pipeline.plan.grid import load_grid
 from pipeline.plan.sweep import sweep
 from pipeline.warehouse import Warehouse
-from tests.extras import require
+from tests.ray_cluster import local_ray_cluster
 
 AXES = {"policy": ["static", "vllm"], "concurrency": [4, 32], "rate_scale": [1, 3]}
 NAMES = [
@@ -152,61 +145,10 @@ def test_command_json_and_dry_run(
     assert out["scenarios"]["vllm-c4-x1"]["summary"]["completed"] == 50
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def ray_cluster() -> Iterator[str]:
-    """A one-node Ray cluster in its own process group, stopped by that group's id."""
-    require("ray")
-    port = _free_port()
-    tmp = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # Ray's socket paths must stay short
-    ray_bin = Path(sys.executable).with_name("ray")
-    proc = subprocess.Popen(
-        [
-            str(ray_bin if ray_bin.exists() else "ray"),
-            "start",
-            "--head",
-            f"--port={port}",
-            "--num-cpus=2",
-            "--include-dashboard=false",
-            "--disable-usage-stats",
-            "--object-store-memory=200000000",
-            f"--temp-dir={tmp}",
-            "--block",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-        # other processes on a shared test machine must not get our workers OOM-killed
-        env={**os.environ, "RAY_memory_monitor_refresh_ms": "0"},
-    )
-    try:
-        deadline = time.monotonic() + 120
-        while True:  # the head is up when its GCS port accepts connections
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise RuntimeError("the Ray head did not start") from None
-                time.sleep(0.2)
-        yield f"127.0.0.1:{port}"
-    finally:
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            try:
-                os.killpg(proc.pid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                proc.wait(timeout=3)
-                time.sleep(0.5)
-            except subprocess.TimeoutExpired:
-                continue
-        shutil.rmtree(tmp, ignore_errors=True)
+    with local_ray_cluster() as address:
+        yield address
 
 
 @pytest.mark.slow

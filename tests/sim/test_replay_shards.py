@@ -24,6 +24,7 @@ from pipeline.errors import ScenarioError
 from pipeline.plan.slo import parse_slos
 from pipeline.sim.replay import replay
 from tests.helpers import H100_8B_COST, make_scenario, requests_table
+from tests.ray_cluster import local_ray_cluster
 
 N = 1200
 
@@ -59,15 +60,9 @@ def _scenario(**kw: Any) -> Any:
     return make_scenario("vllm", H100_8B_COST, **kw)
 
 
-def test_replica_groups_write_the_whole_replay(root: Path) -> None:
-    sc = _scenario(name="rr", replicas=6, router="round_robin")
-    whole = replay(root, [sc], quiet=True, run_id="whole", intervals=False).runs[0]
-    cut = replay(root, [sc], quiet=True, run_id="cut", shards=4, chunk_rows=50).runs[0]
-    sharding = cut.summary.pop("sharding")
-    assert sharding["by"] == "replicas" and sharding["shards"] == 3  # (the most <= 4 dividing 6)
-    assert sharding["exact"] and sharding["coupling"] is None
-    assert whole.summary["num_preemptions"] > 0  # a loaded replay, not an idle one
-    whole.summary.pop("classes")
+def _same_as_whole(whole: Any, cut: Any) -> None:
+    """``cut`` (a sharded run) wrote every row, and the summary, of ``whole``."""
+    whole.summary.pop("classes", None)
     assert cut.summary == whole.summary
     for name, contract, keys in (
         ("sim_requests", SIM_REQUESTS, ["request_id"]),
@@ -77,6 +72,31 @@ def test_replica_groups_write_the_whole_replay(root: Path) -> None:
         b = _rows(cut.paths[name], contract, keys)
         assert a.num_rows == b.num_rows > N // 2
         assert b.equals(a), name
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_replica_groups_write_the_whole_replay(root: Path, jobs: int) -> None:
+    """In this process (jobs 1) or in forked workers, the parts make the whole replay."""
+    sc = _scenario(name="rr", replicas=6, router="round_robin")
+    whole = replay(root, [sc], quiet=True, run_id="whole", intervals=False).runs[0]
+    cut = replay(root, [sc], quiet=True, run_id="cut", shards=4, chunk_rows=50, jobs=jobs)
+    cut_run = cut.runs[0]
+    sharding = cut_run.summary.pop("sharding")
+    assert sharding["by"] == "replicas" and sharding["shards"] == 3  # (the most <= 4 dividing 6)
+    assert sharding["exact"] and sharding["coupling"] is None and sharding["workers"] == jobs
+    assert whole.summary["num_preemptions"] > 0  # a loaded replay, not an idle one
+    _same_as_whole(whole, cut_run)
+
+
+@pytest.mark.slow
+def test_replica_groups_on_a_local_ray_cluster(root: Path) -> None:
+    sc = _scenario(name="rr", replicas=4, router="round_robin")
+    whole = replay(root, [sc], quiet=True, run_id="whole", intervals=False).runs[0]
+    with local_ray_cluster() as address:
+        cut = replay(root, [sc], quiet=True, run_id="cut", shards=4, ray_address=address)
+    cut_run = cut.runs[0]
+    assert cut_run.summary.pop("sharding")["workers"] == f"ray {address}"
+    _same_as_whole(whole, cut_run)
 
 
 def test_time_windows_replay_every_request_once(steady: Path) -> None:
@@ -120,5 +140,7 @@ def test_cli_says_how_the_replay_was_cut(root: Path) -> None:
     assert res.exit_code == 0, res.output
     assert "2 time windows, 60 s warm-up each (approximate)" in res.output
     assert "reads the replicas' load" in res.output
+    res = CliRunner().invoke(cli, [*args, "--ray", "auto"])
+    assert res.exit_code == 2 and "give --shards N too" in res.output
     res = CliRunner().invoke(cli, [*args, "--shards", "0"])
     assert res.exit_code == 1 and "--shards" in res.output and "Traceback" not in res.output

@@ -1,0 +1,190 @@
+"""``replay --shards``: one scenario replayed in parts, written part by part.
+
+    prepared requests ──▶ shard.cuts ──▶ each part replayed (here, in forked
+        processes or on Ray: ``plan.executor``) ──▶ its sim_requests and sim_steps
+        rows appended as it ends ──▶ the summary, added up part by part
+
+Only the parts being replayed hold loop state; what is kept of each is the summary's
+totals (``summary.RequestTotals``, ``StepTotals``). How a scenario is cut, and what is
+exact and what is not: ``shard.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+
+from pipeline.contracts import SIM_REQUESTS, SIM_STEPS
+from pipeline.errors import ScenarioError
+from pipeline.plan.executor import run_tasks
+from pipeline.progress import progress
+from pipeline.sim.classes import Slo
+from pipeline.sim.replay_tables import sim_requests_table, sim_steps_table
+from pipeline.sim.scenario import Scenario
+from pipeline.sim.shard import (
+    Cut,
+    Shard,
+    ShardPlan,
+    cuts,
+    plan_shards,
+    replay_cut,
+    sharding_record,
+)
+from pipeline.sim.state import C_NUM_BLOCKS, SimInput
+from pipeline.sim.summary import RequestTotals, StepTotals, summarize_totals
+from pipeline.warehouse import Warehouse
+
+
+def plan_sharding(
+    sc: Scenario, shards: int, warmup_s: float | None, slos: Sequence[Slo] = ()
+) -> ShardPlan:
+    """How ``sc`` is cut into ``shards`` (``shard.plan_shards``), checked before any run.
+
+    Raises:
+        ScenarioError: it cannot be sharded, or SLOs were asked (not judged per shard).
+    """
+    if slos:
+        raise ScenarioError(
+            f"scenario {sc.name!r}: --shards gives the whole traffic's figures only; "
+            "judge SLOs on a replay without --shards"
+        )
+    return plan_shards(sc, shards, warmup_s=warmup_s)
+
+
+@dataclass
+class ShardTask:
+    """One part to replay elsewhere: the scenario, the cut and its requests' ids."""
+
+    sc: Scenario
+    cut: Cut
+    request_ids: pa.Array
+    rows: int  # rows per table handed back
+
+
+@dataclass
+class ShardTables:
+    """A part replayed elsewhere: its totals and its rows as tables, to be written here."""
+
+    rows: npt.NDArray[np.int64]
+    totals: RequestTotals
+    steps: StepTotals
+    requests: list[pa.Table] = field(default_factory=list)
+    timeline: list[pa.Table] = field(default_factory=list)
+
+
+def replay_shard(task: ShardTask) -> ShardTables:
+    """Replay one part and build its sim_requests and sim_steps tables (no polars, so safe
+    in a forked worker; a module-level function, so Ray can ship it)."""
+    sc = task.sc
+    blocks = sc.engine().get(C_NUM_BLOCKS)
+    timeline: list[pa.Table] = []
+
+    def keep(st: npt.NDArray[np.int64], stf: npt.NDArray[np.float64]) -> None:
+        timeline.append(sim_steps_table(sc.name, st, stf, blocks))
+
+    shard = replay_cut(sc, task.cut, on_steps=keep, step_rows=task.rows)
+    return _tables(sc, shard, task.request_ids, task.rows, timeline)
+
+
+def run_sharded(
+    wh: Warehouse,
+    run_id: str,
+    sc: Scenario,
+    inp: SimInput,
+    ids: pa.Array,
+    plan: ShardPlan,
+    *,
+    quiet: bool,
+    rows: int,
+    jobs: int | None = None,
+    ray_address: str | None = None,
+) -> tuple[dict[str, Any], dict[str, Path], float]:
+    """Replay ``sc`` on ``inp`` (request ids ``ids``) in the parts of ``plan``, ``jobs``
+    at once (every core by default; 1: one after the other, in this process) or on the
+    Ray cluster at ``ray_address``; each part's rows are written as it ends.
+
+    Returns the summary (with its ``sharding`` entry), the files written and the
+    seconds the parts took, writing included.
+    """
+    width = min(jobs if jobs is not None else (os.cpu_count() or 1), plan.shards)
+    part = {"run_id": run_id}
+    totals, steps = RequestTotals(), StepTotals()
+    t0 = time.perf_counter()
+    with (
+        progress(f"replay {sc.name}", total=len(inp), quiet=quiet) as bar,
+        wh.writer(SIM_STEPS, part, sc.name) as steps_out,
+        wh.writer(SIM_REQUESTS, part, sc.name) as requests_out,
+    ):
+        parts = cuts(inp, sc, plan)
+        if width == 1 and ray_address is None:
+            done = _here(sc, parts, ids, rows, steps_out.write)
+        else:
+            done = _elsewhere(sc, parts, ids, rows, width, ray_address)
+        for out in done:
+            totals.merge(out.totals)
+            steps.merge(out.steps)
+            for table in out.timeline:
+                steps_out.write(table)
+            for table in out.requests:
+                requests_out.write(table)
+            bar.advance(len(out.rows))
+    wall_s = time.perf_counter() - t0
+    summary = {**summarize_totals(totals, steps), "sharding": sharding_record(sc, plan)}
+    summary["sharding"]["workers"] = f"ray {ray_address}" if ray_address else width
+    return summary, {"sim_steps": steps_out.path, "sim_requests": requests_out.path}, wall_s
+
+
+def _here(
+    sc: Scenario,
+    parts: Iterator[Cut],
+    ids: pa.Array,
+    rows: int,
+    write_steps: Callable[[pa.Table], None],
+) -> Iterator[ShardTables]:
+    """Each part replayed in this process, its step rows written as the loop hands them
+    out (the timeline never lives whole)."""
+    blocks = sc.engine().get(C_NUM_BLOCKS)
+
+    def on_steps(st: npt.NDArray[np.int64], stf: npt.NDArray[np.float64]) -> None:
+        write_steps(sim_steps_table(sc.name, st, stf, blocks))
+
+    for cut in parts:
+        shard = replay_cut(sc, cut, on_steps=on_steps, step_rows=rows)
+        del cut
+        yield _tables(sc, shard, ids.take(pa.array(shard.rows)), rows, [])
+
+
+def _tables(
+    sc: Scenario, shard: Shard, ids: pa.Array, rows: int, timeline: list[pa.Table]
+) -> ShardTables:
+    res = shard.result
+    requests = [
+        sim_requests_table(sc.name, ids, res, slice(a, a + rows))
+        for a in range(0, res.num_requests, rows)
+    ]
+    return ShardTables(shard.rows, RequestTotals.of(res), shard.steps, requests, timeline)
+
+
+def _elsewhere(
+    sc: Scenario,
+    parts: Iterator[Cut],
+    ids: pa.Array,
+    rows: int,
+    width: int,
+    ray_address: str | None,
+) -> Iterator[ShardTables]:
+    """Each part replayed in a worker (forked, or a Ray task), as the parts end (in any
+    order); the first that fails stops the replay with its error."""
+    tasks = (ShardTask(sc, cut, ids.take(pa.array(cut.rows)), rows) for cut in parts)
+    for _, out in run_tasks(replay_shard, tasks, jobs=width, ray_address=ray_address):
+        if isinstance(out, BaseException):
+            raise out
+        yield out
