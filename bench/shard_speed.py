@@ -14,8 +14,9 @@ replay, write), interleaved, medians of ``--repeats``:
   --num-cpus=2``), started once, outside the timings.
 
 The profile (one more process) replays the 64 one-replica parts one at a time and
-times, per part, the worker's share (``replay_sharded.replay_shard``: the loop and
-its tables) and the driver's (writing the tables, adding the totals), to extrapolate
+times, per part, the worker's share (``replay_sharded.replay_shard``: the loop, its
+tables and their Parquet files) and the driver's (writing the files, adding up the
+totals), to extrapolate
 the wall time on W workers: the fixed cost (imports, reading and preparing, loading
 the loop) + ceil(64 / W) parts' worker time + every part's driver time (the driver
 writes them one after the other, so that part does not shrink with W).
@@ -46,7 +47,7 @@ sys.path.insert(0, str(ROOT))
 from _measure import child, record  # noqa: E402
 from sim_speed import make_warehouse  # noqa: E402
 
-N = 1_000_000
+N = 1_000_000  # (--requests)
 REPLICAS = 64
 RATE_PER_REPLICA = 8.0
 SHARDS = 16
@@ -57,7 +58,7 @@ from pathlib import Path
 from pipeline.sim.scenario import build_scenario
 from pipeline.sim.replay import replay
 sc = build_scenario({{"name": "shards", "policy": "vllm", "replicas": {replicas},
-                      "router": "round_robin"}})
+                      "router": "round_robin", "max_model_len": 16384}})
 t = time.perf_counter()
 r = replay(Path({wh!r}), [sc], quiet=True, run_id="bench", intervals=False, {kw})
 stage_s = time.perf_counter() - t
@@ -72,7 +73,7 @@ import tempfile
 from pathlib import Path
 import numpy as np
 import pyarrow as pa
-from pipeline.contracts import SIM_REQUESTS, SIM_STEPS, TableWriter
+from pipeline.contracts import write_bytes
 from pipeline.sim.replay import load_loop
 from pipeline.sim.replay_input import prepare, read_window, select_request_files
 from pipeline.sim.replay_sharded import ShardTask, replay_shard
@@ -81,7 +82,7 @@ from pipeline.sim.shard import cuts, plan_shards
 from pipeline.sim.summary import RequestTotals, StepTotals
 from pipeline.warehouse import Warehouse
 sc = build_scenario({{"name": "shards", "policy": "vllm", "replicas": {replicas},
-                      "router": "round_robin"}})
+                      "router": "round_robin", "max_model_len": 16384}})
 frame, _ = read_window(select_request_files(Warehouse(Path({wh!r}))), None)
 prep = prepare(frame, sc, with_groups=False)
 del frame
@@ -89,10 +90,8 @@ load_loop(sc.engine(), quiet=True)
 fixed_s = time.perf_counter() - t0
 worker, driver = [], []
 totals, steps = RequestTotals(), StepTotals()
-with tempfile.TemporaryDirectory() as d, \\
-        TableWriter(SIM_STEPS, Path(d) / "s.parquet") as so, \\
-        TableWriter(SIM_REQUESTS, Path(d) / "r.parquet") as ro:
-    for cut in cuts(prep.inp, sc, plan_shards(sc, {replicas})):
+with tempfile.TemporaryDirectory() as d:
+    for k, cut in enumerate(cuts(prep.inp, sc, plan_shards(sc, {replicas}))):
         task = ShardTask(sc, cut, prep.request_ids.take(pa.array(cut.rows)), 1 << 17)
         t = time.perf_counter()
         part = replay_shard(task)
@@ -100,10 +99,8 @@ with tempfile.TemporaryDirectory() as d, \\
         t = time.perf_counter()
         totals.merge(part.totals)
         steps.merge(part.steps)
-        for table in part.timeline:
-            so.write(table)
-        for table in part.requests:
-            ro.write(table)
+        for name, data in part.files.items():
+            write_bytes(data, Path(d) / f"{{name}}.part-{{k:05d}}.parquet")
         driver.append(time.perf_counter() - t)
 out = {{"fixed_s": fixed_s, "parts": len(worker), "worker_s": sum(worker),
         "driver_s": sum(driver), "worker_part_s": float(np.median(worker)),
@@ -175,10 +172,12 @@ def _load() -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--requests", type=int, default=N)
     ap.add_argument("--no-ray", action="store_true")
     ap.add_argument("--no-record", action="store_true")
     args = ap.parse_args()
-    wh = make_warehouse(N, RATE_PER_REPLICA * REPLICAS)
+    n = args.requests
+    wh = make_warehouse(n, RATE_PER_REPLICA * REPLICAS)
     ray = None if args.no_ray else start_ray()
     try:
         runs: dict[str, list[dict[str, Any]]] = {}
@@ -199,7 +198,7 @@ def main() -> None:
 
     base = med("whole", "wall_s")
     lines = [
-        f"{N:,} requests, {REPLICAS} replicas under round_robin (parts: replica groups, "
+        f"{n:,} requests, {REPLICAS} replicas under round_robin (parts: replica groups, "
         f"exact), medians of {args.repeats} fresh processes each, interleaved:",
         "",
         "| variant | process s | stage s | whole / variant | TTFT p99 ms | load |",
@@ -216,13 +215,16 @@ def main() -> None:
         "",
         f"Profile, {parts} one-replica parts replayed one at a time in one process: fixed cost "
         f"(imports, read, prepare, load the loop) {prof['fixed_s']:.2f} s; per part "
-        f"{prof['worker_part_s'] * 1e3:.0f} ms in the worker (the loop and its tables; "
-        f"{prof['worker_s']:.2f} s for all) and {prof['driver_part_s'] * 1e3:.0f} ms in the "
-        f"driver (writing, adding up; {prof['driver_s']:.2f} s for all).",
+        f"{prof['worker_part_s'] * 1e3:.0f} ms in the worker (the loop, its tables and "
+        f"their Parquet files; {prof['worker_s']:.2f} s for all) and "
+        f"{prof['driver_part_s'] * 1e3:.1f} ms in the driver (writing the files, adding up "
+        f"the totals; {prof['driver_s']:.2f} s for all).",
         "",
         "Extrapolated wall time on W workers, from the profile: fixed + ceil(parts / W) x "
         "worker time per part + all parts' driver time (the driver writes the parts one "
-        "after the other); the transfer of each part's tables to the driver is not counted:",
+        "after the other); shipping each part's input to its worker and its files back, and "
+        "a worker's start (a Ray worker imports tracereplay and loads the compiled loop), "
+        "are not counted:",
         "",
         "| workers | parts | extrapolated s | whole / extrapolated |",
         "|---:|---:|---:|---:|",

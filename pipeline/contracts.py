@@ -819,6 +819,31 @@ def write_table(table: pa.Table, contract: Contract, path: Path) -> Path:
     return path
 
 
+def parquet_bytes(tables: list[pa.Table], contract: Contract, where: str) -> bytes:
+    """The Parquet file of ``tables`` (each checked against ``contract``, appended as
+    ``TableWriter`` appends), made in memory: what a worker in another process or on
+    another machine hands back, for ``write_bytes`` to put in place as it is."""
+    sink = pa.BufferOutputStream()
+    schema = contract.schema()
+    with pq.ParquetWriter(sink, schema, **_parquet_options(schema)) as writer:
+        for table in tables:
+            writer.write_table(conform(table, contract, where))
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def write_bytes(data: bytes, path: Path) -> Path:
+    """Write a file made by ``parquet_bytes`` to ``path`` atomically (as ``write_table``)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _temporary(path)
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return path
+
+
 # Every Parquet file the warehouse writes carries a CRC32 of each page, and every
 # pyarrow reader verifies it (``open_verified``): a flipped byte is an error, not a value.
 CHECKSUMS: dict[str, Any] = {"write_page_checksum": True}

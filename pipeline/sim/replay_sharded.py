@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from pipeline.contracts import SIM_REQUESTS, SIM_STEPS
+from pipeline.contracts import CONTRACTS, SIM_REQUESTS, SIM_STEPS, parquet_bytes, write_bytes
 from pipeline.errors import ScenarioError
 from pipeline.plan.executor import run_tasks
 from pipeline.progress import progress
@@ -71,13 +71,16 @@ class ShardTask:
 
 @dataclass
 class ShardTables:
-    """A part replayed elsewhere: its totals and its rows as tables, to be written here."""
+    """A replayed part: its totals, and its rows as tables (replayed here) or as the
+    Parquet files of its own that the worker made (``files``, by table: replayed in
+    another process or on another machine, so that the encoding runs there too)."""
 
     rows: npt.NDArray[np.int64]
     totals: RequestTotals
     steps: StepTotals
     requests: list[pa.Table] = field(default_factory=list)
     timeline: list[pa.Table] = field(default_factory=list)
+    files: dict[str, bytes] = field(default_factory=dict)
 
 
 def replay_shard(task: ShardTask) -> ShardTables:
@@ -91,7 +94,13 @@ def replay_shard(task: ShardTask) -> ShardTables:
         timeline.append(sim_steps_table(sc.name, st, stf, blocks))
 
     shard = replay_cut(sc, task.cut, on_steps=keep, step_rows=task.rows)
-    return _tables(sc, shard, task.request_ids, task.rows, timeline)
+    out = _tables(sc, shard, task.request_ids, task.rows, timeline)
+    out.files = {
+        SIM_REQUESTS.name: parquet_bytes(out.requests, SIM_REQUESTS, f"{sc.name} sim_requests"),
+        SIM_STEPS.name: parquet_bytes(out.timeline, SIM_STEPS, f"{sc.name} sim_steps"),
+    }
+    out.requests, out.timeline = [], []
+    return out
 
 
 def run_sharded(
@@ -108,38 +117,50 @@ def run_sharded(
     ray_address: str | None = None,
 ) -> tuple[dict[str, Any], dict[str, Path], float]:
     """Replay ``sc`` on ``inp`` (request ids ``ids``) in the parts of ``plan``, ``jobs``
-    at once (every core by default; 1: one after the other, in this process) or on the
-    Ray cluster at ``ray_address``; each part's rows are written as it ends.
+    at once (every core by default) or on the Ray cluster at ``ray_address``.
 
-    Returns the summary (with its ``sharding`` entry), the files written and the
-    seconds the parts took, writing included.
+    One at a time (``jobs`` 1), the parts run in this process and their rows go to one
+    sim_requests and one sim_steps file, the step rows as the loop hands them out.
+    Else each part is replayed and encoded in a worker, and its files are written as
+    it ends, as files of their own (``<scenario>.part-<k>.parquet``, beside each other).
+
+    Returns the summary (with its ``sharding`` entry), the files written (the first
+    part's, with several) and the seconds the parts took, writing included.
     """
     width = min(jobs if jobs is not None else (os.cpu_count() or 1), plan.shards)
     part = {"run_id": run_id}
     totals, steps = RequestTotals(), StepTotals()
     t0 = time.perf_counter()
-    with (
-        progress(f"replay {sc.name}", total=len(inp), quiet=quiet) as bar,
-        wh.writer(SIM_STEPS, part, sc.name) as steps_out,
-        wh.writer(SIM_REQUESTS, part, sc.name) as requests_out,
-    ):
-        parts = cuts(inp, sc, plan)
+    parts = cuts(inp, sc, plan)
+    with progress(f"replay {sc.name}", total=len(inp), quiet=quiet) as bar:
         if width == 1 and ray_address is None:
-            done = _here(sc, parts, ids, rows, steps_out.write)
+            with (
+                wh.writer(SIM_STEPS, part, sc.name) as steps_out,
+                wh.writer(SIM_REQUESTS, part, sc.name) as requests_out,
+            ):
+                for out in _here(sc, parts, ids, rows, steps_out.write):
+                    totals.merge(out.totals)
+                    steps.merge(out.steps)
+                    for table in out.requests:
+                        requests_out.write(table)
+                    bar.advance(len(out.rows))
+            paths = {"sim_steps": steps_out.path, "sim_requests": requests_out.path}
         else:
-            done = _elsewhere(sc, parts, ids, rows, width, ray_address)
-        for out in done:
-            totals.merge(out.totals)
-            steps.merge(out.steps)
-            for table in out.timeline:
-                steps_out.write(table)
-            for table in out.requests:
-                requests_out.write(table)
-            bar.advance(len(out.rows))
+            written: dict[int, dict[str, Path]] = {}
+            for k, out in _elsewhere(sc, parts, ids, rows, width, ray_address):
+                totals.merge(out.totals)
+                steps.merge(out.steps)
+                stem = f"{sc.name}.part-{k:05d}"
+                written[k] = {
+                    name: write_bytes(data, wh.partition_path(CONTRACTS[name], part, stem))
+                    for name, data in out.files.items()
+                }
+                bar.advance(len(out.rows))
+            paths = written[min(written)] if written else {}
     wall_s = time.perf_counter() - t0
     summary = {**summarize_totals(totals, steps), "sharding": sharding_record(sc, plan)}
     summary["sharding"]["workers"] = f"ray {ray_address}" if ray_address else width
-    return summary, {"sim_steps": steps_out.path, "sim_requests": requests_out.path}, wall_s
+    return summary, paths, wall_s
 
 
 def _here(
@@ -150,7 +171,7 @@ def _here(
     write_steps: Callable[[pa.Table], None],
 ) -> Iterator[ShardTables]:
     """Each part replayed in this process, its step rows written as the loop hands them
-    out (the timeline never lives whole)."""
+    out (the timeline never lives whole); its sim_requests rows as tables."""
     blocks = sc.engine().get(C_NUM_BLOCKS)
 
     def on_steps(st: npt.NDArray[np.int64], stf: npt.NDArray[np.float64]) -> None:
@@ -180,11 +201,11 @@ def _elsewhere(
     rows: int,
     width: int,
     ray_address: str | None,
-) -> Iterator[ShardTables]:
+) -> Iterator[tuple[int, ShardTables]]:
     """Each part replayed in a worker (forked, or a Ray task), as the parts end (in any
-    order); the first that fails stops the replay with its error."""
+    order, with their indices); the first that fails stops the replay with its error."""
     tasks = (ShardTask(sc, cut, ids.take(pa.array(cut.rows)), rows) for cut in parts)
-    for _, out in run_tasks(replay_shard, tasks, jobs=width, ray_address=ray_address):
+    for k, out in run_tasks(replay_shard, tasks, jobs=width, ray_address=ray_address):
         if isinstance(out, BaseException):
             raise out
-        yield out
+        yield k, out

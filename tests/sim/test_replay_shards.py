@@ -52,7 +52,12 @@ def steady(warehouse_with: Callable[..., Path]) -> Path:
 
 
 def _rows(path: Path, contract: Any, keys: list[str]) -> pa.Table:
-    return read_table(path, contract).sort_by([(k, "ascending") for k in keys])
+    """The rows of the file at ``path`` and of its sibling parts (``<scenario>.part-<k>``),
+    sorted by ``keys``."""
+    scenario = path.name.split(".")[0]
+    files = sorted(path.parent.glob(f"{scenario}.*parquet"))
+    table = pa.concat_tables([read_table(f, contract) for f in files])
+    return table.sort_by([(k, "ascending") for k in keys])
 
 
 def _scenario(**kw: Any) -> Any:
@@ -86,6 +91,11 @@ def test_replica_groups_write_the_whole_replay(root: Path, jobs: int) -> None:
     assert sharding["exact"] and sharding["coupling"] is None and sharding["workers"] == jobs
     assert whole.summary["num_preemptions"] > 0  # a loaded replay, not an idle one
     _same_as_whole(whole, cut_run)
+    files = sorted(p.name for p in cut_run.paths["sim_requests"].parent.iterdir())
+    if jobs == 1:  # one file per table, written as the parts end
+        assert files == ["rr.parquet"]
+    else:  # each part's own files, encoded by its worker
+        assert files == [f"rr.part-{k:05d}.parquet" for k in range(3)]
 
 
 @pytest.mark.slow
@@ -106,7 +116,7 @@ def test_time_windows_replay_every_request_once(steady: Path) -> None:
     sharding = cut.summary["sharding"]
     assert (sharding["by"], sharding["shards"], sharding["warmup_s"]) == ("time", 3, 2.0)
     assert not sharding["exact"] and "coupled" in sharding["coupling"]
-    ids = read_table(cut.paths["sim_requests"], SIM_REQUESTS)["request_id"].to_pylist()
+    ids = _rows(cut.paths["sim_requests"], SIM_REQUESTS, ["request_id"])["request_id"].to_pylist()
     assert sorted(ids) == sorted(
         read_table(whole.paths["sim_requests"], SIM_REQUESTS)["request_id"].to_pylist()
     )
