@@ -24,7 +24,7 @@ writes them one after the other, so that part does not shrink with W).
 Run from the repository root:
 
     .venv/bin/python bench/shard_speed.py              # writes bench/RESULTS.md
-    .venv/bin/python bench/shard_speed.py --repeats 1 --no-record
+    .venv/bin/python bench/shard_speed.py --requests 1000000 --repeats 1 --no-record
 
 Target (issue 26): the speed-up on a local Ray cluster of 2 workers, measured, and
 extrapolated to 16 and 64 workers.
@@ -47,7 +47,7 @@ sys.path.insert(0, str(ROOT))
 from _measure import child, record  # noqa: E402
 from sim_speed import make_warehouse  # noqa: E402
 
-N = 1_000_000  # (--requests)
+N = 4_000_000  # (--requests)
 REPLICAS = 64
 RATE_PER_REPLICA = 8.0
 SHARDS = 16
@@ -235,7 +235,8 @@ def main() -> None:
     body = "\n".join(lines)
     print(body)
     if not args.no_record:
-        record("Sharded replay: local workers and Ray", "bench/shard_speed.py", body)
+        command = " ".join([".venv/bin/python bench/shard_speed.py", *sys.argv[1:]])
+        record("Sharded replay: local workers and Ray", command, body)
 
 
 if __name__ == "__main__":
