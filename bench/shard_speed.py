@@ -72,13 +72,12 @@ PROFILE = """
 import tempfile
 from pathlib import Path
 import numpy as np
-import pyarrow as pa
 from pipeline.contracts import write_bytes
 from pipeline.sim.replay import load_loop
 from pipeline.sim.replay_input import prepare, read_window, select_request_files
-from pipeline.sim.replay_sharded import ShardTask, replay_shard
+from pipeline.sim.replay_sharded import ShardTask, replay_shard, whole_input_parts
 from pipeline.sim.scenario import build_scenario
-from pipeline.sim.shard import cuts, plan_shards
+from pipeline.sim.shard import plan_shards
 from pipeline.sim.summary import RequestTotals, StepTotals
 from pipeline.warehouse import Warehouse
 sc = build_scenario({{"name": "shards", "policy": "vllm", "replicas": {replicas},
@@ -91,8 +90,9 @@ fixed_s = time.perf_counter() - t0
 worker, driver = [], []
 totals, steps = RequestTotals(), StepTotals()
 with tempfile.TemporaryDirectory() as d:
-    for k, cut in enumerate(cuts(prep.inp, sc, plan_shards(sc, {replicas}))):
-        task = ShardTask(sc, cut, prep.request_ids.take(pa.array(cut.rows)), 1 << 17)
+    parts = whole_input_parts(prep.inp, prep.request_ids, sc, plan_shards(sc, {replicas}))
+    for k, cut in enumerate(parts):
+        task = ShardTask(sc, cut, 1 << 17)
         t = time.perf_counter()
         part = replay_shard(task)
         worker.append(time.perf_counter() - t)

@@ -92,8 +92,9 @@ class RequestFilter:
             parts.append(f"({self.where})")
         return " and ".join(parts) or "every request"
 
-    def read(self, files: list[Path]) -> pa.Table:
-        """The kept rows of ``files`` (every column).
+    def read(self, files: list[Path], *, allow_empty: bool = False) -> pa.Table:
+        """The kept rows of ``files`` (every column); ``allow_empty``: none is no error
+        (one time window of a replay read a window at a time).
 
         Raises:
             ConfigError: a predicate that fails as it runs (a bad cast, a type mismatch;
@@ -133,7 +134,7 @@ class RequestFilter:
                     f"{self.where_origin} {quoted(self.where)}: {first}; the predicate may use: "
                     + cols
                 ) from None
-            if table.num_rows == 0:
+            if table.num_rows == 0 and not allow_empty:
                 raise ConfigError(
                     f"no request matches {self.describe_filters()}; {_present(con, source)}"
                 )

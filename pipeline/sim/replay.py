@@ -16,7 +16,6 @@ and sim_steps tables is ``replay_tables``; this module runs the scenarios and wr
 
 from __future__ import annotations
 
-import functools
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -54,13 +53,14 @@ from pipeline.sim.replay_input import (
     read_window,
     select_request_files,
 )
-from pipeline.sim.replay_sharded import plan_sharding, run_sharded
+from pipeline.sim.replay_sharded import plan_sharding, run_sharded, whole_input_parts
 from pipeline.sim.replay_tables import (
     CHUNK_ROWS,
     sim_requests_table,
     sim_steps_table,
     write_sim_requests,
 )
+from pipeline.sim.replay_windows import WindowFacts, check_streamable, read_windows
 from pipeline.sim.scenario import Scenario
 from pipeline.sim.shard import ShardPlan
 from pipeline.sim.simulate import simulate, warm_up
@@ -235,13 +235,25 @@ def replay(
     files = select_request_files(
         wh, requests_file=requests_file, date_from=date_from, date_to=date_to
     )
-    frame, window = read_window(files, selection)
-    chosen = selection_record(selection, window)
+    kw: dict[str, Any] = {
+        "quiet": quiet,
+        "rows": chunk_rows,
+        "intervals": intervals,
+        "slos": slos,
+        "jobs": jobs,
+    }
     # every check before any run; the groups (tenant, model) are only for SLOs
     plans = [
         None if shards is None else plan_sharding(sc, shards, shard_warmup_s, slos)
         for sc in scenarios
     ]
+    if scenarios and all(plan is not None and plan.by == "time" for plan in plans):
+        # every scenario cut by time: each reads its requests a window at a time
+        return _replay_windows(
+            wh, run_id, started, files, selection, scenarios, plans, kw, ray_address
+        )
+    frame, window = read_window(files, selection)
+    chosen = selection_record(selection, window)
     prepared = [prepare(frame, sc, with_groups=False) for sc in scenarios]
     rows_read = frame.height
     del frame  # the prepared arrays are all the runs need: free the frame's memory
@@ -251,19 +263,12 @@ def replay(
     try:
         if scenarios:
             load_loop(scenarios[0].engine(), quiet=quiet)
-        run_one = functools.partial(
-            _run_one, quiet=quiet, rows=chunk_rows, intervals=intervals, slos=slos, jobs=jobs
-        )
         for sc, plan in zip(scenarios, plans, strict=True):
             # each scenario's inputs are let go once it has run
             if plan is not None:
-                runs.append(
-                    _run_sharded(
-                        wh, run_id, sc, prepared.pop(0), plan, run_one.keywords, ray_address
-                    )
-                )
+                runs.append(_run_sharded(wh, run_id, sc, prepared.pop(0), plan, kw, ray_address))
             else:
-                runs.append(run_one(wh, run_id, sc, prepared.pop(0)))
+                runs.append(_run_one(wh, run_id, sc, prepared.pop(0), **kw))
         wh.write(SCENARIOS, _scenarios_table(runs), {"run_id": run_id}, "scenarios")
         status = "ok"
     finally:
@@ -368,9 +373,9 @@ def _run_sharded(
         wh,
         run_id,
         sc,
-        prep.inp,
-        prep.request_ids,
+        whole_input_parts(prep.inp, prep.request_ids, sc, plan),
         plan,
+        total=len(prep.inp),
         quiet=kw["quiet"],
         rows=kw["rows"],
         jobs=kw["jobs"],
@@ -382,6 +387,77 @@ def _run_sharded(
         num_dropped=facts["num_dropped"],
         sim_s=sim_s,
         paths=paths,
+    )
+
+
+def _replay_windows(
+    wh: Warehouse,
+    run_id: str,
+    started: datetime,
+    files: list[Path],
+    selection: RequestFilter | None,
+    scenarios: list[Scenario],
+    plans: list[ShardPlan | None],
+    kw: dict[str, Any],
+    ray_address: str | None,
+) -> ReplayResult:
+    """``replay`` of scenarios that are all cut by time: each reads the requests a window
+    at a time (``replay_windows``), so the selection never lives whole in memory. A
+    window whose requests do not fit its scenario stops the run there (status failed:
+    nothing of it shows in the views)."""
+    for sc in scenarios:
+        check_streamable(sc, selection)
+    chosen = selection_record(selection, None)
+    wh.init()
+    runs: list[ScenarioRun] = []
+    rows_read = 0
+    status = "failed"
+    try:
+        load_loop(scenarios[0].engine(), quiet=kw["quiet"])
+        for sc, plan in zip(scenarios, plans, strict=True):
+            assert plan is not None
+            facts = WindowFacts()
+            parts = (cut for cut, _ in read_windows(files, selection, sc, plan, facts))
+            summary, paths, sim_s = run_sharded(
+                wh,
+                run_id,
+                sc,
+                parts,
+                plan,
+                total=None,
+                quiet=kw["quiet"],
+                rows=kw["rows"],
+                jobs=kw["jobs"],
+                ray_address=ray_address,
+            )
+            rows_read = max(rows_read, facts.num_read)
+            summary.update(
+                {
+                    "num_dropped": facts.num_dropped,
+                    "num_warmup_requests": 0,
+                    "num_busiest_warmup_requests": 0,
+                }
+            )
+            summary["sharding"]["streamed_windows"] = facts.windows
+            runs.append(
+                ScenarioRun(
+                    scenario=sc,
+                    summary=summary,
+                    num_dropped=facts.num_dropped,
+                    sim_s=sim_s,
+                    paths=paths,
+                )
+            )
+        wh.write(SCENARIOS, _scenarios_table(runs), {"run_id": run_id}, "scenarios")
+        status = "ok"
+    finally:
+        _write_run_row(wh, run_id, started, status, files, rows_read, runs, chosen)
+    return ReplayResult(
+        run_id=run_id,
+        num_requests_read=rows_read,
+        inputs=[str(f) for f in files],
+        runs=runs,
+        selection=chosen,
     )
 
 

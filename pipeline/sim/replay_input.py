@@ -135,21 +135,32 @@ def read_window(
     return busiest.cut(frame, spec)
 
 
-def _read(files: list[Path], selection: RequestFilter | None) -> pl.DataFrame:
+def _read(
+    files: list[Path],
+    selection: RequestFilter | None,
+    *,
+    t0_us: int | None = None,
+    allow_empty: bool = False,
+) -> pl.DataFrame:
+    """``read_requests`` without a busiest window; ``t0_us``: the arrival (epoch us) that
+    ``arrival_s`` counts from (default: the first row's); ``allow_empty``: no rows is not
+    an error (a time window of a replay read a window at a time: ``replay_windows``)."""
     if selection is not None and selection.filters:
-        table = with_optional_columns(selection.read(files), REQUESTS)
+        table = with_optional_columns(selection.read(files, allow_empty=allow_empty), REQUESTS)
         source = pl.from_arrow(table).lazy()  # type: ignore[union-attr]
     else:
         source = _scan(files)
     frame = source.select(REQUEST_COLUMNS).collect()
     if frame.height == 0:
+        if allow_empty:
+            return frame.with_columns(pl.lit(0.0).alias("arrival_s"))
         raise ConfigError("the selected requests files hold no requests")
     us = frame["arrival_time"].dt.epoch("us").to_numpy()
     if not _in_order(us, frame["request_id"]):  # files written in arrival order skip the sort
         order = frame.select(pl.arg_sort_by("arrival_time", "request_id")).to_series()
         frame = frame[order]
         us = us[order.to_numpy()]
-    seconds = (us - us[0]).astype(np.float64, copy=False)
+    seconds = (us - (us[0] if t0_us is None else t0_us)).astype(np.float64, copy=False)
     seconds /= 1e6  # in place: one array of 8 bytes a request, not three
     return frame.with_columns(pl.Series("arrival_s", seconds))
 

@@ -64,8 +64,7 @@ class ShardTask:
     """One part to replay elsewhere: the scenario, the cut and its requests' ids."""
 
     sc: Scenario
-    cut: Cut
-    request_ids: pa.Array
+    cut: Cut  # (with its request ids)
     rows: int  # rows per table handed back
 
 
@@ -94,7 +93,7 @@ def replay_shard(task: ShardTask) -> ShardTables:
         timeline.append(sim_steps_table(sc.name, st, stf, blocks))
 
     shard = replay_cut(sc, task.cut, on_steps=keep, step_rows=task.rows)
-    out = _tables(sc, shard, task.request_ids, task.rows, timeline)
+    out = _tables(sc, shard, task.cut.request_ids, task.rows, timeline)
     out.files = {
         SIM_REQUESTS.name: parquet_bytes(out.requests, SIM_REQUESTS, f"{sc.name} sim_requests"),
         SIM_STEPS.name: parquet_bytes(out.timeline, SIM_STEPS, f"{sc.name} sim_steps"),
@@ -103,21 +102,30 @@ def replay_shard(task: ShardTask) -> ShardTables:
     return out
 
 
+def whole_input_parts(inp: SimInput, ids: pa.Array, sc: Scenario, plan: ShardPlan) -> Iterator[Cut]:
+    """The parts of ``plan`` cut from a whole replay's input ``inp`` (request ids ``ids``)."""
+    for cut in cuts(inp, sc, plan):
+        cut.request_ids = ids.take(pa.array(cut.rows))
+        yield cut
+
+
 def run_sharded(
     wh: Warehouse,
     run_id: str,
     sc: Scenario,
-    inp: SimInput,
-    ids: pa.Array,
+    parts: Iterator[Cut],
     plan: ShardPlan,
     *,
+    total: int | None,
     quiet: bool,
     rows: int,
     jobs: int | None = None,
     ray_address: str | None = None,
 ) -> tuple[dict[str, Any], dict[str, Path], float]:
-    """Replay ``sc`` on ``inp`` (request ids ``ids``) in the parts of ``plan``, ``jobs``
-    at once (every core by default) or on the Ray cluster at ``ray_address``.
+    """Replay ``sc`` in ``parts`` (the cuts of ``plan``, each with its request ids:
+    ``whole_input_parts``, or ``replay_windows.read_windows``), ``jobs`` at once (every
+    core by default) or on the Ray cluster at ``ray_address``; ``total``: the requests
+    they measure, for the progress bar (None: not known before they are read).
 
     One at a time (``jobs`` 1), the parts run in this process and their rows go to one
     sim_requests and one sim_steps file, the step rows as the loop hands them out.
@@ -131,14 +139,13 @@ def run_sharded(
     part = {"run_id": run_id}
     totals, steps = RequestTotals(), StepTotals()
     t0 = time.perf_counter()
-    parts = cuts(inp, sc, plan)
-    with progress(f"replay {sc.name}", total=len(inp), quiet=quiet) as bar:
+    with progress(f"replay {sc.name}", total=total, quiet=quiet) as bar:
         if width == 1 and ray_address is None:
             with (
                 wh.writer(SIM_STEPS, part, sc.name) as steps_out,
                 wh.writer(SIM_REQUESTS, part, sc.name) as requests_out,
             ):
-                for out in _here(sc, parts, ids, rows, steps_out.write):
+                for out in _here(sc, parts, rows, steps_out.write):
                     totals.merge(out.totals)
                     steps.merge(out.steps)
                     for table in out.requests:
@@ -147,7 +154,7 @@ def run_sharded(
             paths = {"sim_steps": steps_out.path, "sim_requests": requests_out.path}
         else:
             written: dict[int, dict[str, Path]] = {}
-            for k, out in _elsewhere(sc, parts, ids, rows, width, ray_address):
+            for k, out in _elsewhere(sc, parts, rows, width, ray_address):
                 totals.merge(out.totals)
                 steps.merge(out.steps)
                 stem = f"{sc.name}.part-{k:05d}"
@@ -166,7 +173,6 @@ def run_sharded(
 def _here(
     sc: Scenario,
     parts: Iterator[Cut],
-    ids: pa.Array,
     rows: int,
     write_steps: Callable[[pa.Table], None],
 ) -> Iterator[ShardTables]:
@@ -179,8 +185,9 @@ def _here(
 
     for cut in parts:
         shard = replay_cut(sc, cut, on_steps=on_steps, step_rows=rows)
+        ids = cut.request_ids
         del cut
-        yield _tables(sc, shard, ids.take(pa.array(shard.rows)), rows, [])
+        yield _tables(sc, shard, ids, rows, [])
 
 
 def _tables(
@@ -197,14 +204,13 @@ def _tables(
 def _elsewhere(
     sc: Scenario,
     parts: Iterator[Cut],
-    ids: pa.Array,
     rows: int,
     width: int,
     ray_address: str | None,
 ) -> Iterator[tuple[int, ShardTables]]:
     """Each part replayed in a worker (forked, or a Ray task), as the parts end (in any
     order, with their indices); the first that fails stops the replay with its error."""
-    tasks = (ShardTask(sc, cut, ids.take(pa.array(cut.rows)), rows) for cut in parts)
+    tasks = (ShardTask(sc, cut, rows) for cut in parts)
     for k, out in run_tasks(replay_shard, tasks, jobs=width, ray_address=ray_address):
         if isinstance(out, BaseException):
             raise out

@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -230,6 +231,7 @@ class Cut:
     lo_t: float  # its step rows are those that start in [lo_t, hi_t) ...
     hi_t: float
     t0: float = 0.0  # ... on the whole replay's clock, which starts at this arrival
+    request_ids: Any = None  # its measured requests' ids (a pyarrow array), if its reader has them
 
 
 def cuts(inp: SimInput, sc: Scenario, plan: ShardPlan) -> Iterator[Cut]:

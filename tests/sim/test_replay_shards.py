@@ -18,11 +18,17 @@ import pyarrow as pa
 import pytest
 from click.testing import CliRunner
 
+from pipeline.busiest import Busiest
 from pipeline.cli import cli
 from pipeline.contracts import SIM_REQUESTS, SIM_STEPS, read_table
 from pipeline.errors import ScenarioError
 from pipeline.plan.slo import parse_slos
+from pipeline.selection import RequestFilter
 from pipeline.sim.replay import replay
+from pipeline.sim.replay_input import select_request_files
+from pipeline.sim.replay_windows import WindowFacts, read_windows
+from pipeline.sim.shard import plan_shards
+from pipeline.warehouse import Warehouse
 from tests.helpers import H100_8B_COST, make_scenario, requests_table
 from tests.ray_cluster import local_ray_cluster
 
@@ -154,3 +160,64 @@ def test_cli_says_how_the_replay_was_cut(root: Path) -> None:
     assert res.exit_code == 2 and "give --shards N too" in res.output
     res = CliRunner().invoke(cli, [*args, "--shards", "0"])
     assert res.exit_code == 1 and "--shards" in res.output and "Traceback" not in res.output
+
+
+def _with_models(table: pa.Table) -> pa.Table:
+    models = pa.array(["a" if i % 3 else "b" for i in range(table.num_rows)])
+    return table.set_column(table.schema.get_field_index("model"), "model", models)
+
+
+def test_time_windows_are_read_one_at_a_time(warehouse_with: Callable[..., Path]) -> None:
+    """A replay cut by time reads each window (and its warm-up) alone, never the whole
+    selection, and replays every selected request once on the whole replay's clock."""
+    prompt = np.random.default_rng(5).integers(10, 1500, N)
+    prompt[[7, 700]] = 9000  # longer than max_model_len: dropped, one early, one late
+    table = _with_models(_table(0.05).set_column(3, "prompt_tokens", pa.array(prompt, pa.int32())))
+    root = warehouse_with(table)
+    sc = _scenario(
+        name="lo", replicas=4, router="least_outstanding", num_gpu_blocks=4000,
+        max_model_len=8192, drop_too_long=True,
+    )  # fmt: skip
+    plan = plan_shards(sc, 5, warmup_s=3.0)
+    files = select_request_files(Warehouse(root))
+    facts = WindowFacts()
+    read = list(read_windows(files, None, sc, plan, facts))
+    span = N * 0.05
+    assert len(read) == 5 and facts.windows == 5
+    assert facts.num_read == N and facts.num_dropped == 2
+    for cut, _ in read:  # each window's rows, and its warm-up's: a fifth and ~3 s more
+        assert len(cut.inp) < N / 5 + 3.0 / 0.05 * 2.5
+    assert sum(len(cut.rows) for cut, _ in read) == N - 2
+    whole = replay(root, [sc], quiet=True, run_id="whole", intervals=False).runs[0]
+    cut = replay(root, [sc], quiet=True, run_id="cut", shards=5, shard_warmup_s=3.0).runs[0]
+    assert cut.summary["sharding"]["streamed_windows"] == 5
+    assert cut.summary["num_dropped"] == whole.summary["num_dropped"] == 2
+    a = _rows(whole.paths["sim_requests"], SIM_REQUESTS, ["request_id"])
+    b = _rows(cut.paths["sim_requests"], SIM_REQUESTS, ["request_id"])
+    assert b["request_id"].equals(a["request_id"]) and b.num_rows == N - 2
+    np.testing.assert_allclose(b["arrival_s"].to_numpy(), a["arrival_s"].to_numpy(), atol=1e-9)
+    assert float(np.max(b["arrival_s"].to_numpy())) == pytest.approx(span, rel=0.2)
+    steps = _rows(cut.paths["sim_steps"], SIM_STEPS, ["replica", "start_s"])
+    starts = steps.select(["replica", "start_s"]).to_pylist()
+    assert len({(r["replica"], r["start_s"]) for r in starts}) == len(starts)  # no step twice
+    for key in ("ttft_p50_s", "e2e_p50_s", "request_throughput"):
+        assert cut.summary[key] == pytest.approx(whole.summary[key], rel=0.2), key
+    # a model filter applies in every window
+    only_a = RequestFilter(models=("a",))
+    kept = replay(root, [sc], quiet=True, run_id="a", selection=only_a, shards=3).runs[0]
+    ids = _rows(kept.paths["sim_requests"], SIM_REQUESTS, ["request_id"])["request_id"]
+    assert len(ids) == sum(1 for i in range(N) if i % 3 and i not in (7, 700))
+
+
+def test_what_cannot_be_read_a_window_at_a_time_is_refused(steady: Path) -> None:
+    lo = _scenario(name="lo", replicas=2, router="least_outstanding")
+    drawn = _scenario(name="drawn", replicas=2, router="least_outstanding", arrivals="poisson",
+                      rate=5.0)  # fmt: skip
+    for scenarios, kw, words in (
+        ([drawn], {}, "reshape the whole replay's arrivals"),
+        ([lo], {"selection": RequestFilter(busiest=Busiest(10.0))}, "--busiest picks"),
+    ):
+        with pytest.raises(ScenarioError, match=words) as err:
+            replay(steady, scenarios, quiet=True, run_id="bad", shards=2, **kw)
+        assert "\n" not in str(err.value)
+        assert not list(steady.rglob("run_id=bad"))
