@@ -21,6 +21,7 @@ Run from the repository root:
 
     .venv/bin/python bench/day_scale.py                         # 10M, 30M, 100M; RESULTS.md
     .venv/bin/python bench/day_scale.py --sizes 10000000 --compare --no-record
+    .venv/bin/python bench/day_scale.py --warehouse 10000000   # the product's path
 
 Target (issue 26): 100M requests with peak memory <= 4 GB in <= 8 min.
 """
@@ -214,6 +215,60 @@ def whole(n: int, router: str) -> dict[str, Any]:
     return {"wall_s": wall_s, **{k: summary[k] for k in (*FIGURES, "max_queue_depth")}}
 
 
+# The product's path: `tracereplay replay` of a warehouse's requests, whole and cut by
+# time (``--shards --shard-warmup``: read a window at a time), in fresh processes.
+FROM_WAREHOUSE = """
+import shutil
+from pathlib import Path
+from pipeline.sim.scenario import build_scenario
+from pipeline.sim.replay import replay
+sc = build_scenario({{"name": "wh", "policy": "vllm", "replicas": {replicas},
+                      "router": "least_outstanding", "max_model_len": 16384}})
+t = time.perf_counter()
+r = replay(Path({wh!r}), [sc], quiet=True, run_id="bench", intervals=False, jobs=1, {kw})
+stage_s = time.perf_counter() - t
+for table in ("sim_requests", "sim_steps"):
+    shutil.rmtree(Path({wh!r}) / table / "run_id=bench")
+s = r.runs[0].summary
+out = {{"stage_s": stage_s, "ttft_p50_s": s["ttft_p50_s"], "ttft_p99_s": s["ttft_p99_s"],
+        "e2e_p99_s": s["e2e_p99_s"], "completed": s["completed"]}}
+"""
+WAREHOUSE_RATE_PER_REPLICA = 8.0  # req/s (Azure conversation lengths: bench/sim_speed.py)
+
+
+def from_warehouse(n: int, shards: int) -> list[str]:
+    """``replay`` of a warehouse of ``n`` requests whole and cut into ``shards`` time
+    windows read one at a time: the table's lines."""
+    from _measure import child
+    from sim_speed import make_warehouse
+
+    wh = make_warehouse(n, WAREHOUSE_RATE_PER_REPLICA * REPLICAS)
+    rows = {}
+    for name, kw in (
+        ("whole", ""),
+        (f"{shards} time windows, read one at a time", f"shards={shards}, shard_warmup_s=60.0"),
+    ):
+        code = FROM_WAREHOUSE.format(wh=str(wh), replicas=REPLICAS, kw=kw)
+        rows[name] = child(code, repeats=1)
+        print(f"warehouse {n:,} {name}: {rows[name]}", flush=True)
+    lines = [
+        "",
+        f"The product's path, `replay()` of a warehouse of {n:,} requests (Azure conversation "
+        f"lengths, {WAREHOUSE_RATE_PER_REPLICA * REPLICAS:g} req/s over {REPLICAS} replicas, "
+        "least_outstanding; read, prepare, replay, write), whole and cut by time "
+        "(`--shards --shard-warmup 60s`), one fresh process each:",
+        "",
+        "| replay | process s | stage s | peak RSS MB | TTFT p50 ms | TTFT p99 ms | E2E p99 s |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, r in rows.items():
+        lines.append(
+            f"| {name} | {r['wall_s']:.1f} | {r['stage_s']:.1f} | {r['peak_rss_mb']:,.0f} "
+            f"| {r['ttft_p50_s'] * 1e3:.1f} | {r['ttft_p99_s'] * 1e3:.1f} | {r['e2e_p99_s']:.2f} |"
+        )
+    return lines
+
+
 def in_child(mode: str, n: int, router: str) -> dict[str, Any]:
     """Run ``mode`` ("streamed" or "whole") in a fresh interpreter; its figures and peak RSS."""
     code = (
@@ -247,6 +302,13 @@ def main() -> None:
     ap.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
     ap.add_argument("--routers", nargs="+", default=list(ROUTERS), choices=ROUTERS)
     ap.add_argument("--compare", action="store_true", help="the smallest size whole too")
+    ap.add_argument(
+        "--warehouse",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also replay a warehouse of N requests whole and read a window at a time",
+    )
     ap.add_argument("--no-record", action="store_true")
     args = ap.parse_args()
     rows = []
@@ -307,7 +369,8 @@ def main() -> None:
     body = "\n".join(lines)
     print(body)
     if not args.no_record:
-        record("A fleet's day on one machine", "bench/day_scale.py " + " ".join(sys.argv[1:]), body)
+        command = " ".join([".venv/bin/python bench/day_scale.py", *sys.argv[1:]])
+        record("A fleet's day on one machine", command, body)
 
 
 if __name__ == "__main__":

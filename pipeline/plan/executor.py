@@ -53,6 +53,7 @@ def run_tasks(
     *,
     jobs: int = 1,
     ray_address: str | None = None,
+    ahead: int = AHEAD,
 ) -> Iterator[tuple[int, R | BaseException]]:
     """Run ``fn`` on every task; yield (index in ``tasks``, result or exception) as they end.
 
@@ -61,17 +62,19 @@ def run_tasks(
         tasks: the inputs, drawn lazily.
         jobs: worker processes (ignored with ``ray_address``).
         ray_address: a Ray cluster address, or None for local processes.
+        ahead: tasks drawn per worker beyond the one it runs (0 where each task is large:
+            a sharded replay's parts, whose inputs the caller makes as they are drawn).
 
     Raises:
         ConfigError: jobs < 1, Ray not installed or not reachable.
     """
     if ray_address is not None:
-        return _run_ray(fn, tasks, ray_address)
+        return _run_ray(fn, tasks, ray_address, ahead)
     if jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {jobs}")
     if jobs == 1:
         return _run_here(fn, tasks)
-    return _run_pool(fn, tasks, jobs)
+    return _run_pool(fn, tasks, jobs, ahead)
 
 
 def _run_here(fn: Callable[[T], R], tasks: Iterable[T]) -> Iterator[tuple[int, R | BaseException]]:
@@ -98,7 +101,7 @@ def _context() -> Any:
 
 
 def _run_pool(
-    fn: Callable[[T], R], tasks: Iterable[T], jobs: int
+    fn: Callable[[T], R], tasks: Iterable[T], jobs: int, ahead: int = AHEAD
 ) -> Iterator[tuple[int, R | BaseException]]:
     source = enumerate(tasks)
     suspects: deque[tuple[int, T]] = deque()
@@ -113,7 +116,7 @@ def _run_pool(
             running: dict[Future[R], tuple[int, T]] = {}
             broken = False
             while True:
-                while not broken and len(running) < jobs * (1 + AHEAD):
+                while not broken and len(running) < jobs * (1 + ahead):
                     nxt = next(source, None)
                     if nxt is None:
                         exhausted = True
@@ -154,7 +157,7 @@ def _run_alone(fn: Callable[[T], R], task: T) -> R | BaseException:
 
 
 def _run_ray(
-    fn: Callable[[T], R], tasks: Iterable[T], address: str
+    fn: Callable[[T], R], tasks: Iterable[T], address: str, ahead: int = AHEAD
 ) -> Iterator[tuple[int, R | BaseException]]:
     try:
         import ray
@@ -171,7 +174,7 @@ def _run_ray(
         ) from None
     try:
         remote = ray.remote(num_cpus=1, max_retries=0)(fn)
-        width = max(1, int(ray.cluster_resources().get("CPU", 1))) * (1 + AHEAD)
+        width = max(1, int(ray.cluster_resources().get("CPU", 1))) * (1 + ahead)
         source = enumerate(tasks)
         running: dict[Any, int] = {}
         while True:

@@ -211,7 +211,9 @@ def _elsewhere(
     """Each part replayed in a worker (forked, or a Ray task), as the parts end (in any
     order, with their indices); the first that fails stops the replay with its error."""
     tasks = (ShardTask(sc, cut, rows) for cut in parts)
-    for k, out in run_tasks(replay_shard, tasks, jobs=width, ray_address=ray_address):
+    # each part's input is made as it is drawn: no more drawn than there are workers
+    work = run_tasks(replay_shard, tasks, jobs=width, ray_address=ray_address, ahead=0)
+    for k, out in work:
         if isinstance(out, BaseException):
             raise out
         yield k, out
