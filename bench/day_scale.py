@@ -307,10 +307,17 @@ def main() -> None:
         type=int,
         default=0,
         metavar="N",
-        help="also replay a warehouse of N requests whole and read a window at a time",
+        help="instead: replay a warehouse of N requests whole and read a window at a time",
     )
     ap.add_argument("--no-record", action="store_true")
     args = ap.parse_args()
+    if args.warehouse:
+        body = "\n".join(from_warehouse(args.warehouse, 8)).strip()
+        print(body)
+        if not args.no_record:
+            command = " ".join([".venv/bin/python bench/day_scale.py", *sys.argv[1:]])
+            record("Replay of a warehouse read a window at a time", command, body)
+        return
     rows = []
     for n in args.sizes:
         for router in args.routers:
