@@ -31,9 +31,10 @@ from pipeline.errors import ScenarioError
 from pipeline.selection import RequestFilter
 from pipeline.sim.replay_input import Prepared, _read, _scan, prepare
 from pipeline.sim.scenario import Scenario
-from pipeline.sim.shard import Cut, ShardPlan
+from pipeline.sim.shard import STEP_BASE, Cut, ShardPlan
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+WINDOW_REQUESTS = 100
 
 
 @dataclass
@@ -75,26 +76,30 @@ def _at(us: int) -> datetime:
     return _EPOCH + timedelta(microseconds=us)
 
 
-def arrival_bounds(files: list[Path], selection: RequestFilter | None) -> tuple[int, int] | None:
-    """The first and last arrival (epoch microseconds) the windows span: the files', within
-    the selection's time window; None when no request is left in it."""
+def arrival_bounds(
+    files: list[Path], selection: RequestFilter | None
+) -> tuple[int, int, int] | None:
+    """The first and last arrival (epoch microseconds) the windows span, the files', within
+    the selection's time window, and how many requests the files hold; None when no
+    request is left in it."""
     row = (
         _scan(files)
         .select(
             pl.col("arrival_time").min().dt.epoch("us").alias("lo"),
             pl.col("arrival_time").max().dt.epoch("us").alias("hi"),
+            pl.len().alias("n"),
         )
         .collect()
         .row(0)
     )
     if row[0] is None:
         return None
-    lo, hi = int(row[0]), int(row[1])
+    lo, hi, n = int(row[0]), int(row[1]), int(row[2])
     if selection is not None and selection.start is not None:
         lo = max(lo, _us(selection.start))
     if selection is not None and selection.end is not None:
         hi = min(hi, _us(selection.end) - 1)
-    return (lo, hi) if lo <= hi else None
+    return (lo, hi, n) if lo <= hi else None
 
 
 def read_windows(
@@ -106,7 +111,8 @@ def read_windows(
 ) -> Iterator[tuple[Cut, Prepared]]:
     """The time windows of ``plan`` read one at a time: each as a cut to replay (its
     ``request_ids`` those of its measured requests) and its preparation (for its facts).
-    ``facts`` is filled in as the windows are read.
+    ``facts`` is filled in as the windows are read. There is at most one window per
+    ``WINDOW_REQUESTS`` requests of the files.
 
     Raises:
         ScenarioError: a window's requests do not fit the scenario (``prepare``).
@@ -118,13 +124,16 @@ def read_windows(
     if bounds is None:
         _read(files, selection)  # raises the selection's own "nothing selected" error
         return
-    lo, hi = bounds
-    edges = [lo + (hi + 1 - lo) * k // plan.shards for k in range(plan.shards + 1)]
+    lo, hi, n = bounds
+    # each window costs a read of the files and a start of the loop (~40 ms): at most one
+    # per WINDOW_REQUESTS requests, on average
+    shards = max(1, min(plan.shards, n // WINDOW_REQUESTS))
+    edges = [lo + (hi + 1 - lo) * k // shards for k in range(shards + 1)]
     warm_us = int(round(plan.warmup_s * 1e6))
     ids = np.arange(sc.replicas, dtype=np.int64)
     t0_us: int | None = None
     offset = 0
-    for k in range(plan.shards):
+    for k in range(shards):
         a_us, b_us = edges[k], edges[k + 1]
         first = t0_us is None
         start = a_us if first else max(lo, a_us - warm_us)
@@ -160,8 +169,9 @@ def read_windows(
             lead,
             ids,
             -np.inf if first else a_s,
-            np.inf if k == plan.shards - 1 else (b_us - t0_us) / 1e6,
+            np.inf if k == shards - 1 else (b_us - t0_us) / 1e6,
             request_ids=prep.request_ids[lead:],
+            step_base=k * STEP_BASE,
         )
         offset += m
         yield cut, prep

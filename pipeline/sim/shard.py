@@ -45,6 +45,7 @@ from pipeline.sim.state import (
     NSTF,
     R_REPLICA,
     S_REPLICA,
+    S_STEP,
     SF_START,
     SimInput,
     SimResult,
@@ -232,6 +233,13 @@ class Cut:
     hi_t: float
     t0: float = 0.0  # ... on the whole replay's clock, which starts at this arrival
     request_ids: Any = None  # its measured requests' ids (a pyarrow array), if its reader has them
+    # added to its step rows' step index: a time window k's are k * STEP_BASE + its own
+    # (counted from its warm-up's start), so that (replica, step) stays unique and in time
+    # order across the windows; replica groups keep the whole replay's (0)
+    step_base: int = 0
+
+
+STEP_BASE = 1 << 32  # steps of one window's replay are far fewer (2**32 at 1 us a step: 71 min)
 
 
 def cuts(inp: SimInput, sc: Scenario, plan: ShardPlan) -> Iterator[Cut]:
@@ -271,6 +279,8 @@ def replay_cut(
     def sink(st: npt.NDArray[np.int64], stf: npt.NDArray[np.float64]) -> None:
         st, stf = st.copy(), stf.copy()
         st[:, S_REPLICA] = ids[st[:, S_REPLICA]]
+        if cut.step_base:
+            st[:, S_STEP] += cut.step_base
         stf[:, SF_START] -= t0
         keep = (stf[:, SF_START] >= cut.lo_t) & (stf[:, SF_START] < cut.hi_t)
         if not keep.all():
@@ -333,7 +343,7 @@ def _window_cuts(windows: Iterable[SimInput], warmup_s: float, replicas: int) ->
             if nxt is not None and len(nxt):
                 hi_t = float(nxt.arrival_s[0])
             rows = np.arange(offset, offset + len(cur), dtype=np.int64)
-            yield Cut(rows, sub, lead, ids, lo_t, hi_t)
+            yield Cut(rows, sub, lead, ids, lo_t, hi_t, step_base=k * STEP_BASE)
             del sub
             offset += len(cur)
             prev = cur
@@ -377,7 +387,8 @@ def _cuts(inp: SimInput, sc: Scenario, plan: ShardPlan, lead: int) -> Iterator[C
         sub = take(inp, np.arange(w0, b, dtype=np.int64))
         lo_t = float(arrival[a]) - t0 if k else (0.0 if lead else -np.inf)
         hi_t = float(arrival[b]) - t0 if b < n else np.inf
-        yield Cut(np.arange(a, b, dtype=np.int64) - lead, sub, a - w0, ids, lo_t, hi_t)
+        rows = np.arange(a, b, dtype=np.int64) - lead
+        yield Cut(rows, sub, a - w0, ids, lo_t, hi_t, step_base=k * STEP_BASE)
 
 
 def simulate_sharded(

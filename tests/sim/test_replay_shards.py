@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from click.testing import CliRunner
 
@@ -26,7 +27,7 @@ from pipeline.plan.slo import parse_slos
 from pipeline.selection import RequestFilter
 from pipeline.sim.replay import replay
 from pipeline.sim.replay_input import select_request_files
-from pipeline.sim.replay_windows import WindowFacts, read_windows
+from pipeline.sim.replay_windows import WINDOW_REQUESTS, WindowFacts, read_windows
 from pipeline.sim.shard import plan_shards
 from pipeline.warehouse import Warehouse
 from tests.helpers import H100_8B_COST, make_scenario, requests_table
@@ -200,6 +201,13 @@ def test_time_windows_are_read_one_at_a_time(warehouse_with: Callable[..., Path]
     steps = _rows(cut.paths["sim_steps"], SIM_STEPS, ["replica", "start_s"])
     starts = steps.select(["replica", "start_s"]).to_pylist()
     assert len({(r["replica"], r["start_s"]) for r in starts}) == len(starts)  # no step twice
+    # (replica, step) is sim_steps' key: unique across the windows, and in time order
+    by_step = _rows(cut.paths["sim_steps"], SIM_STEPS, ["replica", "step"])
+    keys = by_step.select(["replica", "step"]).to_pylist()
+    assert len({(r["replica"], r["step"]) for r in keys}) == len(keys)
+    for r in range(4):
+        mine = by_step.filter(pc.equal(by_step["replica"], r))["start_s"].to_numpy()
+        assert (np.diff(mine) > 0).all()
     for key in ("ttft_p50_s", "e2e_p50_s", "request_throughput"):
         assert cut.summary[key] == pytest.approx(whole.summary[key], rel=0.2), key
     # a model filter applies in every window
@@ -207,6 +215,15 @@ def test_time_windows_are_read_one_at_a_time(warehouse_with: Callable[..., Path]
     kept = replay(root, [sc], quiet=True, run_id="a", selection=only_a, shards=3).runs[0]
     ids = _rows(kept.paths["sim_requests"], SIM_REQUESTS, ["request_id"])["request_id"]
     assert len(ids) == sum(1 for i in range(N) if i % 3 and i not in (7, 700))
+
+
+def test_more_windows_than_requests(steady: Path) -> None:
+    """Asked for far more windows than requests, a replay cut by time reads at most one per
+    WINDOW_REQUESTS requests, and replays each request once."""
+    sc = _scenario(name="lo", replicas=2, router="least_outstanding", num_gpu_blocks=4000)
+    run = replay(steady, [sc], quiet=True, run_id="many", shards=1 << 20, jobs=1).runs[0]
+    assert 1 < run.summary["sharding"]["streamed_windows"] <= N // WINDOW_REQUESTS
+    assert run.summary["num_requests"] == N
 
 
 def test_what_cannot_be_read_a_window_at_a_time_is_refused(steady: Path) -> None:
