@@ -904,6 +904,55 @@ class TableWriter:
             discard(self._tmp)
 
 
+class BackgroundWriter:
+    """Append tables through a ``TableWriter`` on a thread of its own, so that their
+    Parquet encoding (which lets the GIL go, as the replay loop does) runs beside the
+    caller on another core::
+
+        with TableWriter(SIM_STEPS, path) as out, BackgroundWriter(out) as bg:
+            for chunk in chunks:
+                bg.write(chunk)
+
+    At most ``depth`` tables wait, which bounds the memory they hold. ``write`` raises
+    what an earlier write raised; leaving the ``with`` block waits until every table is
+    written (and raises a write's error), or, leaving on an exception, drops what waits.
+    """
+
+    def __init__(self, out: TableWriter, depth: int = 4) -> None:
+        import queue
+        import threading
+
+        self.out = out
+        self._queue: queue.Queue[pa.Table | None] = queue.Queue(depth)
+        self._error: BaseException | None = None
+        self._drop = False
+        self._thread = threading.Thread(target=self._run, name="parquet-writer", daemon=True)
+
+    def __enter__(self) -> BackgroundWriter:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while (table := self._queue.get()) is not None:
+            if self._error is None and not self._drop:
+                try:
+                    self.out.write(table)
+                except BaseException as exc:  # raised in the caller's thread
+                    self._error = exc
+
+    def write(self, table: pa.Table) -> None:
+        if self._error is not None:
+            raise self._error
+        self._queue.put(table)
+
+    def __exit__(self, kind: object, exc: object, tb: object) -> None:
+        self._drop = kind is not None
+        self._queue.put(None)
+        self._thread.join()
+        if self._error is not None and kind is None:
+            raise self._error
+
+
 def open_verified(path: Path) -> pq.ParquetFile:
     """Open a Parquet file whose pages are checked against their checksums as they are read."""
     return pq.ParquetFile(path, page_checksum_verification=True)

@@ -29,7 +29,7 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from pipeline.busiest import BusiestWindow
-from pipeline.contracts import SCENARIOS, SIM_REQUESTS, SIM_STEPS
+from pipeline.contracts import SCENARIOS, SIM_REQUESTS, SIM_STEPS, BackgroundWriter
 from pipeline.jit import compile_notice
 from pipeline.lock import with_warehouse_lock
 from pipeline.progress import progress
@@ -330,6 +330,7 @@ def _run_one(
     with (
         progress(f"replay {sc.name}", total=n, quiet=quiet) as bar,
         wh.writer(SIM_STEPS, part, sc.name) as steps_out,
+        BackgroundWriter(steps_out) as steps_bg,  # (encoded beside the loop)
     ):
         seen = [0]
 
@@ -338,7 +339,7 @@ def _run_one(
             seen[0] = k
 
         res, steps, sim_s = _simulate(
-            sc, inputs, steps_out.write, chunk_rows=rows, on_progress=on_progress
+            sc, inputs, steps_bg.write, chunk_rows=rows, on_progress=on_progress
         )
     summary = {**summarize(res, steps), **facts, **scenario_extras(sc, res, slos)}
     if slos:
@@ -501,6 +502,7 @@ def _run_fleet(
     with (
         progress(f"replay {sc.name}", total=fp.num_requests, quiet=quiet) as bar,
         wh.writer(SIM_STEPS, part, sc.name) as steps_out,
+        BackgroundWriter(steps_out) as steps_bg,  # (encoded beside the loop)
     ):
         seen = [0]
 
@@ -517,7 +519,7 @@ def _run_fleet(
         ) -> None:
             nonlocal kept_s
             t = time.perf_counter()
-            steps_out.write(sim_steps_table(sc.name, st, stf, blocks, pool=names[k], role=role))
+            steps_bg.write(sim_steps_table(sc.name, st, stf, blocks, pool=names[k], role=role))
             kept_s += time.perf_counter() - t
 
         fr = simulate_fleet(sc, fp, on_steps=on_steps, on_progress=on_progress, step_rows=rows)

@@ -13,7 +13,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from pipeline.contracts import SPEC_REQUEST_COLUMNS, TableWriter
+from pipeline.contracts import SPEC_REQUEST_COLUMNS, BackgroundWriter, TableWriter
 from pipeline.sim.state import (
     F_ARRIVAL,
     F_FINISH,
@@ -148,11 +148,12 @@ def write_sim_requests(
 ) -> Path:
     """Write the sim_requests rows of one scenario through ``out``, a row group at a time.
 
-    Only one group's table exists at once (not the whole scenario's).
+    Only a few groups' tables exist at once (not the whole scenario's).
     """
-    with out:
+    # each group's table is built here while the one before is encoded on the writer's thread
+    with out, BackgroundWriter(out) as bg:
         for a in range(0, res.num_requests, rows_per_group):
-            out.write(sim_requests_table(name, ids, res, slice(a, a + rows_per_group), pools=pools))
+            bg.write(sim_requests_table(name, ids, res, slice(a, a + rows_per_group), pools=pools))
     return out.path
 
 
