@@ -140,7 +140,7 @@ def make_warehouse(n: int, rate: float) -> Path:
     from pipeline.contracts import REQUESTS
     from pipeline.warehouse import Warehouse
 
-    wh = OUT / f"wh_{n}"
+    wh = OUT / f"wh_{n}_{rate:g}"  # (the rate too: benches ask for the same size at others)
     if (wh / "requests").exists():
         return wh
     prompt, output = azure_lengths()
