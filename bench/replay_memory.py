@@ -60,7 +60,7 @@ def noted(name, fn, made=None):
             out[name + "_made"] = made(r)
         return r
     return wrapper
-rp.read_requests = noted("read", rp.read_requests, lambda f: f.estimated_size() / 2**20)
+rp.read_window = noted("read", rp.read_window, lambda r: r[0].estimated_size() / 2**20)
 rp.prepare = noted("prepare", rp.prepare)
 # (the stage's own helper: it hands the loop an input that nothing else holds, so the
 # loop can free it; a wrapper of simulate() itself would keep it alive)
@@ -68,6 +68,7 @@ rp._simulate = noted(
     "simulate", rp._simulate, lambda r: (r[0].rq.nbytes + r[0].rqf.nbytes) / 2**20
 )
 rp.summarize = noted("summarize", rp.summarize)
+rp.uncertainty.summary_intervals = noted("intervals", rp.uncertainty.summary_intervals)
 rp.write_sim_requests = noted("requests_written", rp.write_sim_requests)
 result = rp.replay(Path({wh!r}), [sc], quiet=True, run_id="bench-mem")
 out["done"], out["done_peak"] = rss_mb(), peak_mb()
@@ -87,6 +88,11 @@ STEPS = (
         "simulate_made",
     ),
     ("summarize", "summary", None),
+    (
+        "intervals",
+        "the summary's 90% intervals (bootstrap; the profile term's replays forked)",
+        None,
+    ),
     ("requests_written", "sim_requests written, a row group at a time", None),
     ("done", "replay() returned (runs and scenarios rows written)", None),
 )
@@ -154,7 +160,7 @@ def main() -> None:
         "state; the request frame is dropped before the loop runs, and the scenario's "
         "input (arrivals and lengths) once the loop has copied it. Most of what is left "
         "is the loop's per-request state (`rq`/`rqf`, the `made` figure of the simulate "
-        "row: 23 int64 and 4 float64 per request) and the request ids.",
+        "row: 36 int32 and 4 float64 per request, 176 bytes) and the request ids.",
     ]
     record(
         "Replay memory (10M requests)",
