@@ -87,49 +87,13 @@ def windows(n: int, seed: int = SEED) -> Iterator[Any]:
         )
 
 
-class Background:
-    """Write tables through their writers on a thread of their own, so that the Parquet
-    encoding runs beside the loop (which lets the GIL go) on the second core; at most
-    ``depth`` tables wait, which bounds the memory they hold."""
-
-    def __init__(self, depth: int = 8) -> None:
-        import queue
-        import threading
-
-        self._q: queue.Queue[Any] = queue.Queue(depth)
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while (item := self._q.get()) is not None:
-            writer, table = item
-            if self._error is None:
-                try:
-                    writer.write(table)
-                except BaseException as exc:  # noqa: BLE001  (raised in the caller's thread)
-                    self._error = exc
-
-    def write(self, writer: Any, table: Any) -> None:
-        if self._error is not None:
-            raise self._error
-        self._q.put((writer, table))
-
-    def close(self) -> None:
-        """Wait for every table to be written; raise what a write raised."""
-        self._q.put(None)
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-
-
 def streamed(n: int, router: str, out: Path) -> dict[str, Any]:
     """Replay ``n`` requests window by window, writing sim_requests and sim_steps to
     ``out``; the summary and the seconds it took."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from pipeline.contracts import SIM_REQUESTS, SIM_STEPS, TableWriter
+    from pipeline.contracts import SIM_REQUESTS, SIM_STEPS, BackgroundWriter, TableWriter
     from pipeline.progress import progress
     from pipeline.sim.replay import load_loop
     from pipeline.sim.replay_tables import CHUNK_ROWS, sim_requests_table, sim_steps_table
@@ -147,13 +111,14 @@ def streamed(n: int, router: str, out: Path) -> dict[str, Any]:
         progress(f"day {router}", total=n) as bar,
         TableWriter(SIM_STEPS, out / "sim_steps.parquet") as steps_out,
         TableWriter(SIM_REQUESTS, out / "sim_requests.parquet") as requests_out,
+        BackgroundWriter(steps_out) as steps_bg,  # (encoded beside the loop)
+        BackgroundWriter(requests_out) as requests_bg,
     ):
-        bg = Background()
 
         def on_steps(st: Any, stf: Any) -> None:
             nonlocal write_s
             t = time.perf_counter()
-            bg.write(steps_out, sim_steps_table(sc.name, st, stf, blocks))
+            steps_bg.write(sim_steps_table(sc.name, st, stf, blocks))
             write_s += time.perf_counter() - t
 
         seen = [0]
@@ -170,14 +135,12 @@ def streamed(n: int, router: str, out: Path) -> dict[str, Any]:
             steps.merge(sh.steps)
             ids = pc.cast(pa.array(sh.rows), pa.string())
             for a in range(0, sh.result.num_requests, CHUNK_ROWS):
-                bg.write(
-                    requests_out,
-                    sim_requests_table(sc.name, ids, sh.result, slice(a, a + CHUNK_ROWS)),
+                requests_bg.write(
+                    sim_requests_table(sc.name, ids, sh.result, slice(a, a + CHUNK_ROWS))
                 )
             write_s += time.perf_counter() - t
-        t = time.perf_counter()
-        bg.close()
-        tail_s = time.perf_counter() - t
+        tail_at = time.perf_counter()
+    tail_s = time.perf_counter() - tail_at  # the writers' last tables
     wall_s = time.perf_counter() - t0
     summary = summarize_totals(totals, steps)
     return {
