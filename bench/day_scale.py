@@ -111,14 +111,13 @@ def streamed(n: int, router: str, out: Path) -> dict[str, Any]:
         progress(f"day {router}", total=n) as bar,
         TableWriter(SIM_STEPS, out / "sim_steps.parquet") as steps_out,
         TableWriter(SIM_REQUESTS, out / "sim_requests.parquet") as requests_out,
-        BackgroundWriter(steps_out) as steps_bg,  # (encoded beside the loop)
-        BackgroundWriter(requests_out) as requests_bg,
+        BackgroundWriter(steps_out, depth=8) as bg,  # both files, encoded beside the loop
     ):
 
         def on_steps(st: Any, stf: Any) -> None:
             nonlocal write_s
             t = time.perf_counter()
-            steps_bg.write(sim_steps_table(sc.name, st, stf, blocks))
+            bg.write(sim_steps_table(sc.name, st, stf, blocks))
             write_s += time.perf_counter() - t
 
         seen = [0]
@@ -135,8 +134,9 @@ def streamed(n: int, router: str, out: Path) -> dict[str, Any]:
             steps.merge(sh.steps)
             ids = pc.cast(pa.array(sh.rows), pa.string())
             for a in range(0, sh.result.num_requests, CHUNK_ROWS):
-                requests_bg.write(
-                    sim_requests_table(sc.name, ids, sh.result, slice(a, a + CHUNK_ROWS))
+                bg.write(
+                    sim_requests_table(sc.name, ids, sh.result, slice(a, a + CHUNK_ROWS)),
+                    to=requests_out,
                 )
             write_s += time.perf_counter() - t
         tail_at = time.perf_counter()

@@ -916,6 +916,8 @@ class BackgroundWriter:
     At most ``depth`` tables wait, which bounds the memory they hold. ``write`` raises
     what an earlier write raised; leaving the ``with`` block waits until every table is
     written (and raises a write's error), or, leaving on an exception, drops what waits.
+    ``write(table, to=other)`` appends to another writer through the same thread (one
+    thread for several files: fewer threads than cores on a small machine).
     """
 
     def __init__(self, out: TableWriter, depth: int = 4) -> None:
@@ -923,7 +925,7 @@ class BackgroundWriter:
         import threading
 
         self.out = out
-        self._queue: queue.Queue[pa.Table | None] = queue.Queue(depth)
+        self._queue: queue.Queue[tuple[TableWriter, pa.Table] | None] = queue.Queue(depth)
         self._error: BaseException | None = None
         self._drop = False
         self._thread = threading.Thread(target=self._run, name="parquet-writer", daemon=True)
@@ -933,17 +935,17 @@ class BackgroundWriter:
         return self
 
     def _run(self) -> None:
-        while (table := self._queue.get()) is not None:
+        while (item := self._queue.get()) is not None:
             if self._error is None and not self._drop:
                 try:
-                    self.out.write(table)
+                    item[0].write(item[1])
                 except BaseException as exc:  # raised in the caller's thread
                     self._error = exc
 
-    def write(self, table: pa.Table) -> None:
+    def write(self, table: pa.Table, to: TableWriter | None = None) -> None:
         if self._error is not None:
             raise self._error
-        self._queue.put(table)
+        self._queue.put((self.out if to is None else to, table))
 
     def __exit__(self, kind: object, exc: object, tb: object) -> None:
         self._drop = kind is not None

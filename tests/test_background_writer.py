@@ -64,3 +64,18 @@ def test_leaving_on_an_exception_drops_what_waits(tmp_path: Path) -> None:
                 bg.write(c)
             raise RuntimeError("stop")
     assert not path.exists() and not list(tmp_path.iterdir())
+
+
+def test_one_thread_for_two_files(tmp_path: Path) -> None:
+    chunks = _chunks(6, 20)
+    with (
+        TableWriter(SIM_STEPS, tmp_path / "a.parquet") as a,
+        TableWriter(SIM_STEPS, tmp_path / "b.parquet") as b,
+        BackgroundWriter(a) as bg,
+    ):
+        for k, c in enumerate(chunks):
+            bg.write(c, to=b if k % 2 else None)
+    got_a = read_table(tmp_path / "a.parquet", SIM_STEPS)
+    got_b = read_table(tmp_path / "b.parquet", SIM_STEPS)
+    assert got_a.equals(pa.concat_tables(chunks[0::2]).cast(got_a.schema))
+    assert got_b.equals(pa.concat_tables(chunks[1::2]).cast(got_b.schema))
