@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -211,16 +211,17 @@ def replay(
         jobs: cores a replay may use (default: every core; 1: one process).
         slos: objectives (``pipeline.plan.slo``): each summary gets each one's verdict
             and the goodput, for the whole traffic and per class (``sim.classes``).
-        shards: replay each scenario in this many parts, one after the other, so that
-            only one part's loop state lives at once (``shard.py``): replica groups,
-            exact, where the router is independent of load, else time windows after
-            ``shard_warmup_s`` of warm-up (approximate). Each summary's ``sharding``
-            says which; a sharded summary has the whole traffic's figures only (no
-            intervals, classes or SLO verdicts).
+        shards: replay each scenario in this many parts, so that only the parts being
+            replayed hold loop state (``replay_sharded``, ``shard.py``): replica
+            groups, exact, where the router is independent of load, else time windows
+            after ``shard_warmup_s`` of warm-up (approximate; read a window at a time
+            when every scenario is cut so: ``replay_windows``). The parts run ``jobs``
+            at once in forked processes (``jobs`` 1: one after the other, here), or on
+            the Ray cluster at ``ray_address``. Each summary's ``sharding`` says how;
+            a sharded summary has the whole traffic's figures only (no intervals,
+            classes or SLO verdicts).
         shard_warmup_s: the time windows' warm-up (asks for time windows).
-            The shards run ``jobs`` at once in forked processes (``jobs`` 1: one after
-            the other, here), or on the Ray cluster at ``ray_address``.
-        ray_address: with ``shards``, replay them on this Ray cluster.
+        ray_address: with ``shards``, replay the parts on this Ray cluster.
 
     Returns:
         The run id, the inputs and each scenario's summary and files.
@@ -242,7 +243,7 @@ def replay(
         "slos": slos,
         "jobs": jobs,
     }
-    # every check before any run; the groups (tenant, model) are only for SLOs
+    # every check before any run
     plans = [
         None if shards is None else plan_sharding(sc, shards, shard_warmup_s, slos)
         for sc in scenarios
@@ -254,30 +255,50 @@ def replay(
         )
     frame, window = read_window(files, selection)
     chosen = selection_record(selection, window)
+    # the groups (tenant, model) are only for SLOs
     prepared = [prepare(frame, sc, with_groups=False) for sc in scenarios]
     rows_read = frame.height
     del frame  # the prepared arrays are all the runs need: free the frame's memory
     wh.init()
-    runs: list[ScenarioRun] = []
-    status = "failed"
-    try:
+
+    def runs() -> Iterator[ScenarioRun]:
         if scenarios:
             load_loop(scenarios[0].engine(), quiet=quiet)
         for sc, plan in zip(scenarios, plans, strict=True):
             # each scenario's inputs are let go once it has run
             if plan is not None:
-                runs.append(_run_sharded(wh, run_id, sc, prepared.pop(0), plan, kw, ray_address))
+                yield _run_sharded(wh, run_id, sc, prepared.pop(0), plan, kw, ray_address)
             else:
-                runs.append(_run_one(wh, run_id, sc, prepared.pop(0), **kw))
-        wh.write(SCENARIOS, _scenarios_table(runs), {"run_id": run_id}, "scenarios")
+                yield _run_one(wh, run_id, sc, prepared.pop(0), **kw)
+
+    return _run_and_commit(wh, run_id, started, files, chosen, runs(), lambda: rows_read)
+
+
+def _run_and_commit(
+    wh: Warehouse,
+    run_id: str,
+    started: datetime,
+    files: list[Path],
+    chosen: dict[str, Any],
+    runs: Iterator[ScenarioRun],
+    rows_read: Callable[[], int],
+) -> ReplayResult:
+    """Run the scenarios ``runs`` yields, then write their scenarios rows and the run's
+    runs row (status failed, with the runs that ended, when one raised); ``rows_read``:
+    the requests read, asked once the runs are over."""
+    done: list[ScenarioRun] = []
+    status = "failed"
+    try:
+        done.extend(runs)
+        wh.write(SCENARIOS, _scenarios_table(done), {"run_id": run_id}, "scenarios")
         status = "ok"
     finally:
-        _write_run_row(wh, run_id, started, status, files, rows_read, runs, chosen)
+        _write_run_row(wh, run_id, started, status, files, rows_read(), done, chosen)
     return ReplayResult(
         run_id=run_id,
-        num_requests_read=rows_read,
+        num_requests_read=rows_read(),
         inputs=[str(f) for f in files],
-        runs=runs,
+        runs=done,
         selection=chosen,
     )
 
@@ -410,20 +431,18 @@ def _replay_windows(
         check_streamable(sc, selection)
     chosen = selection_record(selection, None)
     wh.init()
-    runs: list[ScenarioRun] = []
-    rows_read = 0
-    status = "failed"
-    try:
+    rows_read = [0]
+
+    def runs() -> Iterator[ScenarioRun]:
         load_loop(scenarios[0].engine(), quiet=kw["quiet"])
         for sc, plan in zip(scenarios, plans, strict=True):
             assert plan is not None
             facts = WindowFacts()
-            parts = (cut for cut, _ in read_windows(files, selection, sc, plan, facts))
             summary, paths, sim_s = run_sharded(
                 wh,
                 run_id,
                 sc,
-                parts,
+                read_windows(files, selection, sc, plan, facts),
                 plan,
                 total=None,
                 quiet=kw["quiet"],
@@ -431,7 +450,7 @@ def _replay_windows(
                 jobs=kw["jobs"],
                 ray_address=ray_address,
             )
-            rows_read = max(rows_read, facts.num_read)
+            rows_read[0] = max(rows_read[0], facts.num_read)
             summary.update(
                 {
                     "num_dropped": facts.num_dropped,
@@ -440,26 +459,15 @@ def _replay_windows(
                 }
             )
             summary["sharding"]["streamed_windows"] = facts.windows
-            runs.append(
-                ScenarioRun(
-                    scenario=sc,
-                    summary=summary,
-                    num_dropped=facts.num_dropped,
-                    sim_s=sim_s,
-                    paths=paths,
-                )
+            yield ScenarioRun(
+                scenario=sc,
+                summary=summary,
+                num_dropped=facts.num_dropped,
+                sim_s=sim_s,
+                paths=paths,
             )
-        wh.write(SCENARIOS, _scenarios_table(runs), {"run_id": run_id}, "scenarios")
-        status = "ok"
-    finally:
-        _write_run_row(wh, run_id, started, status, files, rows_read, runs, chosen)
-    return ReplayResult(
-        run_id=run_id,
-        num_requests_read=rows_read,
-        inputs=[str(f) for f in files],
-        runs=runs,
-        selection=chosen,
-    )
+
+    return _run_and_commit(wh, run_id, started, files, chosen, runs(), lambda: rows_read[0])
 
 
 def _fleet_facts(fp: FleetPrepared) -> dict[str, Any]:

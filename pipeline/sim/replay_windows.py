@@ -29,7 +29,7 @@ import polars as pl
 
 from pipeline.errors import ScenarioError
 from pipeline.selection import RequestFilter
-from pipeline.sim.replay_input import Prepared, _read, _scan, prepare
+from pipeline.sim.replay_input import _read, _scan, prepare
 from pipeline.sim.scenario import Scenario
 from pipeline.sim.shard import STEP_BASE, Cut, ShardPlan
 
@@ -108,11 +108,11 @@ def read_windows(
     sc: Scenario,
     plan: ShardPlan,
     facts: WindowFacts,
-) -> Iterator[tuple[Cut, Prepared]]:
-    """The time windows of ``plan`` read one at a time: each as a cut to replay (its
-    ``request_ids`` those of its measured requests) and its preparation (for its facts).
-    ``facts`` is filled in as the windows are read. There is at most one window per
-    ``WINDOW_REQUESTS`` requests of the files.
+) -> Iterator[Cut]:
+    """The time windows of ``plan`` read one at a time, each as a cut to replay (its
+    ``request_ids`` those of its measured requests). ``facts`` is filled in as the
+    windows are read. There is at most one window per ``WINDOW_REQUESTS`` requests of
+    the files.
 
     Raises:
         ScenarioError: a window's requests do not fit the scenario (``prepare``).
@@ -153,7 +153,6 @@ def read_windows(
         del frame
         # prepare counts a trace's arrivals from its first row: back on the replay's clock
         inp = dataclasses.replace(prep.inp, arrival_s=prep.inp.arrival_s + first_s)
-        prep = dataclasses.replace(prep, inp=inp)
         a_s = (a_us - t0_us) / 1e6
         # rows before a_us arrive >= 1 us before it; a float's error here is ~1e-11 s
         lead = int(np.searchsorted(inp.arrival_s, a_s - 5e-7, side="left"))
@@ -163,7 +162,7 @@ def read_windows(
         if m == 0:
             continue
         facts.windows += 1
-        cut = Cut(
+        yield Cut(
             np.arange(offset, offset + m, dtype=np.int64),
             inp,
             lead,
@@ -174,4 +173,3 @@ def read_windows(
             step_base=k * STEP_BASE,
         )
         offset += m
-        yield cut, prep

@@ -244,10 +244,7 @@ STEP_BASE = 1 << 32  # steps of one window's replay are far fewer (2**32 at 1 us
 
 def cuts(inp: SimInput, sc: Scenario, plan: ShardPlan) -> Iterator[Cut]:
     """The shards of ``plan``, one at a time (each input taken from ``inp`` when asked)."""
-    lead, t0 = _lead_of(inp)
-    for cut in _cuts(inp, sc, plan, lead):
-        cut.t0 = t0
-        yield cut
+    return _cuts(inp, sc, plan, _lead_of(inp)[0])
 
 
 def _replay_cuts(
@@ -347,7 +344,7 @@ def _window_cuts(windows: Iterable[SimInput], warmup_s: float, replicas: int) ->
             del sub
             offset += len(cur)
             prev = cur
-        cur, nxt = nxt, None
+        cur = nxt
         k += 1
 
 
@@ -368,7 +365,8 @@ def _cuts(inp: SimInput, sc: Scenario, plan: ShardPlan, lead: int) -> Iterator[C
             if sub_lead >= len(every):
                 continue  # (more groups than measured requests: none here)
             ids = k + g * np.arange(per, dtype=np.int64)
-            yield Cut(every[sub_lead:] - lead, take(inp, every), sub_lead, ids, lo_t, np.inf)
+            sub = take(inp, every)
+            yield Cut(every[sub_lead:] - lead, sub, sub_lead, ids, lo_t, np.inf, t0)
         return
     arrival = inp.arrival_s
     first = float(arrival[lead])
@@ -388,7 +386,7 @@ def _cuts(inp: SimInput, sc: Scenario, plan: ShardPlan, lead: int) -> Iterator[C
         lo_t = float(arrival[a]) - t0 if k else (0.0 if lead else -np.inf)
         hi_t = float(arrival[b]) - t0 if b < n else np.inf
         rows = np.arange(a, b, dtype=np.int64) - lead
-        yield Cut(rows, sub, a - w0, ids, lo_t, hi_t, step_base=k * STEP_BASE)
+        yield Cut(rows, sub, a - w0, ids, lo_t, hi_t, t0, step_base=k * STEP_BASE)
 
 
 def simulate_sharded(

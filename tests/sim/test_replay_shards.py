@@ -186,9 +186,9 @@ def test_time_windows_are_read_one_at_a_time(warehouse_with: Callable[..., Path]
     span = N * 0.05
     assert len(read) == 5 and facts.windows == 5
     assert facts.num_read == N and facts.num_dropped == 2
-    for cut, _ in read:  # each window's rows, and its warm-up's: a fifth and ~3 s more
+    for cut in read:  # each window's rows, and its warm-up's: a fifth and ~3 s more
         assert len(cut.inp) < N / 5 + 3.0 / 0.05 * 2.5
-    assert sum(len(cut.rows) for cut, _ in read) == N - 2
+    assert sum(len(cut.rows) for cut in read) == N - 2
     whole = replay(root, [sc], quiet=True, run_id="whole", intervals=False).runs[0]
     cut = replay(root, [sc], quiet=True, run_id="cut", shards=5, shard_warmup_s=3.0).runs[0]
     assert cut.summary["sharding"]["streamed_windows"] == 5
