@@ -22,7 +22,14 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from pipeline.contracts import CONTRACTS, SIM_REQUESTS, SIM_STEPS, parquet_bytes, write_bytes
+from pipeline.contracts import (
+    CONTRACTS,
+    SIM_REQUESTS,
+    SIM_STEPS,
+    BackgroundWriter,
+    parquet_bytes,
+    write_bytes,
+)
 from pipeline.errors import ScenarioError
 from pipeline.plan.executor import run_tasks
 from pipeline.progress import progress
@@ -70,15 +77,15 @@ class ShardTask:
 
 @dataclass
 class ShardTables:
-    """A replayed part: its totals, and its rows as tables (replayed here) or as the
-    Parquet files of its own that the worker made (``files``, by table: replayed in
-    another process or on another machine, so that the encoding runs there too)."""
+    """A replayed part: its totals, and its sim_requests rows as tables (replayed here:
+    its step rows were written as the loop handed them out) or its rows as the Parquet
+    files of its own that the worker made (``files``, by table: replayed in another
+    process or on another machine, so that the encoding runs there too)."""
 
     rows: npt.NDArray[np.int64]
     totals: RequestTotals
     steps: StepTotals
     requests: list[pa.Table] = field(default_factory=list)
-    timeline: list[pa.Table] = field(default_factory=list)
     files: dict[str, bytes] = field(default_factory=dict)
 
 
@@ -93,12 +100,12 @@ def replay_shard(task: ShardTask) -> ShardTables:
         timeline.append(sim_steps_table(sc.name, st, stf, blocks))
 
     shard = replay_cut(sc, task.cut, on_steps=keep, step_rows=task.rows)
-    out = _tables(sc, shard, task.cut.request_ids, task.rows, timeline)
+    out = _tables(sc, shard, task.cut.request_ids, task.rows)
     out.files = {
         SIM_REQUESTS.name: parquet_bytes(out.requests, SIM_REQUESTS, f"{sc.name} sim_requests"),
-        SIM_STEPS.name: parquet_bytes(out.timeline, SIM_STEPS, f"{sc.name} sim_steps"),
+        SIM_STEPS.name: parquet_bytes(timeline, SIM_STEPS, f"{sc.name} sim_steps"),
     }
-    out.requests, out.timeline = [], []
+    out.requests = []
     return out
 
 
@@ -144,12 +151,13 @@ def run_sharded(
             with (
                 wh.writer(SIM_STEPS, part, sc.name) as steps_out,
                 wh.writer(SIM_REQUESTS, part, sc.name) as requests_out,
+                BackgroundWriter(steps_out) as bg,  # both files, encoded beside the loop
             ):
-                for out in _here(sc, parts, rows, steps_out.write):
+                for out in _here(sc, parts, rows, bg.write):
                     totals.merge(out.totals)
                     steps.merge(out.steps)
                     for table in out.requests:
-                        requests_out.write(table)
+                        bg.write(table, to=requests_out)
                     bar.advance(len(out.rows))
             paths = {"sim_steps": steps_out.path, "sim_requests": requests_out.path}
         else:
@@ -187,18 +195,17 @@ def _here(
         shard = replay_cut(sc, cut, on_steps=on_steps, step_rows=rows)
         ids = cut.request_ids
         del cut
-        yield _tables(sc, shard, ids, rows, [])
+        yield _tables(sc, shard, ids, rows)
 
 
-def _tables(
-    sc: Scenario, shard: Shard, ids: pa.Array, rows: int, timeline: list[pa.Table]
-) -> ShardTables:
+def _tables(sc: Scenario, shard: Shard, ids: pa.Array, rows: int) -> ShardTables:
+    """A part's totals and its sim_requests tables (``rows`` rows each)."""
     res = shard.result
     requests = [
         sim_requests_table(sc.name, ids, res, slice(a, a + rows))
         for a in range(0, res.num_requests, rows)
     ]
-    return ShardTables(shard.rows, RequestTotals.of(res), shard.steps, requests, timeline)
+    return ShardTables(shard.rows, RequestTotals.of(res), shard.steps, requests)
 
 
 def _elsewhere(
