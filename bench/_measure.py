@@ -103,6 +103,11 @@ def record(section: str, command: str, body: str) -> None:
     RESULTS.write_text(text.rstrip() + "\n")
 
 
+def this_command() -> str:
+    """The command that runs this bench as it was run (for ``record``)."""
+    return " ".join([".venv/bin/python", f"bench/{Path(sys.argv[0]).name}", *sys.argv[1:]])
+
+
 def checkout(commit: str, prefix: str = "bench-at-") -> str:
     """That commit's ``pipeline`` package in a temporary folder (``git archive``), to time
     it with ``child(..., pythonpath=...)``."""

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -43,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT))
 
-from _measure import PEAK_RSS_MB, record  # noqa: E402
+from _measure import PEAK_RSS_MB, record, this_command  # noqa: E402
 
 REPLICAS = 64
 RATE_PER_REPLICA = 100_000_000 / 86_400 / REPLICAS  # req/s: 100M a day across the fleet
@@ -255,11 +256,6 @@ def in_child(mode: str, n: int, router: str) -> dict[str, Any]:
     return out
 
 
-def _load() -> str:
-    with open("/proc/loadavg") as f:
-        return f.read().split()[0]
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
@@ -278,14 +274,13 @@ def main() -> None:
         body = "\n".join(from_warehouse(args.warehouse, 8)).strip()
         print(body)
         if not args.no_record:
-            command = " ".join([".venv/bin/python bench/day_scale.py", *sys.argv[1:]])
-            record("Replay of a warehouse read a window at a time", command, body)
+            record("Replay of a warehouse read a window at a time", this_command(), body)
         return
     rows = []
     for n in args.sizes:
         for router in args.routers:
             r = in_child("streamed", n, router)
-            r["load"] = _load()
+            r["load"] = f"{os.getloadavg()[0]:.2f}"
             rows.append((n, router, r))
             print(
                 f"{n:>12,} {router:<18} process {r['process_s']:7.1f} s  loop+write "
@@ -339,8 +334,7 @@ def main() -> None:
     body = "\n".join(lines)
     print(body)
     if not args.no_record:
-        command = " ".join([".venv/bin/python bench/day_scale.py", *sys.argv[1:]])
-        record("A fleet's day on one machine", command, body)
+        record("A fleet's day on one machine", this_command(), body)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ extrapolated to 16 and 64 workers.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -44,7 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT))
 
-from _measure import child, record  # noqa: E402
+from _measure import child, record, this_command  # noqa: E402
 from sim_speed import make_warehouse  # noqa: E402
 
 N = 4_000_000  # (--requests)
@@ -164,11 +165,6 @@ def stop_ray(proc: subprocess.Popen[bytes], tmp: str) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _load() -> str:
-    with open("/proc/loadavg") as f:
-        return f.read().split()[0]
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3)
@@ -185,7 +181,7 @@ def main() -> None:
         for _ in range(args.repeats):
             for name, kw in named.items():
                 r = child(RUN.format(wh=str(wh), replicas=REPLICAS, kw=kw), repeats=1)
-                r["load"] = float(_load())
+                r["load"] = os.getloadavg()[0]
                 runs.setdefault(name, []).append(r)
                 print(f"{name:<26} process {r['wall_s']:6.2f} s  stage {r['stage_s']:6.2f} s")
         prof = child(PROFILE.format(wh=str(wh), replicas=REPLICAS), repeats=1)
@@ -235,8 +231,7 @@ def main() -> None:
     body = "\n".join(lines)
     print(body)
     if not args.no_record:
-        command = " ".join([".venv/bin/python bench/shard_speed.py", *sys.argv[1:]])
-        record("Sharded replay: local workers and Ray", command, body)
+        record("Sharded replay: local workers and Ray", this_command(), body)
 
 
 if __name__ == "__main__":
