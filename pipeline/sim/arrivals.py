@@ -50,10 +50,14 @@ def make_arrivals(
     if spec.process == "trace":
         count = min(n, spec.num_requests or n)
         idx = np.arange(count, dtype=np.int64)
-        t = (trace_arrival_s[:count] - (trace_arrival_s[0] if count else 0.0)) * spec.time_scale
+        t = np.subtract(
+            trace_arrival_s[:count], trace_arrival_s[0] if count else 0.0, dtype=np.float64
+        )
+        if spec.time_scale != 1:  # in place: one array of millions, not one per operation
+            t *= spec.time_scale
         if spec.rate is not None and count and t[-1] > 0:
-            t = t * ((count / spec.rate) / t[-1])
-        return idx, t.astype(np.float64, copy=False)
+            t *= (count / spec.rate) / t[-1]
+        return idx, t
     rate = spec.rate if spec.rate is not None else trace_rate(trace_arrival_s)
     if rate is None:
         raise ScenarioError(

@@ -372,8 +372,14 @@ def _repeats(idx: npt.NDArray[np.int64], num_rows: int) -> bool:
     return bool(np.bincount(idx, minlength=num_rows).max() > 1)
 
 
-def _is_arange(idx: npt.NDArray[np.int64]) -> bool:
-    return bool((np.diff(idx) == 1).all())
+def _is_arange(idx: npt.NDArray[np.int64], chunk: int = 1 << 20) -> bool:
+    """Whether each index is one more than the one before; a chunk at a time, so that
+    millions of indices make no temporary arrays of their size."""
+    for a in range(0, max(len(idx) - 1, 0), chunk):
+        part = idx[a : a + chunk + 1]
+        if not (part[1:] - part[:-1] == 1).all():
+            return False
+    return True
 
 
 def _priorities(

@@ -395,32 +395,40 @@ class Scenario:
                 can never fit in the KV cache even with the replica to itself.
         """
         mem = self.memory
-        prompt = np.maximum(prompt.astype(np.int64), 1)
-        output = np.maximum(output.astype(np.int64), 1)
-        output = np.where(max_tokens > 0, np.minimum(output, max_tokens), output)
+        # copies of their own (astype copies), capped in place: at millions of requests
+        # each temporary array is a fresh allocation and its page faults
+        prompt = prompt.astype(np.int64)
+        np.maximum(prompt, 1, out=prompt)
+        output = output.astype(np.int64)
+        np.maximum(output, 1, out=output)
+        np.minimum(output, max_tokens, out=output, where=max_tokens > 0)
         if self.max_output_tokens is not None:
-            output = np.minimum(output, self.max_output_tokens)
+            np.minimum(output, self.max_output_tokens, out=output)
         keep = prompt < mem.max_model_len
-        if not keep.all() and not self.drop_too_long:
+        every = bool(keep.all())
+        if not every and not self.drop_too_long:
             bad = int((~keep).sum())
             raise ScenarioError(
                 f"scenario {self.name!r}: {bad} request(s) have a prompt of max_model_len "
                 f"({mem.max_model_len}) tokens or more (longest {int(prompt.max())}); raise "
                 "max_model_len or set drop_too_long = true"
             )
-        output = np.maximum(np.minimum(output, mem.max_model_len - prompt), 1)
+        room = mem.max_model_len - prompt
+        np.minimum(output, room, out=output)
+        np.maximum(output, 1, out=output)
+        del room
         pol = POLICIES[self.policy]
-        need = pol.blocks_alone(self.params, mem, prompt[keep], output[keep])
+        kept_p, kept_o = (prompt, output) if every else (prompt[keep], output[keep])
+        need = pol.blocks_alone(self.params, mem, kept_p, kept_o)
         if self.speculative is not None:  # its drafts' slots too
-            need = self.speculative.blocks_alone(
-                mem.block_size, mem.max_model_len, prompt[keep], output[keep]
-            )
+            need = self.speculative.blocks_alone(mem.block_size, mem.max_model_len, kept_p, kept_o)
         usable = pol.num_blocks(mem, self.params)
-        if len(need) and int(need.max()) > usable:
+        most = int(need.max()) if len(need) else 0
+        if most > usable:
             worst = int(np.argmax(need))
             raise ScenarioError(
-                f"scenario {self.name!r}: a request ({int(prompt[keep][worst])} prompt + "
-                f"{int(output[keep][worst])} output tokens) needs {int(need.max())} KV blocks "
+                f"scenario {self.name!r}: a request ({int(kept_p[worst])} prompt + "
+                f"{int(kept_o[worst])} output tokens) needs {most} KV blocks "
                 f"on its own under {self.policy} but a replica has {usable}; raise "
                 "num_gpu_blocks (or gpu_memory_utilization), lower max_model_len or "
                 "max_output_tokens"

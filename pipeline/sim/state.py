@@ -571,7 +571,9 @@ class SimInput:
     def __post_init__(self) -> None:
         n = len(self.arrival_s)
         assert len(self.prompt_tokens) == n and len(self.output_tokens) == n
-        assert n == 0 or bool(np.all(np.diff(self.arrival_s) >= 0)), "arrivals must be sorted"
+        assert n == 0 or bool((self.arrival_s[1:] >= self.arrival_s[:-1]).all()), (
+            "arrivals must be sorted"
+        )
         assert self.prefix is None or len(self.prefix) == n
         assert self.priority is None or len(self.priority) == n
         if self.remote_tokens is not None:

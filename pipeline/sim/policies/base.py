@@ -181,8 +181,10 @@ class Policy:
         A request needing more than ``num_blocks`` can never finish: the scenario
         is rejected before it runs.
         """
-        total = prompt + output - 1  # tokens whose KV is ever computed
-        return -(-total // mem.block_size)
+        need = prompt + output  # one temporary, worked in place (millions of requests)
+        need += mem.block_size - 2  # prompt + output - 1 tokens' KV is ever computed (>= 1)
+        need //= mem.block_size  # their blocks, rounded up
+        return need
 
     def traits(self) -> dict[int, int]:
         """The traits as entries of the compiled loop's cfg array."""
