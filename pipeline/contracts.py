@@ -34,24 +34,27 @@ there, so an old warehouse reads as it is.
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 from pipeline.errors import ContractError
 from pipeline.storage import discard
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     import pyarrow.compute as pc
-else:  # loaded when a table is checked, not by `tracereplay sql` (about 0.1 s)
+    import pyarrow.parquet as pq
+else:  # loaded when a table is read, written or checked, not by `tracereplay sql` on its
+    # own (pyarrow and numpy: about 0.1 s); the contracts name their types as text
     from pipeline.lazy import lazy_import
 
+    pa = lazy_import("pyarrow")
     pc = lazy_import("pyarrow.compute")
+    pq = lazy_import("pyarrow.parquet")
 
 TABLE_KEY = b"tracereplay.table"
 VERSION_KEY = b"tracereplay.schema_version"
@@ -107,7 +110,7 @@ class Contract:
     name: str  # also the directory name in the warehouse and the DuckDB view name
     version: int  # bump when a column changes meaning, unit or type
     description: str
-    columns: tuple[tuple[str, pa.DataType], ...]
+    types: tuple[tuple[str, str], ...]  # each column's Arrow type by name (``arrow_type``)
     nullable: frozenset[str] = frozenset()
     primary_key: tuple[str, ...] = ()
     partition_by: tuple[str, ...] = ()  # hive partition columns (not stored in files)
@@ -118,14 +121,19 @@ class Contract:
     # the values each column may hold (columns not named: any of their type)
     valid: dict[str, Valid] = field(default_factory=dict, compare=False)
 
+    @functools.cached_property
+    def columns(self) -> tuple[tuple[str, pa.DataType], ...]:
+        """Each column and its Arrow type (importing pyarrow)."""
+        return tuple((n, arrow_type(t)) for n, t in self.types)
+
     @property
     def column_names(self) -> list[str]:
-        return [n for n, _ in self.columns]
+        return [n for n, _ in self.types]
 
     @property
     def file_columns(self) -> list[str]:
         """Columns stored inside each Parquet file (the partition columns are not)."""
-        return [n for n, _ in self.columns if n not in self.partition_by]
+        return [n for n, _ in self.types if n not in self.partition_by]
 
     def schema(self, *, with_partitions: bool = False) -> pa.Schema:
         """The Arrow schema of the file (or of the table, with partitions)."""
@@ -137,7 +145,26 @@ class Contract:
         )
 
 
-Column = tuple[str, pa.DataType, str, Valid | None]
+Column = tuple[str, str, str, "Valid | None"]
+
+
+def arrow_type(name: str) -> pa.DataType:
+    """The Arrow type a contract names (``str()`` of the type gives the name back)."""
+    if name == TS:
+        return pa.timestamp("us", tz="UTC")
+    if name == "list<item: uint64>":
+        return pa.list_(pa.uint64())
+    return _ARROW_TYPES[name]()
+
+
+_ARROW_TYPES = {
+    "string": lambda: pa.string(),
+    "double": lambda: pa.float64(),
+    "int32": lambda: pa.int32(),
+    "int64": lambda: pa.int64(),
+    "bool": lambda: pa.bool_(),
+    "date32[day]": lambda: pa.date32(),
+}
 
 
 SCHED_CPU_COLS = ("sched_cpu_s", "sched_cpu_exposed_s")  # sim_steps, cost model v4
@@ -145,7 +172,7 @@ SWAP_COLS = ("swap_out_bytes", "swap_in_bytes")  # sim_steps, swap preemption
 TIER_COLS = ("cpu_hit_tokens", "disk_hit_tokens", "tier_load_bytes")  # sim_steps, KV offloading
 
 
-def _c(name: str, dtype: pa.DataType, doc: str, valid: Valid | None = None) -> Column:
+def _c(name: str, dtype: str, doc: str, valid: Valid | None = None) -> Column:
     return (name, dtype, doc, valid)
 
 
@@ -165,7 +192,7 @@ def _contract(
         name=name,
         version=version,
         description=description,
-        columns=tuple((n, t) for n, t, _, _ in cols),
+        types=tuple((n, t) for n, t, _, _ in cols),
         nullable=frozenset(nullable or ()),
         primary_key=primary_key,
         partition_by=partition_by,
@@ -175,46 +202,46 @@ def _contract(
     )
 
 
-TS = pa.timestamp("us", tz="UTC")
+TS = "timestamp[us, tz=UTC]"
 
 REQUESTS = _contract(
     "requests",
     1,
     "One row per request from a production log. Never holds prompt text.",
     [
-        _c("request_id", pa.string(), "id from the log, or a content hash when it has none"),
+        _c("request_id", "string", "id from the log, or a content hash when it has none"),
         _c("arrival_time", TS, "when the request arrived (UTC)", WHEN),
-        _c("arrival_s", pa.float64(), "seconds since the first request of its source file", TIME_S),
-        _c("prompt_tokens", pa.int32(), "prompt (input, context) tokens", TOKENS),
-        _c("output_tokens", pa.int32(), "generated tokens", TOKENS),
-        _c("max_tokens", pa.int32(), "the request's max_tokens cap, when logged", POSITIVE),
-        _c("block_size", pa.int32(), "tokens per prefix hash block; null without hashes", POSITIVE),
-        _c("prefix_hashes", pa.list_(pa.uint64()), "chained hashes of full prompt blocks"),
+        _c("arrival_s", "double", "seconds since the first request of its source file", TIME_S),
+        _c("prompt_tokens", "int32", "prompt (input, context) tokens", TOKENS),
+        _c("output_tokens", "int32", "generated tokens", TOKENS),
+        _c("max_tokens", "int32", "the request's max_tokens cap, when logged", POSITIVE),
+        _c("block_size", "int32", "tokens per prefix hash block; null without hashes", POSITIVE),
+        _c("prefix_hashes", "list<item: uint64>", "chained hashes of full prompt blocks"),
         _c(
             "output_hashes",
-            pa.list_(pa.uint64()),
+            "list<item: uint64>",
             "the chain continued over prompt + output: hashes of the full blocks after the "
             "prompt's full blocks; null when the log has no output tokens",
         ),
-        _c("model", pa.string(), "model name, when logged"),
-        _c("tenant", pa.string(), "user, team or API key the request belongs to"),
-        _c("priority", pa.int32(), "scheduling priority (lower first), when logged"),
-        _c("session_id", pa.string(), "conversation / chat id, when logged"),
-        _c("parent_id", pa.string(), "previous request of the conversation, when logged"),
-        _c("turn", pa.int32(), "turn number within the conversation, when logged"),
-        _c("observed_ttft_s", pa.float64(), "time to first token seen in the log", LATENCY_S),
-        _c("observed_e2e_s", pa.float64(), "end-to-end latency seen in the log", LATENCY_S),
-        _c("observed_queue_s", pa.float64(), "queueing time seen in the log", LATENCY_S),
+        _c("model", "string", "model name, when logged"),
+        _c("tenant", "string", "user, team or API key the request belongs to"),
+        _c("priority", "int32", "scheduling priority (lower first), when logged"),
+        _c("session_id", "string", "conversation / chat id, when logged"),
+        _c("parent_id", "string", "previous request of the conversation, when logged"),
+        _c("turn", "int32", "turn number within the conversation, when logged"),
+        _c("observed_ttft_s", "double", "time to first token seen in the log", LATENCY_S),
+        _c("observed_e2e_s", "double", "end-to-end latency seen in the log", LATENCY_S),
+        _c("observed_queue_s", "double", "queueing time seen in the log", LATENCY_S),
         _c(
             "cached_tokens",
-            pa.int32(),
+            "int32",
             "prompt tokens served from a prefix cache, as logged",
             TOKENS,
         ),
-        _c("source_format", pa.string(), "log format the row was read from"),
-        _c("source_file", pa.string(), "file the row was read from"),
-        _c("source_line", pa.int64(), "1-based line (or record number) in that file", COUNT),
-        _c("date", pa.date32(), "UTC day of arrival_time (partition)"),
+        _c("source_format", "string", "log format the row was read from"),
+        _c("source_file", "string", "file the row was read from"),
+        _c("source_line", "int64", "1-based line (or record number) in that file", COUNT),
+        _c("date", "date32[day]", "UTC day of arrival_time (partition)"),
     ],
     nullable={
         "max_tokens",
@@ -241,13 +268,13 @@ QUARANTINE = _contract(
     1,
     "One row per input record that ingest rejected, with where it was and why.",
     [
-        _c("run_id", pa.string(), "the ingest run that rejected it"),
-        _c("source_format", pa.string(), "log format of the file"),
-        _c("source_file", pa.string(), "file the record was read from"),
-        _c("source_line", pa.int64(), "1-based line (or record number) in that file", COUNT),
-        _c("byte_offset", pa.int64(), "byte offset of the record in the decompressed file", COUNT),
-        _c("reason", pa.string(), "what is wrong with the record"),
-        _c("raw_excerpt", pa.string(), "start of the raw record (formats without text only)"),
+        _c("run_id", "string", "the ingest run that rejected it"),
+        _c("source_format", "string", "log format of the file"),
+        _c("source_file", "string", "file the record was read from"),
+        _c("source_line", "int64", "1-based line (or record number) in that file", COUNT),
+        _c("byte_offset", "int64", "byte offset of the record in the decompressed file", COUNT),
+        _c("reason", "string", "what is wrong with the record"),
+        _c("raw_excerpt", "string", "start of the raw record (formats without text only)"),
     ],
     nullable={"byte_offset", "raw_excerpt"},
 )
@@ -257,18 +284,18 @@ RUNS = _contract(
     1,
     "One row per pipeline run: what ran, on what, when, and how it ended.",
     [
-        _c("run_id", pa.string(), "unique id, sortable by start time"),
-        _c("command", pa.string(), "ingest, replay, ..."),
+        _c("run_id", "string", "unique id, sortable by start time"),
+        _c("command", "string", "ingest, replay, ..."),
         _c("started_at", TS, "start (UTC)"),
         _c("finished_at", TS, "end (UTC)"),
-        _c("status", pa.string(), "ok, partial (some files failed) or failed"),
-        _c("inputs", pa.string(), "JSON list of input paths"),
-        _c("rows_read", pa.int64(), "records read", COUNT),
-        _c("rows_kept", pa.int64(), "records written", COUNT),
-        _c("rows_quarantined", pa.int64(), "records sent to quarantine", COUNT),
-        _c("rows_duplicate", pa.int64(), "records dropped as duplicates of kept ones", COUNT),
-        _c("details", pa.string(), "JSON: per-file counts, errors, resolved config"),
-        _c("version", pa.string(), "tracereplay version"),
+        _c("status", "string", "ok, partial (some files failed) or failed"),
+        _c("inputs", "string", "JSON list of input paths"),
+        _c("rows_read", "int64", "records read", COUNT),
+        _c("rows_kept", "int64", "records written", COUNT),
+        _c("rows_quarantined", "int64", "records sent to quarantine", COUNT),
+        _c("rows_duplicate", "int64", "records dropped as duplicates of kept ones", COUNT),
+        _c("details", "string", "JSON: per-file counts, errors, resolved config"),
+        _c("version", "string", "tracereplay version"),
     ],
     primary_key=("run_id",),
 )
@@ -281,84 +308,84 @@ SIM_REQUESTS = _contract(
     1,
     "One row per scenario and replayed request: when it was scheduled and served.",
     [
-        _c("run_id", pa.string(), "replay run (partition)"),
-        _c("scenario", pa.string(), "scenario name"),
-        _c("request_id", pa.string(), "requests.request_id"),
-        _c("pool", pa.string(), "the fleet's pool that served it (null: one pool)"),
-        _c("replica", pa.int32(), "replica the router sent it to", COUNT),
-        _c("arrival_s", pa.float64(), "simulated arrival, seconds from replay start", TIME_S),
-        _c("prompt_tokens", pa.int32(), "prompt tokens", TOKENS),
-        _c("output_tokens", pa.int32(), "output tokens generated (after any cap)", TOKENS),
+        _c("run_id", "string", "replay run (partition)"),
+        _c("scenario", "string", "scenario name"),
+        _c("request_id", "string", "requests.request_id"),
+        _c("pool", "string", "the fleet's pool that served it (null: one pool)"),
+        _c("replica", "int32", "replica the router sent it to", COUNT),
+        _c("arrival_s", "double", "simulated arrival, seconds from replay start", TIME_S),
+        _c("prompt_tokens", "int32", "prompt tokens", TOKENS),
+        _c("output_tokens", "int32", "output tokens generated (after any cap)", TOKENS),
         _c(
             "first_scheduled_s",
-            pa.float64(),
+            "double",
             "start of the first step that scheduled it",
             SIM_TIME_S,
         ),
         _c(
             "first_token_s",
-            pa.float64(),
+            "double",
             "end of the step that computed its last prompt token",
             SIM_TIME_S,
         ),
-        _c("finished_s", pa.float64(), "end of the step that produced its last token", SIM_TIME_S),
-        _c("queue_s", pa.float64(), "first_scheduled_s - arrival_s", SIM_TIME_S),
-        _c("ttft_s", pa.float64(), "TTFT a client sees: engine_ttft_s + the front end", SIM_TIME_S),
+        _c("finished_s", "double", "end of the step that produced its last token", SIM_TIME_S),
+        _c("queue_s", "double", "first_scheduled_s - arrival_s", SIM_TIME_S),
+        _c("ttft_s", "double", "TTFT a client sees: engine_ttft_s + the front end", SIM_TIME_S),
         _c(
             "tpot_s",
-            pa.float64(),
+            "double",
             "(e2e - ttft) / (output_tokens - 1); null if <= 1 token",
             SIM_TIME_S,
         ),
-        _c("e2e_s", pa.float64(), "E2E a client sees: engine_e2e_s + the front end", SIM_TIME_S),
+        _c("e2e_s", "double", "E2E a client sees: engine_e2e_s + the front end", SIM_TIME_S),
         _c(
             "engine_ttft_s",
-            pa.float64(),
+            "double",
             "first_token_s - arrival_s (the engine core's)",
             SIM_TIME_S,
         ),
-        _c("engine_e2e_s", pa.float64(), "finished_s - arrival_s (the engine core's)", SIM_TIME_S),
-        _c("num_preemptions", pa.int32(), "times it was preempted (recompute)", COUNT),
-        _c("num_prefill_chunks", pa.int32(), "steps that computed part of its prompt", COUNT),
-        _c("cached_tokens", pa.int32(), "prompt tokens served from the prefix cache", TOKENS),
+        _c("engine_e2e_s", "double", "finished_s - arrival_s (the engine core's)", SIM_TIME_S),
+        _c("num_preemptions", "int32", "times it was preempted (recompute)", COUNT),
+        _c("num_prefill_chunks", "int32", "steps that computed part of its prompt", COUNT),
+        _c("cached_tokens", "int32", "prompt tokens served from the prefix cache", TOKENS),
         _c(
             "queue_depth_at_arrival",
-            pa.int32(),
+            "int32",
             "requests waiting on its replica when it came",
             COUNT,
         ),
         _c(
             "kv_transfer_s",
-            pa.float64(),
+            "double",
             "disaggregated: prefill done to its KV landed on the decode worker (null: not)",
             SIM_TIME_S,
         ),
         _c(
             "num_swaps",
-            pa.int32(),
+            "int32",
             "swap preemption: times its KV went to host memory and back (0: never, "
             "or recompute preemption)",
             COUNT,
         ),
         _c(
             "cpu_hit_tokens",
-            pa.int64(),
+            "int64",
             "KV offloading: tokens loaded for it from the CPU tier, past its GPU prefix "
             "hits, over all its lookups (resumptions too; 0: none, or no tiers)",
             COUNT,
         ),
-        _c("disk_hit_tokens", pa.int64(), "KV offloading: ... from the disk tier", COUNT),
+        _c("disk_hit_tokens", "int64", "KV offloading: ... from the disk tier", COUNT),
         # speculative decoding (sim/speculation.py); null when no step has drafts
         _c(
             "num_draft_tokens",
-            pa.int32(),
+            "int32",
             "speculative decoding: draft tokens its steps verified (padded ones too; redone "
             "after a preemption too: they sum to sim_steps'; null: no drafts)",
             COUNT,
         ),
         _c(
             "num_accepted_tokens",
-            pa.int32(),
+            "int32",
             "speculative decoding: of which accepted (null: no drafts)",
             COUNT,
         ),
@@ -399,66 +426,66 @@ SIM_STEPS = _contract(
     1,
     "One row per scenario, replica and engine step, or run of identical decode steps.",
     [
-        _c("run_id", pa.string(), "replay run (partition)"),
-        _c("scenario", pa.string(), "scenario name"),
-        _c("pool", pa.string(), "the fleet's pool of the replica (null: one pool)"),
-        _c("replica", pa.int32(), "replica index (a fleet numbers its pools' in order)", COUNT),
-        _c("step", pa.int64(), "index of the first step in the row", COUNT),
-        _c("num_steps", pa.int64(), "steps the row covers (>1 for a skipped decode run)", COUNT),
-        _c("start_s", pa.float64(), "start of the first step", SIM_TIME_S),
-        _c("duration_s", pa.float64(), "total time of the steps in the row", SIM_TIME_S),
-        _c("num_running", pa.int32(), "requests in the batch", COUNT),
-        _c("num_waiting", pa.int32(), "requests queued (queue depth) at the start", COUNT),
-        _c("num_prefill_tokens", pa.int64(), "prompt tokens computed per step", COUNT),
-        _c("num_decode_tokens", pa.int64(), "decode tokens computed per step", COUNT),
+        _c("run_id", "string", "replay run (partition)"),
+        _c("scenario", "string", "scenario name"),
+        _c("pool", "string", "the fleet's pool of the replica (null: one pool)"),
+        _c("replica", "int32", "replica index (a fleet numbers its pools' in order)", COUNT),
+        _c("step", "int64", "index of the first step in the row", COUNT),
+        _c("num_steps", "int64", "steps the row covers (>1 for a skipped decode run)", COUNT),
+        _c("start_s", "double", "start of the first step", SIM_TIME_S),
+        _c("duration_s", "double", "total time of the steps in the row", SIM_TIME_S),
+        _c("num_running", "int32", "requests in the batch", COUNT),
+        _c("num_waiting", "int32", "requests queued (queue depth) at the start", COUNT),
+        _c("num_prefill_tokens", "int64", "prompt tokens computed per step", COUNT),
+        _c("num_decode_tokens", "int64", "decode tokens computed per step", COUNT),
         _c(
             "prefill_attn_pairs",
-            pa.float64(),
+            "double",
             "causal (query, key) pairs of the prefill chunks (A of the cost model), per step",
         ),
         _c(
             "decode_context_tokens",
-            pa.int64(),
+            "int64",
             "KV tokens the decodes read in the row's first step (C); each later step of a "
             "run reads num_decode_tokens more",
         ),
-        _c("num_kv_blocks_used", pa.int64(), "KV blocks in use at the end of the row", COUNT),
-        _c("num_kv_blocks_total", pa.int64(), "KV blocks the replica has", COUNT),
-        _c("num_preemptions", pa.int32(), "requests preempted in the row", COUNT),
-        _c("num_prefix_query_tokens", pa.int64(), "prompt tokens looked up in the prefix cache"),
-        _c("num_prefix_hit_tokens", pa.int64(), "of which found"),
-        _c("role", pa.string(), "disaggregated: the worker's role, prefill or decode (null: not)"),
+        _c("num_kv_blocks_used", "int64", "KV blocks in use at the end of the row", COUNT),
+        _c("num_kv_blocks_total", "int64", "KV blocks the replica has", COUNT),
+        _c("num_preemptions", "int32", "requests preempted in the row", COUNT),
+        _c("num_prefix_query_tokens", "int64", "prompt tokens looked up in the prefix cache"),
+        _c("num_prefix_hit_tokens", "int64", "of which found"),
+        _c("role", "string", "disaggregated: the worker's role, prefill or decode (null: not)"),
         # scheduler CPU time (docs/replay.md, "Scheduler CPU time")
-        _c("sched_cpu_s", pa.float64(), "scheduler CPU seconds of the row's steps", SIM_TIME_S),
+        _c("sched_cpu_s", "double", "scheduler CPU seconds of the row's steps", SIM_TIME_S),
         _c(
             "sched_cpu_exposed_s",
-            pa.float64(),
+            "double",
             "of which on the critical path (all of it when the engine schedules synchronously)",
             SIM_TIME_S,
         ),
         _c(
             "swap_out_bytes",
-            pa.int64(),
+            "int64",
             "swap preemption: KV bytes the row's step copied to host memory before its "
             "forward pass, which waited for them (0: none)",
             COUNT,
         ),
-        _c("swap_in_bytes", pa.int64(), "swap preemption: KV bytes copied back", COUNT),
+        _c("swap_in_bytes", "int64", "swap preemption: KV bytes copied back", COUNT),
         # speculative decoding (sim/speculation.py); null when it is off
-        _c("num_draft_tokens", pa.int64(), "draft tokens verified in the row (null: no drafts)"),
-        _c("num_accepted_tokens", pa.int64(), "of which accepted (null: no drafts)"),
+        _c("num_draft_tokens", "int64", "draft tokens verified in the row (null: no drafts)"),
+        _c("num_accepted_tokens", "int64", "of which accepted (null: no drafts)"),
         # KV offloading tiers (sim/kv_tiers.py); 0 when they are off
         _c(
             "cpu_hit_tokens",
-            pa.int64(),
+            "int64",
             "KV offloading: tokens the row's step loaded from the CPU tier, past the GPU "
             "prefix hits (every lookup, resumptions too)",
             COUNT,
         ),
-        _c("disk_hit_tokens", pa.int64(), "KV offloading: ... from the disk tier", COUNT),
+        _c("disk_hit_tokens", "int64", "KV offloading: ... from the disk tier", COUNT),
         _c(
             "tier_load_bytes",
-            pa.int64(),
+            "int64",
             "KV offloading: KV bytes those loads moved; the step waited for them",
             COUNT,
         ),
@@ -496,13 +523,13 @@ SCENARIOS = _contract(
     1,
     "One row per replayed scenario: its full resolved configuration and summary.",
     [
-        _c("run_id", pa.string(), "replay run (partition)"),
-        _c("scenario", pa.string(), "scenario name"),
-        _c("policy", pa.string(), "scheduler policy"),
-        _c("replicas", pa.int32(), "number of replicas"),
-        _c("profile", pa.string(), "step-cost profile name"),
-        _c("config_json", pa.string(), "every resolved parameter, as JSON"),
-        _c("summary_json", pa.string(), "the printed summary figures, as JSON"),
+        _c("run_id", "string", "replay run (partition)"),
+        _c("scenario", "string", "scenario name"),
+        _c("policy", "string", "scheduler policy"),
+        _c("replicas", "int32", "number of replicas"),
+        _c("profile", "string", "step-cost profile name"),
+        _c("config_json", "string", "every resolved parameter, as JSON"),
+        _c("summary_json", "string", "the printed summary figures, as JSON"),
     ],
     primary_key=("scenario",),
     partition_by=("run_id",),
@@ -528,39 +555,39 @@ CAPACITY_SEARCH = _contract(
     1,
     "One row per capacity-search probe and SLO: the search path, each verdict, the answer.",
     [
-        _c("run_id", pa.string(), "capacity run (partition)"),
-        _c("search", pa.string(), "concurrency, rate, replicas or kv_offloading"),
-        _c("knob", pa.string(), "what the search turns: max_num_seqs, rate, replicas, ..."),
-        _c("probe", pa.int32(), "order of the probe within its search (0 first)"),
-        _c("value", pa.float64(), "the knob's value at this probe (rate in requests/s)"),
-        _c("scenario", pa.string(), "the probe's scenario (scenarios, sim_requests)"),
-        _c("slo", pa.string(), "the SLO of this row, e.g. ttft_p99"),
-        _c("limit_s", pa.float64(), "the SLO's limit (inclusive), seconds"),
-        _c("measured_s", pa.float64(), "the SLO's statistic here; null: no request has it"),
-        _c("slo_met", pa.bool_(), "measured_s <= limit_s"),
-        _c("met", pa.bool_(), "every SLO met at this probe"),
-        _c("num_requests", pa.int64(), "requests replayed"),
-        _c("offered_rate", pa.float64(), "requests / last arrival, requests/s"),
-        _c("request_throughput", pa.float64(), "completed requests/s, first arrival to last token"),
-        _c("output_token_throughput", pa.float64(), "output tokens/s over the same span"),
-        _c("goodput", pa.float64(), "requests/s that met every SLO on their own (vLLM's)"),
-        _c("num_preemptions", pa.int64(), "preemptions in the replay"),
-        _c("answer", pa.float64(), "the search's answer (every row); null: nothing meets"),
-        _c("is_answer", pa.bool_(), "this probe is the answer"),
-        _c("monotone", pa.bool_(), "every probe of the search agrees with the assumed shape"),
-        _c("note", pa.string(), "range end reached, or the probes that break monotony"),
+        _c("run_id", "string", "capacity run (partition)"),
+        _c("search", "string", "concurrency, rate, replicas or kv_offloading"),
+        _c("knob", "string", "what the search turns: max_num_seqs, rate, replicas, ..."),
+        _c("probe", "int32", "order of the probe within its search (0 first)"),
+        _c("value", "double", "the knob's value at this probe (rate in requests/s)"),
+        _c("scenario", "string", "the probe's scenario (scenarios, sim_requests)"),
+        _c("slo", "string", "the SLO of this row, e.g. ttft_p99"),
+        _c("limit_s", "double", "the SLO's limit (inclusive), seconds"),
+        _c("measured_s", "double", "the SLO's statistic here; null: no request has it"),
+        _c("slo_met", "bool", "measured_s <= limit_s"),
+        _c("met", "bool", "every SLO met at this probe"),
+        _c("num_requests", "int64", "requests replayed"),
+        _c("offered_rate", "double", "requests / last arrival, requests/s"),
+        _c("request_throughput", "double", "completed requests/s, first arrival to last token"),
+        _c("output_token_throughput", "double", "output tokens/s over the same span"),
+        _c("goodput", "double", "requests/s that met every SLO on their own (vLLM's)"),
+        _c("num_preemptions", "int64", "preemptions in the replay"),
+        _c("answer", "double", "the search's answer (every row); null: nothing meets"),
+        _c("is_answer", "bool", "this probe is the answer"),
+        _c("monotone", "bool", "every probe of the search agrees with the assumed shape"),
+        _c("note", "string", "range end reached, or the probes that break monotony"),
         # added with intervals (null in files written before, and with --no-intervals)
-        _c("probe_role", pa.string(), "search (the bisection) or interval (for its ends only)"),
-        _c("measured_lo_s", pa.float64(), "low end of measured_s's interval (the answer's spread)"),
-        _c("measured_hi_s", pa.float64(), "high end of measured_s's interval"),
-        _c("interval_level", pa.float64(), "coverage of the intervals (0.9)"),
-        _c("answer_lo", pa.float64(), "low end of the answer's interval; null: none in range"),
-        _c("answer_hi", pa.float64(), "high end of the answer's interval; null: none in range"),
-        _c("answer_safe", pa.bool_(), "the answer meets every SLO at its upper bounds too"),
-        _c("reversal_beyond_interval", pa.bool_(), "a verdict against the shape, not noise"),
-        _c("num_replicates", pa.int32(), "replicate replays at the answer (arrivals term)"),
-        _c("cost_log_sd", pa.float64(), "sd of log step time of the profile term"),
-        _c("cost_sd_default", pa.bool_(), "that sd is the default (the profile states none)"),
+        _c("probe_role", "string", "search (the bisection) or interval (for its ends only)"),
+        _c("measured_lo_s", "double", "low end of measured_s's interval (the answer's spread)"),
+        _c("measured_hi_s", "double", "high end of measured_s's interval"),
+        _c("interval_level", "double", "coverage of the intervals (0.9)"),
+        _c("answer_lo", "double", "low end of the answer's interval; null: none in range"),
+        _c("answer_hi", "double", "high end of the answer's interval; null: none in range"),
+        _c("answer_safe", "bool", "the answer meets every SLO at its upper bounds too"),
+        _c("reversal_beyond_interval", "bool", "a verdict against the shape, not noise"),
+        _c("num_replicates", "int32", "replicate replays at the answer (arrivals term)"),
+        _c("cost_log_sd", "double", "sd of log step time of the profile term"),
+        _c("cost_sd_default", "bool", "that sd is the default (the profile states none)"),
     ],
     nullable={
         "measured_s",
@@ -582,34 +609,34 @@ CALIBRATION = _contract(
     1,
     "One row per calibrate-observed run, metric and statistic: observed vs simulated latency.",
     [
-        _c("run_id", pa.string(), "calibration run (partition)"),
-        _c("scenario", pa.string(), "the production scenario replayed"),
-        _c("profile", pa.string(), "the profile it started from"),
-        _c("calibrated_profile", pa.string(), "the calibrated profile JSON written"),
-        _c("metric", pa.string(), "ttft or tpot"),
-        _c("statistic", pa.string(), "p50, p90 or p99 over the requests"),
-        _c("num_requests", pa.int64(), "requests with both an observed and a simulated value"),
-        _c("observed_s", pa.float64(), "the statistic of the logged latencies"),
-        _c("before_s", pa.float64(), "the statistic simulated with the starting profile"),
-        _c("after_s", pa.float64(), "the statistic simulated with the calibrated profile"),
-        _c("before_error", pa.float64(), "before_s / observed_s - 1"),
-        _c("after_error", pa.float64(), "after_s / observed_s - 1"),
+        _c("run_id", "string", "calibration run (partition)"),
+        _c("scenario", "string", "the production scenario replayed"),
+        _c("profile", "string", "the profile it started from"),
+        _c("calibrated_profile", "string", "the calibrated profile JSON written"),
+        _c("metric", "string", "ttft or tpot"),
+        _c("statistic", "string", "p50, p90 or p99 over the requests"),
+        _c("num_requests", "int64", "requests with both an observed and a simulated value"),
+        _c("observed_s", "double", "the statistic of the logged latencies"),
+        _c("before_s", "double", "the statistic simulated with the starting profile"),
+        _c("after_s", "double", "the statistic simulated with the calibrated profile"),
+        _c("before_error", "double", "before_s / observed_s - 1"),
+        _c("after_error", "double", "after_s / observed_s - 1"),
         _c(
             "held_out_before_error",
-            pa.float64(),
+            "double",
             "the starting profile's error on held-out hours (median over folds)",
         ),
         _c(
             "held_out_error",
-            pa.float64(),
+            "double",
             "cross-validated: a fit on the other hours predicting held-out ones (median)",
         ),
         _c(
             "scale",
-            pa.float64(),
+            "double",
             "fitted factor of the metric's cost group (ttft: compute, tpot: memory)",
         ),
-        _c("iterations", pa.int32(), "replays after the first"),
+        _c("iterations", "int32", "replays after the first"),
     ],
     nullable={
         "observed_s",
@@ -630,24 +657,24 @@ LIVE_REQUESTS = _contract(
     1,
     "One row per request replayed through a live engine (in-process or over HTTP).",
     [
-        _c("run_id", pa.string(), "live run (partition)"),
-        _c("request_id", pa.string(), "requests.request_id"),
-        _c("engine", pa.string(), "inprocess or http"),
-        _c("arrival_s", pa.float64(), "scheduled send time, seconds from replay start", TIME_S),
-        _c("sent_s", pa.float64(), "when it left the client / was added to the engine"),
-        _c("first_scheduled_s", pa.float64(), "engine-side first scheduling, when known"),
-        _c("first_token_s", pa.float64(), "first non-empty chunk (first generated token)"),
-        _c("finished_s", pa.float64(), "last chunk (request finished)"),
-        _c("prompt_tokens", pa.int32(), "prompt tokens sent", TOKENS),
-        _c("output_tokens", pa.int32(), "output tokens asked for (EOS ignored)", TOKENS),
-        _c("output_tokens_received", pa.int32(), "output tokens received", TOKENS),
-        _c("ttft_s", pa.float64(), "first_token_s - arrival_s"),
-        _c("tpot_s", pa.float64(), "(e2e - ttft) / (output_tokens_received - 1); null if <= 1"),
-        _c("e2e_s", pa.float64(), "finished_s - arrival_s"),
-        _c("itl_mean_s", pa.float64(), "mean gap between chunks after the first"),
-        _c("itl_max_s", pa.float64(), "longest gap between chunks after the first"),
-        _c("error", pa.string(), "why it failed; null when it completed"),
-        _c("ok", pa.bool_(), "completed with every token asked for (error is null)"),
+        _c("run_id", "string", "live run (partition)"),
+        _c("request_id", "string", "requests.request_id"),
+        _c("engine", "string", "inprocess or http"),
+        _c("arrival_s", "double", "scheduled send time, seconds from replay start", TIME_S),
+        _c("sent_s", "double", "when it left the client / was added to the engine"),
+        _c("first_scheduled_s", "double", "engine-side first scheduling, when known"),
+        _c("first_token_s", "double", "first non-empty chunk (first generated token)"),
+        _c("finished_s", "double", "last chunk (request finished)"),
+        _c("prompt_tokens", "int32", "prompt tokens sent", TOKENS),
+        _c("output_tokens", "int32", "output tokens asked for (EOS ignored)", TOKENS),
+        _c("output_tokens_received", "int32", "output tokens received", TOKENS),
+        _c("ttft_s", "double", "first_token_s - arrival_s"),
+        _c("tpot_s", "double", "(e2e - ttft) / (output_tokens_received - 1); null if <= 1"),
+        _c("e2e_s", "double", "finished_s - arrival_s"),
+        _c("itl_mean_s", "double", "mean gap between chunks after the first"),
+        _c("itl_max_s", "double", "longest gap between chunks after the first"),
+        _c("error", "string", "why it failed; null when it completed"),
+        _c("ok", "bool", "completed with every token asked for (error is null)"),
     ],
     nullable={
         "sent_s",
@@ -670,10 +697,10 @@ LIVE_METRICS = _contract(
     1,
     "The time series of a live run: server metrics scraped from /metrics and client counts.",
     [
-        _c("run_id", pa.string(), "live run (partition)"),
-        _c("time_s", pa.float64(), "when it was sampled, seconds from replay start"),
-        _c("metric", pa.string(), "num_requests_running, kv_cache_usage, client_in_flight, ..."),
-        _c("value", pa.float64(), "its value then"),
+        _c("run_id", "string", "live run (partition)"),
+        _c("time_s", "double", "when it was sampled, seconds from replay start"),
+        _c("metric", "string", "num_requests_running, kv_cache_usage, client_in_flight, ..."),
+        _c("value", "double", "its value then"),
     ],
     primary_key=("time_s", "metric"),
     partition_by=("run_id",),
@@ -684,13 +711,13 @@ VALIDATION = _contract(
     1,
     "The simulator against a live run: per metric and statistic, live, simulated, error.",
     [
-        _c("run_id", pa.string(), "validate run (partition)"),
-        _c("live_run_id", pa.string(), "the live run compared"),
-        _c("metric", pa.string(), "ttft, tpot, e2e, request_throughput, output_token_throughput"),
-        _c("stat", pa.string(), "p50, p90, p99, mean (latencies); overall (throughputs)"),
-        _c("live", pa.float64(), "measured on the live engine (s, or per s)"),
-        _c("simulated", pa.float64(), "the simulator's value for the same requests"),
-        _c("error", pa.float64(), "simulated / live - 1"),
+        _c("run_id", "string", "validate run (partition)"),
+        _c("live_run_id", "string", "the live run compared"),
+        _c("metric", "string", "ttft, tpot, e2e, request_throughput, output_token_throughput"),
+        _c("stat", "string", "p50, p90, p99, mean (latencies); overall (throughputs)"),
+        _c("live", "double", "measured on the live engine (s, or per s)"),
+        _c("simulated", "double", "the simulator's value for the same requests"),
+        _c("error", "double", "simulated / live - 1"),
     ],
     nullable={"live", "simulated", "error"},
     primary_key=("metric", "stat"),
@@ -702,23 +729,23 @@ VALIDATION_REQUESTS = _contract(
     1,
     "The simulator against a live run, per request: live and simulated latencies side by side.",
     [
-        _c("run_id", pa.string(), "validate run (partition)"),
-        _c("live_run_id", pa.string(), "the live run compared"),
-        _c("request_id", pa.string(), "requests.request_id"),
-        _c("arrival_s", pa.float64(), "arrival, seconds from the live replay's start"),
-        _c("prompt_tokens", pa.int32(), "prompt tokens"),
-        _c("output_tokens", pa.int32(), "output tokens"),
-        _c("live_first_scheduled_s", pa.float64(), "engine's first scheduling (in-process)"),
-        _c("sim_first_scheduled_s", pa.float64(), "simulated first scheduling"),
-        _c("live_ttft_s", pa.float64(), "measured TTFT"),
-        _c("sim_ttft_s", pa.float64(), "simulated TTFT"),
-        _c("ttft_error", pa.float64(), "sim_ttft_s / live_ttft_s - 1"),
-        _c("live_tpot_s", pa.float64(), "measured TPOT (null for one output token)"),
-        _c("sim_tpot_s", pa.float64(), "simulated TPOT"),
-        _c("tpot_error", pa.float64(), "sim_tpot_s / live_tpot_s - 1"),
-        _c("live_e2e_s", pa.float64(), "measured end-to-end latency"),
-        _c("sim_e2e_s", pa.float64(), "simulated end-to-end latency"),
-        _c("e2e_error", pa.float64(), "sim_e2e_s / live_e2e_s - 1"),
+        _c("run_id", "string", "validate run (partition)"),
+        _c("live_run_id", "string", "the live run compared"),
+        _c("request_id", "string", "requests.request_id"),
+        _c("arrival_s", "double", "arrival, seconds from the live replay's start"),
+        _c("prompt_tokens", "int32", "prompt tokens"),
+        _c("output_tokens", "int32", "output tokens"),
+        _c("live_first_scheduled_s", "double", "engine's first scheduling (in-process)"),
+        _c("sim_first_scheduled_s", "double", "simulated first scheduling"),
+        _c("live_ttft_s", "double", "measured TTFT"),
+        _c("sim_ttft_s", "double", "simulated TTFT"),
+        _c("ttft_error", "double", "sim_ttft_s / live_ttft_s - 1"),
+        _c("live_tpot_s", "double", "measured TPOT (null for one output token)"),
+        _c("sim_tpot_s", "double", "simulated TPOT"),
+        _c("tpot_error", "double", "sim_tpot_s / live_tpot_s - 1"),
+        _c("live_e2e_s", "double", "measured end-to-end latency"),
+        _c("sim_e2e_s", "double", "simulated end-to-end latency"),
+        _c("e2e_error", "double", "sim_e2e_s / live_e2e_s - 1"),
     ],
     nullable={
         "live_first_scheduled_s",

@@ -47,8 +47,6 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pyarrow.parquet as pq
-
 from pipeline import __version__
 from pipeline.contracts import (
     CONTRACTS,
@@ -61,7 +59,13 @@ from pipeline.contracts import (
 from pipeline.storage import discard
 
 if TYPE_CHECKING:
+    import pyarrow.parquet as pq
+
     from pipeline.warehouse import Warehouse
+else:  # loaded when a file is judged, not when the verdicts kept beside them still hold
+    from pipeline.lazy import lazy_import
+
+    pq = lazy_import("pyarrow.parquet")
 
 DAMAGED_DIR = "damaged"
 MANIFEST = "manifest.jsonl"

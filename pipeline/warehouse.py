@@ -27,6 +27,7 @@ left out, named on stderr, and moved to ``damaged/`` by a command holding the lo
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import secrets
@@ -35,13 +36,21 @@ import stat
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from pipeline import integrity, sandbox
 from pipeline.contracts import CONTRACTS, Contract, TableWriter, write_table
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+else:  # loaded when a table is written or a file's schema read (`sql` reads neither)
+    from pipeline.lazy import lazy_import
+
+    pa = lazy_import("pyarrow")
+    pq = lazy_import("pyarrow.parquet")
 
 SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
 VIEWS_SQL = "views.sql"
@@ -84,18 +93,34 @@ class Warehouse:
         written again, so that the views of an older warehouse have those columns too
         (null in its older files) and the queries that read them run.
         """
+        # the schema files found complete last time, by their stat, under these contracts:
+        # those unchanged are not read again (each read loads pyarrow, for `sql` too)
+        stamp = self.root / SCHEMAS_STAMP
+        known, seen = _read_stamp(stamp), {}
         for contract in CONTRACTS.values():
             d = self.table_dir(contract)
             for col in contract.partition_by:
                 d = d / f"{col}={_EMPTY_PARTITION[col]}"
             path = d / "_empty.parquet"
-            if not path.exists() or (contract.optional and not _has_columns(path, contract)):
+            rel = str(path.relative_to(self.root))
+            key = _stat_key(path)
+            if key is None or (
+                contract.optional and known.get(rel) != key and not _has_columns(path, contract)
+            ):
                 try:
                     write_table(contract.schema().empty_table(), contract, path)
                 except (FileExistsError, NotADirectoryError, IsADirectoryError):
                     # a file where a directory belongs, or the reverse: damage, which
                     # ``pipeline.integrity`` reports; the table's view has no rows meanwhile
                     continue
+                key = _stat_key(path)
+            if key is not None:
+                seen[rel] = key
+        if seen != known:
+            try:
+                stamp.write_text(json.dumps({"contracts": _contracts_digest(), "files": seen}))
+            except OSError:  # a read-only warehouse: the files are read again next time
+                pass
 
     def files(self, contract: Contract) -> list[Path]:
         """Data files of a table (schema placeholders excluded), sorted."""
@@ -239,6 +264,37 @@ class Warehouse:
         return any((q.st_dev, q.st_ino) == key for q in _stats(root.rglob("*")))
 
 
+SCHEMAS_STAMP = ".schemas.json"  # (Warehouse.init)
+
+
+def _contracts_digest() -> str:
+    text = repr([(c.name, c.version, c.types) for c in CONTRACTS.values()])
+    return hashlib.sha1(text.encode()).hexdigest()
+
+
+def _read_stamp(path: Path) -> dict[str, list[int]]:
+    """The schema files' stats kept by ``Warehouse.init``; none when they were kept under
+    other contracts (or cannot be read)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    ok = isinstance(data, dict) and data.get("contracts") == _contracts_digest()
+    files = data.get("files") if ok else None
+    return files if isinstance(files, dict) else {}
+
+
+def _stat_key(path: Path) -> list[int] | None:
+    """A file's size, times and inode (None: absent, or not a regular file)."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+
+
 def _has_columns(path: Path, contract: Contract) -> bool:
     """Whether a schema file holds every file column of ``contract``."""
     try:
@@ -301,7 +357,7 @@ _DUCKDB_TYPES = {
 
 def _no_rows(contract: Contract) -> str:
     """A query of no rows with the table's columns (partitions too) in DuckDB types."""
-    cols = ", ".join(f'CAST(NULL AS {_DUCKDB_TYPES[str(t)]}) AS "{n}"' for n, t in contract.columns)
+    cols = ", ".join(f'CAST(NULL AS {_DUCKDB_TYPES[t]}) AS "{n}"' for n, t in contract.types)
     return f"SELECT {cols} WHERE false"
 
 

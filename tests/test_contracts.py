@@ -122,3 +122,13 @@ def test_an_optional_column_is_nullable_and_written_as_nulls_when_absent(tmp_pat
     written = conform(table, REQUESTS, "test")
     assert written.column_names == REQUESTS.file_columns
     assert written.schema.field("output_hashes").type == pa.list_(pa.uint64())
+
+
+def test_every_type_a_contract_names_is_the_arrow_type_of_that_name() -> None:
+    from pipeline.contracts import CONTRACTS, arrow_type
+
+    for contract in CONTRACTS.values():
+        for (name, text), (same, arrow) in zip(contract.types, contract.columns, strict=True):
+            assert name == same and str(arrow) == text and arrow == arrow_type(text)
+    with pytest.raises(KeyError):
+        arrow_type("int31")

@@ -60,9 +60,13 @@ def test_sql_select_1_prints_its_table_without_polars(tmp_path) -> None:
         f"try:\n    cli(['sql', '--warehouse', {str(tmp_path)!r}, 'select 1 AS one'])\n"
         "except SystemExit as e:\n    assert not e.code, e.code"
     )
-    loaded = _modules_after(code)
+    first = _modules_after(code)  # verifies the schema files once (pyarrow) and says so
+    assert "pyarrow.lib" in first
+    loaded = _modules_after(code)  # reads the verdicts kept beside them
     # polars is there as a lazy module (pipeline.lazy), never loaded
     assert not {"polars.dataframe", "numba", "pipeline.sim", "pipeline.plan"} & loaded
+    # nor pyarrow and numpy: the contracts name their types as text, the views need no more
+    assert not {"pyarrow.lib", "numpy"} & loaded
     assert "duckdb" in loaded  # it did run the query
 
 
@@ -78,6 +82,19 @@ def test_lazy_module_loads_on_first_attribute() -> None:
         "m = lazy_import('pipeline.report.charts')\n"
         "import sys\nassert 'altair' not in sys.modules\n"
         "m.ChartOptions\nassert 'altair' in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_lazy_submodule_does_not_import_its_package_until_used() -> None:
+    code = (
+        "from pipeline.lazy import lazy_import\n"
+        "pa = lazy_import('pyarrow')\n"
+        "pq = lazy_import('pyarrow.parquet')\n"
+        "import sys\nassert 'pyarrow.lib' not in sys.modules\n"
+        "assert pq.ParquetFile is sys.modules['pyarrow.parquet'].ParquetFile\n"
+        "assert pq.read_table is sys.modules['pyarrow.parquet'].read_table\n"
+        "assert pa.int32() == sys.modules['pyarrow'].int32()"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
 
