@@ -402,6 +402,7 @@ def _run_sharded(
         rows=kw["rows"],
         jobs=kw["jobs"],
         ray_address=ray_address,
+        slos=kw["slos"],
     )
     return ScenarioRun(
         scenario=sc,
@@ -449,6 +450,7 @@ def _replay_windows(
                 rows=kw["rows"],
                 jobs=kw["jobs"],
                 ray_address=ray_address,
+                slos=kw["slos"],
             )
             rows_read[0] = max(rows_read[0], facts.num_read)
             summary.update(

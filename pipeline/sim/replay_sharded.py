@@ -58,10 +58,11 @@ def plan_sharding(
     Raises:
         ScenarioError: it cannot be sharded, or SLOs were asked (not judged per shard).
     """
-    if slos:
+    scoped = [s.key for s in slos if s.scope is not None]
+    if scoped:
         raise ScenarioError(
-            f"scenario {sc.name!r}: --shards gives the whole traffic's figures only; "
-            "judge SLOs on a replay without --shards"
+            f"scenario {sc.name!r}: --shards judges SLOs over the whole traffic only, not "
+            f"{', '.join(scoped)}; judge scoped SLOs on a replay without --shards"
         )
     return plan_shards(sc, shards, warmup_s=warmup_s)
 
@@ -73,6 +74,7 @@ class ShardTask:
     sc: Scenario
     cut: Cut  # (with its request ids)
     rows: int  # rows per table handed back
+    slos: tuple[Slo, ...] = ()  # whole-traffic SLOs its totals count the good requests of
 
 
 @dataclass
@@ -100,7 +102,7 @@ def replay_shard(task: ShardTask) -> ShardTables:
         timeline.append(sim_steps_table(sc.name, st, stf, blocks))
 
     shard = replay_cut(sc, task.cut, on_steps=keep, step_rows=task.rows)
-    out = _tables(sc, shard, task.cut.request_ids, task.rows)
+    out = _tables(sc, shard, task.cut.request_ids, task.rows, task.slos)
     out.files = {
         SIM_REQUESTS.name: parquet_bytes(out.requests, SIM_REQUESTS, f"{sc.name} sim_requests"),
         SIM_STEPS.name: parquet_bytes(timeline, SIM_STEPS, f"{sc.name} sim_steps"),
@@ -128,6 +130,7 @@ def run_sharded(
     rows: int,
     jobs: int | None = None,
     ray_address: str | None = None,
+    slos: Sequence[Slo] = (),
 ) -> tuple[dict[str, Any], dict[str, Path], float]:
     """Replay ``sc`` in ``parts`` (the cuts of ``plan``, each with its request ids:
     ``whole_input_parts``, or ``replay_windows.read_windows``), ``jobs`` at once (every
@@ -139,12 +142,14 @@ def run_sharded(
     Else each part is replayed and encoded in a worker, and its files are written as
     it ends, as files of their own (``<scenario>.part-<k>.parquet``, beside each other).
 
-    Returns the summary (with its ``sharding`` entry), the files written (the first
-    part's, with several) and the seconds the parts took, writing included.
+    Returns the summary (with its ``sharding`` entry, and with ``slos``, whole-traffic
+    SLOs only, their verdicts as a whole replay's summary has them), the files written
+    (the first part's, with several) and the seconds the parts took, writing included.
     """
     width = min(jobs if jobs is not None else (os.cpu_count() or 1), plan.shards)
     part = {"run_id": run_id}
-    totals, steps = RequestTotals(), StepTotals()
+    slos = tuple(slos)
+    totals, steps = RequestTotals(slos=slos), StepTotals()
     t0 = time.perf_counter()
     with progress(f"replay {sc.name}", total=total, quiet=quiet) as bar:
         if width == 1 and ray_address is None:
@@ -153,7 +158,7 @@ def run_sharded(
                 wh.writer(SIM_REQUESTS, part, sc.name) as requests_out,
                 BackgroundWriter(steps_out) as bg,  # both files, encoded beside the loop
             ):
-                for out in _here(sc, parts, rows, bg.write):
+                for out in _here(sc, parts, rows, bg.write, slos):
                     totals.merge(out.totals)
                     steps.merge(out.steps)
                     for table in out.requests:
@@ -162,15 +167,21 @@ def run_sharded(
             paths = {"sim_steps": steps_out.path, "sim_requests": requests_out.path}
         else:
             written: dict[int, dict[str, Path]] = {}
-            for k, out in _elsewhere(sc, parts, rows, width, ray_address):
-                totals.merge(out.totals)
-                steps.merge(out.steps)
+            ended: dict[int, tuple[RequestTotals, StepTotals]] = {}  # (files written)
+            for k, out in _elsewhere(sc, parts, rows, width, ray_address, slos):
+                ended[k] = (out.totals, out.steps)
                 stem = f"{sc.name}.part-{k:05d}"
                 written[k] = {
                     name: write_bytes(data, wh.partition_path(CONTRACTS[name], part, stem))
                     for name, data in out.files.items()
                 }
                 bar.advance(len(out.rows))
+            # added up in the parts' order, not as they ended: the same figures (a mean
+            # over the parts' requests, to the last bit) whichever worker was first
+            for k in sorted(ended):
+                part_totals, part_steps = ended.pop(k)
+                totals.merge(part_totals)
+                steps.merge(part_steps)
             paths = written[min(written)] if written else {}
     wall_s = time.perf_counter() - t0
     summary = {**summarize_totals(totals, steps), "sharding": sharding_record(sc, plan)}
@@ -183,6 +194,7 @@ def _here(
     parts: Iterator[Cut],
     rows: int,
     write_steps: Callable[[pa.Table], None],
+    slos: tuple[Slo, ...],
 ) -> Iterator[ShardTables]:
     """Each part replayed in this process, its step rows written as the loop hands them
     out (the timeline never lives whole); its sim_requests rows as tables."""
@@ -195,17 +207,20 @@ def _here(
         shard = replay_cut(sc, cut, on_steps=on_steps, step_rows=rows)
         ids = cut.request_ids
         del cut
-        yield _tables(sc, shard, ids, rows)
+        yield _tables(sc, shard, ids, rows, slos)
 
 
-def _tables(sc: Scenario, shard: Shard, ids: pa.Array, rows: int) -> ShardTables:
-    """A part's totals and its sim_requests tables (``rows`` rows each)."""
+def _tables(
+    sc: Scenario, shard: Shard, ids: pa.Array, rows: int, slos: tuple[Slo, ...]
+) -> ShardTables:
+    """A part's totals (its good requests under ``slos`` counted) and its sim_requests
+    tables (``rows`` rows each)."""
     res = shard.result
     requests = [
         sim_requests_table(sc.name, ids, res, slice(a, a + rows))
         for a in range(0, res.num_requests, rows)
     ]
-    return ShardTables(shard.rows, RequestTotals.of(res), shard.steps, requests)
+    return ShardTables(shard.rows, RequestTotals.of(res, slos), shard.steps, requests)
 
 
 def _elsewhere(
@@ -214,10 +229,11 @@ def _elsewhere(
     rows: int,
     width: int,
     ray_address: str | None,
+    slos: tuple[Slo, ...],
 ) -> Iterator[tuple[int, ShardTables]]:
     """Each part replayed in a worker (forked, or a Ray task), as the parts end (in any
     order, with their indices); the first that fails stops the replay with its error."""
-    tasks = (ShardTask(sc, cut, rows) for cut in parts)
+    tasks = (ShardTask(sc, cut, rows, slos) for cut in parts)
     # each part's input is made as it is drawn: no more drawn than there are workers
     work = run_tasks(replay_shard, tasks, jobs=width, ray_address=ray_address, ahead=0)
     for k, out in work:

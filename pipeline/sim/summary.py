@@ -39,9 +39,9 @@ numpy's default and DuckDB's quantile_cont):
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -80,6 +80,9 @@ from pipeline.sim.state import (
     W_HITS,
     SimResult,
 )
+
+if TYPE_CHECKING:
+    from pipeline.sim.classes import Slo
 
 # every finite float64 is a whole number of 2**-_UNIT_EXP; exact sums are kept in that unit
 _UNIT_EXP = 1126
@@ -288,11 +291,15 @@ class RequestTotals:
     num_kv_blocks: int = 0
     basis: str = "engine"
     disagg: dict[str, Any] | None = None
+    # whole-traffic SLOs (no scope): each part counts its completed requests that meet
+    # every one (``num_good``); their statistics come from the metrics below
+    slos: tuple[Slo, ...] = ()
+    num_good: int = 0
     _metrics: dict[str, list[npt.NDArray[np.floating[Any]]]] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, res: SimResult) -> RequestTotals:
-        totals = cls()
+    def of(cls, res: SimResult, slos: Sequence[Slo] = ()) -> RequestTotals:
+        totals = cls(slos=tuple(slos))
         totals.add(res)
         return totals
 
@@ -326,6 +333,14 @@ class RequestTotals:
             self._metrics.setdefault(name, []).append(
                 _completed_metric(res, name, done).astype(self.dtype, copy=False)
             )
+        if self.slos:
+            good = np.ones(completed, dtype=bool)
+            for slo in self.slos:
+                assert slo.scope is None, "a scoped SLO needs the requests' classes"
+                values = request_metric(res, f"{slo.metric}_s")[done]
+                # vLLM: a one-token request has tpot 0, so it is good on TPOT
+                good &= np.nan_to_num(values, nan=0.0) <= slo.limit_s
+            self.num_good += int(good.sum())
 
     def merge(self, other: RequestTotals) -> None:
         """Add another part's totals (a shard replayed elsewhere)."""
@@ -345,6 +360,7 @@ class RequestTotals:
         self.num_kv_blocks = other.num_kv_blocks
         self.basis = other.basis
         self.disagg = other.disagg if other.disagg is not None else self.disagg
+        self.num_good += other.num_good
         for name, parts in other._metrics.items():
             self._metrics.setdefault(name, []).extend(
                 p.astype(self.dtype, copy=False) for p in parts
@@ -406,13 +422,24 @@ def summarize_totals(
     def per_s(x: float) -> float | None:
         return x / span if span > 0 else None
 
-    def pct(name: str, qs: tuple[int, ...] = (50, 90, 99)) -> dict[int, float | None]:
+    measured: dict[str, float | None] = {}  # the SLOs' statistics (``rt.slos``)
+
+    def pct(name: str, qs: tuple[float, ...] = (50, 90, 99)) -> dict[float, float | None]:
         x = metric(name) if metric is not None else rt.metric(name)
+        slos = [s for s in rt.slos if f"{s.metric}_s" == name]
+        for s in slos:  # the means first: the percentiles below reorder the values
+            if s.quantile is None:
+                measured[s.key] = float(x.mean(dtype=np.float64)) if len(x) else None
+        every = tuple(sorted({*qs, *(s.quantile for s in slos if s.quantile is not None)}))
         if not len(x):
-            return dict.fromkeys(qs)
-        # the values are this call's own: partitioned in place, not copied
-        got = np.percentile(x, qs, overwrite_input=True)
-        return {q: float(v) for q, v in zip(qs, got, strict=True)}
+            got = dict.fromkeys(every)
+        else:  # the values are this call's own: partitioned in place, not copied
+            values = np.percentile(x, every, overwrite_input=True)
+            got = {q: float(v) for q, v in zip(every, values, strict=True)}
+        for s in slos:
+            if s.quantile is not None:
+                measured[s.key] = got[s.quantile]
+        return got
 
     ttft_pct = pct("ttft_s")
     tpot_pct = pct("tpot_s")
@@ -420,6 +447,7 @@ def summarize_totals(
     queue_p99 = pct("queue_s", (99,))[99]
     engine_ttft_pct = pct("engine_ttft_s", (50, 99))
     return {
+        **_slo_figures(rt, measured, span),
         "num_requests": rt.num_requests,
         "completed": rt.completed,
         "duration_s": span,
@@ -454,6 +482,24 @@ def summarize_totals(
         **({"swap": _swap_figures(rt, steps)} if steps.swap_out_bytes else {}),
         **({"kv_tiers": tier_summary(steps)} if steps.tier_load_bytes else {}),
         **speculation_summary(steps),
+    }
+
+
+def _slo_figures(
+    rt: RequestTotals, measured: dict[str, float | None], span: float
+) -> dict[str, Any]:
+    """The whole traffic against ``rt.slos``: the fields ``classes.whole_traffic_slos``
+    gives a whole replay (``slo``, ``slo_met``, ``num_good``, ``goodput``)."""
+    if not rt.slos:
+        return {}
+    from pipeline.sim.classes import slo_entries  # (classes imports this module)
+
+    entries = slo_entries(rt.slos, measured)
+    return {
+        "slo": entries,
+        "slo_met": all(e["met"] for e in entries.values()),
+        "num_good": rt.num_good,
+        "goodput": rt.num_good / span if span else None,
     }
 
 

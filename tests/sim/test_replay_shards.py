@@ -2,8 +2,10 @@
 
 Replica groups under round_robin are exact: every sim_requests and sim_steps row, and
 the summary, are the whole replay's. Time windows under a load-aware router replay
-every request once, within a loose bound of the whole replay's figures. Scenarios that
-cannot be cut, and SLOs (not judged per shard), are refused before anything is written.
+every request once, within a loose bound of the whole replay's figures. Whole-traffic
+SLOs are judged as the whole replay judges them. Scenarios that cannot be cut, and
+scoped SLOs (their classes are not kept per shard), are refused before anything is
+written.
 """
 
 from __future__ import annotations
@@ -105,6 +107,42 @@ def test_replica_groups_write_the_whole_replay(root: Path, jobs: int) -> None:
         assert files == [f"rr.part-{k:05d}.parquet" for k in range(3)]
 
 
+# one met, one missed, a mean, and TPOT (NaN for one-token outputs, good on it)
+SLOS = ("ttft_p99=60s", "ttft_p50=10s", "tpot_mean=80ms", "e2e_p90=90s")
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_replica_groups_judge_slos_as_the_whole_replay(root: Path, jobs: int) -> None:
+    sc = _scenario(name="rr", replicas=4, router="round_robin")
+    slos = parse_slos(SLOS)
+    whole = replay(root, [sc], quiet=True, run_id="whole", intervals=False, slos=slos).runs[0]
+    cut = replay(root, [sc], quiet=True, run_id="cut", shards=2, jobs=jobs, slos=slos).runs[0]
+    cut.summary.pop("sharding")
+    verdicts = {k: e["met"] for k, e in whole.summary["slo"].items()}
+    assert verdicts == {"ttft_p99": True, "ttft_p50": False, "tpot_mean": True, "e2e_p90": True}
+    assert 0 < whole.summary["num_good"] < whole.summary["completed"]
+    # a mean over the parts' requests may differ in its last bit (another order of the sum)
+    a, b = whole.summary.pop("slo"), cut.summary.pop("slo")
+    assert {k: e["met"] for k, e in b.items()} == verdicts
+    for key, entry in a.items():
+        assert b[key]["measured_s"] == pytest.approx(entry["measured_s"], rel=1e-12), key
+    _same_as_whole(whole, cut)  # the good requests and goodput too, exactly
+
+
+def test_time_windows_judge_slos_over_every_window(steady: Path) -> None:
+    sc = _scenario(name="lo", replicas=3, router="least_outstanding", num_gpu_blocks=2000)
+    slos = parse_slos(SLOS)
+    whole = replay(steady, [sc], quiet=True, run_id="whole", intervals=False, slos=slos)
+    cut = replay(steady, [sc], quiet=True, run_id="cut", shards=3, slos=slos)
+    a, b = whole.runs[0].summary, cut.runs[0].summary
+    assert b["sharding"]["by"] == "time"
+    assert {k: e["met"] for k, e in b["slo"].items()} == {k: e["met"] for k, e in a["slo"].items()}
+    assert b["num_good"] == pytest.approx(a["num_good"], rel=0.1)
+    assert b["goodput"] == pytest.approx(b["num_good"] / b["duration_s"])
+    for key, entry in a["slo"].items():
+        assert b["slo"][key]["measured_s"] == pytest.approx(entry["measured_s"], rel=0.2), key
+
+
 @pytest.mark.slow
 def test_replica_groups_on_a_local_ray_cluster(root: Path) -> None:
     sc = _scenario(name="rr", replicas=4, router="round_robin")
@@ -140,7 +178,11 @@ def test_what_cannot_be_sharded_is_refused_before_writing(root: Path) -> None:
     )
     for scenarios, kw, words in (
         ([sc, auto], {}, "autoscaling"),
-        ([sc], {"slos": parse_slos(("ttft_p99=200ms",))}, "judge SLOs on a replay without"),
+        (
+            [sc],
+            {"slos": parse_slos(("ttft_p99=200ms", "ttft_p99@tenant=chat=1s"))},
+            "not ttft_p99@tenant=chat; judge scoped SLOs on a replay without --shards",
+        ),
     ):
         with pytest.raises(ScenarioError, match=words) as err:
             replay(root, scenarios, quiet=True, run_id="bad", shards=2, **kw)
@@ -157,6 +199,13 @@ def test_cli_says_how_the_replay_was_cut(root: Path) -> None:
     assert res.exit_code == 0, res.output
     assert "2 time windows, 60 s warm-up each (approximate)" in res.output
     assert "reads the replicas' load" in res.output
+    res = CliRunner().invoke(
+        cli, [*args, "--router", "round_robin", "--shards", "2", "--slo", "ttft_p50=10s"]
+    )
+    assert res.exit_code == 0, res.output
+    assert "SLOs: ttft_p50 " in res.output and "requests meet every SLO" in res.output
+    res = CliRunner().invoke(cli, [*args, "--shards", "2", "--slo", "ttft_p50@model=m=10s"])
+    assert res.exit_code == 1 and "judge scoped SLOs on a replay without --shards" in res.output
     res = CliRunner().invoke(cli, [*args, "--ray", "auto"])
     assert res.exit_code == 2 and "give --shards N too" in res.output
     res = CliRunner().invoke(cli, [*args, "--shards", "0"])
