@@ -131,6 +131,7 @@ def result_dict(
 @opt.selection
 @opt.jobs
 @opt.ray
+@opt.shards
 @click.option(
     "--slo",
     "slo_items",
@@ -150,6 +151,8 @@ def sweep_command(
     requests: opt.Requests,
     jobs: int | None,
     ray_address: str | None,
+    shards: int | None,
+    shard_warmup_s: float | None,
     slo_items: tuple[str, ...],
     dry_run: bool,
     gpu_hour_price: float | None,
@@ -165,6 +168,11 @@ def sweep_command(
     anything runs. Prints one row per scenario (with a price in [gpu_prices]
     or --gpu-hour-price, its $/hour and $ per 1M output tokens); exits 1 when any scenario
     failed (the others are still written).
+
+    --shards N runs the scenarios one after another, each in N parts as
+    `replay --shards` does (replica groups under round_robin, else time
+    windows after --shard-warmup), the parts --jobs at once or on the Ray
+    cluster: for a fleet's day. Whole-traffic SLOs only.
 
     Example:
 
@@ -192,6 +200,8 @@ def sweep_command(
         ray_address=ray_address,
         **requests.kwargs(),
         quiet=quiet,
+        shards=shards,
+        shard_warmup_s=shard_warmup_s,
     )
     if as_json:
         click.echo(json.dumps(result_dict(result, wh, prices), indent=2))

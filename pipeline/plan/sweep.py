@@ -13,6 +13,11 @@ The requests are read once. Every scenario is expanded, validated and checked
 against the requests before the first one runs, so a bad grid writes nothing.
 A scenario that fails while running is reported in the result and the runs
 row (status "partial"); the others are written as usual.
+
+With ``shards``, the scenarios run one after another, each in parts (``replay
+--shards``: replica groups under round_robin, else time windows; the parts on the
+local processes or the Ray cluster, their files ``<scenario>.part-<k>.parquet``), so
+that a fleet's day fits in memory; whole-traffic SLOs only, and no per-class figures.
 """
 
 from __future__ import annotations
@@ -23,13 +28,15 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
+from pipeline.errors import PipelineError
 from pipeline.lock import with_warehouse_lock
 from pipeline.plan.executor import run_tasks
 from pipeline.plan.grid import Grid
-from pipeline.plan.slo import Slo
+from pipeline.plan.slo import Slo, SloReport
 from pipeline.plan.tasks import (
     ScenarioTask,
     TaskOutcome,
+    offered_rate,
     run_task,
     write_scenarios,
     write_tables,
@@ -38,8 +45,11 @@ from pipeline.processes import default_jobs
 from pipeline.progress import progress
 from pipeline.runs import write_run_row
 from pipeline.selection import RequestFilter
-from pipeline.sim.replay import ScenarioRun, load_loop, selection_record
+from pipeline.sim.replay import ScenarioRun, load_loop, run_sharded_prepared, selection_record
 from pipeline.sim.replay_input import Prepared, prepare, read_window, select_request_files
+from pipeline.sim.replay_sharded import plan_sharding
+from pipeline.sim.scenario import Scenario
+from pipeline.sim.shard import ShardPlan
 from pipeline.warehouse import Warehouse, new_run_id
 
 # Up to this many prepared requests (over all scenarios) are kept from the checks
@@ -88,6 +98,8 @@ def sweep(
     quiet: bool = False,
     run_id: str | None = None,
     selection: RequestFilter | None = None,
+    shards: int | None = None,
+    shard_warmup_s: float | None = None,
 ) -> SweepResult:
     """Replay the selected requests through every scenario of ``grid``, in parallel.
 
@@ -100,6 +112,9 @@ def sweep(
         date_from, date_to: inclusive range of request days (warehouse only).
         quiet: no progress bar.
         run_id: the run id to write under (default: a new one).
+        shards: run each scenario in this many parts (``replay --shards``), the parts
+            ``jobs`` at once or on the Ray cluster; ``shard_warmup_s``: cut by time,
+            each window after this much of the traffic before it.
 
     Returns:
         Every scenario's outcome (summary, SLO verdicts, files, or its error).
@@ -115,17 +130,25 @@ def sweep(
     files = select_request_files(
         wh, requests_file=requests_file, date_from=date_from, date_to=date_to
     )
+    scenarios = grid.scenarios
+    plans = (  # (every check before anything is read or written)
+        None
+        if shards is None
+        else [plan_sharding(sc, shards, shard_warmup_s, grid.slos) for sc in scenarios]
+    )
     frame, window = read_window(files, selection)
     chosen = selection_record(selection, window)
-    scenarios = grid.scenarios
     prepared: list[Prepared] | None = [prepare(frame, sc) for sc in scenarios]
     if sum(len(p.inp) for p in prepared or []) > KEEP_PREPARED:
         prepared = None
-    jobs = max(1, min(jobs or default_jobs(), len(scenarios)))
+    # with shards, the workers replay one scenario's parts: as many as the parts
+    jobs = max(1, min(jobs or default_jobs(), len(scenarios) if plans is None else shards or 1))
     if ray_address is not None:
         executor = f"ray {ray_address}"
     else:
         executor = "this process" if jobs == 1 else f"{jobs} local processes"
+    if plans is not None:
+        executor = f"{executor}, each scenario in parts"
     wh.init()
     if ray_address is None and scenarios:
         load_loop(scenarios[0].engine())  # forked workers inherit the loaded loop
@@ -136,11 +159,21 @@ def sweep(
             prep = prepared[i] if prepared is not None else prepare(frame, sc)
             yield ScenarioTask(i, sc, prep, tuple(grid.slos), run_id, target)
 
+    def sharded(plans: list[ShardPlan]) -> Any:
+        for i, (sc, plan) in enumerate(zip(scenarios, plans, strict=True)):
+            prep = prepared[i] if prepared is not None else prepare(frame, sc)
+            yield i, _run_in_parts(wh, run_id, i, sc, prep, plan, grid.slos, jobs, ray_address)
+
     outcomes: list[TaskOutcome | None] = [None] * len(scenarios)
     status = "failed"
     try:
         with progress(f"sweep ({executor})", total=len(scenarios), quiet=quiet) as bar:
-            for i, res in run_tasks(run_task, tasks(), jobs=jobs, ray_address=ray_address):
+            ended = (
+                run_tasks(run_task, tasks(), jobs=jobs, ray_address=ray_address)
+                if plans is None
+                else sharded(plans)
+            )
+            for i, res in ended:
                 out = _outcome(i, scenarios[i].name, res)
                 if out.ok and out.tables:
                     write_tables(wh, run_id, out, out.tables)
@@ -184,6 +217,38 @@ def sweep(
         wall_s=time.perf_counter() - t0,
         selection=chosen,
     )
+
+
+def _run_in_parts(
+    wh: Warehouse,
+    run_id: str,
+    index: int,
+    sc: Scenario,
+    prep: Prepared,
+    plan: ShardPlan,
+    slos: list[Slo],
+    jobs: int,
+    ray_address: str | None,
+) -> TaskOutcome:
+    """One scenario replayed in the parts of ``plan`` and written (its files as the parts
+    end), as a task's outcome; a failure comes back as its error, as a task's does."""
+    try:
+        run = run_sharded_prepared(
+            wh, run_id, sc, prep, plan, quiet=True, jobs=jobs, slos=slos, ray_address=ray_address
+        )
+    except PipelineError as exc:
+        return TaskOutcome(index=index, name=sc.name, error=str(exc))
+    s = run.summary
+    report = None
+    if slos:
+        report = SloReport(
+            measured_s={k: e["measured_s"] for k, e in s["slo"].items()},
+            met={k: e["met"] for k, e in s["slo"].items()},
+            num_good=s["num_good"],
+            goodput=s["goodput"],
+        )
+    rate = offered_rate(prep.inp.arrival_s[prep.num_lead :])
+    return TaskOutcome(index=index, name=sc.name, run=run, slo=report, offered_rate=rate)
 
 
 def _outcome(index: int, name: str, res: TaskOutcome | BaseException) -> TaskOutcome:

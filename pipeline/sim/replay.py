@@ -267,7 +267,18 @@ def replay(
         for sc, plan in zip(scenarios, plans, strict=True):
             # each scenario's inputs are let go once it has run
             if plan is not None:
-                yield _run_sharded(wh, run_id, sc, prepared.pop(0), plan, kw, ray_address)
+                yield run_sharded_prepared(
+                    wh,
+                    run_id,
+                    sc,
+                    prepared.pop(0),
+                    plan,
+                    quiet=kw["quiet"],
+                    rows=kw["rows"],
+                    jobs=kw["jobs"],
+                    slos=kw["slos"],
+                    ray_address=ray_address,
+                )
             else:
                 yield _run_one(wh, run_id, sc, prepared.pop(0), **kw)
 
@@ -379,16 +390,23 @@ def _run_one(
     )
 
 
-def _run_sharded(
+def run_sharded_prepared(
     wh: Warehouse,
     run_id: str,
     sc: Scenario,
     prep: Prepared,
     plan: ShardPlan,
-    kw: dict[str, Any],
-    ray_address: str | None,
+    *,
+    quiet: bool,
+    rows: int = CHUNK_ROWS,
+    jobs: int | None = None,
+    slos: Sequence[Slo] = (),
+    ray_address: str | None = None,
 ) -> ScenarioRun:
-    """Run one scenario in the parts of ``plan`` (``replay_sharded``)."""
+    """Run one prepared scenario in the parts of ``plan`` (``replay_sharded.run_sharded``:
+    ``jobs`` parts at once, or on the Ray cluster at ``ray_address``) and write them under
+    ``run_id``; its summary has the whole-traffic ``slos``' verdicts. ``replay`` and
+    ``sweep`` (with ``--shards``) run each scenario so."""
     assert not isinstance(prep, FleetPrepared), "plan_sharding refuses fleets"
     facts = _facts(prep)
     summary, paths, sim_s = run_sharded(
@@ -398,11 +416,11 @@ def _run_sharded(
         whole_input_parts(prep.inp, prep.request_ids, sc, plan),
         plan,
         total=len(prep.inp),
-        quiet=kw["quiet"],
-        rows=kw["rows"],
-        jobs=kw["jobs"],
+        quiet=quiet,
+        rows=rows,
+        jobs=jobs,
         ray_address=ray_address,
-        slos=kw["slos"],
+        slos=slos,
     )
     return ScenarioRun(
         scenario=sc,

@@ -164,3 +164,49 @@ def test_sweep_on_a_local_ray_cluster(
     assert {p.stem for p in Warehouse(wh).files(SIM_REQUESTS) if on_ray.run_id in str(p)} == set(
         NAMES
     )
+
+
+def test_scenarios_in_parts_write_what_whole_scenarios_write(
+    small_warehouse: Callable[..., Path], write_grid: Callable[..., Path]
+) -> None:
+    """``--shards``: each scenario replayed in replica groups (round_robin: exact) writes the
+    rows and figures of its whole replay, SLO verdicts and goodput included."""
+    wh = small_warehouse(n=600, rate=60.0)
+    axes = {"replicas": [2, 4]}
+    slo = {"ttft_p99": "500ms", "tpot_mean": "40ms"}
+    grid = load_grid(write_grid(axes, slo=slo, policy="vllm", router="round_robin"))
+    whole = sweep(wh, grid, jobs=1, quiet=True)
+    parts = sweep(wh, grid, jobs=2, quiet=True, shards=2)
+    assert whole.ok and parts.ok and parts.executor == "2 local processes, each scenario in parts"
+    for a, b in zip(whole.outcomes, parts.outcomes, strict=True):
+        assert a.run is not None and b.run is not None and a.slo is not None and b.slo is not None
+        sa, sb = dict(a.run.summary), dict(b.run.summary)
+        sa.pop("classes")
+        assert sb.pop("sharding")["exact"]
+        measured_a, measured_b = sa.pop("slo"), sb.pop("slo")
+        for key, entry in measured_a.items():
+            assert measured_b[key]["met"] == entry["met"]
+            assert measured_b[key]["measured_s"] == pytest.approx(entry["measured_s"], rel=1e-12)
+        assert sb.pop("num_good") == b.slo.num_good == a.slo.num_good  # (a task keeps it aside)
+        assert sb == sa
+        assert (b.slo.met, b.offered_rate) == (a.slo.met, a.offered_rate)
+        files = sorted(b.run.paths["sim_requests"].parent.glob(f"{b.name}.*parquet"))
+        assert [f.name for f in files] == [f"{b.name}.part-{k:05d}.parquet" for k in range(2)]
+        rows = sum(read_table(f, SIM_REQUESTS).num_rows for f in files)
+        assert rows == read_table(a.run.paths["sim_requests"], SIM_REQUESTS).num_rows == 600
+
+
+def test_scenarios_that_cannot_run_in_parts_are_refused_before_writing(
+    small_warehouse: Callable[..., Path], write_grid: Callable[..., Path]
+) -> None:
+    wh = small_warehouse()
+    grid = write_grid({"replicas": [2]})
+    before = sorted(p.name for p in (wh / "runs").iterdir()) if (wh / "runs").exists() else []
+    args = ["sweep", str(grid), "--warehouse", str(wh), "--quiet", "--shards", "2"]
+    res = CliRunner().invoke(
+        cli, [*args, "--slo", "ttft_p99=1s", "--slo", "ttft_p99@tenant=chat=1s"]
+    )
+    assert res.exit_code == 1 and "judge scoped SLOs on a replay without --shards" in res.output
+    assert "Traceback" not in res.output
+    after = sorted(p.name for p in (wh / "runs").iterdir()) if (wh / "runs").exists() else []
+    assert after == before
