@@ -415,6 +415,7 @@ def interval_dict(search: SearchOutcome) -> dict[str, Any] | None:
 @opt.intervals
 @opt.jobs
 @opt.ray
+@opt.shards
 @opt.gpu_hour_price
 @opt.output
 @opt.locked
@@ -439,6 +440,8 @@ def capacity_command(
     no_intervals: bool,
     jobs: int | None,
     ray_address: str | None,
+    shards: int | None,
+    shard_warmup_s: float | None,
     gpu_hour_price: float | None,
     quiet: bool,
     as_json: bool,
@@ -462,6 +465,10 @@ def capacity_command(
     docs/capacity.md). For a fleet (a scenario with [[pool]] tables) it finds
     the fewest replicas of each pool, its cost, and with --compare-split
     whether one shared pool would be cheaper.
+
+    --shards N replays each probe in N parts as `replay --shards` does (with
+    --no-intervals; whole-traffic SLOs; not for fleets or autoscaling), the
+    parts --jobs at once or on the Ray cluster: for a fleet's day.
 
     Example:
 
@@ -493,6 +500,11 @@ def capacity_command(
         name = str(inputs.base.get("name") or "pd")
         base = {**inputs.base, "pool": [{"name": name}]}
         inputs = dataclasses.replace(inputs, base=base)
+    if shards is not None and ("pool" in inputs.base or inputs.base.get("autoscale")):
+        raise ConfigError(
+            "--shards replays a plain scenario's probes in parts; a fleet's or an autoscaled "
+            "capacity search does not run in parts: leave out --shards"
+        )
     if "pool" in inputs.base:
         if not kinds:  # the default searches: a fleet's is the replicas one
             specs = [s for s in inputs.specs if s.kind == "replicas"] or inputs.specs
@@ -520,6 +532,8 @@ def capacity_command(
         quiet=quiet,
         intervals=not no_intervals,
         **parallel,
+        shards=shards,
+        shard_warmup_s=shard_warmup_s,
     )
     rec = recommend(result, inputs.base, prices, margin_pct)
     if rec.chosen is not None:

@@ -62,6 +62,7 @@ from pipeline.selection import RequestFilter
 from pipeline.sim.intervals import LEVEL
 from pipeline.sim.replay import load_loop, selection_record
 from pipeline.sim.replay_input import prepare, read_window, select_request_files
+from pipeline.sim.replay_sharded import plan_sharding
 from pipeline.sim.scenario import Scenario, build_scenario, read_scenario_file
 from pipeline.validation import finite_float
 from pipeline.warehouse import Warehouse, new_run_id
@@ -388,6 +389,8 @@ def run_capacity(
     extra: Callable[[ProbeContext, CapacityResult], dict[str, Any]] | None = None,
     jobs: int | None = None,
     ray_address: str | None = None,
+    shards: int | None = None,
+    shard_warmup_s: float | None = None,
 ) -> CapacityResult:
     """Run the capacity searches for one base scenario and write every probe.
 
@@ -410,6 +413,9 @@ def run_capacity(
         jobs: local worker processes for the intervals' independent replays (an answer's
             replicates and cost-scaled replays; default: every core; 1 runs here).
         ray_address: run those on the Ray cluster at this address instead.
+        shards: replay each probe in this many parts (``replay --shards``: replica groups
+            under round_robin, else time windows after ``shard_warmup_s``), the parts
+            ``jobs`` at once or on the Ray cluster; whole-traffic SLOs, no intervals.
 
     Raises:
         ConfigError: no SLO, an empty range, no requests selected, a fleet (``fleet.py``).
@@ -432,6 +438,8 @@ def run_capacity(
             "fewest fixed replicas by plan.autoscale_plan.run_autoscale_capacity (what "
             "tracereplay capacity runs for it)"
         )
+    if shards is not None:
+        _check_shards(base, slos, shards, shard_warmup_s, intervals, summary_only)
     wh = Warehouse(warehouse)
     run_id = run_id or new_run_id(started)
     files = select_request_files(
@@ -462,6 +470,7 @@ def run_capacity(
             ctx = ProbeContext(
                 frame, base_values, base.name, slos, run_id, wh, summary_only, outcomes, bar,
                 window, jobs=jobs or default_jobs(), ray_address=ray_address,
+                shards=shards, shard_warmup_s=shard_warmup_s,
             )  # fmt: skip
             for spec, knob, lo, hi in plans:
                 prober = Prober(ctx, spec, knob)
@@ -503,6 +512,33 @@ def run_capacity(
             },
         )
     return result
+
+
+def _check_shards(
+    base: Scenario,
+    slos: list[Slo],
+    shards: int,
+    warmup_s: float | None,
+    intervals: bool,
+    summary_only: bool,
+) -> None:
+    """Whether a search may replay its probes in parts (before anything is read).
+
+    Raises:
+        ConfigError: with intervals (the answer's replicates replay the whole traffic) or
+            --summary-only (the parts write their tables as they end).
+        ScenarioError: the base scenario cannot be cut (``replay_sharded.plan_sharding``).
+    """
+    if intervals:
+        raise ConfigError(
+            "--shards replays each probe in parts and gives the answer no interval: "
+            "add --no-intervals"
+        )
+    if summary_only:
+        raise ConfigError(
+            "--shards writes each probe's tables as its parts end: leave out --summary-only"
+        )
+    plan_sharding(base, shards, warmup_s, slos)
 
 
 def _why_none(

@@ -22,10 +22,11 @@ from pipeline.errors import ScenarioError
 from pipeline.plan import intervals as civ
 from pipeline.plan import replicates
 from pipeline.plan.slo import Slo
-from pipeline.plan.tasks import ScenarioTask, TaskOutcome, run_task, write_tables
+from pipeline.plan.tasks import ScenarioTask, TaskOutcome, run_in_parts, run_task, write_tables
 from pipeline.sim.cost_uncertainty import cost_factors, scaled_cost
 from pipeline.sim.intervals import Z
 from pipeline.sim.replay_input import Prepared, prepare
+from pipeline.sim.replay_sharded import plan_sharding
 from pipeline.sim.scenario import Scenario, build_scenario
 from pipeline.warehouse import Warehouse
 
@@ -72,6 +73,10 @@ class ProbeContext:
     # worker processes, or the Ray cluster at ``ray_address``
     jobs: int = 1
     ray_address: str | None = None
+    # each probe replayed in this many parts (``replay --shards``), its tables written by
+    # the parts as they end; ``shard_warmup_s``: cut by time after this much traffic
+    shards: int | None = None
+    shard_warmup_s: float | None = None
 
 
 @dataclass
@@ -107,10 +112,19 @@ class Prober:
         c.bar.describe(f"capacity search: {self.spec.kind} {self.knob}={fmt_value(value)}")
         # a probe only the interval needed is summarized, not written: no tables to build
         write = role == "search" and not c.summary_only
-        task = ScenarioTask(
-            len(c.outcomes), sc, self.prepared(sc), tuple(c.slos), c.run_id, tables=write
-        )
-        out = run_task(task)
+        if c.shards is not None:  # (run_capacity: no intervals, no --summary-only)
+            plan = plan_sharding(sc, c.shards, c.shard_warmup_s, c.slos)
+            prep = self.prepared(sc)
+            out = run_in_parts(
+                c.warehouse, c.run_id, len(c.outcomes), sc, prep, plan, c.slos, c.jobs,
+                c.ray_address,
+            )  # fmt: skip
+            write = False  # its parts wrote their tables
+        else:
+            task = ScenarioTask(
+                len(c.outcomes), sc, self.prepared(sc), tuple(c.slos), c.run_id, tables=write
+            )
+            out = run_task(task)
         if out.error is not None or out.slo is None:
             raise ScenarioError(f"probe {sc.name} failed: {out.error}")
         if write:

@@ -28,15 +28,14 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import PipelineError
 from pipeline.lock import with_warehouse_lock
 from pipeline.plan.executor import run_tasks
 from pipeline.plan.grid import Grid
-from pipeline.plan.slo import Slo, SloReport
+from pipeline.plan.slo import Slo
 from pipeline.plan.tasks import (
     ScenarioTask,
     TaskOutcome,
-    offered_rate,
+    run_in_parts,
     run_task,
     write_scenarios,
     write_tables,
@@ -45,10 +44,9 @@ from pipeline.processes import default_jobs
 from pipeline.progress import progress
 from pipeline.runs import write_run_row
 from pipeline.selection import RequestFilter
-from pipeline.sim.replay import ScenarioRun, load_loop, run_sharded_prepared, selection_record
+from pipeline.sim.replay import ScenarioRun, load_loop, selection_record
 from pipeline.sim.replay_input import Prepared, prepare, read_window, select_request_files
 from pipeline.sim.replay_sharded import plan_sharding
-from pipeline.sim.scenario import Scenario
 from pipeline.sim.shard import ShardPlan
 from pipeline.warehouse import Warehouse, new_run_id
 
@@ -162,7 +160,7 @@ def sweep(
     def sharded(plans: list[ShardPlan]) -> Any:
         for i, (sc, plan) in enumerate(zip(scenarios, plans, strict=True)):
             prep = prepared[i] if prepared is not None else prepare(frame, sc)
-            yield i, _run_in_parts(wh, run_id, i, sc, prep, plan, grid.slos, jobs, ray_address)
+            yield i, run_in_parts(wh, run_id, i, sc, prep, plan, grid.slos, jobs, ray_address)
 
     outcomes: list[TaskOutcome | None] = [None] * len(scenarios)
     status = "failed"
@@ -217,38 +215,6 @@ def sweep(
         wall_s=time.perf_counter() - t0,
         selection=chosen,
     )
-
-
-def _run_in_parts(
-    wh: Warehouse,
-    run_id: str,
-    index: int,
-    sc: Scenario,
-    prep: Prepared,
-    plan: ShardPlan,
-    slos: list[Slo],
-    jobs: int,
-    ray_address: str | None,
-) -> TaskOutcome:
-    """One scenario replayed in the parts of ``plan`` and written (its files as the parts
-    end), as a task's outcome; a failure comes back as its error, as a task's does."""
-    try:
-        run = run_sharded_prepared(
-            wh, run_id, sc, prep, plan, quiet=True, jobs=jobs, slos=slos, ray_address=ray_address
-        )
-    except PipelineError as exc:
-        return TaskOutcome(index=index, name=sc.name, error=str(exc))
-    s = run.summary
-    report = None
-    if slos:
-        report = SloReport(
-            measured_s={k: e["measured_s"] for k, e in s["slo"].items()},
-            met={k: e["met"] for k, e in s["slo"].items()},
-            num_good=s["num_good"],
-            goodput=s["goodput"],
-        )
-    rate = offered_rate(prep.inp.arrival_s[prep.num_lead :])
-    return TaskOutcome(index=index, name=sc.name, run=run, slo=report, offered_rate=rate)
 
 
 def _outcome(index: int, name: str, res: TaskOutcome | BaseException) -> TaskOutcome:

@@ -28,9 +28,16 @@ import pyarrow as pa
 from pipeline.contracts import SCENARIOS, SIM_REQUESTS, SIM_STEPS
 from pipeline.errors import PipelineError
 from pipeline.plan.slo import Slo, SloReport, evaluate
-from pipeline.sim.replay import ScenarioRun, run_prepared, scenarios_table, summarize_prepared
+from pipeline.sim.replay import (
+    ScenarioRun,
+    run_prepared,
+    run_sharded_prepared,
+    scenarios_table,
+    summarize_prepared,
+)
 from pipeline.sim.replay_input import Prepared
 from pipeline.sim.scenario import Scenario
+from pipeline.sim.shard import ShardPlan
 from pipeline.sim.state import F_FINISH, R_PROMPT, SimResult
 from pipeline.sim.summary import request_metric
 from pipeline.warehouse import Warehouse
@@ -190,3 +197,37 @@ def write_scenarios(wh: Warehouse, run_id: str, runs: list[ScenarioRun]) -> Path
     if not runs:
         return None
     return wh.write(SCENARIOS, scenarios_table(runs), {"run_id": run_id}, "scenarios")
+
+
+def run_in_parts(
+    wh: Warehouse,
+    run_id: str,
+    index: int,
+    sc: Scenario,
+    prep: Prepared,
+    plan: ShardPlan,
+    slos: list[Slo],
+    jobs: int,
+    ray_address: str | None,
+) -> TaskOutcome:
+    """One scenario replayed in the parts of ``plan`` (``replay --shards``: ``jobs`` parts
+    at once, or on the Ray cluster) and written, its files as the parts end, as a task's
+    outcome with its whole-traffic SLO report; a failure comes back as its error, as a
+    task's does. Sweeps and capacity probes with ``--shards`` run so."""
+    try:
+        run = run_sharded_prepared(
+            wh, run_id, sc, prep, plan, quiet=True, jobs=jobs, slos=slos, ray_address=ray_address
+        )
+    except PipelineError as exc:
+        return TaskOutcome(index=index, name=sc.name, error=str(exc))
+    s = run.summary
+    report = None
+    if slos:
+        report = SloReport(
+            measured_s={k: e["measured_s"] for k, e in s["slo"].items()},
+            met={k: e["met"] for k, e in s["slo"].items()},
+            num_good=s["num_good"],
+            goodput=s["goodput"],
+        )
+    rate = offered_rate(prep.inp.arrival_s[prep.num_lead :])
+    return TaskOutcome(index=index, name=sc.name, run=run, slo=report, offered_rate=rate)

@@ -284,3 +284,50 @@ def test_the_kv_offloading_search_finds_the_smallest_cpu_tier(
             [SearchSpec("kv_offloading")],
             quiet=True,
         )
+
+
+def test_probes_in_parts_find_the_answer_of_whole_probes(
+    small_warehouse: Callable[..., Path],
+) -> None:
+    """``--shards``: each probe replayed in replica groups (round_robin: exact) gives the
+    verdicts, and so the answer, of the whole probes; its parts' files hold every request."""
+    wh = small_warehouse(n=600, rate=60.0)
+    base = {**BASE, "name": "rr", "router": "round_robin", "async_scheduling": False}
+    specs = [SearchSpec("replicas", rate_scale=1.0, hi=8)]
+    slos = parse_slos(SLOS)
+    whole = run_capacity(wh, base, slos, specs, quiet=True, intervals=False)
+    parts = run_capacity(wh, base, slos, specs, quiet=True, intervals=False, shards=2, jobs=2)
+    a, b = whole.searches[0], parts.searches[0]
+    assert a.answer is not None and b.answer == a.answer
+    assert dict(b.result.probes) == dict(a.result.probes)
+    assert len(dict(a.result.probes)) >= 3  # a search, not one probe
+    for value in dict(a.result.probes):
+        x, y = a.outcome_at(value), b.outcome_at(value)
+        assert x is not None and y is not None and x.slo is not None and y.slo is not None
+        assert (y.slo.met, y.slo.num_good) == (x.slo.met, x.slo.num_good)
+        assert y.run is not None and y.run.summary["sharding"]["exact"]
+        files = y.run.paths["sim_requests"].parent.glob(f"{y.name}.*parquet")
+        assert sum(read_table(f, SIM_REQUESTS).num_rows for f in files) == 600
+
+
+def test_probes_in_parts_are_refused_where_they_cannot_run(
+    small_warehouse: Callable[..., Path],
+) -> None:
+    wh = small_warehouse()
+    spec = [SearchSpec("replicas", rate_scale=4.0, hi=8)]
+    for kw, words in (
+        ({}, "add --no-intervals"),
+        ({"intervals": False, "summary_only": True}, "leave out --summary-only"),
+    ):
+        with pytest.raises(ConfigError, match=words):
+            run_capacity(wh, dict(BASE), parse_slos(SLOS), spec, quiet=True, shards=2, **kw)
+    with pytest.raises(ScenarioError, match="judge scoped SLOs on a replay without --shards"):
+        run_capacity(
+            wh, dict(BASE), parse_slos(["ttft_p99@tenant=chat=1s"]), spec, quiet=True,
+            intervals=False, shards=2,
+        )  # fmt: skip
+    args = ["capacity", "--warehouse", str(wh), "--slo", "ttft_p99=1s", "--search", "replicas"]
+    res = CliRunner().invoke(cli, [*args, "--shards", "2"])
+    assert res.exit_code == 1 and "add --no-intervals" in res.output, res.output
+    assert "Traceback" not in res.output
+    assert not (wh / "runs").exists() or not list((wh / "runs").iterdir())
