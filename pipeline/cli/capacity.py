@@ -467,7 +467,7 @@ def capacity_command(
     whether one shared pool would be cheaper.
 
     --shards N replays each probe in N parts as `replay --shards` does (with
-    --no-intervals; whole-traffic SLOs; not for fleets or autoscaling), the
+    --no-intervals; not for fleets or autoscaling), the
     parts --jobs at once or on the Ray cluster: for a fleet's day.
 
     Example:

@@ -415,7 +415,7 @@ def run_capacity(
         ray_address: run those on the Ray cluster at this address instead.
         shards: replay each probe in this many parts (``replay --shards``: replica groups
             under round_robin, else time windows after ``shard_warmup_s``), the parts
-            ``jobs`` at once or on the Ray cluster; whole-traffic SLOs, no intervals.
+            ``jobs`` at once or on the Ray cluster; no intervals.
 
     Raises:
         ConfigError: no SLO, an empty range, no requests selected, a fleet (``fleet.py``).
@@ -439,7 +439,7 @@ def run_capacity(
             "tracereplay capacity runs for it)"
         )
     if shards is not None:
-        _check_shards(base, slos, shards, shard_warmup_s, intervals, summary_only)
+        _check_shards(base, shards, shard_warmup_s, intervals, summary_only)
     wh = Warehouse(warehouse)
     run_id = run_id or new_run_id(started)
     files = select_request_files(
@@ -516,7 +516,6 @@ def run_capacity(
 
 def _check_shards(
     base: Scenario,
-    slos: list[Slo],
     shards: int,
     warmup_s: float | None,
     intervals: bool,
@@ -538,7 +537,7 @@ def _check_shards(
         raise ConfigError(
             "--shards writes each probe's tables as its parts end: leave out --summary-only"
         )
-    plan_sharding(base, shards, warmup_s, slos)
+    plan_sharding(base, shards, warmup_s)
 
 
 def _why_none(

@@ -113,7 +113,7 @@ class Prober:
         # a probe only the interval needed is summarized, not written: no tables to build
         write = role == "search" and not c.summary_only
         if c.shards is not None:  # (run_capacity: no intervals, no --summary-only)
-            plan = plan_sharding(sc, c.shards, c.shard_warmup_s, c.slos)
+            plan = plan_sharding(sc, c.shards, c.shard_warmup_s)
             prep = self.prepared(sc)
             out = run_in_parts(
                 c.warehouse, c.run_id, len(c.outcomes), sc, prep, plan, c.slos, c.jobs,

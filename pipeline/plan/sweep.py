@@ -17,7 +17,7 @@ row (status "partial"); the others are written as usual.
 With ``shards``, the scenarios run one after another, each in parts (``replay
 --shards``: replica groups under round_robin, else time windows; the parts on the
 local processes or the Ray cluster, their files ``<scenario>.part-<k>.parquet``), so
-that a fleet's day fits in memory; whole-traffic SLOs only, and no per-class figures.
+that a fleet's day fits in memory; SLO verdicts (scoped ones too), no per-class figures.
 """
 
 from __future__ import annotations
@@ -130,9 +130,7 @@ def sweep(
     )
     scenarios = grid.scenarios
     plans = (  # (every check before anything is read or written)
-        None
-        if shards is None
-        else [plan_sharding(sc, shards, shard_warmup_s, grid.slos) for sc in scenarios]
+        None if shards is None else [plan_sharding(sc, shards, shard_warmup_s) for sc in scenarios]
     )
     frame, window = read_window(files, selection)
     chosen = selection_record(selection, window)

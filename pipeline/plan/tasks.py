@@ -212,7 +212,7 @@ def run_in_parts(
 ) -> TaskOutcome:
     """One scenario replayed in the parts of ``plan`` (``replay --shards``: ``jobs`` parts
     at once, or on the Ray cluster) and written, its files as the parts end, as a task's
-    outcome with its whole-traffic SLO report; a failure comes back as its error, as a
+    outcome with its SLO report; a failure comes back as its error, as a
     task's does. Sweeps and capacity probes with ``--shards`` run so."""
     try:
         run = run_sharded_prepared(

@@ -245,8 +245,7 @@ def replay(
     }
     # every check before any run
     plans = [
-        None if shards is None else plan_sharding(sc, shards, shard_warmup_s, slos)
-        for sc in scenarios
+        None if shards is None else plan_sharding(sc, shards, shard_warmup_s) for sc in scenarios
     ]
     if scenarios and all(plan is not None and plan.by == "time" for plan in plans):
         # every scenario cut by time: each reads its requests a window at a time
@@ -413,7 +412,7 @@ def run_sharded_prepared(
         wh,
         run_id,
         sc,
-        whole_input_parts(prep.inp, prep.request_ids, sc, plan),
+        whole_input_parts(prep.inp, prep.request_ids, sc, plan, prep.classes),
         plan,
         total=len(prep.inp),
         quiet=quiet,

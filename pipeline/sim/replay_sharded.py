@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,10 +30,9 @@ from pipeline.contracts import (
     parquet_bytes,
     write_bytes,
 )
-from pipeline.errors import ScenarioError
 from pipeline.plan.executor import run_tasks
 from pipeline.progress import progress
-from pipeline.sim.classes import Slo
+from pipeline.sim.classes import ClassLabels, Slo
 from pipeline.sim.replay_tables import sim_requests_table, sim_steps_table
 from pipeline.sim.scenario import Scenario
 from pipeline.sim.shard import (
@@ -50,20 +49,12 @@ from pipeline.sim.summary import RequestTotals, StepTotals, summarize_totals
 from pipeline.warehouse import Warehouse
 
 
-def plan_sharding(
-    sc: Scenario, shards: int, warmup_s: float | None, slos: Sequence[Slo] = ()
-) -> ShardPlan:
+def plan_sharding(sc: Scenario, shards: int, warmup_s: float | None) -> ShardPlan:
     """How ``sc`` is cut into ``shards`` (``shard.plan_shards``), checked before any run.
 
     Raises:
-        ScenarioError: it cannot be sharded, or SLOs were asked (not judged per shard).
+        ScenarioError: it cannot be sharded.
     """
-    scoped = [s.key for s in slos if s.scope is not None]
-    if scoped:
-        raise ScenarioError(
-            f"scenario {sc.name!r}: --shards judges SLOs over the whole traffic only, not "
-            f"{', '.join(scoped)}; judge scoped SLOs on a replay without --shards"
-        )
     return plan_shards(sc, shards, warmup_s=warmup_s)
 
 
@@ -74,7 +65,7 @@ class ShardTask:
     sc: Scenario
     cut: Cut  # (with its request ids)
     rows: int  # rows per table handed back
-    slos: tuple[Slo, ...] = ()  # whole-traffic SLOs its totals count the good requests of
+    slos: tuple[Slo, ...] = ()  # SLOs its totals count the good requests of
 
 
 @dataclass
@@ -102,7 +93,7 @@ def replay_shard(task: ShardTask) -> ShardTables:
         timeline.append(sim_steps_table(sc.name, st, stf, blocks))
 
     shard = replay_cut(sc, task.cut, on_steps=keep, step_rows=task.rows)
-    out = _tables(sc, shard, task.cut.request_ids, task.rows, task.slos)
+    out = _tables(sc, shard, task.cut.request_ids, task.rows, task.slos, task.cut.labels)
     out.files = {
         SIM_REQUESTS.name: parquet_bytes(out.requests, SIM_REQUESTS, f"{sc.name} sim_requests"),
         SIM_STEPS.name: parquet_bytes(timeline, SIM_STEPS, f"{sc.name} sim_steps"),
@@ -111,10 +102,19 @@ def replay_shard(task: ShardTask) -> ShardTables:
     return out
 
 
-def whole_input_parts(inp: SimInput, ids: pa.Array, sc: Scenario, plan: ShardPlan) -> Iterator[Cut]:
-    """The parts of ``plan`` cut from a whole replay's input ``inp`` (request ids ``ids``)."""
+def whole_input_parts(
+    inp: SimInput,
+    ids: pa.Array,
+    sc: Scenario,
+    plan: ShardPlan,
+    classes: Mapping[str, ClassLabels] | None = None,
+) -> Iterator[Cut]:
+    """The parts of ``plan`` cut from a whole replay's input ``inp`` (request ids ``ids``,
+    and the requests' ``classes``, aligned with ``inp``)."""
     for cut in cuts(inp, sc, plan):
         cut.request_ids = ids.take(pa.array(cut.rows))
+        if classes is not None:
+            cut.labels = {kind: lab.take(cut.rows) for kind, lab in classes.items()}
         yield cut
 
 
@@ -205,13 +205,18 @@ def _here(
 
     for cut in parts:
         shard = replay_cut(sc, cut, on_steps=on_steps, step_rows=rows)
-        ids = cut.request_ids
+        ids, labels = cut.request_ids, cut.labels
         del cut
-        yield _tables(sc, shard, ids, rows, slos)
+        yield _tables(sc, shard, ids, rows, slos, labels)
 
 
 def _tables(
-    sc: Scenario, shard: Shard, ids: pa.Array, rows: int, slos: tuple[Slo, ...]
+    sc: Scenario,
+    shard: Shard,
+    ids: pa.Array,
+    rows: int,
+    slos: tuple[Slo, ...],
+    labels: Mapping[str, ClassLabels] | None,
 ) -> ShardTables:
     """A part's totals (its good requests under ``slos`` counted) and its sim_requests
     tables (``rows`` rows each)."""
@@ -220,7 +225,7 @@ def _tables(
         sim_requests_table(sc.name, ids, res, slice(a, a + rows))
         for a in range(0, res.num_requests, rows)
     ]
-    return ShardTables(shard.rows, RequestTotals.of(res, slos), shard.steps, requests)
+    return ShardTables(shard.rows, RequestTotals.of(res, slos, labels), shard.steps, requests)
 
 
 def _elsewhere(

@@ -170,6 +170,9 @@ def read_windows(
             -np.inf if first else a_s,
             np.inf if k == shards - 1 else (b_us - t0_us) / 1e6,
             request_ids=prep.request_ids[lead:],
+            labels={
+                kind: lab.take(np.arange(lead, len(inp))) for kind, lab in prep.classes.items()
+            },
             step_base=k * STEP_BASE,
         )
         offset += m

@@ -233,6 +233,9 @@ class Cut:
     hi_t: float
     t0: float = 0.0  # ... on the whole replay's clock, which starts at this arrival
     request_ids: Any = None  # its measured requests' ids (a pyarrow array), if its reader has them
+    # its measured requests' tenant and model classes (``classes.ClassLabels`` by kind),
+    # if its reader has them: for scoped SLOs
+    labels: Any = None
     # added to its step rows' step index: a time window k's are k * STEP_BASE + its own
     # (counted from its warm-up's start), so that (replica, step) stays unique and in time
     # order across the windows; replica groups keep the whole replay's (0)

@@ -39,7 +39,7 @@ numpy's default and DuckDB's quantile_cont):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -82,7 +82,7 @@ from pipeline.sim.state import (
 )
 
 if TYPE_CHECKING:
-    from pipeline.sim.classes import Slo
+    from pipeline.sim.classes import ClassLabels, Slo
 
 # every finite float64 is a whole number of 2**-_UNIT_EXP; exact sums are kept in that unit
 _UNIT_EXP = 1126
@@ -291,21 +291,35 @@ class RequestTotals:
     num_kv_blocks: int = 0
     basis: str = "engine"
     disagg: dict[str, Any] | None = None
-    # whole-traffic SLOs (no scope): each part counts its completed requests that meet
-    # every one (``num_good``); their statistics come from the metrics below
+    # SLOs: each part counts its completed requests that meet every one (``num_good``);
+    # a whole-traffic SLO's statistic comes from the metrics below, a scoped one's from the
+    # values of the requests in its scope, kept per part (``_scoped``, by SLO key)
     slos: tuple[Slo, ...] = ()
     num_good: int = 0
     _metrics: dict[str, list[npt.NDArray[np.floating[Any]]]] = field(default_factory=dict)
+    _scoped: dict[str, list[npt.NDArray[np.floating[Any]]]] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, res: SimResult, slos: Sequence[Slo] = ()) -> RequestTotals:
+    def of(
+        cls,
+        res: SimResult,
+        slos: Sequence[Slo] = (),
+        labels: Mapping[str, ClassLabels] | None = None,
+    ) -> RequestTotals:
         totals = cls(slos=tuple(slos))
-        totals.add(res)
+        totals.add(res, labels=labels)
         return totals
 
-    def add(self, res: SimResult, *, metrics: bool = True) -> None:
+    def add(
+        self,
+        res: SimResult,
+        *,
+        metrics: bool = True,
+        labels: Mapping[str, ClassLabels] | None = None,
+    ) -> None:
         """Add one part's requests (a whole replay's, or one shard's); ``metrics``: keep
-        their latency metrics too (``summarize`` takes them from ``res`` one at a time)."""
+        their latency metrics too (``summarize`` takes them from ``res`` one at a time);
+        ``labels``: their tenant and model classes (for scoped SLOs)."""
         rq, rqf = res.rq, res.rqf
         done = ~np.isnan(rqf[:, F_FINISH])
         completed = int(done.sum())
@@ -334,13 +348,39 @@ class RequestTotals:
                 _completed_metric(res, name, done).astype(self.dtype, copy=False)
             )
         if self.slos:
-            good = np.ones(completed, dtype=bool)
-            for slo in self.slos:
-                assert slo.scope is None, "a scoped SLO needs the requests' classes"
-                values = request_metric(res, f"{slo.metric}_s")[done]
-                # vLLM: a one-token request has tpot 0, so it is good on TPOT
-                good &= np.nan_to_num(values, nan=0.0) <= slo.limit_s
-            self.num_good += int(good.sum())
+            self._judge(res, done, labels)
+
+    def _judge(
+        self,
+        res: SimResult,
+        done: npt.NDArray[np.bool_],
+        labels: Mapping[str, ClassLabels] | None,
+    ) -> None:
+        """Count the part's good requests; keep its scoped SLOs' values (as
+        ``classes.whole_traffic_slos`` judges a whole replay)."""
+        n = int(done.sum())
+        groups: dict[str, Any] = {"prompt_tokens": res.rq[done, R_PROMPT]}
+        if any(s.scope is not None for s in self.slos):
+            if labels is None:
+                raise ValueError("scoped SLOs need the part's request classes")
+            groups.update(
+                {
+                    k: np.asarray(lab.names, dtype=object)[lab.codes[done]]
+                    for k, lab in labels.items()
+                }
+            )
+        good = np.ones(n, dtype=bool)
+        for slo in self.slos:
+            values = request_metric(res, f"{slo.metric}_s")[done]
+            mask = slo.applies(groups, n)
+            if slo.scope is not None:
+                sel = values[mask]
+                self._scoped.setdefault(slo.key, []).append(
+                    sel[~np.isnan(sel)].astype(self.dtype, copy=False)
+                )
+            # vLLM: a one-token request has tpot 0, so it is good on TPOT
+            good &= ~mask | (np.nan_to_num(values, nan=0.0) <= slo.limit_s)
+        self.num_good += int(good.sum())
 
     def merge(self, other: RequestTotals) -> None:
         """Add another part's totals (a shard replayed elsewhere)."""
@@ -365,6 +405,8 @@ class RequestTotals:
             self._metrics.setdefault(name, []).extend(
                 p.astype(self.dtype, copy=False) for p in parts
             )
+        for key, parts in other._scoped.items():
+            self._scoped.setdefault(key, []).extend(parts)
 
     def metric(self, name: str) -> npt.NDArray[np.floating[Any]]:
         """One of the summary's metrics over every completed request of every part (TPOT:
@@ -446,6 +488,16 @@ def summarize_totals(
     e2e_pct = pct("e2e_s")
     queue_p99 = pct("queue_s", (99,))[99]
     engine_ttft_pct = pct("engine_ttft_s", (50, 99))
+    for s in rt.slos:  # a scoped SLO's statistic: over its requests' values of every part
+        if s.scope is not None:
+            x = np.concatenate(rt._scoped.pop(s.key, []) or [np.empty(0, rt.dtype)])
+            q = s.quantile
+            if not len(x):
+                measured[s.key] = None
+            else:
+                measured[s.key] = float(
+                    x.mean(dtype=np.float64) if q is None else np.percentile(x, q)
+                )
     return {
         **_slo_figures(rt, measured, span),
         "num_requests": rt.num_requests,

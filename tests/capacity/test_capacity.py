@@ -321,11 +321,8 @@ def test_probes_in_parts_are_refused_where_they_cannot_run(
     ):
         with pytest.raises(ConfigError, match=words):
             run_capacity(wh, dict(BASE), parse_slos(SLOS), spec, quiet=True, shards=2, **kw)
-    with pytest.raises(ScenarioError, match="judge scoped SLOs on a replay without --shards"):
-        run_capacity(
-            wh, dict(BASE), parse_slos(["ttft_p99@tenant=chat=1s"]), spec, quiet=True,
-            intervals=False, shards=2,
-        )  # fmt: skip
+    with pytest.raises(ScenarioError, match="shards must be >= 1, got 0"):
+        run_capacity(wh, dict(BASE), parse_slos(SLOS), spec, quiet=True, intervals=False, shards=0)
     args = ["capacity", "--warehouse", str(wh), "--slo", "ttft_p99=1s", "--search", "replicas"]
     res = CliRunner().invoke(cli, [*args, "--shards", "2"])
     assert res.exit_code == 1 and "add --no-intervals" in res.output, res.output
