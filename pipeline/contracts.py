@@ -150,20 +150,18 @@ Column = tuple[str, str, str, "Valid | None"]
 
 def arrow_type(name: str) -> pa.DataType:
     """The Arrow type a contract names (``str()`` of the type gives the name back)."""
-    if name == TS:
-        return pa.timestamp("us", tz="UTC")
-    if name == "list<item: uint64>":
-        return pa.list_(pa.uint64())
     return _ARROW_TYPES[name]()
 
 
-_ARROW_TYPES = {
+_ARROW_TYPES = {  # (built when asked: pyarrow loads on first use)
     "string": lambda: pa.string(),
     "double": lambda: pa.float64(),
     "int32": lambda: pa.int32(),
     "int64": lambda: pa.int64(),
     "bool": lambda: pa.bool_(),
     "date32[day]": lambda: pa.date32(),
+    "timestamp[us, tz=UTC]": lambda: pa.timestamp("us", tz="UTC"),  # (TS)
+    "list<item: uint64>": lambda: pa.list_(pa.uint64()),
 }
 
 

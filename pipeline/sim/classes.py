@@ -210,7 +210,7 @@ class _Kind:
                 self.stats[i][f"{metric}_p{q}_s"] = None if v is None else float(v)
             for s, at in zip(self.slos, self.scoped, strict=True):
                 if s.metric == metric and at in (-1, i):
-                    self.measured[i][s.key] = _stat(seg, s)
+                    self.measured[i][s.key] = slo_stat(seg, s)
         for s, at in zip(self.slos, self.scoped, strict=True):
             if s.metric != metric or at is None:
                 continue
@@ -275,7 +275,7 @@ def _fold(
     return names, mapping[labels.codes], folded
 
 
-def _stat(values: npt.NDArray[np.float64], slo: Slo) -> float | None:
+def slo_stat(values: npt.NDArray[np.float64], slo: Slo) -> float | None:
     """The SLO's statistic over ``values`` (NaN left out), as ``plan.slo.evaluate`` takes it."""
     if not len(values):
         return None
@@ -305,6 +305,31 @@ def slo_entries(slos: Sequence[Slo], measured: Mapping[str, float | None]) -> di
     }
 
 
+def judged_requests(
+    res: SimResult,
+    done: npt.NDArray[np.bool_],
+    labels: Mapping[str, ClassLabels],
+    slos: Sequence[Slo],
+) -> tuple[npt.NDArray[np.bool_], dict[str, npt.NDArray[np.float64]]]:
+    """Of the ``done`` (completed) requests of ``res`` (their classes ``labels``): which
+    meet every SLO, and each SLO's values over the requests it judges (NaN left out)."""
+    n = int(done.sum())
+    groups: dict[str, Any] = {
+        kind: np.asarray(lab.names, dtype=object)[lab.codes[done]] for kind, lab in labels.items()
+    }
+    groups["prompt_tokens"] = res.rq[done, R_PROMPT]
+    judged: dict[str, npt.NDArray[np.float64]] = {}
+    good = np.ones(n, dtype=bool)
+    for s in slos:
+        values = request_metric(res, f"{s.metric}_s")[done]
+        mask = s.applies(groups, n)
+        sel = values[mask]
+        judged[s.key] = sel[~np.isnan(sel)]
+        # vLLM: a one-token request has tpot 0, so it is good on TPOT
+        good &= ~mask | (np.nan_to_num(values, nan=0.0) <= s.limit_s)
+    return good, judged
+
+
 def whole_traffic_slos(
     res: SimResult,
     labels: Mapping[str, ClassLabels],
@@ -315,20 +340,8 @@ def whole_traffic_slos(
     fields ``slo`` (``slo_entries``), ``slo_met``, ``num_good`` and ``goodput``, as
     ``pipeline.plan.slo.evaluate`` defines them (a test holds the two equal)."""
     done = ~np.isnan(res.rqf[:, F_FINISH])
-    n = int(done.sum())
-    groups: dict[str, Any] = {
-        kind: np.asarray(lab.names, dtype=object)[lab.codes[done]] for kind, lab in labels.items()
-    }
-    groups["prompt_tokens"] = res.rq[done, R_PROMPT]
-    measured: dict[str, float | None] = {}
-    good = np.ones(n, dtype=bool)
-    for s in slos:
-        values = request_metric(res, f"{s.metric}_s")[done]
-        mask = s.applies(groups, n)
-        sel = values[mask]
-        measured[s.key] = _stat(sel[~np.isnan(sel)], s)
-        # vLLM: a one-token request has tpot 0, so it is good on TPOT
-        good &= ~mask | (np.nan_to_num(values, nan=0.0) <= s.limit_s)
+    good, judged = judged_requests(res, done, labels, slos)
+    measured = {s.key: slo_stat(judged[s.key], s) for s in slos}
     entries = slo_entries(slos, measured)
     num_good = int(good.sum())
     return {

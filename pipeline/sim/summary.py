@@ -358,28 +358,16 @@ class RequestTotals:
     ) -> None:
         """Count the part's good requests; keep its scoped SLOs' values (as
         ``classes.whole_traffic_slos`` judges a whole replay)."""
-        n = int(done.sum())
-        groups: dict[str, Any] = {"prompt_tokens": res.rq[done, R_PROMPT]}
-        if any(s.scope is not None for s in self.slos):
-            if labels is None:
-                raise ValueError("scoped SLOs need the part's request classes")
-            groups.update(
-                {
-                    k: np.asarray(lab.names, dtype=object)[lab.codes[done]]
-                    for k, lab in labels.items()
-                }
-            )
-        good = np.ones(n, dtype=bool)
+        from pipeline.sim.classes import judged_requests  # (classes imports this module)
+
+        if labels is None and any(s.scope is not None for s in self.slos):
+            raise ValueError("scoped SLOs need the part's request classes")
+        good, judged = judged_requests(res, done, labels or {}, self.slos)
         for slo in self.slos:
-            values = request_metric(res, f"{slo.metric}_s")[done]
-            mask = slo.applies(groups, n)
             if slo.scope is not None:
-                sel = values[mask]
                 self._scoped.setdefault(slo.key, []).append(
-                    sel[~np.isnan(sel)].astype(self.dtype, copy=False)
+                    judged[slo.key].astype(self.dtype, copy=False)
                 )
-            # vLLM: a one-token request has tpot 0, so it is good on TPOT
-            good &= ~mask | (np.nan_to_num(values, nan=0.0) <= slo.limit_s)
         self.num_good += int(good.sum())
 
     def merge(self, other: RequestTotals) -> None:
@@ -488,16 +476,13 @@ def summarize_totals(
     e2e_pct = pct("e2e_s")
     queue_p99 = pct("queue_s", (99,))[99]
     engine_ttft_pct = pct("engine_ttft_s", (50, 99))
-    for s in rt.slos:  # a scoped SLO's statistic: over its requests' values of every part
-        if s.scope is not None:
-            x = np.concatenate(rt._scoped.pop(s.key, []) or [np.empty(0, rt.dtype)])
-            q = s.quantile
-            if not len(x):
-                measured[s.key] = None
-            else:
-                measured[s.key] = float(
-                    x.mean(dtype=np.float64) if q is None else np.percentile(x, q)
-                )
+    if any(s.scope is not None for s in rt.slos):
+        from pipeline.sim.classes import slo_stat  # (classes imports this module)
+
+        for s in rt.slos:  # a scoped SLO's statistic: over its requests' values of every part
+            if s.scope is not None:
+                x = np.concatenate(rt._scoped.pop(s.key, []) or [np.empty(0)])
+                measured[s.key] = slo_stat(x.astype(np.float64, copy=False), s)
     return {
         **_slo_figures(rt, measured, span),
         "num_requests": rt.num_requests,
