@@ -9,7 +9,9 @@
   replicas for 4x the traffic): replays needed and wall time, without the
   answers' 90% intervals (``--no-intervals``), with them in one process
   (``jobs=1``) and with their independent replays on 2 forked workers
-  (``jobs=2``), alternating in one run, and the ratios to the first.
+  (``jobs=2``), then each probe in 2 parts (``--shards 2 --jobs 2``) without
+  and with intervals (each of their replays in 2 parts too), alternating in one
+  run, and the ratios to the first.
 
 Every figure is the median of 3 fresh processes. "process s" is the whole
 command from the first import (reading the requests, checking the grid,
@@ -80,7 +82,9 @@ from pathlib import Path
 from pipeline.plan.capacity import load_capacity_file, run_capacity
 wh = Path({wh!r})
 base, slos, specs = load_capacity_file(Path({cfile!r}))
-r = run_capacity(wh, base, slos, specs, quiet=True, intervals={intervals}, jobs={jobs})
+r = run_capacity(
+    wh, base, slos, specs, quiet=True, intervals={intervals}, jobs={jobs}, shards={shards}
+)
 out = {{"stage_s": r.wall_s, "replays": r.num_replays, "extra": r.num_interval_replays}}
 for s in r.searches:
     out[s.spec.kind] = s.answer if s.answer is not None else -1
@@ -110,11 +114,14 @@ def azure_warehouse() -> Path:
     return wh
 
 
-CAPACITY_VARIANTS = {  # label: (intervals, jobs)
-    "without intervals": (False, 1),
-    "with intervals, 1 job": (True, 1),
-    "with intervals, 2 jobs": (True, 2),
+CAPACITY_VARIANTS = {  # label: (intervals, jobs, shards)
+    "without intervals": (False, 1, None),
+    "with intervals, 1 job": (True, 1, None),
+    "with intervals, 2 jobs": (True, 2, None),
+    "in 2 parts, without intervals": (False, 2, 2),
+    "in 2 parts, with intervals": (True, 2, 2),
 }
+PARTS = ("in 2 parts, without intervals", "in 2 parts, with intervals")
 
 
 def capacity_side_by_side(wh: Path, repeats: int) -> dict[str, dict[str, float]]:
@@ -123,9 +130,9 @@ def capacity_side_by_side(wh: Path, repeats: int) -> dict[str, dict[str, float]]
     busy spell of the machine falls on all alike); medians of each."""
     runs: dict[str, list[dict[str, float]]] = {k: [] for k in CAPACITY_VARIANTS}
     for _ in range(repeats):
-        for label, (intervals, jobs) in CAPACITY_VARIANTS.items():
+        for label, (intervals, jobs, shards) in CAPACITY_VARIANTS.items():
             code = CAPACITY_RUN.format(
-                wh=str(wh), cfile=str(CAPACITY), intervals=intervals, jobs=jobs
+                wh=str(wh), cfile=str(CAPACITY), intervals=intervals, jobs=jobs, shards=shards
             )
             runs[label].append(child(code, repeats=1))
     return {k: {f: statistics.median(r[f] for r in v) for f in v[0]} for k, v in runs.items()}
@@ -163,7 +170,9 @@ def main() -> None:
     grid = OUT / "grid.toml"
     grid.write_text(GRID)
     wh = azure_warehouse()
-    warm = CAPACITY_RUN.format(wh=str(wh), cfile=str(CAPACITY), intervals=False, jobs=1)
+    warm = CAPACITY_RUN.format(
+        wh=str(wh), cfile=str(CAPACITY), intervals=False, jobs=1, shards=None
+    )
     if not args.capacity_only:
         warm = SWEEP.format(wh=str(wh), grid=str(grid), jobs=1)
     child(warm, repeats=1)  # warm numba's cache
@@ -191,8 +200,10 @@ def main() -> None:
     for label in ("with intervals, 1 job", "with intervals, 2 jobs"):
         ratio = caps[label]["wall_s"] / cap["wall_s"]
         print(f"capacity {label} / without: process {ratio:.2f}x (target <= 2x)", flush=True)
-    full = caps["with intervals, 2 jobs"]
-    print(f"answers: {answers(full)}", flush=True)
+    ratio = caps[PARTS[1]]["wall_s"] / caps[PARTS[0]]["wall_s"]
+    print(f"capacity in 2 parts, with intervals / without: process {ratio:.2f}x", flush=True)
+    print(f"answers: {answers(caps['with intervals, 2 jobs'])}", flush=True)
+    print(f"answers in 2 parts: {answers(caps[PARTS[1]])}", flush=True)
     if args.quick:
         return
     if not args.capacity_only:
@@ -233,6 +244,7 @@ def sweep_lines(sweeps: dict[int, dict[str, float]]) -> str:
 
 def capacity_lines(caps: dict[str, dict[str, float]], repeats: int) -> list[str]:
     cap, full = caps["without intervals"], caps["with intervals, 2 jobs"]
+    parts = caps[PARTS[1]]["wall_s"] / caps[PARTS[0]]["wall_s"]
     loads = ", ".join(f"{m['load_1m']:.1f}" for m in caps.values())
     return [
         "Capacity search on the whole Azure conversation trace "
@@ -240,8 +252,11 @@ def capacity_lines(caps: dict[str, dict[str, float]], repeats: int) -> list[str]
         "the answers' 90% intervals (`--no-intervals`), with them replayed in this process "
         "(`--jobs 1`) and with the intervals' independent replays (each answer's bootstrap, "
         "replicates and cost-scaled replays; the ends' cost-scaled replays) on 2 forked "
-        f"workers (`--jobs 2`), alternating, medians of {repeats} fresh processes each; "
-        "CPU s counts the workers:",
+        f"workers (`--jobs 2`); then each probe in 2 parts (`--shards 2 --jobs 2`: the "
+        "replicas search's probes in replica groups, the others' in time windows, one replica "
+        "each), without intervals and with them (each of the intervals' replays in 2 parts "
+        f"too); alternating, medians of {repeats} fresh processes each; CPU s counts the "
+        "workers:",
         "",
         "| capacity | replays | for the intervals | process s | stage s | CPU s | "
         "process / without |",
@@ -254,9 +269,12 @@ def capacity_lines(caps: dict[str, dict[str, float]], repeats: int) -> list[str]
         "",
         f"Load average (1 min) at the end of each variant's last run: {loads}.",
         "",
-        f"Answers: {answers(full)}. Probes for the ends are summarized, not written.",
+        f"Answers: {answers(full)}. Probes for the ends are summarized, not written. In 2 "
+        f"parts: {answers(caps[PARTS[1]])}; their probes for the ends write their parts' "
+        "tables.",
         "",
-        "Target (issue 26): capacity with intervals <= 2x the wall time of capacity without.",
+        "Target (issue 26): capacity with intervals <= 2x the wall time of capacity without; "
+        f"in 2 parts, with intervals / without: {parts:.2f}x.",
     ]
 
 

@@ -466,9 +466,9 @@ def capacity_command(
     the fewest replicas of each pool, its cost, and with --compare-split
     whether one shared pool would be cheaper.
 
-    --shards N replays each probe in N parts as `replay --shards` does (with
-    --no-intervals; not for fleets or autoscaling), the
-    parts --jobs at once or on the Ray cluster: for a fleet's day.
+    --shards N replays each probe in N parts as `replay --shards` does (not
+    for fleets or autoscaling), the parts --jobs at once or on the Ray
+    cluster, and so each replay of the intervals: for a fleet's day.
 
     Example:
 

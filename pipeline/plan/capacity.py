@@ -415,7 +415,8 @@ def run_capacity(
         ray_address: run those on the Ray cluster at this address instead.
         shards: replay each probe in this many parts (``replay --shards``: replica groups
             under round_robin, else time windows after ``shard_warmup_s``), the parts
-            ``jobs`` at once or on the Ray cluster; no intervals.
+            ``jobs`` at once or on the Ray cluster; the intervals' replays too, each in
+            parts (``replicates.measure_in_parts``), one after the other.
 
     Raises:
         ConfigError: no SLO, an empty range, no requests selected, a fleet (``fleet.py``).
@@ -439,7 +440,7 @@ def run_capacity(
             "tracereplay capacity runs for it)"
         )
     if shards is not None:
-        _check_shards(base, shards, shard_warmup_s, intervals, summary_only)
+        _check_shards(base, shards, shard_warmup_s, summary_only)
     wh = Warehouse(warehouse)
     run_id = run_id or new_run_id(started)
     files = select_request_files(
@@ -514,25 +515,13 @@ def run_capacity(
     return result
 
 
-def _check_shards(
-    base: Scenario,
-    shards: int,
-    warmup_s: float | None,
-    intervals: bool,
-    summary_only: bool,
-) -> None:
+def _check_shards(base: Scenario, shards: int, warmup_s: float | None, summary_only: bool) -> None:
     """Whether a search may replay its probes in parts (before anything is read).
 
     Raises:
-        ConfigError: with intervals (the answer's replicates replay the whole traffic) or
-            --summary-only (the parts write their tables as they end).
+        ConfigError: --summary-only (the parts write their tables as they end).
         ScenarioError: the base scenario cannot be cut (``replay_sharded.plan_sharding``).
     """
-    if intervals:
-        raise ConfigError(
-            "--shards replays each probe in parts and gives the answer no interval: "
-            "add --no-intervals"
-        )
     if summary_only:
         raise ConfigError(
             "--shards writes each probe's tables as its parts end: leave out --summary-only"

@@ -6,13 +6,15 @@ each value once, writes it like a sweep's scenario, and remembers it, so the
 interval's searches pay only for the values the bisection never needed. Probes
 the bisection asked for are ``search`` probes (written with their sim tables
 unless the run is summary only); those only the interval needed are
-``interval`` probes (their summary and search rows only).
+``interval`` probes (their summary and search rows only; with ``shards`` their
+parts write their sim tables too, as every part does).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -112,7 +114,7 @@ class Prober:
         c.bar.describe(f"capacity search: {self.spec.kind} {self.knob}={fmt_value(value)}")
         # a probe only the interval needed is summarized, not written: no tables to build
         write = role == "search" and not c.summary_only
-        if c.shards is not None:  # (run_capacity: no intervals, no --summary-only)
+        if c.shards is not None:  # (run_capacity: no --summary-only)
             plan = plan_sharding(sc, c.shards, c.shard_warmup_s)
             prep = self.prepared(sc)
             out = run_in_parts(
@@ -171,8 +173,24 @@ class Prober:
         ]
 
     def _measure_all(self, ms: list[replicates.Measurement]) -> list[replicates.Measured]:
-        found = replicates.measure_all(ms, jobs=self.ctx.jobs, ray_address=self.ctx.ray_address)
-        return [m for m, _ in found]
+        return [m for m, _ in self._measure(ms)]
+
+    def _measure(
+        self, ms: Iterable[replicates.Measurement]
+    ) -> list[tuple[replicates.Measured, replicates.Bootstrap]]:
+        """Each measurement's statistics, in order: replayed whole, several at once on the
+        workers; or, with ``shards``, each in parts (as the probes are), the parts of all
+        of them on the workers."""
+        c = self.ctx
+        if c.shards is None:
+            return replicates.measure_all(ms, jobs=c.jobs, ray_address=c.ray_address)
+        shards, warmup = c.shards, c.shard_warmup_s
+        return replicates.measure_all_in_parts(
+            ms,
+            lambda sc: plan_sharding(sc, shards, warmup),
+            jobs=c.jobs,
+            ray_address=c.ray_address,
+        )
 
     def _profile_terms(self, values: list[float]) -> dict[float, dict[str, tuple[float, float]]]:
         """The profile term at each of ``values``: their cost-scaled replays run at once."""
@@ -211,7 +229,7 @@ class Prober:
             ),
             self._at_cost(answer, prep),
         )
-        found = replicates.measure_all(batch, jobs=c.jobs, ray_address=c.ray_address)
+        found = self._measure(batch)
         main, bootstrap = found[0]
         reps = [m for m, _ in found[1 : num_replicates + 1]]
         at_cost = [m for m, _ in found[num_replicates + 1 :]]

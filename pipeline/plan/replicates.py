@@ -19,13 +19,17 @@ time with arrivals the trace could as well have had:
   (``rate``, ``time_scale``).
 
 Each replicate is replayed without writing anything (``measure``): only each
-SLO's statistic is kept.
+SLO's statistic is kept. With ``--shards`` each of these replays runs in parts
+(``measure_in_parts``), as the probes do; each part gives back its requests'
+metrics, which are put back in the whole replay's order, so that the statistics
+and the bootstrap are a whole replay's (exactly so for replica groups under
+round robin).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,12 +42,15 @@ from pipeline.errors import ScenarioError
 from pipeline.plan.executor import run_tasks
 from pipeline.plan.intervals import slo_bootstrap
 from pipeline.plan.slo import Slo, evaluate
-from pipeline.plan.tasks import sim_metrics, writable
+from pipeline.plan.tasks import METRIC_COLUMNS, sim_metrics, writable
 from pipeline.sim import intervals as iv
 from pipeline.sim.disagg import simulate_disaggregated
 from pipeline.sim.replay_input import Prepared, prepare
 from pipeline.sim.scenario import Scenario
+from pipeline.sim.shard import Cut, ShardPlan, cuts, replay_cut
 from pipeline.sim.simulate import simulate
+from pipeline.sim.state import F_FINISH, R_PROMPT
+from pipeline.sim.summary import request_metric
 
 REPLICATES = 6  # replicate replays at each capacity answer
 SEED_SALT = 0x2E91_1CA7  # mixed into replicate seeds and the trace resampling
@@ -165,6 +172,133 @@ def measure_all(
             raise ScenarioError(f"interval replay {name} failed: {got}")
         out.append(got)
     return out
+
+
+@dataclass(frozen=True)
+class PartTask:
+    """One part of a measurement, to replay in a worker: the scenario and its cut."""
+
+    scenario: Scenario
+    cut: Cut
+
+
+@dataclass(frozen=True)
+class PartMetrics:
+    """A replayed part's measured requests: their indices in the whole replay, whether
+    each completed, its prompt tokens and its metrics (``METRIC_COLUMNS``; NaN where it
+    did not complete)."""
+
+    rows: npt.NDArray[np.int64]
+    finished: npt.NDArray[np.bool_]
+    prompt: npt.NDArray[np.int64]
+    metrics: dict[str, npt.NDArray[np.float64]]
+
+
+def measure_part(task: PartTask) -> PartMetrics:
+    """Replay one part of a measurement; nothing is written (a module-level function, so
+    a forked worker or Ray can run it)."""
+    res = replay_cut(task.scenario, task.cut).result
+    return PartMetrics(
+        rows=task.cut.rows,
+        finished=~np.isnan(res.rqf[:, F_FINISH]),
+        prompt=np.asarray(res.rq[:, R_PROMPT], dtype=np.int64),
+        metrics={c: request_metric(res, c) for c in METRIC_COLUMNS},
+    )
+
+
+class _Gathered:
+    """One measurement's requests as its parts come back, in the whole replay's order."""
+
+    def __init__(self, m: Measurement) -> None:
+        self.m = m
+        n = len(m.prepared.inp) - m.prepared.num_lead  # the measured requests
+        self.finished = np.zeros(n, dtype=np.bool_)
+        self.prompt = np.zeros(n, dtype=np.int64)
+        self.values = {c: np.full(n, np.nan) for c in METRIC_COLUMNS}
+        self.parts = -1  # how many it was cut in (-1: not known until its cuts are drawn)
+        self.back = 0  # parts come back
+
+    def add(self, out: PartMetrics) -> None:
+        self.finished[out.rows] = out.finished
+        self.prompt[out.rows] = out.prompt
+        for c in METRIC_COLUMNS:
+            self.values[c][out.rows] = out.metrics[c]
+        self.back += 1
+
+    @property
+    def complete(self) -> bool:
+        return self.back == self.parts
+
+    def measured(self) -> tuple[Measured, Bootstrap]:
+        """What ``run_measurement`` gives for the whole replay."""
+        m, done = self.m, self.finished
+        metrics = {c: v[done] for c, v in self.values.items()}
+        groups: dict[str, Any] = {"prompt_tokens": self.prompt[done]}
+        groups.update({k: np.asarray(v)[done] for k, v in m.prepared.groups.items()})
+        slos = list(m.slos)
+        measured = evaluate(slos, metrics, 1.0, groups).measured_s
+        boot = slo_bootstrap(slos, metrics, groups, m.scenario.seed) if m.bootstrap else {}
+        return measured, boot
+
+
+def measure_all_in_parts(
+    measurements: Iterable[Measurement],
+    plan_of: Callable[[Scenario], ShardPlan],
+    *,
+    jobs: int = 1,
+    ray_address: str | None = None,
+) -> list[tuple[Measured, Bootstrap]]:
+    """``measure_all``, each replay in the parts of ``plan_of(its scenario)``: every part
+    of every measurement goes to the same workers (``jobs`` forked processes, or the Ray
+    cluster at ``ray_address``), drawn as they get free, so that one measurement's last
+    parts run beside the next one's first. Each measurement's requests are put back in
+    the whole replay's order before its statistics and bootstrap are taken: with replica
+    groups (round robin) the figures are the whole replay's; with time windows, as close
+    as the parts' replays are to it (``shard.py``). A measurement's arrays are let go as
+    soon as its last part is back.
+
+    Raises:
+        ScenarioError: a part failed (the first to end so), or its plan cannot cut it.
+    """
+    gathered: list[_Gathered] = []
+    owner: list[int] = []  # part task index -> its measurement
+    found: dict[int, tuple[Measured, Bootstrap]] = {}
+
+    def settle(i: int) -> None:
+        if gathered[i].complete and i not in found:
+            found[i] = gathered[i].measured()
+            gathered[i].values.clear()
+
+    def parts() -> Iterator[PartTask]:
+        for m in measurements:
+            i = len(gathered)
+            gathered.append(_Gathered(m))
+            count = 0
+            for cut in cuts(m.prepared.inp, m.scenario, plan_of(m.scenario)):
+                owner.append(i)
+                count += 1
+                yield PartTask(m.scenario, cut)
+            gathered[i].parts = count
+            settle(i)
+
+    # each part's input is made as it is drawn: no more drawn than there are workers
+    work = run_tasks(measure_part, parts(), jobs=jobs, ray_address=ray_address, ahead=0)
+    for k, out in work:
+        i = owner[k]
+        if isinstance(out, BaseException):
+            name = gathered[i].m.scenario.name
+            raise ScenarioError(f"interval replay {name} failed in a part: {out}")
+        gathered[i].add(out)
+        settle(i)
+    return [found[i] for i in range(len(gathered))]
+
+
+def measure_in_parts(
+    m: Measurement, plan: ShardPlan, *, jobs: int = 1, ray_address: str | None = None
+) -> tuple[Measured, Bootstrap]:
+    """``run_measurement`` of ``m`` replayed in the parts of ``plan``
+    (``measure_all_in_parts`` of one)."""
+    return measure_all_in_parts([m], lambda _: plan, jobs=jobs, ray_address=ray_address)[0]
 
 
 def measure(sc: Scenario, prep: Prepared, slos: list[Slo]) -> dict[str, float | None]:

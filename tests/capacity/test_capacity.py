@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from pipeline.cli import cli
 from pipeline.contracts import CAPACITY_SEARCH, RUNS, SCENARIOS, SIM_REQUESTS, read_table
 from pipeline.errors import ConfigError, ScenarioError
+from pipeline.plan import replicates
 from pipeline.plan.capacity import SearchSpec, run_capacity
 from pipeline.plan.knobs import concurrency_knob
 from pipeline.plan.slo import parse_slos
@@ -310,21 +311,62 @@ def test_probes_in_parts_find_the_answer_of_whole_probes(
         assert sum(read_table(f, SIM_REQUESTS).num_rows for f in files) == 600
 
 
+def test_intervals_in_parts_are_the_whole_search_intervals(
+    small_warehouse: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--shards`` with intervals: the answer's own replay, its replicates and its
+    cost-scaled replays run in replica groups too (round_robin: exact), so the interval
+    is the whole search's, to the last bit."""
+    wh = small_warehouse(n=600, rate=60.0)
+    base = {**BASE, "name": "rr", "router": "round_robin", "async_scheduling": False}
+    specs = [SearchSpec("replicas", rate_scale=1.0, hi=8)]
+    slos = parse_slos(SLOS)
+    whole = run_capacity(wh, base, slos, specs, quiet=True, jobs=1)
+    real, calls = replicates.measure_all_in_parts, []
+
+    def counted(ms: Any, *args: Any, **kw: Any) -> Any:
+        def each() -> Any:
+            for m in ms:
+                calls.append(m.scenario.name)
+                yield m
+
+        return real(each(), *args, **kw)
+
+    monkeypatch.setattr(replicates, "measure_all_in_parts", counted)
+    parts = run_capacity(wh, base, slos, specs, quiet=True, shards=2, jobs=2)
+    assert len(calls) == parts.num_interval_replays  # every interval replay ran in parts
+    a, b = whole.searches[0], parts.searches[0]
+    assert a.answer is not None and b.answer == a.answer
+    x, y = a.interval, b.interval
+    assert x is not None and y is not None and x.num_replicates == 6
+    assert (y.lo, y.hi, y.safe) == (x.lo, x.hi, x.safe)
+    assert y.replicates == x.replicates and y.at_cost == x.at_cost
+    assert y.model.arrivals == x.model.arrivals and y.model.profile == x.model.profile
+    assert parts.num_interval_replays == whole.num_interval_replays
+    assert [v for v, _ in b.interval_probes] == [v for v, _ in a.interval_probes]
+    path = capacity_file(
+        wh.parent / "cap.toml",
+        '[slo]\nttft_p99 = "500ms"\n[search.replicas]\nrate_scale = 1\nmax = 8\n',
+    )
+    args = ["capacity", str(path), "--warehouse", str(wh), "--router", "round_robin"]
+    res = CliRunner().invoke(cli, [*args, "--shards", "2", "--jobs", "1"])
+    assert res.exit_code == 0, res.output
+    assert "intervals: arrivals from 6 replicates" in res.output
+
+
 def test_probes_in_parts_are_refused_where_they_cannot_run(
     small_warehouse: Callable[..., Path],
 ) -> None:
     wh = small_warehouse()
     spec = [SearchSpec("replicas", rate_scale=4.0, hi=8)]
-    for kw, words in (
-        ({}, "add --no-intervals"),
-        ({"intervals": False, "summary_only": True}, "leave out --summary-only"),
-    ):
-        with pytest.raises(ConfigError, match=words):
-            run_capacity(wh, dict(BASE), parse_slos(SLOS), spec, quiet=True, shards=2, **kw)
+    with pytest.raises(ConfigError, match="leave out --summary-only"):
+        run_capacity(
+            wh, dict(BASE), parse_slos(SLOS), spec, quiet=True, shards=2, summary_only=True
+        )
     with pytest.raises(ScenarioError, match="shards must be >= 1, got 0"):
-        run_capacity(wh, dict(BASE), parse_slos(SLOS), spec, quiet=True, intervals=False, shards=0)
+        run_capacity(wh, dict(BASE), parse_slos(SLOS), spec, quiet=True, shards=0)
     args = ["capacity", "--warehouse", str(wh), "--slo", "ttft_p99=1s", "--search", "replicas"]
-    res = CliRunner().invoke(cli, [*args, "--shards", "2"])
-    assert res.exit_code == 1 and "add --no-intervals" in res.output, res.output
+    res = CliRunner().invoke(cli, [*args, "--shards", "2", "--summary-only"])
+    assert res.exit_code == 1 and "leave out --summary-only" in res.output, res.output
     assert "Traceback" not in res.output
     assert not (wh / "runs").exists() or not list((wh / "runs").iterdir())

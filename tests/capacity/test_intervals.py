@@ -24,17 +24,23 @@ from pipeline.contracts import (
 )
 from pipeline.errors import ScenarioError
 from pipeline.plan import intervals as civ
+from pipeline.plan import replicates
 from pipeline.plan.capacity import SearchSpec, run_capacity
 from pipeline.plan.replicates import (
     Measurement,
     measure_all,
+    measure_all_in_parts,
+    measure_in_parts,
     replicate_seed,
     resample_trace,
+    run_measurement,
     trace_window,
 )
 from pipeline.plan.slo import parse_slos
 from pipeline.report.sql import query
-from pipeline.sim.replay_input import read_requests, select_request_files
+from pipeline.sim.replay_input import prepare, read_requests, select_request_files
+from pipeline.sim.scenario import build_scenario
+from pipeline.sim.shard import plan_shards
 from pipeline.warehouse import Warehouse
 from tests.helpers import BASE, capacity_file, seeded_warehouse
 
@@ -155,6 +161,74 @@ def test_replicates_resample_the_trace_in_windows(small_warehouse: Callable[...,
     assert (np.diff(t) >= 0).all() and t[0] == 0.0
     assert set(a["request_id"]) < set(frame["request_id"])  # drawn with replacement
     assert replicate_seed(0, 1) != replicate_seed(0, 2) == replicate_seed(0, 2)
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_measurement_in_replica_groups_is_the_whole_one(
+    small_warehouse: Callable[..., Path], jobs: int
+) -> None:
+    """Round robin: the parts' requests put back in order give the whole replay's
+    statistics and bootstrap intervals, exactly, with a scoped SLO too."""
+    frame = read_requests(select_request_files(Warehouse(small_warehouse(600, rate=60.0))))
+    sc = build_scenario({**BASE, "replicas": 4, "router": "round_robin"})
+    slos = tuple(parse_slos(["ttft_p99=450ms", "e2e_p50=10s", "tpot_p90@prompt<=500=50ms"]))
+    whole = run_measurement(Measurement(sc, prepare(frame, sc), slos, bootstrap=True))
+    m = Measurement(sc, prepare(frame, sc), slos, bootstrap=True)
+    parts = measure_in_parts(m, plan_shards(sc, 3), jobs=jobs)
+    assert parts == whole
+    assert all(v is not None for v in whole[0].values()) and whole[1]
+
+
+def test_a_measurement_in_time_windows_is_close_to_the_whole_one(
+    small_warehouse: Callable[..., Path],
+) -> None:
+    """A router that couples replicas: time windows after a warm-up, near the whole."""
+    frame = read_requests(select_request_files(Warehouse(small_warehouse(600, rate=30.0))))
+    sc = build_scenario({**BASE, "replicas": 2, "router": "least_outstanding"})
+    slos = tuple(parse_slos(["ttft_p99=450ms", "e2e_p50=10s"]))
+    whole, _ = run_measurement(Measurement(sc, prepare(frame, sc), slos))
+    plan = plan_shards(sc, 3, warmup_s=2.0)
+    assert plan.by == "time"
+    parts, boot = measure_in_parts(Measurement(sc, prepare(frame, sc), slos), plan)
+    assert boot == {} and parts.keys() == whole.keys()
+    for k, v in whole.items():
+        assert v is not None and parts[k] == pytest.approx(v, rel=0.2), k
+
+
+def test_a_failing_part_names_its_scenario(
+    small_warehouse: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    frame = read_requests(select_request_files(Warehouse(small_warehouse(300))))
+    sc = build_scenario({**BASE, "replicas": 2, "router": "round_robin"})
+    real, seen = replicates.replay_cut, []
+
+    def second_fails(sc: Any, cut: Any, **kw: Any) -> Any:
+        seen.append(cut)
+        if len(seen) == 2:
+            raise ValueError("lost its worker")
+        return real(sc, cut, **kw)
+
+    monkeypatch.setattr(replicates, "replay_cut", second_fails)
+    m = Measurement(sc, prepare(frame, sc), tuple(SLO))
+    with pytest.raises(ScenarioError, match=f"interval replay {sc.name} failed in a part: lost"):
+        measure_in_parts(m, plan_shards(sc, 2))
+
+
+def test_measurements_in_parts_share_the_workers(small_warehouse: Callable[..., Path]) -> None:
+    """Several measurements' parts on one pool of workers: each gets its own figures,
+    in order, as if measured alone (two seeds, so two different replays)."""
+    frame = read_requests(select_request_files(Warehouse(small_warehouse(400, rate=40.0))))
+    slos = tuple(parse_slos(["ttft_p99=450ms", "e2e_p50=10s"]))
+    ms = []
+    for seed in (1, 2):
+        sc = build_scenario(
+            {**BASE, "replicas": 3, "router": "round_robin", "seed": seed, "arrivals": "poisson"}
+        )
+        ms.append(Measurement(sc, prepare(frame, sc), slos, bootstrap=True))
+    alone = [run_measurement(m) for m in ms]
+    assert alone[0] != alone[1]
+    together = measure_all_in_parts(iter(ms), lambda sc: plan_shards(sc, 2), jobs=2)
+    assert together == alone
 
 
 # --- end to end
