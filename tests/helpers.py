@@ -832,3 +832,17 @@ def build_autoscaled(root: Path) -> tuple[Warehouse, str, str]:
     a = replay(root, [auto, fleet], quiet=True, intervals=False, slos=slos).run_id
     b = replay(root, [fixed], quiet=True, intervals=False, slos=slos).run_id
     return Warehouse(root), a, b
+
+
+def assert_nested_close(got: Any, want: Any, where: str = "") -> None:
+    """``got`` is ``want``, a nested summary entry (dicts of numbers, None, text), with its
+    floats to 1e-12: a mean summed over a sharded replay's parts, in another order than
+    the whole replay's, may differ in its last bit."""
+    if isinstance(want, dict):
+        assert isinstance(got, dict) and got.keys() == want.keys(), where
+        for k in want:
+            assert_nested_close(got[k], want[k], f"{where}/{k}")
+    elif isinstance(want, float):
+        assert got == pytest.approx(want, rel=1e-12), where
+    else:
+        assert got == want, where

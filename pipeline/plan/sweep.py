@@ -17,7 +17,7 @@ row (status "partial"); the others are written as usual.
 With ``shards``, the scenarios run one after another, each in parts (``replay
 --shards``: replica groups under round_robin, else time windows; the parts on the
 local processes or the Ray cluster, their files ``<scenario>.part-<k>.parquet``), so
-that a fleet's day fits in memory; SLO verdicts (scoped ones too), no per-class figures.
+that a fleet's day fits in memory; SLO verdicts (scoped ones too) and per-class figures.
 """
 
 from __future__ import annotations

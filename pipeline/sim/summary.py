@@ -296,8 +296,13 @@ class RequestTotals:
     # values of the requests in its scope, kept per part (``_scoped``, by SLO key)
     slos: tuple[Slo, ...] = ()
     num_good: int = 0
+    # per metric, each part's completed requests' values (TPOT: NaN for one token)
     _metrics: dict[str, list[npt.NDArray[np.floating[Any]]]] = field(default_factory=dict)
     _scoped: dict[str, list[npt.NDArray[np.floating[Any]]]] = field(default_factory=dict)
+    # per-class figures: each part's completed flags and, by kind, its requests' classes
+    # (kept where the parts come with their classes: 1 byte a request, 4 a kind)
+    _done: list[npt.NDArray[np.bool_]] = field(default_factory=list)
+    _labels: dict[str, list[ClassLabels]] = field(default_factory=dict)
 
     @classmethod
     def of(
@@ -319,7 +324,8 @@ class RequestTotals:
     ) -> None:
         """Add one part's requests (a whole replay's, or one shard's); ``metrics``: keep
         their latency metrics too (``summarize`` takes them from ``res`` one at a time);
-        ``labels``: their tenant and model classes (for scoped SLOs)."""
+        ``labels``: their tenant and model classes (for scoped SLOs and, with
+        ``metrics``, the per-class figures)."""
         rq, rqf = res.rq, res.rqf
         done = ~np.isnan(rqf[:, F_FINISH])
         completed = int(done.sum())
@@ -345,8 +351,12 @@ class RequestTotals:
             self.disagg = _disagg(res)
         for name in _SUMMARY_METRICS if metrics else ():
             self._metrics.setdefault(name, []).append(
-                _completed_metric(res, name, done).astype(self.dtype, copy=False)
+                request_metric(res, name)[done].astype(self.dtype, copy=False)
             )
+        if metrics and labels is not None:
+            self._done.append(done)
+            for kind, lab in labels.items():
+                self._labels.setdefault(kind, []).append(lab)
         if self.slos:
             self._judge(res, done, labels)
 
@@ -395,12 +405,17 @@ class RequestTotals:
             )
         for key, parts in other._scoped.items():
             self._scoped.setdefault(key, []).extend(parts)
+        self._done.extend(other._done)
+        for kind, labs in other._labels.items():
+            self._labels.setdefault(kind, []).extend(labs)
 
     def metric(self, name: str) -> npt.NDArray[np.floating[Any]]:
         """One of the summary's metrics over every completed request of every part (TPOT:
         of those with more than one token). Takes the values out of these totals: each
         part is let go once copied, so the whole metric and one part live at once."""
         parts = self._metrics.pop(name, [])
+        if name == "tpot_s":  # a one-token request has no TPOT
+            parts = [p[~np.isnan(p)] for p in parts]
         out = np.empty(sum(len(p) for p in parts), self.dtype)
         at = 0
         parts.reverse()
@@ -410,6 +425,31 @@ class RequestTotals:
             at += len(p)
             del p
         return out
+
+    def class_figures(self, duration_s: float | None) -> dict[str, Any] | None:
+        """The per-class figures of every part's requests (``classes.summarize_classes``,
+        as a whole replay's summary has them), against ``slos``; None where the parts came
+        without their classes. Leaves the metrics in place (the summary takes them next)."""
+        from pipeline.sim.classes import ClassLabels, summarize_classes  # (imports this)
+
+        if not self._done:
+            return None
+        done = np.concatenate(self._done)
+        kinds = {}
+        for kind, labs in self._labels.items():
+            if len(labs) != len(self._done):  # (a kind some parts lack: not aligned)
+                continue
+            names = sorted({n for lab in labs for n in lab.names})
+            index = {n: i for i, n in enumerate(names)}
+            codes = [np.array([index[n] for n in lab.names], np.int32)[lab.codes] for lab in labs]
+            kinds[kind] = ClassLabels(tuple(names), np.concatenate(codes).astype(np.int32))
+
+        def metric(name: str) -> npt.NDArray[np.float64]:
+            out = np.full(len(done), np.nan)
+            out[done] = np.concatenate(self._metrics.get(name) or [np.empty(0)])
+            return out
+
+        return summarize_classes(metric, done, kinds, self.slos, duration_s)
 
 
 _SUMMARY_METRICS = ("ttft_s", "tpot_s", "e2e_s", "queue_s", "engine_ttft_s")
@@ -448,6 +488,7 @@ def summarize_totals(
     (taken out of it as they are used: one at a time lives), or ``metric``'s (a fresh
     array each call: the percentiles are taken in it, in place)."""
     span = rt.last_finish - rt.first_arrival if rt.completed else 0.0
+    classes = rt.class_figures(span)  # (before the percentiles below take the metrics)
 
     def per_s(x: float) -> float | None:
         return x / span if span > 0 else None
@@ -518,6 +559,7 @@ def summarize_totals(
         **({"disagg": rt.disagg} if rt.disagg is not None else {}),
         **({"swap": _swap_figures(rt, steps)} if steps.swap_out_bytes else {}),
         **({"kv_tiers": tier_summary(steps)} if steps.tier_load_bytes else {}),
+        **({"classes": classes} if classes is not None else {}),
         **speculation_summary(steps),
     }
 

@@ -18,6 +18,7 @@ from pipeline.contracts import RUNS, SCENARIOS, SIM_REQUESTS, SIM_STEPS, read_ta
 from pipeline.plan.grid import load_grid
 from pipeline.plan.sweep import sweep
 from pipeline.warehouse import Warehouse
+from tests.helpers import assert_nested_close
 from tests.ray_cluster import local_ray_cluster
 
 AXES = {"policy": ["static", "vllm"], "concurrency": [4, 32], "rate_scale": [1, 3]}
@@ -181,7 +182,7 @@ def test_scenarios_in_parts_write_what_whole_scenarios_write(
     for a, b in zip(whole.outcomes, parts.outcomes, strict=True):
         assert a.run is not None and b.run is not None and a.slo is not None and b.slo is not None
         sa, sb = dict(a.run.summary), dict(b.run.summary)
-        sa.pop("classes")
+        assert_nested_close(sb.pop("classes"), sa.pop("classes"), "classes")
         assert sb.pop("sharding")["exact"]
         measured_a, measured_b = sa.pop("slo"), sb.pop("slo")
         for key, entry in measured_a.items():

@@ -31,7 +31,7 @@ from pipeline.sim.replay_input import select_request_files
 from pipeline.sim.replay_windows import WINDOW_REQUESTS, WindowFacts, read_windows
 from pipeline.sim.shard import plan_shards
 from pipeline.warehouse import Warehouse
-from tests.helpers import H100_8B_COST, make_scenario, requests_table
+from tests.helpers import H100_8B_COST, assert_nested_close, make_scenario, requests_table
 from tests.ray_cluster import local_ray_cluster
 
 N = 1200
@@ -74,8 +74,11 @@ def _scenario(**kw: Any) -> Any:
 
 
 def _same_as_whole(whole: Any, cut: Any) -> None:
-    """``cut`` (a sharded run) wrote every row, and the summary, of ``whole``."""
-    whole.summary.pop("classes", None)
+    """``cut`` (a sharded run) wrote every row, and the summary, of ``whole``: its
+    per-class figures too."""
+    classes = whole.summary.pop("classes")
+    assert classes, "a trace with classes"
+    assert_nested_close(cut.summary.pop("classes"), classes, "classes")
     assert cut.summary == whole.summary
     for name, contract, keys in (
         ("sim_requests", SIM_REQUESTS, ["request_id"]),
@@ -273,11 +276,43 @@ def test_time_windows_are_read_one_at_a_time(warehouse_with: Callable[..., Path]
         assert (np.diff(mine) > 0).all()
     for key in ("ttft_p50_s", "e2e_p50_s", "request_throughput"):
         assert cut.summary[key] == pytest.approx(whole.summary[key], rel=0.2), key
+    # per class: each window's own classes, put together (models a and b)
+    want, got = whole.summary["classes"]["model"], cut.summary["classes"]["model"]
+    assert set(got) == set(want) == {"a", "b"}
+    for name, entry in want.items():
+        assert got[name]["num_requests"] == entry["num_requests"], name
+        assert got[name]["ttft_p50_s"] == pytest.approx(entry["ttft_p50_s"], rel=0.2), name
     # a model filter applies in every window
     only_a = RequestFilter(models=("a",))
     kept = replay(root, [sc], quiet=True, run_id="a", selection=only_a, shards=3).runs[0]
     ids = _rows(kept.paths["sim_requests"], SIM_REQUESTS, ["request_id"])["request_id"]
     assert len(ids) == sum(1 for i in range(N) if i % 3 and i not in (7, 700))
+
+
+def test_windows_with_other_classes_give_each_its_figures(
+    warehouse_with: Callable[..., Path],
+) -> None:
+    """Streamed windows each name only their own classes (an early tenant, a late one,
+    one in every window): the summary's classes are every window's, counted whole."""
+    table = _table(0.05)
+    tenants = pa.array(
+        ["early" if i < N // 3 else "late" if i > 2 * N // 3 else "mid" for i in range(N)]
+    )
+    table = table.set_column(table.schema.get_field_index("tenant"), "tenant", tenants)
+    root = warehouse_with(table)
+    sc = _scenario(name="lo", replicas=3, router="least_outstanding", num_gpu_blocks=2000)
+    slos = parse_slos(["ttft_p99=60s", "ttft_p90@tenant=late=20s"])
+    whole = replay(root, [sc], quiet=True, run_id="whole", intervals=False, slos=slos).runs[0]
+    cut = replay(root, [sc], quiet=True, run_id="cut", shards=5, slos=slos).runs[0]
+    assert cut.summary["sharding"]["streamed_windows"] == 5
+    want, got = whole.summary["classes"]["tenant"], cut.summary["classes"]["tenant"]
+    assert list(got) == list(want) and set(want) == {"early", "mid", "late"}
+    for name, entry in want.items():
+        assert got[name]["num_requests"] == entry["num_requests"], name
+        assert got[name]["completed"] == entry["completed"], name
+        assert got[name]["slo"].keys() == entry["slo"].keys(), name
+        assert got[name]["e2e_p50_s"] == pytest.approx(entry["e2e_p50_s"], rel=0.2), name
+    assert "ttft_p90@tenant=late" in got["late"]["slo"]
 
 
 def test_more_windows_than_requests(steady: Path) -> None:
