@@ -162,8 +162,9 @@ def summarize_classes(
     kinds = {kind: _Kind(kind, lab, done, slos) for kind, lab in labels.items()}
     for name in METRICS:
         values = metric(name)[done]
+        memo: dict[str, Any] = {}  # a class of every request: its figures, once for all kinds
         for k in kinds.values():
-            k.add(name, values)
+            k.add(name, values, memo)
         del values
     return {kind: k.result(duration_s) for kind, k in kinds.items()}
 
@@ -181,7 +182,8 @@ class _Kind:
         codes = codes[done]
         self.codes = codes
         self.completed = np.bincount(codes, minlength=k)
-        self.order = np.argsort(codes, kind="stable")
+        # (one class, as a trace without tenants has it: its requests are in order already)
+        self.order = np.argsort(codes, kind="stable") if k > 1 else None
         self.bounds = np.concatenate([[0], np.cumsum(self.completed)])
         self.slos = list(slos)
         self.stats: list[dict[str, float | None]] = [{} for _ in range(k)]
@@ -196,21 +198,34 @@ class _Kind:
             hits = [i for i, n in enumerate(self.names) if judges(s, kind, n)]
             self.scoped.append(hits[0] if hits else None)
 
-    def add(self, name: str, values: npt.NDArray[np.float64]) -> None:
-        """One metric of the completed requests (in their order)."""
-        by_class = values[self.order]
+    def add(self, name: str, values: npt.NDArray[np.float64], memo: dict[str, Any]) -> None:
+        """One metric of the completed requests (in their order); ``memo``: the figures of
+        a class that holds every one of them, shared by the kinds (the same figures)."""
+        by_class = values if self.order is None else values[self.order]
         metric = name.removesuffix("_s")
         gaps = bool(np.isnan(by_class).any())  # TPOT of one-token outputs
         for i in range(len(self.names)):
+            every = self.completed[i] == len(values)
             seg = by_class[self.bounds[i] : self.bounds[i + 1]]
             if gaps:
                 seg = seg[~np.isnan(seg)]
-            pct = np.percentile(seg, QUANTILES) if len(seg) else [None] * len(QUANTILES)
+            if every and "pct" in memo:
+                pct = memo["pct"]
+            else:
+                pct = np.percentile(seg, QUANTILES) if len(seg) else [None] * len(QUANTILES)
+                if every:
+                    memo["pct"] = pct
             for q, v in zip(QUANTILES, pct, strict=True):
                 self.stats[i][f"{metric}_p{q}_s"] = None if v is None else float(v)
             for s, at in zip(self.slos, self.scoped, strict=True):
                 if s.metric == metric and at in (-1, i):
-                    self.measured[i][s.key] = slo_stat(seg, s)
+                    if every and s.key in memo:
+                        stat = memo[s.key]
+                    else:
+                        stat = slo_stat(seg, s)
+                        if every:
+                            memo[s.key] = stat
+                    self.measured[i][s.key] = stat
         for s, at in zip(self.slos, self.scoped, strict=True):
             if s.metric != metric or at is None:
                 continue

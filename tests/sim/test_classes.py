@@ -76,6 +76,25 @@ def test_the_same_as_numpy_on_the_raw_values() -> None:
                 assert by_tenant[name][key] == pytest.approx(np.percentile(v, q)), key
 
 
+def test_a_class_of_every_request_has_the_whole_traffic_s_figures() -> None:
+    """Kinds of one class each (taken once, shared): the whole traffic's figures."""
+    labels = {"tenant": ClassLabels.of(["t"] * 6), "model": ClassLabels.of(MODELS)}
+    slos = parse_slos(["ttft_p90=1s", "tpot_mean=40ms"])
+    got = summarize_classes(lambda name: METRICS[name], DONE, labels, slos, 10.0)
+    for kind, name in (("tenant", "t"), ("model", "m")):
+        entry = got[kind][name]
+        assert (entry["num_requests"], entry["completed"]) == (6, 5)
+        for metric, values in METRICS.items():
+            v = values[DONE]
+            v = v[~np.isnan(v)]
+            for q in (50, 90, 99):
+                key = f"{metric.removesuffix('_s')}_p{q}_s"
+                assert entry[key] == pytest.approx(np.percentile(v, q)), (kind, key)
+        assert entry["slo"]["ttft_p90"]["measured_s"] == pytest.approx(np.percentile(TTFT[:5], 90))
+        assert entry["slo"]["tpot_mean"]["measured_s"] == pytest.approx(0.04)
+        assert entry["num_good"] == 3  # 0, 1 and 2: ttft <= 1 s, tpot <= 40 ms (1: one token)
+
+
 def test_slos_scoped_to_a_class_judge_only_it_and_unscoped_ones_every_class() -> None:
     slos = [
         "ttft_p99=2s",  # every class
