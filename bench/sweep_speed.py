@@ -270,8 +270,7 @@ def capacity_lines(caps: dict[str, dict[str, float]], repeats: int) -> list[str]
         f"Load average (1 min) at the end of each variant's last run: {loads}.",
         "",
         f"Answers: {answers(full)}. Probes for the ends are summarized, not written. In 2 "
-        f"parts: {answers(caps[PARTS[1]])}; their probes for the ends write their parts' "
-        "tables.",
+        f"parts: {answers(caps[PARTS[1]])}.",
         "",
         "Target (issue 26): capacity with intervals <= 2x the wall time of capacity without; "
         f"in 2 parts, with intervals / without: {parts:.2f}x.",

@@ -440,7 +440,7 @@ def run_capacity(
             "tracereplay capacity runs for it)"
         )
     if shards is not None:
-        _check_shards(base, shards, shard_warmup_s, summary_only)
+        _check_shards(base, shards, shard_warmup_s)
     wh = Warehouse(warehouse)
     run_id = run_id or new_run_id(started)
     files = select_request_files(
@@ -515,17 +515,12 @@ def run_capacity(
     return result
 
 
-def _check_shards(base: Scenario, shards: int, warmup_s: float | None, summary_only: bool) -> None:
+def _check_shards(base: Scenario, shards: int, warmup_s: float | None) -> None:
     """Whether a search may replay its probes in parts (before anything is read).
 
     Raises:
-        ConfigError: --summary-only (the parts write their tables as they end).
         ScenarioError: the base scenario cannot be cut (``replay_sharded.plan_sharding``).
     """
-    if summary_only:
-        raise ConfigError(
-            "--shards writes each probe's tables as its parts end: leave out --summary-only"
-        )
     plan_sharding(base, shards, warmup_s)
 
 

@@ -6,8 +6,7 @@ each value once, writes it like a sweep's scenario, and remembers it, so the
 interval's searches pay only for the values the bisection never needed. Probes
 the bisection asked for are ``search`` probes (written with their sim tables
 unless the run is summary only); those only the interval needed are
-``interval`` probes (their summary and search rows only; with ``shards`` their
-parts write their sim tables too, as every part does).
+``interval`` probes (their summary and search rows only).
 """
 
 from __future__ import annotations
@@ -114,14 +113,14 @@ class Prober:
         c.bar.describe(f"capacity search: {self.spec.kind} {self.knob}={fmt_value(value)}")
         # a probe only the interval needed is summarized, not written: no tables to build
         write = role == "search" and not c.summary_only
-        if c.shards is not None:  # (run_capacity: no --summary-only)
+        if c.shards is not None:  # its parts write their tables as they end, if at all
             plan = plan_sharding(sc, c.shards, c.shard_warmup_s)
             prep = self.prepared(sc)
             out = run_in_parts(
                 c.warehouse, c.run_id, len(c.outcomes), sc, prep, plan, c.slos, c.jobs,
-                c.ray_address,
+                c.ray_address, write=write,
             )  # fmt: skip
-            write = False  # its parts wrote their tables
+            write = False
         else:
             task = ScenarioTask(
                 len(c.outcomes), sc, self.prepared(sc), tuple(c.slos), c.run_id, tables=write

@@ -209,15 +209,18 @@ def run_in_parts(
     slos: list[Slo],
     jobs: int,
     ray_address: str | None,
+    *,
+    write: bool = True,
 ) -> TaskOutcome:
     """One scenario replayed in the parts of ``plan`` (``replay --shards``: ``jobs`` parts
-    at once, or on the Ray cluster) and written, its files as the parts end, as a task's
-    outcome with its SLO report; a failure comes back as its error, as a
-    task's does. Sweeps and capacity probes with ``--shards`` run so."""
+    at once, or on the Ray cluster) and written, its files as the parts end (``write``
+    False: nothing written), as a task's outcome with its SLO report; a failure comes back
+    as its error, as a task's does. Sweeps and capacity probes with ``--shards`` run so."""
     try:
         run = run_sharded_prepared(
-            wh, run_id, sc, prep, plan, quiet=True, jobs=jobs, slos=slos, ray_address=ray_address
-        )
+            wh, run_id, sc, prep, plan, quiet=True, jobs=jobs, slos=slos,
+            ray_address=ray_address, write=write,
+        )  # fmt: skip
     except PipelineError as exc:
         return TaskOutcome(index=index, name=sc.name, error=str(exc))
     s = run.summary

@@ -401,11 +401,13 @@ def run_sharded_prepared(
     jobs: int | None = None,
     slos: Sequence[Slo] = (),
     ray_address: str | None = None,
+    write: bool = True,
 ) -> ScenarioRun:
     """Run one prepared scenario in the parts of ``plan`` (``replay_sharded.run_sharded``:
     ``jobs`` parts at once, or on the Ray cluster at ``ray_address``) and write them under
-    ``run_id``; its summary has the whole-traffic ``slos``' verdicts. ``replay`` and
-    ``sweep`` (with ``--shards``) run each scenario so."""
+    ``run_id`` (``write`` False: only its summary is made); its summary has the
+    ``slos``' verdicts. ``replay``, ``sweep`` and ``capacity`` (with ``--shards``) run
+    each scenario so."""
     assert not isinstance(prep, FleetPrepared), "plan_sharding refuses fleets"
     facts = _facts(prep)
     summary, paths, sim_s = run_sharded(
@@ -420,6 +422,7 @@ def run_sharded_prepared(
         jobs=jobs,
         ray_address=ray_address,
         slos=slos,
+        write=write,
     )
     return ScenarioRun(
         scenario=sc,

@@ -66,6 +66,7 @@ class ShardTask:
     cut: Cut  # (with its request ids)
     rows: int  # rows per table handed back
     slos: tuple[Slo, ...] = ()  # SLOs its totals count the good requests of
+    write: bool = True  # False: its totals only, no rows (a summary-only run)
 
 
 @dataclass
@@ -86,6 +87,9 @@ def replay_shard(task: ShardTask) -> ShardTables:
     """Replay one part and build its sim_requests and sim_steps tables (no polars, so safe
     in a forked worker; a module-level function, so Ray can ship it)."""
     sc = task.sc
+    if not task.write:
+        shard = replay_cut(sc, task.cut, step_rows=task.rows)
+        return _tables(sc, shard, None, task.rows, task.slos, task.cut.labels)
     blocks = sc.engine().get(C_NUM_BLOCKS)
     timeline: list[pa.Table] = []
 
@@ -131,6 +135,7 @@ def run_sharded(
     jobs: int | None = None,
     ray_address: str | None = None,
     slos: Sequence[Slo] = (),
+    write: bool = True,
 ) -> tuple[dict[str, Any], dict[str, Path], float]:
     """Replay ``sc`` in ``parts`` (the cuts of ``plan``, each with its request ids:
     ``whole_input_parts``, or ``replay_windows.read_windows``), ``jobs`` at once (every
@@ -141,6 +146,8 @@ def run_sharded(
     sim_requests and one sim_steps file, the step rows as the loop hands them out.
     Else each part is replayed and encoded in a worker, and its files are written as
     it ends, as files of their own (``<scenario>.part-<k>.parquet``, beside each other).
+    ``write`` False: nothing is written, only the summary is made (a capacity search's
+    ``--summary-only`` probes, and the probes only its intervals need).
 
     Returns the summary (with its ``sharding`` entry, and with ``slos``, whole-traffic
     SLOs only, their verdicts as a whole replay's summary has them), the files written
@@ -152,7 +159,13 @@ def run_sharded(
     totals, steps = RequestTotals(slos=slos), StepTotals()
     t0 = time.perf_counter()
     with progress(f"replay {sc.name}", total=total, quiet=quiet) as bar:
-        if width == 1 and ray_address is None:
+        if not write and width == 1 and ray_address is None:
+            for out in _here(sc, parts, rows, None, slos):
+                totals.merge(out.totals)
+                steps.merge(out.steps)
+                bar.advance(len(out.rows))
+            paths: dict[str, Path] = {}
+        elif width == 1 and ray_address is None:
             with (
                 wh.writer(SIM_STEPS, part, sc.name) as steps_out,
                 wh.writer(SIM_REQUESTS, part, sc.name) as requests_out,
@@ -168,13 +181,14 @@ def run_sharded(
         else:
             written: dict[int, dict[str, Path]] = {}
             ended: dict[int, tuple[RequestTotals, StepTotals]] = {}  # (files written)
-            for k, out in _elsewhere(sc, parts, rows, width, ray_address, slos):
+            for k, out in _elsewhere(sc, parts, rows, width, ray_address, slos, write):
                 ended[k] = (out.totals, out.steps)
                 stem = f"{sc.name}.part-{k:05d}"
-                written[k] = {
-                    name: write_bytes(data, wh.partition_path(CONTRACTS[name], part, stem))
-                    for name, data in out.files.items()
-                }
+                if out.files:
+                    written[k] = {
+                        name: write_bytes(data, wh.partition_path(CONTRACTS[name], part, stem))
+                        for name, data in out.files.items()
+                    }
                 bar.advance(len(out.rows))
             # added up in the parts' order, not as they ended: the same figures (a mean
             # over the parts' requests, to the last bit) whichever worker was first
@@ -193,19 +207,22 @@ def _here(
     sc: Scenario,
     parts: Iterator[Cut],
     rows: int,
-    write_steps: Callable[[pa.Table], None],
+    write_steps: Callable[[pa.Table], None] | None,
     slos: tuple[Slo, ...],
 ) -> Iterator[ShardTables]:
     """Each part replayed in this process, its step rows written as the loop hands them
-    out (the timeline never lives whole); its sim_requests rows as tables."""
+    out (the timeline never lives whole); its sim_requests rows as tables (neither with
+    no ``write_steps``: its totals only)."""
     blocks = sc.engine().get(C_NUM_BLOCKS)
 
     def on_steps(st: npt.NDArray[np.int64], stf: npt.NDArray[np.float64]) -> None:
+        assert write_steps is not None
         write_steps(sim_steps_table(sc.name, st, stf, blocks))
 
+    sink = on_steps if write_steps is not None else None
     for cut in parts:
-        shard = replay_cut(sc, cut, on_steps=on_steps, step_rows=rows)
-        ids, labels = cut.request_ids, cut.labels
+        shard = replay_cut(sc, cut, on_steps=sink, step_rows=rows)
+        ids, labels = (cut.request_ids if sink else None), cut.labels
         del cut
         yield _tables(sc, shard, ids, rows, slos, labels)
 
@@ -213,17 +230,18 @@ def _here(
 def _tables(
     sc: Scenario,
     shard: Shard,
-    ids: pa.Array,
+    ids: pa.Array | None,
     rows: int,
     slos: tuple[Slo, ...],
     labels: Mapping[str, ClassLabels] | None,
 ) -> ShardTables:
     """A part's totals (its good requests under ``slos`` counted) and its sim_requests
-    tables (``rows`` rows each)."""
+    tables (``rows`` rows each; none without its request ``ids``: nothing written)."""
     res = shard.result
     requests = [
         sim_requests_table(sc.name, ids, res, slice(a, a + rows))
         for a in range(0, res.num_requests, rows)
+        if ids is not None
     ]
     return ShardTables(shard.rows, RequestTotals.of(res, slos, labels), shard.steps, requests)
 
@@ -235,10 +253,11 @@ def _elsewhere(
     width: int,
     ray_address: str | None,
     slos: tuple[Slo, ...],
+    write: bool = True,
 ) -> Iterator[tuple[int, ShardTables]]:
     """Each part replayed in a worker (forked, or a Ray task), as the parts end (in any
     order, with their indices); the first that fails stops the replay with its error."""
-    tasks = (ShardTask(sc, cut, rows, slos) for cut in parts)
+    tasks = (ShardTask(sc, cut, rows, slos, write) for cut in parts)
     # each part's input is made as it is drawn: no more drawn than there are workers
     work = run_tasks(replay_shard, tasks, jobs=width, ray_address=ray_address, ahead=0)
     for k, out in work:

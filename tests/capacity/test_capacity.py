@@ -12,7 +12,14 @@ import pytest
 from click.testing import CliRunner
 
 from pipeline.cli import cli
-from pipeline.contracts import CAPACITY_SEARCH, RUNS, SCENARIOS, SIM_REQUESTS, read_table
+from pipeline.contracts import (
+    CAPACITY_SEARCH,
+    RUNS,
+    SCENARIOS,
+    SIM_REQUESTS,
+    SIM_STEPS,
+    read_table,
+)
 from pipeline.errors import ConfigError, ScenarioError
 from pipeline.plan import replicates
 from pipeline.plan.capacity import SearchSpec, run_capacity
@@ -344,6 +351,17 @@ def test_intervals_in_parts_are_the_whole_search_intervals(
     assert y.model.arrivals == x.model.arrivals and y.model.profile == x.model.profile
     assert parts.num_interval_replays == whole.num_interval_replays
     assert [v for v, _ in b.interval_probes] == [v for v, _ in a.interval_probes]
+    # a rate search's ends need probes the bisection did not: summarized, not written,
+    # as a whole search's are
+    rate = [SearchSpec("rate", tolerance=0.05)]
+    two = {**base, "replicas": 2}
+    found = run_capacity(wh, two, slos, rate, quiet=True, shards=2, jobs=1).searches[0]
+    assert found.interval is not None and found.interval_probes
+    files = Warehouse(wh).files(SIM_REQUESTS)
+    written = {re.sub(r"(\.part-\d+)?\.parquet$", "", f.name) for f in files}
+    for _, out in found.interval_probes:
+        assert out.run is not None and out.run.paths == {} and out.name not in written
+    assert {o.name for o in found.probes} <= written
     path = capacity_file(
         wh.parent / "cap.toml",
         '[slo]\nttft_p99 = "500ms"\n[search.replicas]\nrate_scale = 1\nmax = 8\n',
@@ -354,19 +372,43 @@ def test_intervals_in_parts_are_the_whole_search_intervals(
     assert "intervals: arrivals from 6 replicates" in res.output
 
 
+def test_summary_only_probes_in_parts_write_no_sim_tables(
+    small_warehouse: Callable[..., Path],
+) -> None:
+    """``--shards`` with ``--summary-only``: the parts replay and add up their totals, and
+    write nothing; the probes' summaries (scenarios) and the search path are written."""
+    wh = small_warehouse(n=600, rate=60.0)
+    base = {**BASE, "name": "rr", "router": "round_robin", "async_scheduling": False}
+    specs = [SearchSpec("replicas", rate_scale=1.0, hi=8)]
+    slos = parse_slos(SLOS)
+    whole = run_capacity(wh, base, slos, specs, quiet=True, intervals=False, summary_only=True)
+    for jobs in (1, 2):
+        parts = run_capacity(
+            wh, base, slos, specs, quiet=True, intervals=False, summary_only=True,
+            shards=2, jobs=jobs,
+        )  # fmt: skip
+        a, b = whole.searches[0], parts.searches[0]
+        assert b.answer == a.answer is not None
+        assert dict(b.result.probes) == dict(a.result.probes)
+        for value in dict(a.result.probes):
+            x, y = a.outcome_at(value), b.outcome_at(value)
+            assert x is not None and y is not None and x.slo is not None and y.slo is not None
+            assert (y.slo.met, y.slo.num_good) == (x.slo.met, x.slo.num_good)
+            assert y.run is not None and y.run.paths == {}
+    w = Warehouse(wh)
+    assert not w.files(SIM_REQUESTS) and not w.files(SIM_STEPS)
+    assert len(w.files(SCENARIOS)) == len(w.files(CAPACITY_SEARCH)) == 3  # a run each
+
+
 def test_probes_in_parts_are_refused_where_they_cannot_run(
     small_warehouse: Callable[..., Path],
 ) -> None:
     wh = small_warehouse()
     spec = [SearchSpec("replicas", rate_scale=4.0, hi=8)]
-    with pytest.raises(ConfigError, match="leave out --summary-only"):
-        run_capacity(
-            wh, dict(BASE), parse_slos(SLOS), spec, quiet=True, shards=2, summary_only=True
-        )
     with pytest.raises(ScenarioError, match="shards must be >= 1, got 0"):
         run_capacity(wh, dict(BASE), parse_slos(SLOS), spec, quiet=True, shards=0)
     args = ["capacity", "--warehouse", str(wh), "--slo", "ttft_p99=1s", "--search", "replicas"]
-    res = CliRunner().invoke(cli, [*args, "--shards", "2", "--summary-only"])
-    assert res.exit_code == 1 and "leave out --summary-only" in res.output, res.output
+    res = CliRunner().invoke(cli, [*args, "--shards", "0"])
+    assert res.exit_code == 1 and "--shards: value must be an integer" in res.output, res.output
     assert "Traceback" not in res.output
     assert not (wh / "runs").exists() or not list((wh / "runs").iterdir())
