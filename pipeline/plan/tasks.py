@@ -149,6 +149,7 @@ def run_task(task: ScenarioTask) -> TaskOutcome:
                 metrics, groups = sim_metrics(res, task.prepared.groups)
             report = evaluate(list(task.slos), metrics, run.summary["duration_s"] or 0.0, groups)
             run.summary["goodput"] = report.goodput
+            run.summary["num_good"] = report.num_good  # (as a replay's summary has it)
             run.summary["slo_met"] = report.all_met
             run.summary["slo"] = {
                 s.key: {
