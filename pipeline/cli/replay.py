@@ -304,8 +304,8 @@ def replay_command(
     fleet's day fits in memory: groups of replicas under round_robin (exact:
     the same rows as one replay), else time windows, each after --shard-warmup
     of the traffic before it (approximate; the summary says which). A sharded
-    summary has the whole traffic's figures and SLO verdicts, without intervals
-    or per-class figures.
+    summary has a whole one's figures: SLO verdicts, per-class figures and
+    intervals (--no-intervals to keep less in memory).
     The parts run --jobs at once in local processes, or on a Ray cluster with
     --ray ADDRESS (which needs --shards).
 

@@ -53,7 +53,12 @@ from pipeline.sim.replay_input import (
     read_window,
     select_request_files,
 )
-from pipeline.sim.replay_sharded import plan_sharding, run_sharded, whole_input_parts
+from pipeline.sim.replay_sharded import (
+    plan_sharding,
+    profile_in_parts,
+    run_sharded,
+    whole_input_parts,
+)
 from pipeline.sim.replay_tables import (
     CHUNK_ROWS,
     sim_requests_table,
@@ -62,7 +67,7 @@ from pipeline.sim.replay_tables import (
 )
 from pipeline.sim.replay_windows import WindowFacts, check_streamable, read_windows
 from pipeline.sim.scenario import Scenario
-from pipeline.sim.shard import ShardPlan
+from pipeline.sim.shard import Cut, ShardPlan, cuts
 from pipeline.sim.simulate import simulate, warm_up
 from pipeline.sim.state import C_NUM_BLOCKS, EngineConfig, SimInput, SimResult
 from pipeline.sim.summary import StepTotals, summarize
@@ -218,8 +223,9 @@ def replay(
             when every scenario is cut so: ``replay_windows``). The parts run ``jobs``
             at once in forked processes (``jobs`` 1: one after the other, here), or on
             the Ray cluster at ``ray_address``. Each summary's ``sharding`` says how;
-            a sharded summary has the whole traffic's figures only (no intervals,
-            classes or SLO verdicts).
+            a sharded summary has the figures of a whole one: the SLO verdicts, the
+            classes and (with ``intervals``) the intervals, over every part's requests
+            (the profile term's two replays in parts too).
         shard_warmup_s: the time windows' warm-up (asks for time windows).
         ray_address: with ``shards``, replay the parts on this Ray cluster.
 
@@ -277,6 +283,7 @@ def replay(
                     jobs=kw["jobs"],
                     slos=kw["slos"],
                     ray_address=ray_address,
+                    intervals=kw["intervals"],
                 )
             else:
                 yield _run_one(wh, run_id, sc, prepared.pop(0), **kw)
@@ -402,11 +409,13 @@ def run_sharded_prepared(
     slos: Sequence[Slo] = (),
     ray_address: str | None = None,
     write: bool = True,
+    intervals: bool = False,
 ) -> ScenarioRun:
     """Run one prepared scenario in the parts of ``plan`` (``replay_sharded.run_sharded``:
     ``jobs`` parts at once, or on the Ray cluster at ``ray_address``) and write them under
     ``run_id`` (``write`` False: only its summary is made); its summary has the
-    ``slos``' verdicts. ``replay``, ``sweep`` and ``capacity`` (with ``--shards``) run
+    ``slos``' verdicts and, with ``intervals``, its intervals (the profile term's two
+    replays in parts too). ``replay``, ``sweep`` and ``capacity`` (with ``--shards``) run
     each scenario so."""
     assert not isinstance(prep, FleetPrepared), "plan_sharding refuses fleets"
     facts = _facts(prep)
@@ -423,7 +432,11 @@ def run_sharded_prepared(
         ray_address=ray_address,
         slos=slos,
         write=write,
-    )
+        intervals=profile_in_parts(
+            wh, run_id, sc, lambda s: cuts(prep.inp, s, plan), plan, rows=rows, jobs=jobs,
+            ray_address=ray_address,
+        ) if intervals else None,
+    )  # fmt: skip
     return ScenarioRun(
         scenario=sc,
         summary={**summary, **facts},
@@ -459,6 +472,10 @@ def _replay_windows(
         for sc, plan in zip(scenarios, plans, strict=True):
             assert plan is not None
             facts = WindowFacts()
+            profile = profile_in_parts(
+                wh, run_id, sc, _windows_of(files, selection, plan), plan, rows=kw["rows"],
+                jobs=kw["jobs"], ray_address=ray_address,
+            )  # fmt: skip
             summary, paths, sim_s = run_sharded(
                 wh,
                 run_id,
@@ -471,6 +488,7 @@ def _replay_windows(
                 jobs=kw["jobs"],
                 ray_address=ray_address,
                 slos=kw["slos"],
+                intervals=profile if kw["intervals"] else None,
             )
             rows_read[0] = max(rows_read[0], facts.num_read)
             summary.update(
@@ -490,6 +508,14 @@ def _replay_windows(
             )
 
     return _run_and_commit(wh, run_id, started, files, chosen, runs(), lambda: rows_read[0])
+
+
+def _windows_of(
+    files: list[Path], selection: RequestFilter | None, plan: ShardPlan
+) -> Callable[[Scenario], Iterator[Cut]]:
+    """The time windows of ``plan``, read anew for a scenario each call (the profile
+    term's replays)."""
+    return lambda sc: read_windows(files, selection, sc, plan, WindowFacts())
 
 
 def _fleet_facts(fp: FleetPrepared) -> dict[str, Any]:

@@ -11,6 +11,7 @@ exact and what is not: ``shard.py``.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -32,7 +33,10 @@ from pipeline.contracts import (
 )
 from pipeline.plan.executor import run_tasks
 from pipeline.progress import progress
+from pipeline.sim import uncertainty
 from pipeline.sim.classes import ClassLabels, Slo
+from pipeline.sim.cost_uncertainty import cost_factors, scaled_cost
+from pipeline.sim.intervals import Z
 from pipeline.sim.replay_tables import sim_requests_table, sim_steps_table
 from pipeline.sim.scenario import Scenario
 from pipeline.sim.shard import (
@@ -46,6 +50,7 @@ from pipeline.sim.shard import (
 )
 from pipeline.sim.state import C_NUM_BLOCKS, SimInput
 from pipeline.sim.summary import RequestTotals, StepTotals, summarize_totals
+from pipeline.sim.uncertainty import QUANTILES, AtCost, stat_key
 from pipeline.warehouse import Warehouse
 
 
@@ -67,6 +72,7 @@ class ShardTask:
     rows: int  # rows per table handed back
     slos: tuple[Slo, ...] = ()  # SLOs its totals count the good requests of
     write: bool = True  # False: its totals only, no rows (a summary-only run)
+    ordered: bool = False  # its totals keep its requests' rows (for the intervals)
 
 
 @dataclass
@@ -89,7 +95,7 @@ def replay_shard(task: ShardTask) -> ShardTables:
     sc = task.sc
     if not task.write:
         shard = replay_cut(sc, task.cut, step_rows=task.rows)
-        return _tables(sc, shard, None, task.rows, task.slos, task.cut.labels)
+        return _tables(sc, shard, None, task.rows, task.slos, task.cut.labels, task.ordered)
     blocks = sc.engine().get(C_NUM_BLOCKS)
     timeline: list[pa.Table] = []
 
@@ -97,7 +103,9 @@ def replay_shard(task: ShardTask) -> ShardTables:
         timeline.append(sim_steps_table(sc.name, st, stf, blocks))
 
     shard = replay_cut(sc, task.cut, on_steps=keep, step_rows=task.rows)
-    out = _tables(sc, shard, task.cut.request_ids, task.rows, task.slos, task.cut.labels)
+    out = _tables(
+        sc, shard, task.cut.request_ids, task.rows, task.slos, task.cut.labels, task.ordered
+    )
     out.files = {
         SIM_REQUESTS.name: parquet_bytes(out.requests, SIM_REQUESTS, f"{sc.name} sim_requests"),
         SIM_STEPS.name: parquet_bytes(timeline, SIM_STEPS, f"{sc.name} sim_steps"),
@@ -136,6 +144,7 @@ def run_sharded(
     ray_address: str | None = None,
     slos: Sequence[Slo] = (),
     write: bool = True,
+    intervals: Callable[[], AtCost | None] | None = None,
 ) -> tuple[dict[str, Any], dict[str, Path], float]:
     """Replay ``sc`` in ``parts`` (the cuts of ``plan``, each with its request ids:
     ``whole_input_parts``, or ``replay_windows.read_windows``), ``jobs`` at once (every
@@ -147,7 +156,10 @@ def run_sharded(
     Else each part is replayed and encoded in a worker, and its files are written as
     it ends, as files of their own (``<scenario>.part-<k>.parquet``, beside each other).
     ``write`` False: nothing is written, only the summary is made (a capacity search's
-    ``--summary-only`` probes, and the probes only its intervals need).
+    ``--summary-only`` probes, and the probes only its intervals need). ``intervals``:
+    give the summary its intervals (``uncertainty.intervals_of``: the bootstrap over
+    every part's requests, put back in arrival order), this call giving the profile
+    term's statistics once the parts have run (``profile_in_parts``).
 
     Returns the summary (with its ``sharding`` entry, and with ``slos``, whole-traffic
     SLOs only, their verdicts as a whole replay's summary has them), the files written
@@ -155,12 +167,13 @@ def run_sharded(
     """
     width = min(jobs if jobs is not None else (os.cpu_count() or 1), plan.shards)
     part = {"run_id": run_id}
+    ordered = intervals is not None
     slos = tuple(slos)
     totals, steps = RequestTotals(slos=slos), StepTotals()
     t0 = time.perf_counter()
     with progress(f"replay {sc.name}", total=total, quiet=quiet) as bar:
         if not write and width == 1 and ray_address is None:
-            for out in _here(sc, parts, rows, None, slos):
+            for out in _here(sc, parts, rows, None, slos, ordered):
                 totals.merge(out.totals)
                 steps.merge(out.steps)
                 bar.advance(len(out.rows))
@@ -171,7 +184,7 @@ def run_sharded(
                 wh.writer(SIM_REQUESTS, part, sc.name) as requests_out,
                 BackgroundWriter(steps_out) as bg,  # both files, encoded beside the loop
             ):
-                for out in _here(sc, parts, rows, bg.write, slos):
+                for out in _here(sc, parts, rows, bg.write, slos, ordered):
                     totals.merge(out.totals)
                     steps.merge(out.steps)
                     for table in out.requests:
@@ -181,7 +194,7 @@ def run_sharded(
         else:
             written: dict[int, dict[str, Path]] = {}
             ended: dict[int, tuple[RequestTotals, StepTotals]] = {}  # (files written)
-            for k, out in _elsewhere(sc, parts, rows, width, ray_address, slos, write):
+            for k, out in _elsewhere(sc, parts, rows, width, ray_address, slos, write, ordered):
                 ended[k] = (out.totals, out.steps)
                 stem = f"{sc.name}.part-{k:05d}"
                 if out.files:
@@ -197,10 +210,52 @@ def run_sharded(
                 totals.merge(part_totals)
                 steps.merge(part_steps)
             paths = written[min(written)] if written else {}
-    wall_s = time.perf_counter() - t0
+    values = totals.in_arrival_order(uncertainty.METRICS) if ordered else None
     summary = {**summarize_totals(totals, steps), "sharding": sharding_record(sc, plan)}
+    if intervals is not None and values is not None:
+        summary["intervals"] = uncertainty.intervals_of(sc, values, intervals())
+        del values
+    wall_s = time.perf_counter() - t0
     summary["sharding"]["workers"] = f"ray {ray_address}" if ray_address else width
     return summary, paths, wall_s
+
+
+def profile_in_parts(
+    wh: Warehouse,
+    run_id: str,
+    sc: Scenario,
+    parts_for: Callable[[Scenario], Iterator[Cut]],
+    plan: ShardPlan,
+    *,
+    rows: int,
+    jobs: int | None = None,
+    ray_address: str | None = None,
+) -> Callable[[], AtCost | None]:
+    """The profile term of a replay in parts (``uncertainty.profile_statistics``): when
+    called, ``sc`` replayed twice more at the low and the high step cost, each in the
+    parts ``parts_for`` cuts anew, nothing written; None when its sd is 0."""
+
+    def at_cost() -> AtCost | None:
+        sd = sc.cost_uncertainty.log_sd
+        if sd <= 0:
+            return None
+        found = []
+        for factor in cost_factors(sd, Z):
+            scaled = dataclasses.replace(sc, cost=scaled_cost(sc.cost, factor))
+            summary, _, _ = run_sharded(
+                wh, run_id, scaled, parts_for(scaled), plan, total=None, quiet=True,
+                rows=rows, jobs=jobs, ray_address=ray_address, write=False,
+            )  # fmt: skip
+            found.append(
+                {
+                    stat_key(m, q): summary[stat_key(m, q)]
+                    for m in uncertainty.METRICS
+                    for q in QUANTILES
+                }
+            )
+        return found[0], found[1]
+
+    return at_cost
 
 
 def _here(
@@ -209,6 +264,7 @@ def _here(
     rows: int,
     write_steps: Callable[[pa.Table], None] | None,
     slos: tuple[Slo, ...],
+    ordered: bool = False,
 ) -> Iterator[ShardTables]:
     """Each part replayed in this process, its step rows written as the loop hands them
     out (the timeline never lives whole); its sim_requests rows as tables (neither with
@@ -224,7 +280,7 @@ def _here(
         shard = replay_cut(sc, cut, on_steps=sink, step_rows=rows)
         ids, labels = (cut.request_ids if sink else None), cut.labels
         del cut
-        yield _tables(sc, shard, ids, rows, slos, labels)
+        yield _tables(sc, shard, ids, rows, slos, labels, ordered)
 
 
 def _tables(
@@ -234,6 +290,7 @@ def _tables(
     rows: int,
     slos: tuple[Slo, ...],
     labels: Mapping[str, ClassLabels] | None,
+    ordered: bool = False,
 ) -> ShardTables:
     """A part's totals (its good requests under ``slos`` counted) and its sim_requests
     tables (``rows`` rows each; none without its request ``ids``: nothing written)."""
@@ -243,7 +300,8 @@ def _tables(
         for a in range(0, res.num_requests, rows)
         if ids is not None
     ]
-    return ShardTables(shard.rows, RequestTotals.of(res, slos, labels), shard.steps, requests)
+    totals = RequestTotals.of(res, slos, labels, shard.rows if ordered else None)
+    return ShardTables(shard.rows, totals, shard.steps, requests)
 
 
 def _elsewhere(
@@ -254,10 +312,11 @@ def _elsewhere(
     ray_address: str | None,
     slos: tuple[Slo, ...],
     write: bool = True,
+    ordered: bool = False,
 ) -> Iterator[tuple[int, ShardTables]]:
     """Each part replayed in a worker (forked, or a Ray task), as the parts end (in any
     order, with their indices); the first that fails stops the replay with its error."""
-    tasks = (ShardTask(sc, cut, rows, slos, write) for cut in parts)
+    tasks = (ShardTask(sc, cut, rows, slos, write, ordered) for cut in parts)
     # each part's input is made as it is drawn: no more drawn than there are workers
     work = run_tasks(replay_shard, tasks, jobs=width, ray_address=ray_address, ahead=0)
     for k, out in work:

@@ -303,6 +303,9 @@ class RequestTotals:
     # (kept where the parts come with their classes: 1 byte a request, 4 a kind)
     _done: list[npt.NDArray[np.bool_]] = field(default_factory=list)
     _labels: dict[str, list[ClassLabels]] = field(default_factory=dict)
+    # intervals: each part's completed requests' indices in the whole replay (8 bytes a
+    # request, kept where the parts come with them), to put the metrics in arrival order
+    _rows: list[npt.NDArray[np.int64]] = field(default_factory=list)
 
     @classmethod
     def of(
@@ -310,9 +313,10 @@ class RequestTotals:
         res: SimResult,
         slos: Sequence[Slo] = (),
         labels: Mapping[str, ClassLabels] | None = None,
+        rows: npt.NDArray[np.int64] | None = None,
     ) -> RequestTotals:
         totals = cls(slos=tuple(slos))
-        totals.add(res, labels=labels)
+        totals.add(res, labels=labels, rows=rows)
         return totals
 
     def add(
@@ -321,11 +325,13 @@ class RequestTotals:
         *,
         metrics: bool = True,
         labels: Mapping[str, ClassLabels] | None = None,
+        rows: npt.NDArray[np.int64] | None = None,
     ) -> None:
         """Add one part's requests (a whole replay's, or one shard's); ``metrics``: keep
         their latency metrics too (``summarize`` takes them from ``res`` one at a time);
         ``labels``: their tenant and model classes (for scoped SLOs and, with
-        ``metrics``, the per-class figures)."""
+        ``metrics``, the per-class figures); ``rows``: their indices in the whole replay
+        (with ``metrics``, for ``in_arrival_order``)."""
         rq, rqf = res.rq, res.rqf
         done = ~np.isnan(rqf[:, F_FINISH])
         completed = int(done.sum())
@@ -353,6 +359,8 @@ class RequestTotals:
             self._metrics.setdefault(name, []).append(
                 request_metric(res, name)[done].astype(self.dtype, copy=False)
             )
+        if metrics and rows is not None:
+            self._rows.append(np.asarray(rows, dtype=np.int64)[done])
         if metrics and labels is not None:
             self._done.append(done)
             for kind, lab in labels.items():
@@ -406,6 +414,7 @@ class RequestTotals:
         for key, parts in other._scoped.items():
             self._scoped.setdefault(key, []).extend(parts)
         self._done.extend(other._done)
+        self._rows.extend(other._rows)
         for kind, labs in other._labels.items():
             self._labels.setdefault(kind, []).extend(labs)
 
@@ -424,6 +433,19 @@ class RequestTotals:
             out[at : at + len(p)] = p
             at += len(p)
             del p
+        return out
+
+    def in_arrival_order(self, names: Sequence[str]) -> dict[str, npt.NDArray[np.float64]]:
+        """Each metric of ``names`` over every part's completed requests, in the whole
+        replay's arrival order (by the parts' ``rows``), as float64 copies: the metrics
+        stay for the summary. TPOT: NaN for one-token requests."""
+        rows = np.concatenate(self._rows) if self._rows else np.empty(0, np.int64)
+        order = np.argsort(rows, kind="stable")
+        out = {}
+        for name in names:
+            values = np.concatenate(self._metrics.get(name) or [np.empty(0)])
+            assert len(values) == len(order), "every part came with its rows"
+            out[name] = values.astype(np.float64)[order]
         return out
 
     def class_figures(self, duration_s: float | None) -> dict[str, Any] | None:

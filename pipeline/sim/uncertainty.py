@@ -150,6 +150,15 @@ def summary_intervals(
         res: its replay.
         at_cost: ``profile_statistics`` of it (None: no profile term).
     """
+    done = _done(res)
+    return intervals_of(sc, {m: request_metric(res, m)[done] for m in METRICS}, at_cost)
+
+
+def intervals_of(
+    sc: Scenario, values: dict[str, npt.NDArray[np.float64]], at_cost: AtCost | None
+) -> dict[str, Any]:
+    """``summary_intervals`` from the completed requests' ``METRICS`` (``values``, in
+    arrival order; TPOT NaN for one token), as a replay in parts has them."""
     unc = sc.cost_uncertainty
     out: dict[str, Any] = {
         "level": iv.LEVEL,
@@ -160,12 +169,10 @@ def summary_intervals(
         "notes": [],
         "stats": {},
     }
-    done = _done(res)
-    n = int(done.sum())
+    n = len(values["ttft_s"])
     if n < iv.MIN_REQUESTS:
         out["notes"].append(f"{n} completed requests: too few for an interval")
         return out
-    values = {m: request_metric(res, m)[done] for m in METRICS}
     # NOTE: TPOT too: it follows the batch a request decodes in, which changes more
     # slowly than the queue that TTFT sees (one-token requests count as 0 here)
     series = [values["ttft_s"], np.nan_to_num(values["tpot_s"]), values["e2e_s"]]

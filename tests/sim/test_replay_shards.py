@@ -75,10 +75,14 @@ def _scenario(**kw: Any) -> Any:
 
 def _same_as_whole(whole: Any, cut: Any) -> None:
     """``cut`` (a sharded run) wrote every row, and the summary, of ``whole``: its
-    per-class figures too."""
+    per-class figures and its intervals too (the bootstrap over the parts' requests in
+    arrival order, the profile term's replays in parts)."""
     classes = whole.summary.pop("classes")
     assert classes, "a trace with classes"
     assert_nested_close(cut.summary.pop("classes"), classes, "classes")
+    intervals = whole.summary.pop("intervals")
+    assert intervals["stats"] and intervals["cost_log_sd"] > 0  # the bootstrap, the profile
+    assert cut.summary.pop("intervals") == intervals
     assert cut.summary == whole.summary
     for name, contract, keys in (
         ("sim_requests", SIM_REQUESTS, ["request_id"]),
@@ -94,7 +98,7 @@ def _same_as_whole(whole: Any, cut: Any) -> None:
 def test_replica_groups_write_the_whole_replay(root: Path, jobs: int) -> None:
     """In this process (jobs 1) or in forked workers, the parts make the whole replay."""
     sc = _scenario(name="rr", replicas=6, router="round_robin")
-    whole = replay(root, [sc], quiet=True, run_id="whole", intervals=False).runs[0]
+    whole = replay(root, [sc], quiet=True, run_id="whole").runs[0]
     cut = replay(root, [sc], quiet=True, run_id="cut", shards=4, chunk_rows=50, jobs=jobs)
     cut_run = cut.runs[0]
     sharding = cut_run.summary.pop("sharding")
@@ -128,7 +132,7 @@ def test_replica_groups_judge_slos_as_the_whole_replay(
     root = warehouse_with(_with_models(_table(0.01)))
     sc = _scenario(name="rr", replicas=4, router="round_robin")
     slos = parse_slos(SLOS)
-    whole = replay(root, [sc], quiet=True, run_id="whole", intervals=False, slos=slos).runs[0]
+    whole = replay(root, [sc], quiet=True, run_id="whole", slos=slos).runs[0]
     cut = replay(root, [sc], quiet=True, run_id="cut", shards=2, jobs=jobs, slos=slos).runs[0]
     cut.summary.pop("sharding")
     verdicts = {k: e["met"] for k, e in whole.summary["slo"].items()}
@@ -170,7 +174,7 @@ def test_time_windows_judge_slos_over_every_window(steady: Path) -> None:
 @pytest.mark.slow
 def test_replica_groups_on_a_local_ray_cluster(root: Path) -> None:
     sc = _scenario(name="rr", replicas=4, router="round_robin")
-    whole = replay(root, [sc], quiet=True, run_id="whole", intervals=False).runs[0]
+    whole = replay(root, [sc], quiet=True, run_id="whole").runs[0]
     with local_ray_cluster() as address:
         cut = replay(root, [sc], quiet=True, run_id="cut", shards=4, ray_address=address)
     cut_run = cut.runs[0]
@@ -313,6 +317,25 @@ def test_windows_with_other_classes_give_each_its_figures(
         assert got[name]["slo"].keys() == entry["slo"].keys(), name
         assert got[name]["e2e_p50_s"] == pytest.approx(entry["e2e_p50_s"], rel=0.2), name
     assert "ttft_p90@tenant=late" in got["late"]["slo"]
+
+
+def test_time_windows_give_intervals_near_the_whole_replay_s(steady: Path) -> None:
+    """Streamed windows: the bootstrap over every window's requests and the profile
+    term's two replays, each read a window at a time again; off with intervals=False."""
+    sc = _scenario(name="lo", replicas=3, router="least_outstanding", num_gpu_blocks=2000)
+    whole = replay(steady, [sc], quiet=True, run_id="whole").runs[0].summary["intervals"]
+    cut = replay(steady, [sc], quiet=True, run_id="cut", shards=3).runs[0].summary
+    assert cut["sharding"]["streamed_windows"] == 3
+    got = cut["intervals"]
+    assert got["num_windows"] >= 20 and got["cost_log_sd"] == whole["cost_log_sd"] > 0
+    for key, want in whole["stats"].items():
+        s = got["stats"][key]
+        assert s["lo"] <= cut[key] <= s["hi"], key
+        assert len(s["at_cost"]) == 2 and s["at_cost"][0] <= cut[key] <= s["at_cost"][1], key
+        for end in ("lo", "hi"):
+            assert s[end] == pytest.approx(want[end], rel=0.25), (key, end)
+    off = replay(steady, [sc], quiet=True, run_id="off", shards=3, intervals=False).runs[0]
+    assert "intervals" not in off.summary
 
 
 def test_more_windows_than_requests(steady: Path) -> None:
