@@ -172,7 +172,8 @@ def sweep_command(
     --shards N runs the scenarios one after another, each in N parts as
     `replay --shards` does (replica groups under round_robin, else time
     windows after --shard-warmup), the parts --jobs at once or on the Ray
-    cluster: for a fleet's day. No per-class rows.
+    cluster: for a fleet's day. SLO verdicts and per-class rows as for a
+    whole scenario.
 
     Example:
 

@@ -439,8 +439,8 @@ def run_capacity(
             "fewest fixed replicas by plan.autoscale_plan.run_autoscale_capacity (what "
             "tracereplay capacity runs for it)"
         )
-    if shards is not None:
-        _check_shards(base, shards, shard_warmup_s)
+    if shards is not None:  # the base scenario can be cut (before anything is read)
+        plan_sharding(base, shards, shard_warmup_s)
     wh = Warehouse(warehouse)
     run_id = run_id or new_run_id(started)
     files = select_request_files(
@@ -513,15 +513,6 @@ def run_capacity(
             },
         )
     return result
-
-
-def _check_shards(base: Scenario, shards: int, warmup_s: float | None) -> None:
-    """Whether a search may replay its probes in parts (before anything is read).
-
-    Raises:
-        ScenarioError: the base scenario cannot be cut (``replay_sharded.plan_sharding``).
-    """
-    plan_sharding(base, shards, warmup_s)
 
 
 def _why_none(

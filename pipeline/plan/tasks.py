@@ -28,6 +28,7 @@ import pyarrow as pa
 from pipeline.contracts import SCENARIOS, SIM_REQUESTS, SIM_STEPS
 from pipeline.errors import PipelineError
 from pipeline.plan.slo import Slo, SloReport, evaluate
+from pipeline.sim.classes import slo_fields
 from pipeline.sim.replay import (
     ScenarioRun,
     run_prepared,
@@ -147,18 +148,12 @@ def run_task(task: ScenarioTask) -> TaskOutcome:
                 groups = request_groups(requests, task.prepared.groups)
             else:
                 metrics, groups = sim_metrics(res, task.prepared.groups)
-            report = evaluate(list(task.slos), metrics, run.summary["duration_s"] or 0.0, groups)
-            run.summary["goodput"] = report.goodput
-            run.summary["num_good"] = report.num_good  # (as a replay's summary has it)
-            run.summary["slo_met"] = report.all_met
-            run.summary["slo"] = {
-                s.key: {
-                    "limit_s": s.limit_s,
-                    "measured_s": report.measured_s[s.key],
-                    "met": report.met[s.key],
-                }
-                for s in task.slos
-            }
+            duration_s = run.summary["duration_s"] or 0.0
+            report = evaluate(list(task.slos), metrics, duration_s, groups)
+            # (the fields a replay's summary has)
+            run.summary.update(
+                slo_fields(task.slos, report.measured_s, report.num_good, duration_s)
+            )
         outcome = TaskOutcome(
             index=task.index,
             name=name,

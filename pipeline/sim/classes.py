@@ -357,8 +357,19 @@ def whole_traffic_slos(
     done = ~np.isnan(res.rqf[:, F_FINISH])
     good, judged = judged_requests(res, done, labels, slos)
     measured = {s.key: slo_stat(judged[s.key], s) for s in slos}
+    return slo_fields(slos, measured, int(good.sum()), duration_s)
+
+
+def slo_fields(
+    slos: Sequence[Slo],
+    measured: Mapping[str, float | None],
+    num_good: int,
+    duration_s: float | None,
+) -> dict[str, Any]:
+    """A summary's fields for the whole traffic against ``slos``: ``slo``
+    (``slo_entries``), ``slo_met``, ``num_good`` and ``goodput`` (per second of
+    ``duration_s``; None without one)."""
     entries = slo_entries(slos, measured)
-    num_good = int(good.sum())
     return {
         "slo": entries,
         "slo_met": all(e["met"] for e in entries.values()),

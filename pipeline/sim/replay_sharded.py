@@ -210,12 +210,12 @@ def run_sharded(
                 totals.merge(part_totals)
                 steps.merge(part_steps)
             paths = written[min(written)] if written else {}
-    values = totals.in_arrival_order(uncertainty.METRICS) if ordered else None
+    wall_s = time.perf_counter() - t0
+    # (in arrival order before the summary's percentiles take the metrics)
+    values = totals.in_arrival_order(uncertainty.METRICS) if intervals is not None else None
     summary = {**summarize_totals(totals, steps), "sharding": sharding_record(sc, plan)}
     if intervals is not None and values is not None:
         summary["intervals"] = uncertainty.intervals_of(sc, values, intervals())
-        del values
-    wall_s = time.perf_counter() - t0
     summary["sharding"]["workers"] = f"ray {ray_address}" if ray_address else width
     return summary, paths, wall_s
 

@@ -589,19 +589,13 @@ def summarize_totals(
 def _slo_figures(
     rt: RequestTotals, measured: dict[str, float | None], span: float
 ) -> dict[str, Any]:
-    """The whole traffic against ``rt.slos``: the fields ``classes.whole_traffic_slos``
-    gives a whole replay (``slo``, ``slo_met``, ``num_good``, ``goodput``)."""
+    """The whole traffic against ``rt.slos`` (``classes.slo_fields``, as a whole replay's
+    summary has them); nothing without SLOs."""
     if not rt.slos:
         return {}
-    from pipeline.sim.classes import slo_entries  # (classes imports this module)
+    from pipeline.sim.classes import slo_fields  # (classes imports this module)
 
-    entries = slo_entries(rt.slos, measured)
-    return {
-        "slo": entries,
-        "slo_met": all(e["met"] for e in entries.values()),
-        "num_good": rt.num_good,
-        "goodput": rt.num_good / span if span else None,
-    }
+    return slo_fields(rt.slos, measured, rt.num_good, span)
 
 
 def _swap_figures(rt: RequestTotals, steps: StepTotals) -> dict[str, Any]:
